@@ -1,0 +1,144 @@
+// Engine: a userspace memory controller (cgroup v2 memcg) for a hierarchy of
+// accounting groups.
+//
+// The engine keeps a tree of groups named by cgroup v2 paths ("/" is the
+// root, segments [A-Za-z0-9._-]{1,255}, not "." or ".."). Each group has a
+// hierarchical page_counter (memory.current/max/high/min/low), memory.events,
+// and rstat statistics (memory.stat). Charges go through a per-CPU stock of
+// pre-charged pages (batch 64, 7 group slots per CPU) in front of the
+// counters, following try_charge_memcg() in mm/memcontrol.c.
+//
+// Thread safety: thread-safe. Every public method may be called concurrently
+// from any thread. Operations name a per-CPU slot (`cpu`); when absent, the
+// calling thread's sched_getcpu() (modulo nr_cpus) is used, or the override of
+// a ScopedCpuOverride on the calling thread.
+//
+// Errors (absl::Status codes, messages name the offending field):
+//   INVALID_ARGUMENT    bad path, nr_pages == 0, cpu >= nr_cpus, root where
+//                       the root is not allowed
+//   NOT_FOUND           the group (or the parent, for CreateGroup) is missing
+//   ALREADY_EXISTS      CreateGroup on an existing path
+//   FAILED_PRECONDITION DeleteGroup with children; Uncharge of more ANON pages
+//                       than the group holds
+//   RESOURCE_EXHAUSTED  Charge hit OOM; the message names the limiting group
+// A failed call changes nothing.
+#ifndef CGACCT_ENGINE_ENGINE_H_
+#define CGACCT_ENGINE_ENGINE_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "engine/observer.h"
+#include "engine/types.h"
+
+namespace cgacct {
+
+struct EngineOptions {
+  // Per-CPU slots; 0 = the machine's online CPUs. At most kMaxCpus.
+  int nr_cpus = 0;
+  // Bytes per page; a power of two >= 512.
+  uint64_t page_size_bytes = 4096;
+  FlushLockPolicy flush_lock_policy = FlushLockPolicy::kPerCpu;
+  // Not owned; may be null. Must outlive the engine.
+  EngineObserver* observer = nullptr;
+};
+
+class EngineImpl;
+
+class Engine {
+ public:
+  static constexpr int kMaxCpus = 4096;
+
+  // Errors: INVALID_ARGUMENT for options out of range.
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(
+      const EngineOptions& options);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Creates `path` under its existing parent with `limits` (absent = "max"
+  // for max/high, 0 for min/low). Mirrors mem_cgroup_css_alloc()/online().
+  absl::StatusOr<GroupInfo> CreateGroup(absl::string_view path,
+                                        const LimitsUpdate& limits);
+
+  // Removes a group without children, like rmdir. Stocks holding it are
+  // drained, its stats are flushed into the parent, and the pages still
+  // charged to it become the parent's (returned). Its events stay counted in
+  // its ancestors' hierarchical memory.events.
+  absl::StatusOr<uint64_t> DeleteGroup(absl::string_view path);
+
+  // Paths below `path` (children, or the whole subtree if recursive), sorted;
+  // `path` itself excluded.
+  absl::StatusOr<std::vector<std::string>> ListGroups(absl::string_view path,
+                                                      bool recursive) const;
+
+  // Changes the present fields of `limits` (pages). Setting min/low
+  // propagates protected usage (page_counter_set_min/low()). Lowering max
+  // below usage is accepted as cgroup v2 does (memory_max_write()): stocks
+  // are drained; reclaim comes with the reclaim engine. Root: INVALID_ARGUMENT.
+  absl::StatusOr<GroupInfo> SetLimits(absl::string_view path,
+                                      const LimitsUpdate& limits);
+
+  // Charges nr_pages (> 0) of `kind` to `path` through per-CPU slot `cpu`.
+  // Mirrors try_charge_memcg(): stock, then the page_counter with a batch of
+  // 64, then the exact amount, then drain all stocks and retry, then OOM
+  // (RESOURCE_EXHAUSTED naming the limiting group; `max` and `oom` events are
+  // raised on it, `oom_kill` on the charging group as the "killed" request).
+  absl::StatusOr<ChargeResult> Charge(absl::string_view path, uint64_t nr_pages,
+                                      PageKind kind,
+                                      std::optional<int> cpu = std::nullopt);
+
+  // Uncharges nr_pages (> 0) of `kind` from `path`. The pages go back through
+  // the per-CPU stock (refill_stock(), as socket and kernel memory do). ANON:
+  // more than the group holds is FAILED_PRECONDITION. FILE: uncharges what is
+  // left of nr_pages (reclaim may have taken some) and returns that number.
+  absl::StatusOr<UnchargeResult> Uncharge(absl::string_view path,
+                                          uint64_t nr_pages, PageKind kind,
+                                          std::optional<int> cpu = std::nullopt);
+
+  // memory.current/peak/stat/events of `path`, flushed per `mode`.
+  absl::StatusOr<GroupStats> GetStats(absl::string_view path,
+                                      FlushMode mode = FlushMode::kExact);
+
+  // Drains every CPU's stock (drain_all_stock() for the root), synchronously.
+  void DrainAllStock();
+
+  EngineInfo GetInfo() const;
+  EngineCounters GetCounters() const;
+
+  int nr_cpus() const;
+  uint64_t page_size_bytes() const;
+  // PAGE_COUNTER_MAX for this page size: LONG_MAX / page_size.
+  uint64_t page_counter_max() const;
+
+ private:
+  explicit Engine(std::unique_ptr<EngineImpl> impl);
+  std::unique_ptr<EngineImpl> impl_;
+};
+
+// Forces the CPU slot used by operations on this thread that name no cpu
+// (tests; TCMalloc's ScopedFakeCpuId). Nests; restores on destruction.
+class ScopedCpuOverride {
+ public:
+  explicit ScopedCpuOverride(int cpu);
+  ~ScopedCpuOverride();
+  ScopedCpuOverride(const ScopedCpuOverride&) = delete;
+  ScopedCpuOverride& operator=(const ScopedCpuOverride&) = delete;
+
+ private:
+  int previous_;
+};
+
+// Validates a cgroup v2 path ("/" or "/a/b"); INVALID_ARGUMENT names `field`.
+absl::Status ValidateGroupPath(absl::string_view path,
+                               absl::string_view field = "path");
+
+}  // namespace cgacct
+
+#endif  // CGACCT_ENGINE_ENGINE_H_

@@ -1,0 +1,40 @@
+// The engine's instrumentation interface: how lock and flush timings leave the
+// engine without a metrics library inside it (DESIGN.md §2).
+//
+// Thread safety: implementations must be thread-safe; the engine calls them
+// from any thread, never while it holds the rstat flush lock, and expects them
+// to be cheap (no blocking I/O).
+#ifndef CGACCT_ENGINE_OBSERVER_H_
+#define CGACCT_ENGINE_OBSERVER_H_
+
+#include <cstdint>
+
+#include "absl/time/time.h"
+#include "engine/types.h"
+
+namespace cgacct {
+
+// What one hold of the rstat flush lock did (the irqs-off tracer's view).
+struct FlushLockHold {
+  FlushLockPolicy policy = FlushLockPolicy::kPerCpu;
+  absl::Duration wait;  // time spent acquiring the lock
+  absl::Duration hold;  // time between acquire and release
+  int cpus_walked = 0;  // CPUs processed inside this hold
+  int groups_folded = 0;
+};
+
+class EngineObserver {
+ public:
+  virtual ~EngineObserver() = default;
+
+  // One acquire/release of the flush lock, reported after the release.
+  virtual void OnFlushLockHold(const FlushLockHold& hold) = 0;
+
+  // One subtree flush (mirrors css_rstat_flush()), reported after it ends.
+  virtual void OnFlushDone(absl::Duration duration, int cpus_walked,
+                           int groups_folded) = 0;
+};
+
+}  // namespace cgacct
+
+#endif  // CGACCT_ENGINE_OBSERVER_H_

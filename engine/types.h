@@ -1,0 +1,143 @@
+// Value types shared by the engine's public API.
+//
+// Thread safety: plain values, thread-compatible.
+#ifndef CGACCT_ENGINE_TYPES_H_
+#define CGACCT_ENGINE_TYPES_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/time/time.h"
+
+namespace cgacct {
+
+// MEMCG_CHARGE_BATCH (include/linux/memcontrol.h): pages pre-charged per
+// stock refill, and the stats-flush granularity.
+inline constexpr uint32_t kChargeBatchPages = 64;
+// NR_MEMCG_STOCK (mm/memcontrol.c): group slots per CPU in the page stock.
+inline constexpr int kNrStockSlots = 7;
+// MAX_RECLAIM_RETRIES (mm/memcontrol.c).
+inline constexpr int kMaxReclaimRetries = 16;
+// Project cache-line size (GCC 12 warns on hardware_destructive_interference_size
+// in headers).
+inline constexpr size_t kCacheLineBytes = 64;
+
+enum class PageKind : uint8_t {
+  kAnon = 1,  // not reclaimable (no swap)
+  kFile = 2,  // page cache, reclaimable
+};
+
+// How fresh a stats read must be (DESIGN.md §3).
+enum class FlushMode : uint8_t {
+  kExact,      // flush the subtree first
+  kThreshold,  // flush only past 64 x nr_cpus pending updates
+  kNone,       // last flushed values
+};
+
+// Which flush-lock policy rstat uses (DESIGN.md §4.3).
+enum class FlushLockPolicy : uint8_t {
+  kPerCpu,  // drop and retake the lock for every CPU (Linux 6.15+)
+  kWhole,   // hold across the CPU loop, yield only when someone waits (<= 6.14)
+};
+
+// memory.events items, in the kernel's index order (enum memcg_memory_event).
+enum class MemoryEvent : uint8_t { kLow, kHigh, kMax, kOom, kOomKill };
+inline constexpr int kNrMemoryEvents = 5;
+
+// memory.events or memory.events.local, counts.
+struct MemoryEvents {
+  uint64_t low = 0;
+  uint64_t high = 0;
+  uint64_t max = 0;
+  uint64_t oom = 0;
+  uint64_t oom_kill = 0;
+};
+
+// memory.max/high/min/low in pages. In an update, nullopt = unchanged. Values
+// at or above Engine::page_counter_max() mean "max".
+struct LimitsUpdate {
+  std::optional<uint64_t> max_pages;
+  std::optional<uint64_t> high_pages;
+  std::optional<uint64_t> min_pages;
+  std::optional<uint64_t> low_pages;
+};
+
+// The four limits of a group, in pages (page_counter_max() = "max").
+struct Limits {
+  uint64_t max_pages = 0;
+  uint64_t high_pages = 0;
+  uint64_t min_pages = 0;
+  uint64_t low_pages = 0;
+};
+
+struct GroupInfo {
+  std::string path;
+  uint64_t id = 0;
+  Limits limits;
+};
+
+struct ChargeResult {
+  uint64_t nr_pages = 0;
+  // memory.high throttle the kernel would have applied (capped at 2 s).
+  absl::Duration throttle = absl::ZeroDuration();
+};
+
+struct UnchargeResult {
+  uint64_t nr_pages = 0;  // pages actually uncharged
+};
+
+// One memory.stat line: name and value in memory.stat units (bytes for state
+// items such as anon/file, counts for events such as pgscan).
+struct StatEntry {
+  std::string name;
+  uint64_t value = 0;
+};
+
+struct GroupStats {
+  std::string path;
+  uint64_t memory_current_pages = 0;  // includes pages parked in stocks
+  uint64_t memory_peak_pages = 0;     // page_counter watermark
+  Limits limits;
+  std::vector<StatEntry> stat;        // memory.stat order
+  MemoryEvents events;                // hierarchical
+  MemoryEvents events_local;
+  uint64_t failcnt = 0;
+  uint64_t emin_pages = 0;
+  uint64_t elow_pages = 0;
+  bool flushed = false;               // this read flushed the subtree
+  absl::Duration max_staleness = absl::ZeroDuration();
+};
+
+struct EngineInfo {
+  int nr_cpus = 0;
+  uint64_t page_size_bytes = 0;
+  uint32_t charge_batch_pages = kChargeBatchPages;
+  FlushLockPolicy flush_lock_policy = FlushLockPolicy::kPerCpu;
+  int nr_stock_slots = kNrStockSlots;
+  uint64_t nr_groups = 0;
+  absl::Duration flush_lock_hold_max = absl::ZeroDuration();
+};
+
+// Monotonic engine-wide counters, summed over CPUs at read time.
+struct EngineCounters {
+  uint64_t charges_ok = 0;
+  uint64_t charges_oom = 0;       // failed with RESOURCE_EXHAUSTED
+  uint64_t charges_rejected = 0;  // bad input / not found
+  uint64_t uncharges = 0;
+  uint64_t stock_hits = 0;        // charges served from the per-CPU stock
+  uint64_t stock_drains = 0;      // stock slots drained (any reason)
+  uint64_t oom_total = 0;         // oom events raised
+  uint64_t flushes = 0;
+  uint64_t flush_cpus = 0;        // CPUs walked by flushes
+};
+
+const char* FlushLockPolicyName(FlushLockPolicy policy);
+// Parses "per_cpu" or "whole".
+std::optional<FlushLockPolicy> ParseFlushLockPolicy(const std::string& name);
+
+}  // namespace cgacct
+
+#endif  // CGACCT_ENGINE_TYPES_H_
