@@ -98,9 +98,9 @@ class Engine {
   // the per-CPU stock (refill_stock(), as socket and kernel memory do). ANON:
   // more than the group holds is FAILED_PRECONDITION. FILE: uncharges what is
   // left of nr_pages (reclaim may have taken some) and returns that number.
-  absl::StatusOr<UnchargeResult> Uncharge(absl::string_view path,
-                                          uint64_t nr_pages, PageKind kind,
-                                          std::optional<int> cpu = std::nullopt);
+  absl::StatusOr<UnchargeResult> Uncharge(
+      absl::string_view path, uint64_t nr_pages, PageKind kind,
+      std::optional<int> cpu = std::nullopt);
 
   // memory.current/peak/stat/events of `path`, flushed per `mode`.
   absl::StatusOr<GroupStats> GetStats(absl::string_view path,

@@ -21,8 +21,8 @@ inline constexpr uint32_t kChargeBatchPages = 64;
 inline constexpr int kNrStockSlots = 7;
 // MAX_RECLAIM_RETRIES (mm/memcontrol.c).
 inline constexpr int kMaxReclaimRetries = 16;
-// Project cache-line size (GCC 12 warns on hardware_destructive_interference_size
-// in headers).
+// Project cache-line size (GCC 12 warns on
+// hardware_destructive_interference_size in headers).
 inline constexpr size_t kCacheLineBytes = 64;
 
 enum class PageKind : uint8_t {
@@ -101,13 +101,13 @@ struct GroupStats {
   uint64_t memory_current_pages = 0;  // includes pages parked in stocks
   uint64_t memory_peak_pages = 0;     // page_counter watermark
   Limits limits;
-  std::vector<StatEntry> stat;        // memory.stat order
-  MemoryEvents events;                // hierarchical
+  std::vector<StatEntry> stat;  // memory.stat order
+  MemoryEvents events;          // hierarchical
   MemoryEvents events_local;
   uint64_t failcnt = 0;
   uint64_t emin_pages = 0;
   uint64_t elow_pages = 0;
-  bool flushed = false;               // this read flushed the subtree
+  bool flushed = false;  // this read flushed the subtree
   absl::Duration max_staleness = absl::ZeroDuration();
 };
 
@@ -127,11 +127,11 @@ struct EngineCounters {
   uint64_t charges_oom = 0;       // failed with RESOURCE_EXHAUSTED
   uint64_t charges_rejected = 0;  // bad input / not found
   uint64_t uncharges = 0;
-  uint64_t stock_hits = 0;        // charges served from the per-CPU stock
-  uint64_t stock_drains = 0;      // stock slots drained (any reason)
-  uint64_t oom_total = 0;         // oom events raised
+  uint64_t stock_hits = 0;    // charges served from the per-CPU stock
+  uint64_t stock_drains = 0;  // stock slots drained (any reason)
+  uint64_t oom_total = 0;     // oom events raised
   uint64_t flushes = 0;
-  uint64_t flush_cpus = 0;        // CPUs walked by flushes
+  uint64_t flush_cpus = 0;  // CPUs walked by flushes
 };
 
 const char* FlushLockPolicyName(FlushLockPolicy policy);

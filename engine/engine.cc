@@ -1,0 +1,609 @@
+#include "engine/engine.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <memory>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "engine/group.h"
+#include "engine/mutex.h"
+#include "engine/percpu.h"
+#include "engine/rstat.h"
+#include "engine/stock.h"
+
+namespace cgacct {
+
+absl::Status ValidateGroupPath(absl::string_view path,
+                               absl::string_view field) {
+  if (path.empty() || path[0] != '/')
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, " \"", path, "\" must be an absolute cgroup path like /a/b"));
+  if (path == "/") return absl::OkStatus();
+  if (path.back() == '/')
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " \"", path, "\" must not end with '/'"));
+  size_t start = 1;
+  while (start <= path.size()) {
+    size_t end = path.find('/', start);
+    if (end == absl::string_view::npos) end = path.size();
+    absl::string_view segment = path.substr(start, end - start);
+    if (segment.empty() || segment.size() > 255)
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, " \"", path, "\": each segment must be 1 to 255 characters"));
+    if (segment == "." || segment == "..")
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, " \"", path, "\": segments '.' and '..' are not allowed"));
+    for (char ch : segment) {
+      const bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                      (ch >= '0' && ch <= '9') || ch == '.' || ch == '_' ||
+                      ch == '-';
+      if (!ok)
+        return absl::InvalidArgumentError(absl::StrCat(
+            field, " \"", path, "\": segments may use only [A-Za-z0-9._-]"));
+    }
+    start = end + 1;
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+absl::string_view ParentPath(absl::string_view path) {
+  size_t pos = path.rfind('/');
+  return pos == 0 ? absl::string_view("/") : path.substr(0, pos);
+}
+
+// Engine-wide counters kept per CPU slot; relaxed atomics, summed at read.
+struct alignas(kCacheLineBytes) CpuCounters {
+  std::atomic<uint64_t> charges_ok{0};
+  std::atomic<uint64_t> charges_oom{0};
+  std::atomic<uint64_t> charges_rejected{0};
+  std::atomic<uint64_t> uncharges{0};
+  std::atomic<uint64_t> oom_events{0};
+};
+
+void Bump(std::atomic<uint64_t>& counter) {
+  counter.fetch_add(1, std::memory_order_relaxed);
+}
+
+}  // namespace
+
+// The engine's state. Lock order: tree_lock_ (one reader slot, or all as
+// writer) -> limits_mu_ -> rstat flush lock -> rstat per-CPU tree locks;
+// stock locks are leaves (taken under any of the above).
+class EngineImpl {
+ public:
+  EngineImpl(int nr_cpus, uint64_t page_size_bytes, FlushLockPolicy policy,
+             EngineObserver* observer)
+      : nr_cpus_(nr_cpus),
+        page_size_bytes_(page_size_bytes),
+        page_counter_max_(static_cast<uint64_t>(LONG_MAX) / page_size_bytes),
+        tree_lock_(nr_cpus),
+        stock_(nr_cpus),
+        rstat_(nr_cpus, policy, observer),
+        counters_(new CpuCounters[nr_cpus]) {
+    auto root = std::make_unique<Group>("/", next_id_++, nullptr, &rstat_,
+                                        page_counter_max_);
+    root_ = root.get();
+    groups_.emplace("/", std::move(root));
+    nr_groups_.store(1, std::memory_order_relaxed);
+  }
+
+  // --- helpers -----------------------------------------------------------
+
+  absl::StatusOr<int> ResolveCpu(std::optional<int> cpu) const {
+    if (!cpu.has_value()) return CurrentCpu(nr_cpus_);
+    if (*cpu < 0 || *cpu >= nr_cpus_)
+      return absl::InvalidArgumentError(
+          absl::StrCat("cpu ", *cpu, " out of range [0, ", nr_cpus_, ")"));
+    return *cpu;
+  }
+
+  Group* Lookup(absl::string_view path) const ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    auto it = groups_.find(path);
+    return it == groups_.end() ? nullptr : it->second.get();
+  }
+
+  absl::StatusOr<Group*> Find(absl::string_view path) const {
+    if (absl::Status s = ValidateGroupPath(path); !s.ok()) return s;
+    Group* g = Lookup(path);
+    if (g == nullptr)
+      return absl::NotFoundError(
+          absl::StrCat("path \"", path, "\": no such group"));
+    return g;
+  }
+
+  uint64_t ClampLimit(uint64_t nr_pages) const {
+    return std::min(nr_pages, page_counter_max_);
+  }
+
+  Limits LimitsOf(const Group& g) const {
+    Limits l;
+    l.max_pages = g.memory.max();
+    l.high_pages = g.memory.high();
+    l.min_pages = g.memory.min();
+    l.low_pages = g.memory.low();
+    return l;
+  }
+
+  GroupInfo InfoOf(const Group& g) const {
+    return GroupInfo{g.path, g.id, LimitsOf(g)};
+  }
+
+  // memcg_memory_event(): local count on `g`, hierarchical counts on `g` and
+  // its ancestors below the root.
+  void RaiseEvent(Group* g, MemoryEvent event, int cpu) {
+    const int e = static_cast<int>(event);
+    g->events_local[e].fetch_add(1, std::memory_order_relaxed);
+    for (Group* pos = g; pos != nullptr && !pos->is_root(); pos = pos->parent)
+      pos->events[e].fetch_add(1, std::memory_order_relaxed);
+    if (event == MemoryEvent::kOom) Bump(counters_[cpu].oom_events);
+  }
+
+  static Group* GroupOf(PageCounter* counter) {
+    return static_cast<Group*>(counter->owner());
+  }
+
+  // Reclaim from `over` (try_to_free_mem_cgroup_pages()). Reclaim arrives
+  // with the reclaim engine; until then FILE pages are only counted and
+  // nothing is reclaimed.
+  uint64_t ReclaimPages(Group* over, uint64_t nr_pages) { return 0; }
+
+  // try_charge_memcg(), mm/memcontrol.c. Differences: no task context, so
+  // no PF_MEMALLOC force-charge, no OOM killer to wait for; the failed
+  // request itself is the OOM victim (oom_kill is raised on `g`).
+  absl::Status TryChargeMemcg(Group* g, uint64_t nr_pages, int cpu) {
+    if (g->is_root()) {
+      // The root has no limit; its own pages go straight to its counter.
+      g->memory.Charge(nr_pages);
+      return absl::OkStatus();
+    }
+    uint64_t batch = std::max<uint64_t>(kChargeBatchPages, nr_pages);
+    int retries = kMaxReclaimRetries;
+    bool drained = false;
+    Group* over = nullptr;
+    for (;;) {
+      if (stock_.Consume(cpu, &g->memory, nr_pages)) return absl::OkStatus();
+      PageCounter* fail = nullptr;
+      if (g->memory.TryCharge(batch, &fail)) {
+        if (batch > nr_pages) stock_.Refill(cpu, &g->memory, batch - nr_pages);
+        return absl::OkStatus();
+      }
+      over = GroupOf(fail);
+      if (batch > nr_pages) {
+        // Retry the exact amount before any reclaim or event.
+        batch = nr_pages;
+        continue;
+      }
+      RaiseEvent(over, MemoryEvent::kMax, cpu);
+      const uint64_t reclaimed = ReclaimPages(over, nr_pages);
+      if (over->memory.Margin() >= nr_pages) continue;
+      if (!drained) {
+        stock_.DrainAll(&over->memory);
+        drained = true;
+        continue;
+      }
+      // Progress on a small charge does not consume a retry.
+      if (reclaimed > 0 && nr_pages <= 8) continue;
+      if (retries-- > 0) continue;
+      break;
+    }
+    // mem_cgroup_oom(): `oom` on the limiting group; the charging request is
+    // the victim.
+    RaiseEvent(over, MemoryEvent::kOom, cpu);
+    RaiseEvent(g, MemoryEvent::kOomKill, cpu);
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "memory.max of ", over->path, " reached: cannot charge ", nr_pages,
+        " pages to ", g->path, " (", over->path, " usage ", over->memory.Read(),
+        " of max ", over->memory.max(), " pages)"));
+  }
+
+  void UpdateStats(Group* g, int cpu, PageKind kind, int64_t nr_pages,
+                   bool charge) {
+    int64_t deltas[kNrStatItems] = {};
+    deltas[kind == PageKind::kAnon ? kStatAnon : kStatFile] = nr_pages;
+    deltas[charge ? kStatPgpgin : kStatPgpgout] = 1;
+    rstat_.Update(
+        &g->rstat_group, cpu, deltas,
+        static_cast<uint64_t>(nr_pages < 0 ? -nr_pages : nr_pages) + 1);
+  }
+
+  // --- operations ----------------------------------------------------------
+
+  absl::StatusOr<GroupInfo> CreateGroup(absl::string_view path,
+                                        const LimitsUpdate& limits) {
+    if (absl::Status s = ValidateGroupPath(path); !s.ok()) return s;
+    if (path == "/")
+      return absl::AlreadyExistsError("path \"/\": the root always exists");
+    PercpuWriterLock l(&tree_lock_);
+    if (Lookup(path) != nullptr)
+      return absl::AlreadyExistsError(
+          absl::StrCat("path \"", path, "\" already exists"));
+    Group* parent = Lookup(ParentPath(path));
+    if (parent == nullptr)
+      return absl::NotFoundError(absl::StrCat("path \"", path, "\": parent \"",
+                                              ParentPath(path),
+                                              "\" does not exist"));
+    auto group = std::make_unique<Group>(std::string(path), next_id_++, parent,
+                                         &rstat_, page_counter_max_);
+    Group* g = group.get();
+    ApplyLimitsLocked(g, limits);
+    parent->children.emplace(std::string(path.substr(path.rfind('/') + 1)), g);
+    groups_.emplace(std::string(path), std::move(group));
+    nr_groups_.fetch_add(1, std::memory_order_relaxed);
+    return InfoOf(*g);
+  }
+
+  absl::StatusOr<uint64_t> DeleteGroup(absl::string_view path) {
+    if (absl::Status s = ValidateGroupPath(path); !s.ok()) return s;
+    if (path == "/")
+      return absl::InvalidArgumentError(
+          "path \"/\": the root cannot be deleted");
+    PercpuWriterLock l(&tree_lock_);
+    Group* g = Lookup(path);
+    if (g == nullptr)
+      return absl::NotFoundError(
+          absl::StrCat("path \"", path, "\": no such group"));
+    if (!g->children.empty())
+      return absl::FailedPreconditionError(
+          absl::StrCat("path \"", path, "\" has ", g->children.size(),
+                       " child group(s); delete them first"));
+    // css offline/release: drain the stocks holding it, reset protection,
+    // fold its stats into the parent, and hand what is still charged to the
+    // parent (the counters already include it hierarchically).
+    stock_.DrainOwner(&g->memory);
+    g->memory.SetMin(0);
+    g->memory.SetLow(0);
+    rstat_.FlushForRemoval(&g->rstat_group);
+    const uint64_t reparented = g->memory.Read();
+    Group* parent = g->parent;
+    parent->nr_anon_pages.fetch_add(
+        g->nr_anon_pages.load(std::memory_order_relaxed),
+        std::memory_order_relaxed);
+    parent->nr_file_pages.fetch_add(
+        g->nr_file_pages.load(std::memory_order_relaxed),
+        std::memory_order_relaxed);
+    parent->children.erase(std::string(path.substr(path.rfind('/') + 1)));
+    groups_.erase(groups_.find(path));
+    nr_groups_.fetch_sub(1, std::memory_order_relaxed);
+    return reparented;
+  }
+
+  absl::StatusOr<std::vector<std::string>> ListGroups(absl::string_view path,
+                                                      bool recursive) {
+    PercpuReaderLock l(&tree_lock_, CurrentCpu(nr_cpus_));
+    absl::StatusOr<Group*> g = Find(path);
+    if (!g.ok()) return g.status();
+    std::vector<std::string> paths;
+    std::vector<Group*> stack = {*g};
+    while (!stack.empty()) {
+      Group* pos = stack.back();
+      stack.pop_back();
+      for (const auto& [name, child] : pos->children) {
+        paths.push_back(child->path);
+        if (recursive) stack.push_back(child);
+      }
+    }
+    std::sort(paths.begin(), paths.end());
+    return paths;
+  }
+
+  // Stores the present limits. Caller serialises setters (writer lock or
+  // limits_mu_).
+  void ApplyLimitsLocked(Group* g, const LimitsUpdate& limits) {
+    if (limits.min_pages) g->memory.SetMin(ClampLimit(*limits.min_pages));
+    if (limits.low_pages) g->memory.SetLow(ClampLimit(*limits.low_pages));
+    if (limits.high_pages) g->memory.SetHigh(ClampLimit(*limits.high_pages));
+    if (limits.max_pages) g->memory.SetMax(ClampLimit(*limits.max_pages));
+  }
+
+  absl::StatusOr<GroupInfo> SetLimits(absl::string_view path,
+                                      const LimitsUpdate& limits) {
+    const int cpu = CurrentCpu(nr_cpus_);
+    PercpuReaderLock l(&tree_lock_, cpu);
+    absl::StatusOr<Group*> found = Find(path);
+    if (!found.ok()) return found.status();
+    Group* g = *found;
+    if (g->is_root())
+      return absl::InvalidArgumentError(
+          "path \"/\": the root has no limits to set");
+    MutexLock setter(&limits_mu_);
+    ApplyLimitsLocked(g, limits);
+    if (limits.max_pages && g->memory.Read() > g->memory.max()) {
+      // memory_max_write(): drain once, reclaim, and if usage still cannot
+      // get under the new max, `oom` (cgroup v2 accepts the limit anyway).
+      stock_.DrainAll(&g->memory);
+      int nr_reclaims = kMaxReclaimRetries;
+      while (g->memory.Read() > g->memory.max()) {
+        if (nr_reclaims > 0) {
+          if (ReclaimPages(g, g->memory.Read() - g->memory.max()) == 0)
+            --nr_reclaims;
+          continue;
+        }
+        RaiseEvent(g, MemoryEvent::kOom, cpu);
+        break;
+      }
+    } else if (limits.high_pages && g->memory.Read() > g->memory.high()) {
+      // memory_high_write(): drain, then reclaim; never OOM.
+      stock_.DrainAll(&g->memory);
+    }
+    return InfoOf(*g);
+  }
+
+  absl::StatusOr<ChargeResult> Charge(absl::string_view path, uint64_t nr_pages,
+                                      PageKind kind,
+                                      std::optional<int> cpu_arg) {
+    absl::StatusOr<int> cpu = ResolveCpu(cpu_arg);
+    if (!cpu.ok()) return Reject(cpu.status());
+    if (absl::Status s = CheckPages(nr_pages, kind); !s.ok())
+      return Reject(s, *cpu);
+    PercpuReaderLock l(&tree_lock_, *cpu);
+    absl::StatusOr<Group*> g = Find(path);
+    if (!g.ok()) return Reject(g.status(), *cpu);
+    if (absl::Status s = TryChargeMemcg(*g, nr_pages, *cpu); !s.ok()) {
+      Bump(counters_[*cpu].charges_oom);
+      return s;
+    }
+    (kind == PageKind::kAnon ? (*g)->nr_anon_pages : (*g)->nr_file_pages)
+        .fetch_add(nr_pages, std::memory_order_relaxed);
+    UpdateStats(*g, *cpu, kind, static_cast<int64_t>(nr_pages),
+                /*charge=*/true);
+    Bump(counters_[*cpu].charges_ok);
+    ChargeResult result;
+    result.nr_pages = nr_pages;
+    return result;
+  }
+
+  absl::StatusOr<UnchargeResult> Uncharge(absl::string_view path,
+                                          uint64_t nr_pages, PageKind kind,
+                                          std::optional<int> cpu_arg) {
+    absl::StatusOr<int> cpu = ResolveCpu(cpu_arg);
+    if (!cpu.ok()) return cpu.status();
+    if (absl::Status s = CheckPages(nr_pages, kind); !s.ok()) return s;
+    PercpuReaderLock l(&tree_lock_, *cpu);
+    absl::StatusOr<Group*> found = Find(path);
+    if (!found.ok()) return found.status();
+    Group* g = *found;
+    std::atomic<uint64_t>& held =
+        kind == PageKind::kAnon ? g->nr_anon_pages : g->nr_file_pages;
+    uint64_t cur = held.load(std::memory_order_relaxed);
+    uint64_t take;
+    do {
+      if (kind == PageKind::kAnon && nr_pages > cur)
+        return absl::FailedPreconditionError(
+            absl::StrCat("nr_pages ", nr_pages, ": path \"", g->path,
+                         "\" holds only ", cur, " ANON pages"));
+      take = std::min(nr_pages, cur);
+      if (take == 0) return UnchargeResult{0};
+    } while (!held.compare_exchange_weak(cur, cur - take,
+                                         std::memory_order_relaxed));
+    if (g->is_root()) {
+      g->memory.Uncharge(take);
+    } else {
+      stock_.Refill(*cpu, &g->memory, take);
+    }
+    UpdateStats(g, *cpu, kind, -static_cast<int64_t>(take), /*charge=*/false);
+    Bump(counters_[*cpu].uncharges);
+    return UnchargeResult{take};
+  }
+
+  absl::StatusOr<GroupStats> GetStats(absl::string_view path, FlushMode mode) {
+    const int cpu = CurrentCpu(nr_cpus_);
+    PercpuReaderLock l(&tree_lock_, cpu);
+    absl::StatusOr<Group*> found = Find(path);
+    if (!found.ok()) return found.status();
+    Group* g = *found;
+    GroupStats stats;
+    stats.path = g->path;
+    if (mode == FlushMode::kExact ||
+        (mode == FlushMode::kThreshold && rstat_.NeedsFlush(&g->rstat_group))) {
+      rstat_.Flush(&g->rstat_group);
+      stats.flushed = true;
+    }
+    if (!stats.flushed) {
+      // The newest flush that covered this group: its own or an ancestor's.
+      int64_t last = 0;
+      for (Group* pos = g; pos != nullptr; pos = pos->parent)
+        last = std::max(last, pos->rstat_group.last_flush_ns());
+      stats.max_staleness = last == 0
+                                ? absl::InfiniteDuration()
+                                : absl::Nanoseconds(MonotonicNowNs() - last);
+    }
+    stats.memory_current_pages = g->memory.Read();
+    stats.memory_peak_pages = g->memory.watermark();
+    stats.limits = LimitsOf(*g);
+    stats.failcnt = g->memory.failcnt();
+    stats.emin_pages = g->memory.emin();
+    stats.elow_pages = g->memory.elow();
+    auto events = [](const std::atomic<uint64_t>(&e)[kNrMemoryEvents]) {
+      MemoryEvents out;
+      out.low = e[0].load(std::memory_order_relaxed);
+      out.high = e[1].load(std::memory_order_relaxed);
+      out.max = e[2].load(std::memory_order_relaxed);
+      out.oom = e[3].load(std::memory_order_relaxed);
+      out.oom_kill = e[4].load(std::memory_order_relaxed);
+      return out;
+    };
+    stats.events = events(g->events);
+    stats.events_local = events(g->events_local);
+
+    const RstatGroup& r = g->rstat_group;
+    const uint64_t ps = page_size_bytes_;
+    auto total = [&](StatItem item) {
+      return static_cast<uint64_t>(r.total(item));
+    };
+    const uint64_t pgscan =
+        total(kStatPgscanDirect) + total(kStatPgscanProactive);
+    const uint64_t pgsteal =
+        total(kStatPgstealDirect) + total(kStatPgstealProactive);
+    // memory_stat_format() order: state items in bytes, the synthetic
+    // pgscan/pgsteal sums, then the per-mode event counts. pgpgin/pgpgout
+    // (charge and uncharge operations, cgroup v1 names) come last.
+    stats.stat = {
+        {"anon", total(kStatAnon) * ps},
+        {"file", total(kStatFile) * ps},
+        {"pgscan", pgscan},
+        {"pgsteal", pgsteal},
+        {"pgscan_kswapd", 0},
+        {"pgscan_direct", total(kStatPgscanDirect)},
+        {"pgscan_khugepaged", 0},
+        {"pgscan_proactive", total(kStatPgscanProactive)},
+        {"pgsteal_kswapd", 0},
+        {"pgsteal_direct", total(kStatPgstealDirect)},
+        {"pgsteal_khugepaged", 0},
+        {"pgsteal_proactive", total(kStatPgstealProactive)},
+        {"pgpgin", total(kStatPgpgin)},
+        {"pgpgout", total(kStatPgpgout)},
+    };
+    return stats;
+  }
+
+  void DrainAllStock() {
+    PercpuReaderLock l(&tree_lock_, CurrentCpu(nr_cpus_));
+    // Unlike the kernel's best-effort drain, callers of this entry point
+    // want the stocks empty: wait for a concurrent drain and go again.
+    while (!stock_.DrainAll(nullptr)) absl::SleepFor(absl::Microseconds(50));
+  }
+
+  EngineInfo GetInfo() const {
+    EngineInfo info;
+    info.nr_cpus = nr_cpus_;
+    info.page_size_bytes = page_size_bytes_;
+    info.charge_batch_pages = stock_.batch_pages();
+    info.flush_lock_policy = rstat_.policy();
+    info.nr_stock_slots = kNrStockSlots;
+    info.nr_groups = nr_groups_.load(std::memory_order_relaxed);
+    info.flush_lock_hold_max = rstat_.hold_max();
+    return info;
+  }
+
+  EngineCounters GetCounters() const {
+    EngineCounters c;
+    for (int cpu = 0; cpu < nr_cpus_; ++cpu) {
+      const CpuCounters& pc = counters_[cpu];
+      c.charges_ok += pc.charges_ok.load(std::memory_order_relaxed);
+      c.charges_oom += pc.charges_oom.load(std::memory_order_relaxed);
+      c.charges_rejected += pc.charges_rejected.load(std::memory_order_relaxed);
+      c.uncharges += pc.uncharges.load(std::memory_order_relaxed);
+      c.oom_total += pc.oom_events.load(std::memory_order_relaxed);
+    }
+    c.stock_hits = stock_.hits();
+    c.stock_drains = stock_.drains();
+    c.flushes = rstat_.flushes();
+    c.flush_cpus = rstat_.flush_cpus();
+    return c;
+  }
+
+  int nr_cpus() const { return nr_cpus_; }
+  uint64_t page_size_bytes() const { return page_size_bytes_; }
+  uint64_t page_counter_max() const { return page_counter_max_; }
+
+ private:
+  absl::Status CheckPages(uint64_t nr_pages, PageKind kind) const {
+    if (nr_pages == 0)
+      return absl::InvalidArgumentError("nr_pages must be > 0");
+    if (nr_pages > page_counter_max_)
+      return absl::InvalidArgumentError(
+          absl::StrCat("nr_pages ", nr_pages, " exceeds PAGE_COUNTER_MAX (",
+                       page_counter_max_, ")"));
+    if (kind != PageKind::kAnon && kind != PageKind::kFile)
+      return absl::InvalidArgumentError("kind must be ANON or FILE");
+    return absl::OkStatus();
+  }
+
+  absl::Status Reject(absl::Status status, int cpu = 0) {
+    Bump(counters_[cpu].charges_rejected);
+    return status;
+  }
+
+  // Constant after construction.
+  const int nr_cpus_;
+  const uint64_t page_size_bytes_;
+  const uint64_t page_counter_max_;
+
+  // The group tree: read-locked (one CPU slot) by every operation,
+  // write-locked by create and delete.
+  mutable PercpuRwLock tree_lock_;
+  absl::flat_hash_map<std::string, std::unique_ptr<Group>> groups_
+      ABSL_GUARDED_BY(tree_lock_);
+  Group* root_;  // constant after construction
+  uint64_t next_id_ ABSL_GUARDED_BY(tree_lock_) = 1;
+  std::atomic<uint64_t> nr_groups_{0};
+
+  // Serialises limit setters (the kernel's per-file write serialisation).
+  Mutex limits_mu_;
+
+  MemcgStock stock_;
+  Rstat rstat_;
+  std::unique_ptr<CpuCounters[]> counters_;  // per CPU slot
+};
+
+// --- Engine --------------------------------------------------------------
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
+    const EngineOptions& options) {
+  int nr_cpus = options.nr_cpus;
+  if (nr_cpus < 0 || nr_cpus > kMaxCpus)
+    return absl::InvalidArgumentError(
+        absl::StrCat("nr_cpus ", nr_cpus, " out of range [0, ", kMaxCpus, "]"));
+  if (nr_cpus == 0) {
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    nr_cpus =
+        online > 0 ? static_cast<int>(std::min<long>(online, kMaxCpus)) : 1;
+  }
+  const uint64_t ps = options.page_size_bytes;
+  if (ps < 512 || (ps & (ps - 1)) != 0 || ps > (uint64_t{1} << 30))
+    return absl::InvalidArgumentError(absl::StrCat(
+        "page_size_bytes ", ps, " must be a power of two in [512, 1 GiB]"));
+  return std::unique_ptr<Engine>(new Engine(std::make_unique<EngineImpl>(
+      nr_cpus, ps, options.flush_lock_policy, options.observer)));
+}
+
+Engine::Engine(std::unique_ptr<EngineImpl> impl) : impl_(std::move(impl)) {}
+Engine::~Engine() = default;
+
+absl::StatusOr<GroupInfo> Engine::CreateGroup(absl::string_view path,
+                                              const LimitsUpdate& limits) {
+  return impl_->CreateGroup(path, limits);
+}
+absl::StatusOr<uint64_t> Engine::DeleteGroup(absl::string_view path) {
+  return impl_->DeleteGroup(path);
+}
+absl::StatusOr<std::vector<std::string>> Engine::ListGroups(
+    absl::string_view path, bool recursive) const {
+  return impl_->ListGroups(path, recursive);
+}
+absl::StatusOr<GroupInfo> Engine::SetLimits(absl::string_view path,
+                                            const LimitsUpdate& limits) {
+  return impl_->SetLimits(path, limits);
+}
+absl::StatusOr<ChargeResult> Engine::Charge(absl::string_view path,
+                                            uint64_t nr_pages, PageKind kind,
+                                            std::optional<int> cpu) {
+  return impl_->Charge(path, nr_pages, kind, cpu);
+}
+absl::StatusOr<UnchargeResult> Engine::Uncharge(absl::string_view path,
+                                                uint64_t nr_pages,
+                                                PageKind kind,
+                                                std::optional<int> cpu) {
+  return impl_->Uncharge(path, nr_pages, kind, cpu);
+}
+absl::StatusOr<GroupStats> Engine::GetStats(absl::string_view path,
+                                            FlushMode mode) {
+  return impl_->GetStats(path, mode);
+}
+void Engine::DrainAllStock() { impl_->DrainAllStock(); }
+EngineInfo Engine::GetInfo() const { return impl_->GetInfo(); }
+EngineCounters Engine::GetCounters() const { return impl_->GetCounters(); }
+int Engine::nr_cpus() const { return impl_->nr_cpus(); }
+uint64_t Engine::page_size_bytes() const { return impl_->page_size_bytes(); }
+uint64_t Engine::page_counter_max() const { return impl_->page_counter_max(); }
+
+}  // namespace cgacct

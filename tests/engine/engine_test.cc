@@ -1,0 +1,336 @@
+#include "engine/engine.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace cgacct {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+uint64_t Stat(const GroupStats& stats, const std::string& name) {
+  for (const StatEntry& e : stats.stat)
+    if (e.name == name) return e.value;
+  ADD_FAILURE() << "no stat " << name;
+  return 0;
+}
+
+class EngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    EngineOptions options;
+    options.nr_cpus = 4;
+    auto engine = Engine::Create(options);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    engine_ = std::move(*engine);
+  }
+  GroupStats Stats(const std::string& path) {
+    auto stats = engine_->GetStats(path);
+    EXPECT_TRUE(stats.ok()) << stats.status();
+    return stats.ok() ? *stats : GroupStats{};
+  }
+  LimitsUpdate Max(uint64_t pages) {
+    LimitsUpdate l;
+    l.max_pages = pages;
+    return l;
+  }
+  std::unique_ptr<Engine> engine_;
+};
+
+TEST(EngineCreateTest, RejectsBadOptions) {
+  EngineOptions options;
+  options.nr_cpus = -1;
+  EXPECT_EQ(Engine::Create(options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  options.nr_cpus = 2;
+  options.page_size_bytes = 1000;
+  EXPECT_THAT(Engine::Create(options).status().message(),
+              HasSubstr("page_size_bytes"));
+  options.page_size_bytes = 4096;
+  options.nr_cpus = 0;  // online CPUs
+  auto engine = Engine::Create(options);
+  ASSERT_TRUE(engine.ok());
+  EXPECT_GE((*engine)->nr_cpus(), 1);
+}
+
+TEST(PathTest, ValidatesCgroupPaths) {
+  EXPECT_TRUE(ValidateGroupPath("/").ok());
+  EXPECT_TRUE(ValidateGroupPath("/a/b.c/d-e_F9").ok());
+  for (const char* bad :
+       {"", "a", "/a/", "//", "/a//b", "/.", "/a/..", "/a b", "/a*"})
+    EXPECT_EQ(ValidateGroupPath(bad).code(), absl::StatusCode::kInvalidArgument)
+        << bad;
+  EXPECT_FALSE(ValidateGroupPath("/" + std::string(256, 'x')).ok());
+  EXPECT_TRUE(ValidateGroupPath("/" + std::string(255, 'x')).ok());
+  EXPECT_THAT(std::string(ValidateGroupPath("x", "parent").message()),
+              HasSubstr("parent"));
+}
+
+TEST_F(EngineTest, CreateListDelete) {
+  ASSERT_TRUE(engine_->CreateGroup("/a", {}).ok());
+  ASSERT_TRUE(engine_->CreateGroup("/a/b", {}).ok());
+  ASSERT_TRUE(engine_->CreateGroup("/a/c", {}).ok());
+  ASSERT_TRUE(engine_->CreateGroup("/a-z", {}).ok());
+  EXPECT_EQ(engine_->CreateGroup("/a", {}).status().code(),
+            absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(engine_->CreateGroup("/x/y", {}).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(engine_->CreateGroup("/", {}).status().code(),
+            absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(*engine_->ListGroups("/", false), ElementsAre("/a", "/a-z"));
+  EXPECT_THAT(*engine_->ListGroups("/", true),
+              ElementsAre("/a", "/a-z", "/a/b", "/a/c"));
+  EXPECT_THAT(*engine_->ListGroups("/a", false), ElementsAre("/a/b", "/a/c"));
+  EXPECT_EQ(engine_->ListGroups("/nope", false).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(engine_->DeleteGroup("/a").status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(engine_->DeleteGroup("/").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(engine_->DeleteGroup("/q").status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(*engine_->DeleteGroup("/a/b"), 0u);
+  EXPECT_THAT(*engine_->ListGroups("/a", false), ElementsAre("/a/c"));
+  EXPECT_EQ(engine_->GetInfo().nr_groups, 4u);
+}
+
+TEST_F(EngineTest, LimitsDefaultToMaxAndClamp) {
+  auto info = engine_->CreateGroup("/g", {});
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->limits.max_pages, engine_->page_counter_max());
+  EXPECT_EQ(info->limits.high_pages, engine_->page_counter_max());
+  EXPECT_EQ(info->limits.min_pages, 0u);
+  LimitsUpdate l;
+  l.max_pages = UINT64_MAX;
+  l.low_pages = 7;
+  auto set = engine_->SetLimits("/g", l);
+  ASSERT_TRUE(set.ok());
+  EXPECT_EQ(set->limits.max_pages, engine_->page_counter_max());
+  EXPECT_EQ(set->limits.low_pages, 7u);
+  EXPECT_EQ(engine_->SetLimits("/", l).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(engine_->SetLimits("/zz", l).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_F(EngineTest, ChargeReservesABatchInTheStock) {
+  ASSERT_TRUE(engine_->CreateGroup("/g", {}).ok());
+  ASSERT_TRUE(engine_->Charge("/g", 1, PageKind::kAnon, 0).ok());
+  GroupStats s = Stats("/g");
+  EXPECT_EQ(s.memory_current_pages, 64u);  // memory.current includes the stock
+  EXPECT_EQ(Stat(s, "anon"), 4096u);
+  // The next 63 pages come from the stock: no counter moves.
+  ASSERT_TRUE(engine_->Charge("/g", 63, PageKind::kAnon, 0).ok());
+  EXPECT_EQ(Stats("/g").memory_current_pages, 64u);
+  EXPECT_EQ(engine_->GetCounters().stock_hits, 1u);
+  engine_->DrainAllStock();
+  EXPECT_EQ(Stats("/g").memory_current_pages, 64u);
+  ASSERT_TRUE(engine_->Uncharge("/g", 64, PageKind::kAnon, 1).ok());
+  engine_->DrainAllStock();
+  s = Stats("/g");
+  EXPECT_EQ(s.memory_current_pages, 0u);
+  EXPECT_EQ(Stat(s, "anon"), 0u);
+  EXPECT_EQ(Stat(s, "pgpgin"), 2u);
+  EXPECT_EQ(Stat(s, "pgpgout"), 1u);
+  EXPECT_EQ(Stats("/").memory_current_pages, 0u);
+}
+
+TEST_F(EngineTest, ExactChargeWhenTheBatchDoesNotFit) {
+  ASSERT_TRUE(engine_->CreateGroup("/g", Max(10)).ok());
+  ASSERT_TRUE(engine_->Charge("/g", 10, PageKind::kAnon, 0).ok());
+  GroupStats s = Stats("/g");
+  EXPECT_EQ(s.memory_current_pages, 10u);
+  EXPECT_EQ(s.events.max, 0u);  // the exact retry succeeded: no event
+  EXPECT_EQ(s.failcnt, 1u);     // the batch attempt failed once
+}
+
+TEST_F(EngineTest, OomNamesTheLimitingAncestorAndRaisesEvents) {
+  ASSERT_TRUE(engine_->CreateGroup("/p", Max(10)).ok());
+  ASSERT_TRUE(engine_->CreateGroup("/p/c", {}).ok());
+  ASSERT_TRUE(engine_->Charge("/p/c", 8, PageKind::kAnon, 0).ok());
+  auto r = engine_->Charge("/p/c", 3, PageKind::kAnon, 1);
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr("memory.max of /p reached"));
+  GroupStats p = Stats("/p"), c = Stats("/p/c");
+  EXPECT_EQ(p.memory_current_pages, 8u);  // nothing charged
+  EXPECT_EQ(Stat(c, "anon"), 8u * 4096);
+  EXPECT_GE(p.events.max, 1u);
+  EXPECT_EQ(p.events.oom, 1u);
+  EXPECT_EQ(p.events_local.oom, 1u);
+  EXPECT_EQ(c.events.oom, 0u);       // raised on the limiting group
+  EXPECT_EQ(c.events.oom_kill, 1u);  // the victim is the charging group
+  EXPECT_EQ(p.events.oom_kill, 1u);  // hierarchical
+  EXPECT_EQ(p.events_local.oom_kill, 0u);
+  EXPECT_EQ(Stats("/").events.oom, 0u);  // never counted on the root
+  EXPECT_EQ(engine_->GetCounters().charges_oom, 1u);
+  // The stock drain before OOM made the pages parked on CPU 0 available.
+  EXPECT_TRUE(engine_->Charge("/p/c", 2, PageKind::kAnon, 1).ok());
+}
+
+TEST_F(EngineTest, DrainBeforeOomFreesPagesStockedOnOtherCpus) {
+  ASSERT_TRUE(engine_->CreateGroup("/p", Max(128)).ok());
+  ASSERT_TRUE(engine_->CreateGroup("/p/a", {}).ok());
+  ASSERT_TRUE(engine_->CreateGroup("/p/b", {}).ok());
+  ASSERT_TRUE(
+      engine_->Charge("/p/a", 1, PageKind::kAnon, 0).ok());  // 63 stocked on 0
+  ASSERT_TRUE(
+      engine_->Charge("/p/b", 1, PageKind::kAnon, 1).ok());  // 63 stocked on 1
+  // 126 pages are charged but only 2 used: this charge needs a drain.
+  EXPECT_TRUE(engine_->Charge("/p/b", 100, PageKind::kFile, 2).ok());
+  EXPECT_EQ(Stats("/p").events.oom, 0u);
+  EXPECT_EQ(Stats("/p").memory_current_pages, 102u);
+}
+
+TEST_F(EngineTest, BadInputChangesNothing) {
+  ASSERT_TRUE(engine_->CreateGroup("/g", {}).ok());
+  ASSERT_TRUE(engine_->Charge("/g", 5, PageKind::kAnon, 0).ok());
+  engine_->DrainAllStock();
+  EXPECT_EQ(engine_->Charge("/g", 0, PageKind::kAnon).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(engine_->Charge("/g", 1, static_cast<PageKind>(0)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(
+      std::string(
+          engine_->Charge("/g", 1, PageKind::kAnon, 4).status().message()),
+      HasSubstr("cpu 4 out of range [0, 4)"));
+  EXPECT_EQ(engine_->Charge("/none", 1, PageKind::kAnon).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(engine_->Charge("bad", 1, PageKind::kAnon).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  auto over = engine_->Uncharge("/g", 6, PageKind::kAnon, 0);
+  EXPECT_EQ(over.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(over.status().message()),
+              HasSubstr("holds only 5 ANON pages"));
+  EXPECT_EQ(engine_->Uncharge("/g", 1, PageKind::kAnon, -1).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  engine_->DrainAllStock();
+  GroupStats s = Stats("/g");
+  EXPECT_EQ(s.memory_current_pages, 5u);
+  EXPECT_EQ(Stat(s, "anon"), 5u * 4096);
+  EXPECT_EQ(Stat(s, "pgpgin"), 1u);
+  EXPECT_EQ(Stat(s, "pgpgout"), 0u);
+}
+
+TEST_F(EngineTest, FileUnchargeReturnsWhatIsLeft) {
+  ASSERT_TRUE(engine_->CreateGroup("/g", {}).ok());
+  ASSERT_TRUE(engine_->Charge("/g", 5, PageKind::kFile, 0).ok());
+  auto r = engine_->Uncharge("/g", 9, PageKind::kFile, 0);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->nr_pages, 5u);
+  EXPECT_EQ(engine_->Uncharge("/g", 1, PageKind::kFile, 0)->nr_pages, 0u);
+}
+
+TEST_F(EngineTest, DeleteReparentsChargeAndKeepsEvents) {
+  ASSERT_TRUE(engine_->CreateGroup("/p", {}).ok());
+  ASSERT_TRUE(engine_->CreateGroup("/p/c", Max(4)).ok());
+  ASSERT_TRUE(engine_->Charge("/p/c", 3, PageKind::kAnon, 2).ok());
+  ASSERT_TRUE(engine_->Charge("/p/c", 1, PageKind::kFile, 3).ok());
+  EXPECT_FALSE(engine_->Charge("/p/c", 2, PageKind::kAnon, 3).ok());  // OOM
+  auto reparented = engine_->DeleteGroup("/p/c");
+  ASSERT_TRUE(reparented.ok());
+  EXPECT_EQ(*reparented, 4u);
+  GroupStats p = Stats("/p");
+  EXPECT_EQ(p.memory_current_pages, 4u);
+  EXPECT_EQ(Stat(p, "anon"), 3u * 4096);
+  EXPECT_EQ(Stat(p, "file"), 1u * 4096);
+  EXPECT_EQ(p.events.oom, 1u);  // stays in the ancestors' totals
+  // The parent now owns the pages.
+  EXPECT_TRUE(engine_->Uncharge("/p", 3, PageKind::kAnon, 0).ok());
+  EXPECT_EQ(engine_->Uncharge("/p", 1, PageKind::kAnon, 0).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  // A re-created path starts from zero.
+  ASSERT_TRUE(engine_->CreateGroup("/p/c", {}).ok());
+  GroupStats c = Stats("/p/c");
+  EXPECT_EQ(c.memory_current_pages, 0u);
+  EXPECT_EQ(c.events.oom, 0u);
+  EXPECT_EQ(Stat(c, "anon"), 0u);
+}
+
+TEST_F(EngineTest, DeleteDrainsStocksHoldingTheGroup) {
+  ASSERT_TRUE(engine_->CreateGroup("/p", {}).ok());
+  ASSERT_TRUE(engine_->CreateGroup("/p/c", {}).ok());
+  ASSERT_TRUE(engine_->Charge("/p/c", 1, PageKind::kAnon, 0).ok());
+  ASSERT_TRUE(engine_->Charge("/p/c", 1, PageKind::kAnon, 1).ok());
+  EXPECT_EQ(Stats("/p").memory_current_pages, 128u);
+  EXPECT_EQ(*engine_->DeleteGroup("/p/c"), 2u);
+  EXPECT_EQ(Stats("/p").memory_current_pages, 2u);
+  EXPECT_EQ(Stats("/").memory_current_pages, 2u);
+}
+
+TEST_F(EngineTest, LoweringMaxBelowUsageDrainsThenRaisesOom) {
+  ASSERT_TRUE(engine_->CreateGroup("/g", {}).ok());
+  ASSERT_TRUE(
+      engine_->Charge("/g", 10, PageKind::kAnon, 0).ok());  // 64 charged
+  ASSERT_TRUE(engine_->SetLimits("/g", Max(20)).ok());
+  GroupStats s = Stats("/g");
+  EXPECT_EQ(s.memory_current_pages, 10u);  // the stock was drained
+  EXPECT_EQ(s.events.oom, 0u);
+  ASSERT_TRUE(engine_->SetLimits("/g", Max(5)).ok());  // accepted, as in v2
+  s = Stats("/g");
+  EXPECT_EQ(s.limits.max_pages, 5u);
+  EXPECT_EQ(s.events.oom, 1u);  // nothing reclaimable: oom
+  EXPECT_EQ(engine_->Charge("/g", 1, PageKind::kAnon, 0).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  // Raising it takes effect at once.
+  ASSERT_TRUE(engine_->SetLimits("/g", Max(100)).ok());
+  EXPECT_TRUE(engine_->Charge("/g", 1, PageKind::kAnon, 0).ok());
+}
+
+TEST_F(EngineTest, PeakAndProtectionAreReported) {
+  LimitsUpdate l;
+  l.min_pages = 3;
+  ASSERT_TRUE(engine_->CreateGroup("/g", l).ok());
+  ASSERT_TRUE(engine_->Charge("/g", 100, PageKind::kAnon, 0).ok());
+  ASSERT_TRUE(engine_->Uncharge("/g", 100, PageKind::kAnon, 0).ok());
+  engine_->DrainAllStock();
+  GroupStats s = Stats("/g");
+  EXPECT_EQ(s.memory_peak_pages, 100u);
+  EXPECT_EQ(s.memory_current_pages, 0u);
+  EXPECT_EQ(s.limits.min_pages, 3u);
+}
+
+TEST_F(EngineTest, FlushModes) {
+  ASSERT_TRUE(engine_->CreateGroup("/g", {}).ok());
+  ASSERT_TRUE(engine_->Charge("/g", 2, PageKind::kAnon, 0).ok());
+  auto none = engine_->GetStats("/g", FlushMode::kNone);
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->flushed);
+  EXPECT_EQ(Stat(*none, "anon"), 0u);  // never flushed
+  auto threshold = engine_->GetStats("/g", FlushMode::kThreshold);
+  EXPECT_FALSE(threshold->flushed);  // 3 of 256 pending
+  auto exact = engine_->GetStats("/g", FlushMode::kExact);
+  EXPECT_TRUE(exact->flushed);
+  EXPECT_EQ(exact->max_staleness, absl::ZeroDuration());
+  EXPECT_EQ(Stat(*exact, "anon"), 8192u);
+  auto later = engine_->GetStats("/g", FlushMode::kNone);
+  EXPECT_EQ(Stat(*later, "anon"), 8192u);
+  EXPECT_LT(later->max_staleness, absl::Seconds(10));
+  // Past 64 x 4 pending pages a threshold read flushes.
+  ASSERT_TRUE(engine_->Charge("/g", 300, PageKind::kFile, 1).ok());
+  EXPECT_TRUE(engine_->GetStats("/g", FlushMode::kThreshold)->flushed);
+}
+
+TEST_F(EngineTest, RootChargesHaveNoLimit) {
+  ASSERT_TRUE(engine_->Charge("/", 7, PageKind::kAnon, 0).ok());
+  EXPECT_EQ(Stats("/").memory_current_pages, 7u);
+  ASSERT_TRUE(engine_->Uncharge("/", 7, PageKind::kAnon, 0).ok());
+  EXPECT_EQ(Stats("/").memory_current_pages, 0u);
+}
+
+TEST_F(EngineTest, ScopedCpuOverridePicksTheSlot) {
+  ASSERT_TRUE(engine_->CreateGroup("/g", {}).ok());
+  {
+    ScopedCpuOverride cpu(3);
+    ASSERT_TRUE(engine_->Charge("/g", 1, PageKind::kAnon).ok());
+    ASSERT_TRUE(engine_->Charge("/g", 1, PageKind::kAnon).ok());
+  }
+  EXPECT_EQ(engine_->GetCounters().stock_hits, 1u);
+  // On CPU 2 the stock of CPU 3 is not visible.
+  ASSERT_TRUE(engine_->Charge("/g", 1, PageKind::kAnon, 2).ok());
+  EXPECT_EQ(engine_->GetCounters().stock_hits, 1u);
+}
+
+}  // namespace
+}  // namespace cgacct

@@ -1,0 +1,141 @@
+#include "engine/rstat.h"
+
+#include <map>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace cgacct {
+namespace {
+
+class RecordingObserver : public EngineObserver {
+ public:
+  void OnFlushLockHold(const FlushLockHold& hold) override {
+    ++holds;
+    cpus += hold.cpus_walked;
+  }
+  void OnFlushDone(absl::Duration, int cpus_walked,
+                   int groups_folded) override {
+    ++flushes;
+    folded += groups_folded;
+  }
+  int holds = 0, cpus = 0, flushes = 0, folded = 0;
+};
+
+// A tree of RstatGroups (node: parent): 1:0 2:0 3:1 4:1 5:2 6:4.
+struct Tree {
+  explicit Tree(Rstat* rstat) {
+    const int parent[] = {-1, 0, 0, 1, 1, 2, 4};
+    for (int p : parent)
+      nodes.push_back(std::make_unique<RstatGroup>(
+          rstat, p < 0 ? nullptr : nodes[p].get()));
+    parents.assign(std::begin(parent), std::end(parent));
+  }
+  bool InSubtree(int node, int root) const {
+    for (int n = node; n >= 0; n = parents[n])
+      if (n == root) return true;
+    return false;
+  }
+  std::vector<std::unique_ptr<RstatGroup>> nodes;
+  std::vector<int> parents;
+};
+
+class RstatTest : public ::testing::TestWithParam<FlushLockPolicy> {};
+
+TEST_P(RstatTest, AfterAFlushEveryAncestorEqualsItsSubtreeSum) {
+  constexpr int kCpus = 16;
+  RecordingObserver observer;
+  Rstat rstat(kCpus, GetParam(), &observer);
+  Tree tree(&rstat);
+  std::mt19937 rng(42);
+  std::vector<int64_t> own(tree.nodes.size(), 0);  // per node, kStatAnon
+  for (int round = 0; round < 5; ++round) {
+    for (int i = 0; i < 500; ++i) {
+      int node = rng() % tree.nodes.size();
+      int cpu = rng() % kCpus;
+      int64_t delta = static_cast<int64_t>(rng() % 100) - 30;
+      int64_t deltas[kNrStatItems] = {};
+      deltas[kStatAnon] = delta;
+      deltas[kStatPgpgin] = 1;
+      rstat.Update(tree.nodes[node].get(), cpu, deltas, 1);
+      own[node] += delta;
+    }
+    // Flush a random subtree first (partial flushes must not break totals),
+    // then the root.
+    rstat.Flush(tree.nodes[rng() % tree.nodes.size()].get());
+    rstat.Flush(tree.nodes[0].get());
+    for (size_t root = 0; root < tree.nodes.size(); ++root) {
+      int64_t sum = 0;
+      for (size_t n = 0; n < tree.nodes.size(); ++n)
+        if (tree.InSubtree(n, root)) sum += own[n];
+      EXPECT_EQ(tree.nodes[root]->total(kStatAnon), std::max<int64_t>(sum, 0))
+          << "node " << root << " round " << round;
+    }
+  }
+  EXPECT_EQ(tree.nodes[0]->total(kStatPgpgin), 2500);
+  EXPECT_EQ(observer.flushes, 10);
+  if (GetParam() == FlushLockPolicy::kPerCpu) {
+    EXPECT_EQ(observer.holds, 10 * kCpus);  // one hold per CPU
+  } else {
+    EXPECT_EQ(observer.holds, 10);  // uncontended: one hold per flush
+  }
+  EXPECT_EQ(observer.cpus, 10 * kCpus);
+}
+
+TEST_P(RstatTest, FlushOfASubtreeLeavesOthersPendingUntilTheirFlush) {
+  Rstat rstat(4, GetParam(), nullptr);
+  Tree tree(&rstat);
+  int64_t d[kNrStatItems] = {};
+  d[kStatFile] = 7;
+  rstat.Update(tree.nodes[3].get(), 1, d, 7);
+  rstat.Update(tree.nodes[5].get(), 2, d, 7);
+  rstat.Flush(tree.nodes[1].get());
+  EXPECT_EQ(tree.nodes[3]->total(kStatFile), 7);
+  EXPECT_EQ(tree.nodes[1]->total(kStatFile), 7);
+  EXPECT_EQ(tree.nodes[5]->total(kStatFile), 0);  // not flushed yet
+  EXPECT_EQ(tree.nodes[0]->total(kStatFile), 0);  // pending in the root
+  rstat.Flush(tree.nodes[0].get());
+  EXPECT_EQ(tree.nodes[5]->total(kStatFile), 7);
+  EXPECT_EQ(tree.nodes[2]->total(kStatFile), 7);
+  EXPECT_EQ(tree.nodes[0]->total(kStatFile), 14);
+}
+
+TEST_P(RstatTest, NegativeTotalsReadAsZero) {
+  Rstat rstat(2, GetParam(), nullptr);
+  Tree tree(&rstat);
+  int64_t d[kNrStatItems] = {};
+  d[kStatAnon] = -5;
+  rstat.Update(tree.nodes[1].get(), 0, d, 5);
+  rstat.Flush(tree.nodes[0].get());
+  EXPECT_EQ(tree.nodes[1]->total(kStatAnon), 0);
+}
+
+TEST_P(RstatTest, ThresholdCountsPendingUpdateMagnitude) {
+  constexpr int kCpus = 2;
+  Rstat rstat(kCpus, GetParam(), nullptr);
+  Tree tree(&rstat);
+  int64_t d[kNrStatItems] = {};
+  d[kStatAnon] = 1;
+  // 64 x 2 = 128 pages of magnitude are needed before a flush is due.
+  for (int i = 0; i < 128; ++i)
+    rstat.Update(tree.nodes[6].get(), i % kCpus, d, 1);
+  EXPECT_FALSE(rstat.NeedsFlush(tree.nodes[6].get()));
+  for (int i = 0; i < 64; ++i) rstat.Update(tree.nodes[6].get(), 0, d, 1);
+  EXPECT_TRUE(rstat.NeedsFlush(tree.nodes[6].get()));
+  EXPECT_TRUE(rstat.NeedsFlush(tree.nodes[0].get()));  // ancestors too
+  rstat.Flush(tree.nodes[0].get());
+  EXPECT_FALSE(rstat.NeedsFlush(tree.nodes[6].get()));
+  EXPECT_FALSE(rstat.NeedsFlush(tree.nodes[0].get()));
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, RstatTest,
+                         ::testing::Values(FlushLockPolicy::kPerCpu,
+                                           FlushLockPolicy::kWhole),
+                         [](const auto& info) {
+                           return std::string(FlushLockPolicyName(info.param));
+                         });
+
+}  // namespace
+}  // namespace cgacct
