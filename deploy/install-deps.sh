@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages cgacct builds, tests and benchmarks with,
+# when any is missing. Nothing is downloaded from anywhere but Debian's
+# archive.
+#   - the libraries and code generators (gRPC, Protobuf, Abseil,
+#     prometheus-cpp, GoogleTest/GoogleMock, Google Benchmark);
+#   - cmake, g++, make: the build;
+#   - curl: the run command's readiness check of /metrics.
+set -euo pipefail
+
+packages=(
+  cmake g++ make pkg-config curl
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libabsl-dev prometheus-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "cgacct: installing ${missing[*]}" >&2
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "cgacct: need root (or sudo) to apt-get install ${missing[*]}" >&2; exit 1; }
+  SUDO=sudo
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The main job: installs what is missing, builds, starts cgacctd (400 modelled
+# CPUs), runs cgacct-load on the default workload (seed-rstat: stat readers
+# plus memory hogs charging until OOM, the shape of the kernel benchmark in
+# "cgroup/rstat: avoid disabling irqs for O(num_cpu)"), prints its report and
+# stops the server.
+#
+# Environment: POLICY (per_cpu|whole, default per_cpu), CPUS (400),
+# DURATION (10s), THREADS (8), HOGS (8), PORT (50051), METRICS_PORT (9464),
+# JSON (a file for the --json report; unset = none). Extra arguments go to
+# cgacct-load.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+deploy/install-deps.sh
+deploy/build.sh
+
+POLICY=${POLICY:-per_cpu}
+CPUS=${CPUS:-400}
+DURATION=${DURATION:-10s}
+THREADS=${THREADS:-8}
+HOGS=${HOGS:-8}
+PORT=${PORT:-50051}
+METRICS_PORT=${METRICS_PORT:-9464}
+
+build/server/cgacctd --listen=127.0.0.1:"$PORT" --metrics_listen=127.0.0.1:"$METRICS_PORT" \
+  --cpus="$CPUS" --flush_lock_policy="$POLICY" &
+server=$!
+trap 'kill -TERM $server 2>/dev/null; wait $server 2>/dev/null || true' EXIT
+
+# Ready when /metrics answers (the gRPC port is bound before the exporter).
+for _ in $(seq 100); do
+  if curl -sf "http://127.0.0.1:$METRICS_PORT/metrics" >/dev/null; then break; fi
+  kill -0 $server 2>/dev/null || { echo "cgacctd exited; see above" >&2; exit 1; }
+  sleep 0.1
+done
+
+args=(--target=127.0.0.1:"$PORT" --metrics_target=127.0.0.1:"$METRICS_PORT"
+      --scenario=seed-rstat --duration="$DURATION" --threads="$THREADS" --hogs="$HOGS")
+[ -n "${JSON:-}" ] && args+=(--json="$JSON")
+build/client/cgacct-load "${args[@]}" "$@"
