@@ -12,7 +12,7 @@ jobs=$(nproc)
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCGACCT_ENGINE_ONLY=ON \
   -DCGACCT_SANITIZE=thread >/dev/null
 cmake --build build-tsan -j"$jobs" --target concurrency_test engine_test rstat_test stock_test
-TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp" \
   ctest --test-dir build-tsan -j"$jobs" --output-on-failure -R 'Concurrency|EngineTest|RstatTest|StockTest'
 
 # 2. Everything, then the full suite.

@@ -43,7 +43,7 @@ class ABSL_LOCKABLE PercpuRwLock {
 
  private:
   struct alignas(kCacheLineBytes) Slot {
-    SharedMutex mu;
+    Mutex mu;
   };
   static_assert(sizeof(Slot) == kCacheLineBytes, "one slot per cache line");
   const int nr_cpus_;
