@@ -1,0 +1,529 @@
+#include "server/accounting_service.h"
+
+#include <algorithm>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "server/status.h"
+
+namespace cgacct {
+namespace {
+
+namespace v1 = ::cgacct::v1;
+
+constexpr uint64_t kMaxLimitBytes = std::numeric_limits<uint64_t>::max();
+
+grpc::Status InvalidArgument(std::string message) {
+  return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, std::move(message));
+}
+
+grpc::Status Unimplemented(absl::string_view method) {
+  return grpc::Status(
+      grpc::StatusCode::UNIMPLEMENTED,
+      absl::StrCat(method,
+                   " is not implemented by this cgacctd yet; use Charge and "
+                   "Uncharge (or GetStats) instead"));
+}
+
+// cgacct.v1.PageKind wire value -> engine kind; nullopt for UNSPECIFIED and
+// values this server does not know.
+std::optional<PageKind> PageKindFromProto(int kind) {
+  switch (kind) {
+    case v1::PAGE_KIND_ANON:
+      return PageKind::kAnon;
+    case v1::PAGE_KIND_FILE:
+      return PageKind::kFile;
+    default:
+      return std::nullopt;
+  }
+}
+
+std::optional<FlushMode> FlushModeFromProto(int mode) {
+  switch (mode) {
+    case v1::FLUSH_MODE_UNSPECIFIED:
+    case v1::FLUSH_MODE_EXACT:
+      return FlushMode::kExact;
+    case v1::FLUSH_MODE_THRESHOLD:
+      return FlushMode::kThreshold;
+    case v1::FLUSH_MODE_NONE:
+      return FlushMode::kNone;
+    default:
+      return std::nullopt;
+  }
+}
+
+void EventsToProto(const MemoryEvents& events, v1::MemoryEvents* out) {
+  out->set_low(events.low);
+  out->set_high(events.high);
+  out->set_max(events.max);
+  out->set_oom(events.oom);
+  out->set_oom_kill(events.oom_kill);
+}
+
+// Microseconds, clamped at 0; an infinite duration (e.g. the staleness of a
+// group never flushed) is UINT64_MAX.
+uint64_t DurationToMicros(absl::Duration d) {
+  if (d == absl::InfiniteDuration())
+    return std::numeric_limits<uint64_t>::max();
+  const int64_t us = absl::ToInt64Microseconds(d);
+  return us > 0 ? static_cast<uint64_t>(us) : 0;
+}
+
+DedupAnswer AnswerFromStatus(const absl::Status& status) {
+  DedupAnswer answer;
+  const grpc::Status grpc_status = ToGrpcStatus(status);
+  answer.code = grpc_status.error_code();
+  answer.message = grpc_status.error_message();
+  return answer;
+}
+
+grpc::Status StatusFromAnswer(const DedupAnswer& answer) {
+  if (answer.code == grpc::StatusCode::OK) return grpc::Status::OK;
+  return grpc::Status(answer.code, answer.message);
+}
+
+// Runs `apply` (returning a DedupAnswer) at most once per live request_id.
+// Without a request_id it just runs it: no lock, no copy of the request.
+template <typename Apply>
+DedupAnswer ApplyOnce(RequestDedupCache& cache, const std::string* request_id,
+                      DedupFingerprint::Method method, absl::string_view path,
+                      uint64_t nr_pages, int kind, std::optional<uint32_t> cpu,
+                      Apply&& apply) {
+  if (request_id == nullptr) return apply();
+
+  DedupFingerprint fingerprint;
+  fingerprint.method = method;
+  fingerprint.path = std::string(path);
+  fingerprint.nr_pages = nr_pages;
+  fingerprint.kind = kind;
+  fingerprint.cpu = cpu;
+  const RequestDedupCache::BeginResult begin =
+      cache.Begin(*request_id, fingerprint);
+  switch (begin.verdict) {
+    case RequestDedupCache::Verdict::kReplay:
+      return begin.answer;
+    case RequestDedupCache::Verdict::kMismatch: {
+      DedupAnswer answer;
+      answer.code = grpc::StatusCode::INVALID_ARGUMENT;
+      answer.message = absl::StrCat(
+          "request_id \"", *request_id,
+          "\" was already used for a different request (method, path, "
+          "nr_pages, kind or cpu differ)");
+      return answer;
+    }
+    case RequestDedupCache::Verdict::kInFlight: {
+      DedupAnswer answer;
+      answer.code = grpc::StatusCode::ABORTED;
+      answer.message =
+          absl::StrCat("request_id \"", *request_id, "\" is in flight; retry");
+      return answer;
+    }
+    case RequestDedupCache::Verdict::kProceed:
+      break;
+  }
+  DedupAnswer answer = apply();
+  cache.Complete(*request_id, begin.ticket, answer);
+  return answer;
+}
+
+// A stream call finished before it started: ends with `status`.
+class FinishedBidiReactor final
+    : public grpc::ServerBidiReactor<v1::ChargeBatchRequest,
+                                     v1::ChargeBatchResponse> {
+ public:
+  explicit FinishedBidiReactor(const grpc::Status& status) { Finish(status); }
+  void OnDone() override { delete this; }
+};
+
+class FinishedWriteReactor final
+    : public grpc::ServerWriteReactor<v1::EventsUpdate> {
+ public:
+  explicit FinishedWriteReactor(const grpc::Status& status) { Finish(status); }
+  void OnDone() override { delete this; }
+};
+
+}  // namespace
+
+AccountingService::AccountingService(Engine& engine, RpcMetrics& rpc_metrics,
+                                     AccountingServiceOptions options)
+    : engine_(engine),
+      rpc_metrics_(rpc_metrics),
+      page_size_bytes_(engine.page_size_bytes()),
+      page_counter_max_(engine.page_counter_max()),
+      nr_cpus_(engine.nr_cpus()),
+      dedup_(std::move(options.dedup)) {}
+
+// ---------------------------------------------------------------------------
+// Conversions
+
+uint64_t AccountingService::LimitBytesToPages(uint64_t bytes) const {
+  if (bytes == kMaxLimitBytes) return page_counter_max_;
+  return std::min(bytes / page_size_bytes_, page_counter_max_);
+}
+
+uint64_t AccountingService::LimitPagesToBytes(uint64_t pages) const {
+  // page_counter_max() * page_size <= LONG_MAX: no overflow below "max".
+  if (pages >= page_counter_max_) return kMaxLimitBytes;
+  return pages * page_size_bytes_;
+}
+
+LimitsUpdate AccountingService::LimitsFromProto(
+    const v1::Limits& limits) const {
+  LimitsUpdate update;
+  if (limits.has_max_bytes()) {
+    update.max_pages = LimitBytesToPages(limits.max_bytes());
+  }
+  if (limits.has_high_bytes()) {
+    update.high_pages = LimitBytesToPages(limits.high_bytes());
+  }
+  if (limits.has_min_bytes()) {
+    update.min_pages = LimitBytesToPages(limits.min_bytes());
+  }
+  if (limits.has_low_bytes()) {
+    update.low_pages = LimitBytesToPages(limits.low_bytes());
+  }
+  return update;
+}
+
+void AccountingService::LimitsToProto(const Limits& limits,
+                                      v1::Limits* out) const {
+  out->set_max_bytes(LimitPagesToBytes(limits.max_pages));
+  out->set_high_bytes(LimitPagesToBytes(limits.high_pages));
+  out->set_min_bytes(LimitPagesToBytes(limits.min_pages));
+  out->set_low_bytes(LimitPagesToBytes(limits.low_pages));
+}
+
+void AccountingService::GroupToProto(const GroupInfo& group,
+                                     v1::Group* out) const {
+  out->set_path(group.path);
+  out->set_id(group.id);
+  LimitsToProto(group.limits, out->mutable_limits());
+}
+
+// ---------------------------------------------------------------------------
+// Plumbing
+
+void AccountingService::RecordRpc(RpcMethod method, Clock::time_point start,
+                                  grpc::StatusCode code) {
+  rpc_metrics_.Record(method, code, absl::FromChrono(Clock::now() - start));
+}
+
+grpc::ServerUnaryReactor* AccountingService::FinishUnary(
+    grpc::CallbackServerContext* context, RpcMethod method,
+    Clock::time_point start, const grpc::Status& status) {
+  RecordRpc(method, start, status.error_code());
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(status);
+  return reactor;
+}
+
+grpc::Status AccountingService::ValidateChargeRequest(
+    absl::string_view path, uint64_t nr_pages, int kind,
+    std::optional<uint32_t> cpu, const std::string* request_id) const {
+  if (absl::Status s = ValidateGroupPath(path, "path"); !s.ok()) {
+    return ToGrpcStatus(s);
+  }
+  if (nr_pages == 0) return InvalidArgument("nr_pages must be > 0");
+  if (nr_pages > page_counter_max_) {
+    return InvalidArgument(absl::StrCat("nr_pages ", nr_pages,
+                                        " exceeds PAGE_COUNTER_MAX (",
+                                        page_counter_max_, " pages)"));
+  }
+  if (!PageKindFromProto(kind).has_value()) {
+    return InvalidArgument(absl::StrCat(
+        "kind must be PAGE_KIND_ANON or PAGE_KIND_FILE (got ", kind, ")"));
+  }
+  if (cpu.has_value() && *cpu >= static_cast<uint32_t>(nr_cpus_)) {
+    return InvalidArgument(
+        absl::StrCat("cpu ", *cpu, " out of range [0, ", nr_cpus_, ")"));
+  }
+  if (request_id != nullptr) {
+    if (request_id->empty()) {
+      return InvalidArgument("request_id must not be empty when present");
+    }
+    if (request_id->size() > kMaxRequestIdBytes) {
+      return InvalidArgument(absl::StrCat("request_id is ", request_id->size(),
+                                          " bytes; at most ",
+                                          kMaxRequestIdBytes, " allowed"));
+    }
+  }
+  return grpc::Status::OK;
+}
+
+// ---------------------------------------------------------------------------
+// Handlers
+
+grpc::ServerUnaryReactor* AccountingService::CreateGroup(
+    grpc::CallbackServerContext* context, const v1::CreateGroupRequest* request,
+    v1::Group* response) {
+  const Clock::time_point start = Clock::now();
+  return FinishUnary(context, RpcMethod::kCreateGroup, start,
+                     DoCreateGroup(*request, response));
+}
+
+grpc::Status AccountingService::DoCreateGroup(
+    const v1::CreateGroupRequest& request, v1::Group* response) {
+  if (request.path() == "/") {
+    // mkdir of the root is EEXIST in cgroupfs; here the root is not a name a
+    // client may create, so it is a bad path like any other.
+    return InvalidArgument(
+        "path \"/\" is the root group; it cannot be created");
+  }
+  absl::StatusOr<GroupInfo> group =
+      engine_.CreateGroup(request.path(), LimitsFromProto(request.limits()));
+  if (!group.ok()) return ToGrpcStatus(group.status());
+  GroupToProto(*group, response);
+  return grpc::Status::OK;
+}
+
+grpc::ServerUnaryReactor* AccountingService::DeleteGroup(
+    grpc::CallbackServerContext* context, const v1::DeleteGroupRequest* request,
+    v1::DeleteGroupResponse* response) {
+  const Clock::time_point start = Clock::now();
+  return FinishUnary(context, RpcMethod::kDeleteGroup, start,
+                     DoDeleteGroup(*request, response));
+}
+
+grpc::Status AccountingService::DoDeleteGroup(
+    const v1::DeleteGroupRequest& request, v1::DeleteGroupResponse* response) {
+  absl::StatusOr<uint64_t> reparented = engine_.DeleteGroup(request.path());
+  if (!reparented.ok()) return ToGrpcStatus(reparented.status());
+  response->set_reparented_pages(*reparented);
+  return grpc::Status::OK;
+}
+
+grpc::ServerUnaryReactor* AccountingService::ListGroups(
+    grpc::CallbackServerContext* context, const v1::ListGroupsRequest* request,
+    v1::ListGroupsResponse* response) {
+  const Clock::time_point start = Clock::now();
+  return FinishUnary(context, RpcMethod::kListGroups, start,
+                     DoListGroups(*request, response));
+}
+
+grpc::Status AccountingService::DoListGroups(
+    const v1::ListGroupsRequest& request, v1::ListGroupsResponse* response) {
+  absl::StatusOr<std::vector<std::string>> paths =
+      engine_.ListGroups(request.path(), request.recursive());
+  if (!paths.ok()) return ToGrpcStatus(paths.status());
+  // The engine returns them sorted; the cursor below depends on it.
+  if (!std::is_sorted(paths->begin(), paths->end())) {
+    std::sort(paths->begin(), paths->end());
+  }
+  const size_t page_size =
+      (request.page_size() == 0 || request.page_size() > kMaxListGroupsPageSize)
+          ? kMaxListGroupsPageSize
+          : request.page_size();
+  // The token is the last path already returned: resume strictly after it.
+  auto first = request.page_token().empty()
+                   ? paths->begin()
+                   : std::upper_bound(paths->begin(), paths->end(),
+                                      request.page_token());
+  const size_t remaining = static_cast<size_t>(paths->end() - first);
+  auto last = first + static_cast<ptrdiff_t>(std::min(remaining, page_size));
+  response->mutable_paths()->Reserve(static_cast<int>(last - first));
+  for (auto it = first; it != last; ++it) {
+    response->add_paths(std::move(*it));
+  }
+  if (last != paths->end()) {
+    response->set_next_page_token(response->paths(response->paths_size() - 1));
+  }
+  return grpc::Status::OK;
+}
+
+grpc::ServerUnaryReactor* AccountingService::SetLimits(
+    grpc::CallbackServerContext* context, const v1::SetLimitsRequest* request,
+    v1::Group* response) {
+  const Clock::time_point start = Clock::now();
+  return FinishUnary(context, RpcMethod::kSetLimits, start,
+                     DoSetLimits(*request, response));
+}
+
+grpc::Status AccountingService::DoSetLimits(const v1::SetLimitsRequest& request,
+                                            v1::Group* response) {
+  absl::StatusOr<GroupInfo> group =
+      engine_.SetLimits(request.path(), LimitsFromProto(request.limits()));
+  if (!group.ok()) return ToGrpcStatus(group.status());
+  GroupToProto(*group, response);
+  return grpc::Status::OK;
+}
+
+grpc::ServerUnaryReactor* AccountingService::Charge(
+    grpc::CallbackServerContext* context, const v1::ChargeRequest* request,
+    v1::ChargeResponse* response) {
+  const Clock::time_point start = Clock::now();
+  return FinishUnary(context, RpcMethod::kCharge, start,
+                     DoCharge(*request, response));
+}
+
+grpc::Status AccountingService::DoCharge(const v1::ChargeRequest& request,
+                                         v1::ChargeResponse* response) {
+  const std::optional<uint32_t> cpu =
+      request.has_cpu() ? std::optional<uint32_t>(request.cpu()) : std::nullopt;
+  const std::string* request_id =
+      request.has_request_id() ? &request.request_id() : nullptr;
+  if (grpc::Status s = ValidateChargeRequest(request.path(), request.nr_pages(),
+                                             request.kind(), cpu, request_id);
+      !s.ok()) {
+    rpc_metrics_.RecordChargeRejected();
+    return s;
+  }
+  const DedupAnswer answer = ApplyOnce(
+      dedup_, request_id, DedupFingerprint::Method::kCharge, request.path(),
+      request.nr_pages(), request.kind(), cpu, [&]() {
+        absl::StatusOr<ChargeResult> result = engine_.Charge(
+            request.path(), request.nr_pages(),
+            *PageKindFromProto(request.kind()),
+            cpu.has_value() ? std::optional<int>(static_cast<int>(*cpu))
+                            : std::nullopt);
+        if (!result.ok()) return AnswerFromStatus(result.status());
+        DedupAnswer ok;
+        ok.nr_pages = result->nr_pages;
+        ok.throttle_us = DurationToMicros(result->throttle);
+        return ok;
+      });
+  if (answer.code == grpc::StatusCode::OK) {
+    response->set_nr_pages(answer.nr_pages);
+    response->set_throttle_us(answer.throttle_us);
+  }
+  return StatusFromAnswer(answer);
+}
+
+grpc::ServerUnaryReactor* AccountingService::Uncharge(
+    grpc::CallbackServerContext* context, const v1::UnchargeRequest* request,
+    v1::UnchargeResponse* response) {
+  const Clock::time_point start = Clock::now();
+  return FinishUnary(context, RpcMethod::kUncharge, start,
+                     DoUncharge(*request, response));
+}
+
+grpc::Status AccountingService::DoUncharge(const v1::UnchargeRequest& request,
+                                           v1::UnchargeResponse* response) {
+  const std::optional<uint32_t> cpu =
+      request.has_cpu() ? std::optional<uint32_t>(request.cpu()) : std::nullopt;
+  const std::string* request_id =
+      request.has_request_id() ? &request.request_id() : nullptr;
+  if (grpc::Status s = ValidateChargeRequest(request.path(), request.nr_pages(),
+                                             request.kind(), cpu, request_id);
+      !s.ok()) {
+    return s;
+  }
+  const DedupAnswer answer = ApplyOnce(
+      dedup_, request_id, DedupFingerprint::Method::kUncharge, request.path(),
+      request.nr_pages(), request.kind(), cpu, [&]() {
+        absl::StatusOr<UnchargeResult> result = engine_.Uncharge(
+            request.path(), request.nr_pages(),
+            *PageKindFromProto(request.kind()),
+            cpu.has_value() ? std::optional<int>(static_cast<int>(*cpu))
+                            : std::nullopt);
+        if (!result.ok()) return AnswerFromStatus(result.status());
+        DedupAnswer ok;
+        ok.nr_pages = result->nr_pages;
+        return ok;
+      });
+  if (answer.code == grpc::StatusCode::OK) {
+    response->set_nr_pages(answer.nr_pages);
+  }
+  return StatusFromAnswer(answer);
+}
+
+grpc::ServerUnaryReactor* AccountingService::ChargeBatch(
+    grpc::CallbackServerContext* context, const v1::ChargeBatchRequest* request,
+    v1::ChargeBatchResponse* response) {
+  const Clock::time_point start = Clock::now();
+  return FinishUnary(context, RpcMethod::kChargeBatch, start,
+                     Unimplemented("ChargeBatch"));
+}
+
+grpc::ServerBidiReactor<v1::ChargeBatchRequest, v1::ChargeBatchResponse>*
+AccountingService::ChargeStream(grpc::CallbackServerContext* context) {
+  const Clock::time_point start = Clock::now();
+  const grpc::Status status = Unimplemented("ChargeStream");
+  RecordRpc(RpcMethod::kChargeStream, start, status.error_code());
+  return new FinishedBidiReactor(status);
+}
+
+grpc::ServerUnaryReactor* AccountingService::GetStats(
+    grpc::CallbackServerContext* context, const v1::GetStatsRequest* request,
+    v1::GroupStats* response) {
+  const Clock::time_point start = Clock::now();
+  return FinishUnary(context, RpcMethod::kGetStats, start,
+                     DoGetStats(*request, response));
+}
+
+grpc::Status AccountingService::DoGetStats(const v1::GetStatsRequest& request,
+                                           v1::GroupStats* response) {
+  const std::optional<FlushMode> mode = FlushModeFromProto(request.flush());
+  if (!mode.has_value()) {
+    return InvalidArgument(
+        absl::StrCat("flush must be FLUSH_MODE_EXACT, FLUSH_MODE_THRESHOLD or "
+                     "FLUSH_MODE_NONE (got ",
+                     request.flush(), ")"));
+  }
+  absl::StatusOr<GroupStats> stats = engine_.GetStats(request.path(), *mode);
+  if (!stats.ok()) return ToGrpcStatus(stats.status());
+  // Pages never exceed page_counter_max(), so pages * page_size fits.
+  response->set_path(stats->path);
+  response->set_memory_current_bytes(stats->memory_current_pages *
+                                     page_size_bytes_);
+  response->set_memory_peak_bytes(stats->memory_peak_pages * page_size_bytes_);
+  LimitsToProto(stats->limits, response->mutable_limits());
+  response->mutable_stat()->Reserve(static_cast<int>(stats->stat.size()));
+  for (StatEntry& entry : stats->stat) {
+    v1::StatEntry* out = response->add_stat();
+    out->set_name(std::move(entry.name));
+    out->set_value(entry.value);  // already in memory.stat units
+  }
+  EventsToProto(stats->events, response->mutable_events());
+  EventsToProto(stats->events_local, response->mutable_events_local());
+  response->set_failcnt(stats->failcnt);
+  response->set_emin_bytes(stats->emin_pages * page_size_bytes_);
+  response->set_elow_bytes(stats->elow_pages * page_size_bytes_);
+  response->set_flushed(stats->flushed);
+  response->set_max_staleness_us(DurationToMicros(stats->max_staleness));
+  return grpc::Status::OK;
+}
+
+grpc::ServerUnaryReactor* AccountingService::Reclaim(
+    grpc::CallbackServerContext* context, const v1::ReclaimRequest* request,
+    v1::ReclaimResponse* response) {
+  const Clock::time_point start = Clock::now();
+  return FinishUnary(context, RpcMethod::kReclaim, start,
+                     Unimplemented("Reclaim"));
+}
+
+grpc::ServerWriteReactor<v1::EventsUpdate>* AccountingService::WatchEvents(
+    grpc::CallbackServerContext* context,
+    const v1::WatchEventsRequest* request) {
+  const Clock::time_point start = Clock::now();
+  const grpc::Status status = Unimplemented("WatchEvents");
+  RecordRpc(RpcMethod::kWatchEvents, start, status.error_code());
+  return new FinishedWriteReactor(status);
+}
+
+grpc::ServerUnaryReactor* AccountingService::GetEngineInfo(
+    grpc::CallbackServerContext* context,
+    const v1::GetEngineInfoRequest* request, v1::EngineInfo* response) {
+  const Clock::time_point start = Clock::now();
+  DoGetEngineInfo(response);
+  return FinishUnary(context, RpcMethod::kGetEngineInfo, start,
+                     grpc::Status::OK);
+}
+
+void AccountingService::DoGetEngineInfo(v1::EngineInfo* response) {
+  const EngineInfo info = engine_.GetInfo();
+  response->set_nr_cpus(static_cast<uint32_t>(info.nr_cpus));
+  response->set_page_size_bytes(info.page_size_bytes);
+  response->set_charge_batch_pages(info.charge_batch_pages);
+  response->set_flush_lock_policy(FlushLockPolicyName(info.flush_lock_policy));
+  response->set_nr_stock_slots(static_cast<uint32_t>(info.nr_stock_slots));
+  response->set_nr_groups(info.nr_groups);
+  response->set_flush_lock_hold_max_us(
+      DurationToMicros(info.flush_lock_hold_max));
+  response->set_max_batch_ops(kMaxBatchOps);
+}
+
+}  // namespace cgacct

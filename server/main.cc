@@ -1,0 +1,172 @@
+// cgacctd: the cgacct accounting daemon. Serves cgacct.v1.Accounting (plus
+// grpc.health.v1 and server reflection) on --listen and Prometheus metrics on
+// --metrics_listen, over one in-memory Engine.
+//
+// Exit codes: 0 after SIGINT/SIGTERM (clean shutdown); 1 when a port cannot
+// be bound; 2 for bad flags. Every failure is one line on stderr.
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/strings/string_view.h"
+#include "engine/engine.h"
+#include "engine/types.h"
+#include "server/accounting_service.h"
+#include "server/metrics.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
+          "gRPC listen address HOST:PORT (port 0 picks a free port)");
+ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464",
+          "Prometheus /metrics listen address HOST:PORT; empty disables");
+ABSL_FLAG(int, cpus, 0,
+          "per-CPU slots of the engine; 0 = the machine's online CPUs");
+ABSL_FLAG(std::string, flush_lock_policy, "per_cpu",
+          "rstat flush lock policy: per_cpu or whole");
+ABSL_FLAG(uint64_t, page_size, 4096, "bytes per page (power of two >= 512)");
+ABSL_FLAG(int, metrics_group_depth, 2,
+          "export cgacct_group_memory_current_bytes for groups down to this "
+          "depth; 0 = off");
+
+namespace {
+
+constexpr int kExitBind = 1;
+constexpr int kExitUsage = 2;
+constexpr auto kShutdownGrace = std::chrono::seconds(5);
+
+// "HOST:PORT" -> "HOST" ("[::]:0" -> "[::]").
+std::string HostOf(absl::string_view address) {
+  const size_t colon = address.rfind(':');
+  return std::string(
+      colon == absl::string_view::npos ? address : address.substr(0, colon));
+}
+
+int Fail(int code, const std::string& message) {
+  std::fprintf(stderr, "cgacctd: %s\n", message.c_str());
+  return code;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "cgacctd: userspace memory-cgroup accounting service.\n"
+      "  cgacctd [--listen=HOST:PORT] [--metrics_listen=HOST:PORT] [--cpus=N]\n"
+      "          [--flush_lock_policy=per_cpu|whole] [--page_size=4096]\n"
+      "          [--metrics_group_depth=2]");
+  absl::ParseCommandLine(argc, argv);
+  // Debian's Abseil keeps absl::Mutex's lock-order graph on; it costs about
+  // 6x on every nested lock (measured here: 105 vs 18 ns for a lock pair).
+  // The tests keep it on to catch lock-order inversions; the server does not
+  // pay for it.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+
+  const std::string policy_name = absl::GetFlag(FLAGS_flush_lock_policy);
+  const std::optional<cgacct::FlushLockPolicy> policy =
+      cgacct::ParseFlushLockPolicy(policy_name);
+  if (!policy.has_value()) {
+    return Fail(kExitUsage, absl::StrCat("--flush_lock_policy=\"", policy_name,
+                                         "\" is not per_cpu or whole"));
+  }
+  const int cpus = absl::GetFlag(FLAGS_cpus);
+  if (cpus < 0 || cpus > cgacct::Engine::kMaxCpus) {
+    return Fail(kExitUsage, absl::StrCat("--cpus=", cpus, " out of range [0, ",
+                                         cgacct::Engine::kMaxCpus, "]"));
+  }
+  const int group_depth = absl::GetFlag(FLAGS_metrics_group_depth);
+  if (group_depth < 0) {
+    return Fail(kExitUsage, absl::StrCat("--metrics_group_depth=", group_depth,
+                                         " must be >= 0"));
+  }
+
+  // SIGINT/SIGTERM are taken by sigwait() below: block them before any
+  // thread exists (engine, gRPC, civetweb) so every thread inherits the mask.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  // Declaration order is destruction order reversed: the server stops first,
+  // then metrics, then the service, the engine and its observer.
+  cgacct::RstatFlushObserver flush_observer;
+  cgacct::EngineOptions engine_options;
+  engine_options.nr_cpus = cpus;
+  engine_options.page_size_bytes = absl::GetFlag(FLAGS_page_size);
+  engine_options.flush_lock_policy = *policy;
+  engine_options.observer = &flush_observer;
+  absl::StatusOr<std::unique_ptr<cgacct::Engine>> engine =
+      cgacct::Engine::Create(engine_options);
+  if (!engine.ok()) {
+    return Fail(kExitUsage, absl::StrCat("bad engine options: ",
+                                         engine.status().message()));
+  }
+
+  cgacct::RpcMetrics rpc_metrics;
+  cgacct::AccountingService service(**engine, rpc_metrics);
+
+  cgacct::MetricsOptions metrics_options;
+  metrics_options.group_depth = group_depth;
+  auto collector = std::make_shared<cgacct::MetricsCollector>(
+      **engine, flush_observer, rpc_metrics, metrics_options);
+  const std::string metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  std::unique_ptr<cgacct::MetricsExposer> exposer;
+  if (!metrics_listen.empty()) {
+    absl::StatusOr<std::unique_ptr<cgacct::MetricsExposer>> started =
+        cgacct::MetricsExposer::Start(metrics_listen, collector);
+    if (!started.ok()) {
+      return Fail(kExitBind, std::string(started.status().message()));
+    }
+    exposer = *std::move(started);
+  }
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  const std::string listen = absl::GetFlag(FLAGS_listen);
+  int port = 0;
+  grpc::ServerBuilder builder;
+  // gRPC sets SO_REUSEPORT by default: a second cgacctd on the same port
+  // would start and split the traffic instead of failing.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    return Fail(kExitBind, absl::StrCat("cannot listen on ", listen,
+                                        " (address in use or invalid)"));
+  }
+
+  const std::string metrics_where =
+      exposer ? absl::StrCat("metrics on ", HostOf(metrics_listen), ":",
+                             exposer->port())
+              : std::string("metrics off");
+  std::printf("cgacctd listening on %s:%d (%s, cpus=%d, policy=%s)\n",
+              HostOf(listen).c_str(), port, metrics_where.c_str(),
+              (*engine)->nr_cpus(), cgacct::FlushLockPolicyName(*policy));
+  std::fflush(stdout);
+
+  int signal_number = 0;
+  sigwait(&stop_signals, &signal_number);
+  std::fprintf(stderr, "cgacctd: %s, shutting down\n",
+               signal_number == SIGINT ? "SIGINT" : "SIGTERM");
+  // In-flight calls get kShutdownGrace to finish, then are cancelled. The
+  // grace also bounds the wait for connected clients to close after the
+  // GOAWAY: an idle client that polls its connection rarely (gRPC C++ with
+  // no active call: every 5 s) keeps the shutdown waiting until then.
+  server->Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
+  server.reset();
+  return 0;
+}

@@ -1,0 +1,463 @@
+#include "server/metrics.h"
+
+#include <algorithm>
+#include <exception>
+#include <limits>
+#include <sstream>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "prometheus/exposer.h"
+#include "prometheus/text_serializer.h"
+
+namespace cgacct {
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+
+constexpr double kNanosPerSecond = 1e9;
+
+std::atomic<int> next_thread_shard{0};
+
+void AtomicMax(std::atomic<uint64_t>& slot, uint64_t value) {
+  // Relaxed: a statistic; the CAS only runs when a new maximum is seen.
+  uint64_t current = slot.load(std::memory_order_relaxed);
+  while (value > current && !slot.compare_exchange_weak(
+                                current, value, std::memory_order_relaxed)) {
+  }
+}
+
+MetricFamily Family(std::string name, std::string help, MetricType type) {
+  MetricFamily family;
+  family.name = std::move(name);
+  family.help = std::move(help);
+  family.type = type;
+  return family;
+}
+
+ClientMetric CounterMetric(double value,
+                           std::vector<ClientMetric::Label> labels = {}) {
+  ClientMetric metric;
+  metric.label = std::move(labels);
+  metric.counter.value = value;
+  return metric;
+}
+
+ClientMetric GaugeMetric(double value,
+                         std::vector<ClientMetric::Label> labels = {}) {
+  ClientMetric metric;
+  metric.label = std::move(labels);
+  metric.gauge.value = value;
+  return metric;
+}
+
+ClientMetric HistogramMetric(const LatencyHistogram::Snapshot& snapshot,
+                             std::vector<ClientMetric::Label> labels = {}) {
+  ClientMetric metric;
+  metric.label = std::move(labels);
+  metric.histogram.sample_count = snapshot.count;
+  metric.histogram.sample_sum =
+      static_cast<double>(snapshot.sum_ns) / kNanosPerSecond;
+  uint64_t cumulative = 0;
+  for (int i = 0; i < LatencyHistogram::kNrBuckets; ++i) {
+    cumulative += snapshot.buckets[i];
+    ClientMetric::Bucket bucket;
+    bucket.cumulative_count = cumulative;
+    bucket.upper_bound = i < LatencyHistogram::kNrFiniteBuckets
+                             ? LatencyHistogram::UpperBoundSeconds(i)
+                             : std::numeric_limits<double>::infinity();
+    metric.histogram.bucket.push_back(bucket);
+  }
+  return metric;
+}
+
+}  // namespace
+
+int ThisThreadMetricShard() {
+  // Relaxed: only uniqueness of the ticket matters, not ordering.
+  thread_local const int shard =
+      next_thread_shard.fetch_add(1, std::memory_order_relaxed) %
+      kNrMetricShards;
+  return shard;
+}
+
+// ---------------------------------------------------------------------------
+// LatencyHistogram
+
+int LatencyHistogram::BucketFor(uint64_t ns) {
+  // Round up to whole microseconds so that bucket i holds (2^(i-1), 2^i] µs.
+  const uint64_t us = ns / 1000 + (ns % 1000 != 0 ? 1 : 0);
+  if (us <= 1) return 0;
+  const int bucket = 64 - __builtin_clzll(us - 1);  // ceil(log2(us))
+  return std::min(bucket, kNrFiniteBuckets);
+}
+
+double LatencyHistogram::UpperBoundSeconds(int i) {
+  return static_cast<double>(uint64_t{1} << i) * 1e-6;
+}
+
+uint64_t LatencyHistogram::ToNanos(absl::Duration d) {
+  const int64_t ns = absl::ToInt64Nanoseconds(d);
+  return ns > 0 ? static_cast<uint64_t>(ns) : 0;
+}
+
+void LatencyHistogram::RecordNanos(uint64_t ns) {
+  Shard& shard = shards_[ThisThreadMetricShard()];
+  // Relaxed: statistics (see the header's Memory ordering paragraph).
+  shard.buckets[BucketFor(ns)].fetch_add(1, std::memory_order_relaxed);
+  shard.sum_ns.fetch_add(ns, std::memory_order_relaxed);
+  AtomicMax(shard.max_ns, ns);
+}
+
+LatencyHistogram::Snapshot LatencyHistogram::Collect() const {
+  Snapshot snapshot;
+  for (const Shard& shard : shards_) {
+    for (int i = 0; i < kNrBuckets; ++i) {
+      const uint64_t n = shard.buckets[i].load(std::memory_order_relaxed);
+      snapshot.buckets[i] += n;
+      snapshot.count += n;
+    }
+    snapshot.sum_ns += shard.sum_ns.load(std::memory_order_relaxed);
+    snapshot.max_ns =
+        std::max(snapshot.max_ns, shard.max_ns.load(std::memory_order_relaxed));
+  }
+  return snapshot;
+}
+
+// ---------------------------------------------------------------------------
+// RstatFlushObserver
+
+int RstatFlushObserver::PolicySlot(FlushLockPolicy policy) {
+  return std::min(static_cast<int>(policy), kNrPolicySlots - 1);
+}
+
+void RstatFlushObserver::OnFlushLockHold(const FlushLockHold& hold) {
+  const int slot = PolicySlot(hold.policy);
+  lock_hold_[slot].Record(hold.hold);
+  lock_wait_[slot].Record(hold.wait);
+}
+
+void RstatFlushObserver::OnFlushDone(absl::Duration duration, int cpus_walked,
+                                     int groups_folded) {
+  // CPUs walked and flushes are counted by the engine (EngineCounters).
+  flush_duration_.Record(duration);
+}
+
+const LatencyHistogram& RstatFlushObserver::lock_hold(
+    FlushLockPolicy policy) const {
+  return lock_hold_[PolicySlot(policy)];
+}
+
+const LatencyHistogram& RstatFlushObserver::lock_wait(
+    FlushLockPolicy policy) const {
+  return lock_wait_[PolicySlot(policy)];
+}
+
+// ---------------------------------------------------------------------------
+// RpcMetrics
+
+const char* RpcMethodName(RpcMethod method) {
+  switch (method) {
+    case RpcMethod::kCreateGroup:
+      return "CreateGroup";
+    case RpcMethod::kDeleteGroup:
+      return "DeleteGroup";
+    case RpcMethod::kListGroups:
+      return "ListGroups";
+    case RpcMethod::kSetLimits:
+      return "SetLimits";
+    case RpcMethod::kCharge:
+      return "Charge";
+    case RpcMethod::kUncharge:
+      return "Uncharge";
+    case RpcMethod::kChargeBatch:
+      return "ChargeBatch";
+    case RpcMethod::kChargeStream:
+      return "ChargeStream";
+    case RpcMethod::kGetStats:
+      return "GetStats";
+    case RpcMethod::kReclaim:
+      return "Reclaim";
+    case RpcMethod::kWatchEvents:
+      return "WatchEvents";
+    case RpcMethod::kGetEngineInfo:
+      return "GetEngineInfo";
+  }
+  return "unknown";
+}
+
+const char* GrpcCodeName(grpc::StatusCode code) {
+  static constexpr const char* kNames[RpcMetrics::kNrCodes] = {
+      "OK",
+      "CANCELLED",
+      "UNKNOWN",
+      "INVALID_ARGUMENT",
+      "DEADLINE_EXCEEDED",
+      "NOT_FOUND",
+      "ALREADY_EXISTS",
+      "PERMISSION_DENIED",
+      "RESOURCE_EXHAUSTED",
+      "FAILED_PRECONDITION",
+      "ABORTED",
+      "OUT_OF_RANGE",
+      "UNIMPLEMENTED",
+      "INTERNAL",
+      "UNAVAILABLE",
+      "DATA_LOSS",
+      "UNAUTHENTICATED",
+  };
+  const int i = static_cast<int>(code);
+  return (i >= 0 && i < RpcMetrics::kNrCodes) ? kNames[i] : "UNKNOWN";
+}
+
+namespace {
+int CodeSlot(grpc::StatusCode code) {
+  const int i = static_cast<int>(code);
+  return (i >= 0 && i < RpcMetrics::kNrCodes) ? i : grpc::StatusCode::UNKNOWN;
+}
+}  // namespace
+
+void RpcMetrics::Record(RpcMethod method, grpc::StatusCode code,
+                        absl::Duration latency) {
+  const int m = static_cast<int>(method);
+  // Relaxed: statistics (see the header's Memory ordering paragraph).
+  shards_[ThisThreadMetricShard()].handled[m][CodeSlot(code)].fetch_add(
+      1, std::memory_order_relaxed);
+  latency_[m].Record(latency);
+}
+
+void RpcMetrics::RecordChargeRejected() {
+  shards_[ThisThreadMetricShard()].charges_rejected.fetch_add(
+      1, std::memory_order_relaxed);
+}
+
+uint64_t RpcMetrics::handled(RpcMethod method, grpc::StatusCode code) const {
+  const int m = static_cast<int>(method);
+  const int c = CodeSlot(code);
+  uint64_t total = 0;
+  for (const HandledShard& shard : shards_) {
+    total += shard.handled[m][c].load(std::memory_order_relaxed);
+  }
+  return total;
+}
+
+LatencyHistogram::Snapshot RpcMetrics::latency(RpcMethod method) const {
+  return latency_[static_cast<int>(method)].Collect();
+}
+
+uint64_t RpcMetrics::charges_rejected() const {
+  uint64_t total = 0;
+  for (const HandledShard& shard : shards_) {
+    total += shard.charges_rejected.load(std::memory_order_relaxed);
+  }
+  return total;
+}
+
+// ---------------------------------------------------------------------------
+// MetricsCollector
+
+MetricsCollector::MetricsCollector(Engine& engine,
+                                   const RstatFlushObserver& flush,
+                                   const RpcMetrics& rpc,
+                                   MetricsOptions options)
+    : engine_(engine), flush_(flush), rpc_(rpc), options_(options) {}
+
+std::vector<MetricFamily> MetricsCollector::Collect() const {
+  const EngineCounters counters = engine_.GetCounters();
+  const EngineInfo info = engine_.GetInfo();
+  std::vector<MetricFamily> out;
+
+  // rstat flush lock (the irqs-off tracer's view, DESIGN.md §1).
+  {
+    MetricFamily hold = Family("cgacct_rstat_flush_lock_hold_seconds",
+                               "Time the rstat flush lock was held, per hold.",
+                               MetricType::Histogram);
+    MetricFamily wait =
+        Family("cgacct_rstat_flush_lock_wait_seconds",
+               "Time spent acquiring the rstat flush lock, per acquisition.",
+               MetricType::Histogram);
+    uint64_t hold_max_ns = LatencyHistogram::ToNanos(info.flush_lock_hold_max);
+    for (FlushLockPolicy policy :
+         {FlushLockPolicy::kPerCpu, FlushLockPolicy::kWhole}) {
+      const LatencyHistogram::Snapshot h = flush_.lock_hold(policy).Collect();
+      const LatencyHistogram::Snapshot w = flush_.lock_wait(policy).Collect();
+      hold_max_ns = std::max(hold_max_ns, h.max_ns);
+      // The configured policy always shows (zero until the first flush);
+      // another one only once it has been used.
+      if (policy != info.flush_lock_policy && h.count == 0 && w.count == 0) {
+        continue;
+      }
+      const std::vector<ClientMetric::Label> labels = {
+          {"policy", FlushLockPolicyName(policy)}};
+      hold.metric.push_back(HistogramMetric(h, labels));
+      wait.metric.push_back(HistogramMetric(w, labels));
+    }
+    out.push_back(std::move(hold));
+    out.push_back(std::move(wait));
+
+    MetricFamily hold_max = Family(
+        "cgacct_rstat_flush_lock_hold_max_seconds",
+        "Longest rstat flush lock hold seen since start.", MetricType::Gauge);
+    hold_max.metric.push_back(
+        GaugeMetric(static_cast<double>(hold_max_ns) / kNanosPerSecond));
+    out.push_back(std::move(hold_max));
+
+    MetricFamily duration =
+        Family("cgacct_rstat_flush_duration_seconds",
+               "Duration of one rstat subtree flush.", MetricType::Histogram);
+    duration.metric.push_back(
+        HistogramMetric(flush_.flush_duration().Collect()));
+    out.push_back(std::move(duration));
+  }
+
+  auto counter_family = [&out](const char* name, const char* help,
+                               uint64_t value) {
+    MetricFamily family = Family(name, help, MetricType::Counter);
+    family.metric.push_back(CounterMetric(static_cast<double>(value)));
+    out.push_back(std::move(family));
+  };
+  counter_family("cgacct_rstat_flushes_total", "rstat subtree flushes.",
+                 counters.flushes);
+  counter_family("cgacct_rstat_flush_cpus_total",
+                 "Per-CPU rstat lists walked by flushes.", counters.flush_cpus);
+
+  {
+    MetricFamily charges = Family(
+        "cgacct_charges_total",
+        "Charge requests by result: ok, oom (RESOURCE_EXHAUSTED), rejected "
+        "(bad input or missing group).",
+        MetricType::Counter);
+    charges.metric.push_back(CounterMetric(
+        static_cast<double>(counters.charges_ok), {{"result", "ok"}}));
+    charges.metric.push_back(CounterMetric(
+        static_cast<double>(counters.charges_oom), {{"result", "oom"}}));
+    charges.metric.push_back(
+        CounterMetric(static_cast<double>(counters.charges_rejected +
+                                          rpc_.charges_rejected()),
+                      {{"result", "rejected"}}));
+    out.push_back(std::move(charges));
+  }
+  counter_family("cgacct_uncharges_total", "Successful uncharges.",
+                 counters.uncharges);
+  counter_family("cgacct_stock_hits_total",
+                 "Charges served from a per-CPU stock (consume_stock()).",
+                 counters.stock_hits);
+  counter_family("cgacct_stock_drains_total",
+                 "Per-CPU stock slots drained, for any reason.",
+                 counters.stock_drains);
+  counter_family("cgacct_oom_total", "memory.events oom raised.",
+                 counters.oom_total);
+
+  {
+    MetricFamily groups =
+        Family("cgacct_groups", "Accounting groups, root included.",
+               MetricType::Gauge);
+    groups.metric.push_back(GaugeMetric(static_cast<double>(info.nr_groups)));
+    out.push_back(std::move(groups));
+  }
+
+  // gRPC server.
+  {
+    MetricFamily handled = Family("cgacct_grpc_server_handled_total",
+                                  "RPCs completed, by method and status code.",
+                                  MetricType::Counter);
+    MetricFamily seconds = Family("cgacct_grpc_server_handling_seconds",
+                                  "RPC handling time in the server, by method.",
+                                  MetricType::Histogram);
+    for (int m = 0; m < kNrRpcMethods; ++m) {
+      const RpcMethod method = static_cast<RpcMethod>(m);
+      const char* method_name = RpcMethodName(method);
+      for (int c = 0; c < RpcMetrics::kNrCodes; ++c) {
+        const grpc::StatusCode code = static_cast<grpc::StatusCode>(c);
+        const uint64_t n = rpc_.handled(method, code);
+        // OK is always exported (so rates start at zero); other codes once
+        // seen, which keeps the series count near the codes in use.
+        if (n == 0 && code != grpc::StatusCode::OK) continue;
+        handled.metric.push_back(CounterMetric(
+            static_cast<double>(n),
+            {{"code", GrpcCodeName(code)}, {"method", method_name}}));
+      }
+      seconds.metric.push_back(
+          HistogramMetric(rpc_.latency(method), {{"method", method_name}}));
+    }
+    out.push_back(std::move(handled));
+    out.push_back(std::move(seconds));
+  }
+
+  if (options_.group_depth > 0) CollectGroups(out);
+  return out;
+}
+
+void MetricsCollector::CollectGroups(std::vector<MetricFamily>& out) const {
+  MetricFamily family =
+      Family("cgacct_group_memory_current_bytes",
+             "memory.current of a group (pages in per-CPU stocks included).",
+             MetricType::Gauge);
+  const uint64_t page_size = engine_.page_size_bytes();
+  // Level by level, so the work is bounded by the groups exported rather
+  // than by the whole tree.
+  std::vector<std::string> level = {"/"};
+  for (int depth = 0; depth <= options_.group_depth && !level.empty();
+       ++depth) {
+    std::vector<std::string> next;
+    for (const std::string& path : level) {
+      if (family.metric.size() >= options_.max_group_series) break;
+      // kNone: a scrape must not force an rstat flush; memory.current is
+      // the page_counter and exact anyway.
+      absl::StatusOr<GroupStats> stats =
+          engine_.GetStats(path, FlushMode::kNone);
+      if (!stats.ok()) continue;  // deleted since it was listed
+      family.metric.push_back(GaugeMetric(
+          static_cast<double>(stats->memory_current_pages * page_size),
+          {{"path", path}}));
+      if (depth < options_.group_depth) {
+        absl::StatusOr<std::vector<std::string>> children =
+            engine_.ListGroups(path, /*recursive=*/false);
+        if (!children.ok()) continue;
+        for (std::string& child : *children) next.push_back(std::move(child));
+      }
+    }
+    level = std::move(next);
+  }
+  out.push_back(std::move(family));
+}
+
+std::string SerializeMetrics(const prometheus::Collectable& collectable) {
+  return prometheus::TextSerializer().Serialize(collectable.Collect());
+}
+
+// ---------------------------------------------------------------------------
+// MetricsExposer
+
+MetricsExposer::MetricsExposer(
+    std::unique_ptr<prometheus::Exposer> exposer,
+    std::shared_ptr<prometheus::Collectable> collectable, int port)
+    : exposer_(std::move(exposer)),
+      collectable_(std::move(collectable)),
+      port_(port) {}
+
+MetricsExposer::~MetricsExposer() = default;
+
+absl::StatusOr<std::unique_ptr<MetricsExposer>> MetricsExposer::Start(
+    const std::string& listen,
+    std::shared_ptr<prometheus::Collectable> collectable) {
+  std::unique_ptr<prometheus::Exposer> exposer;
+  try {
+    exposer = std::make_unique<prometheus::Exposer>(listen, /*num_threads=*/2);
+  } catch (const std::exception& e) {
+    // civetweb reports a taken port or a bad address by throwing.
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve metrics on ", listen, ": ", e.what()));
+  }
+  exposer->RegisterCollectable(collectable);
+  const std::vector<int> ports = exposer->GetListeningPorts();
+  const int port = ports.empty() ? 0 : ports.front();
+  return std::unique_ptr<MetricsExposer>(
+      new MetricsExposer(std::move(exposer), std::move(collectable), port));
+}
+
+}  // namespace cgacct

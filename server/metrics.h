@@ -1,0 +1,268 @@
+// Prometheus metrics of cgacctd (DESIGN.md §4.2).
+//
+// Two halves, after Envoy's stats model and prometheus-cpp's Collectable:
+//  - Recording (hot path): LatencyHistogram, RstatFlushObserver and RpcMetrics
+//    keep plain std::atomic<uint64_t> counters in pre-allocated,
+//    cache-line-aligned shards, one shard per thread (modulo kNrMetricShards).
+//    Recording is a few relaxed fetch_adds on the calling thread's own shard:
+//    no prometheus-cpp call, no mutex, no allocation.
+//  - Exposition (scrape): MetricsCollector::Collect() sums the shards, reads
+//    EngineCounters/EngineInfo and per-group memory.current, and builds every
+//    family at scrape time. MetricsExposer serves it on /metrics.
+//
+// Thread safety: every class here is thread-safe. Recording may run
+// concurrently with Collect(); a scrape sees each counter at some point during
+// the scrape (per-counter atomicity, not a consistent cut across counters).
+//
+// Memory ordering: every counter is a monotonic statistic read by nobody on
+// the hot path, so all accesses are std::memory_order_relaxed; a scrape needs
+// no ordering with the events counted.
+#ifndef CGACCT_SERVER_METRICS_H_
+#define CGACCT_SERVER_METRICS_H_
+
+#include <grpcpp/support/status_code_enum.h>
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "engine/engine.h"
+#include "engine/observer.h"
+#include "engine/types.h"
+#include "prometheus/collectable.h"
+#include "prometheus/metric_family.h"
+
+namespace prometheus {
+class Exposer;
+}  // namespace prometheus
+
+namespace cgacct {
+
+// Shards per recorder. Threads beyond this share shards (still correct, the
+// adds are atomic; only cache-line ping-pong comes back).
+inline constexpr int kNrMetricShards = 64;
+
+// The calling thread's shard in [0, kNrMetricShards): assigned round-robin on
+// the thread's first call, then fixed. Thread-safe, lock-free.
+int ThisThreadMetricShard();
+
+// A latency histogram with fixed power-of-2 buckets from 1 µs to 2^20 µs
+// (~1.05 s) plus +Inf, recorded lock-free into per-thread shards.
+//
+// Thread safety: thread-safe; Record() is wait-free except for the running
+// maximum (a CAS loop only when a new per-shard maximum is seen).
+class LatencyHistogram {
+ public:
+  // Upper bounds 2^0 .. 2^20 µs, then +Inf.
+  static constexpr int kNrFiniteBuckets = 21;
+  static constexpr int kNrBuckets = kNrFiniteBuckets + 1;
+
+  // Summed over shards at read time. `buckets` are per bucket, not
+  // cumulative; count is their sum.
+  struct Snapshot {
+    std::array<uint64_t, kNrBuckets> buckets{};
+    uint64_t count = 0;
+    uint64_t sum_ns = 0;
+    uint64_t max_ns = 0;
+  };
+
+  LatencyHistogram() = default;
+  LatencyHistogram(const LatencyHistogram&) = delete;
+  LatencyHistogram& operator=(const LatencyHistogram&) = delete;
+
+  // Records one observation. Negative durations count as 0.
+  void Record(absl::Duration d) { RecordNanos(ToNanos(d)); }
+  void RecordNanos(uint64_t ns);
+
+  Snapshot Collect() const;
+
+  // Bucket index for a value in nanoseconds: the smallest i with
+  // ns <= 2^i µs, or kNrFiniteBuckets (+Inf).
+  static int BucketFor(uint64_t ns);
+  // Upper bound of finite bucket i in seconds.
+  static double UpperBoundSeconds(int i);
+
+  static uint64_t ToNanos(absl::Duration d);
+
+ private:
+  struct alignas(kCacheLineBytes) Shard {
+    std::atomic<uint64_t> buckets[kNrBuckets];
+    std::atomic<uint64_t> sum_ns;
+    std::atomic<uint64_t> max_ns;
+  };
+  static_assert(sizeof(Shard) % kCacheLineBytes == 0,
+                "shards must not share cache lines");
+
+  std::array<Shard, kNrMetricShards> shards_{};
+};
+
+// The EngineObserver of cgacctd: rstat flush-lock holds and waits (per
+// policy) and flush durations, recorded into LatencyHistograms. Called by the
+// engine once per lock hold (once per CPU per flush with the per_cpu policy,
+// so hundreds of times per flush on a big machine): it only does relaxed
+// atomic adds on the calling thread's shard.
+//
+// Thread safety: thread-safe. Must outlive the Engine it is given to.
+class RstatFlushObserver final : public EngineObserver {
+ public:
+  // Policies with their own histograms; FlushLockPolicy values at or above
+  // this are folded into the last slot.
+  static constexpr int kNrPolicySlots = 4;
+
+  RstatFlushObserver() = default;
+
+  void OnFlushLockHold(const FlushLockHold& hold) override;
+  void OnFlushDone(absl::Duration duration, int cpus_walked,
+                   int groups_folded) override;
+
+  // Histogram of flush-lock hold times for `policy`.
+  const LatencyHistogram& lock_hold(FlushLockPolicy policy) const;
+  // Histogram of flush-lock acquisition waits for `policy`.
+  const LatencyHistogram& lock_wait(FlushLockPolicy policy) const;
+  // Histogram of whole subtree flushes (css_rstat_flush()).
+  const LatencyHistogram& flush_duration() const { return flush_duration_; }
+
+ private:
+  static int PolicySlot(FlushLockPolicy policy);
+
+  std::array<LatencyHistogram, kNrPolicySlots> lock_hold_;
+  std::array<LatencyHistogram, kNrPolicySlots> lock_wait_;
+  LatencyHistogram flush_duration_;
+};
+
+// The RPCs of cgacct.v1.Accounting, as metric label values.
+enum class RpcMethod : uint8_t {
+  kCreateGroup,
+  kDeleteGroup,
+  kListGroups,
+  kSetLimits,
+  kCharge,
+  kUncharge,
+  kChargeBatch,
+  kChargeStream,
+  kGetStats,
+  kReclaim,
+  kWatchEvents,
+  kGetEngineInfo,
+};
+inline constexpr int kNrRpcMethods = 12;
+
+// "CreateGroup", ... (the proto method name).
+const char* RpcMethodName(RpcMethod method);
+// "OK", "INVALID_ARGUMENT", ... (the google.rpc.Code name).
+const char* GrpcCodeName(grpc::StatusCode code);
+
+// Per-method, per-code handled counts and per-method handling latency of the
+// gRPC service, plus the charges the service rejects before they reach the
+// engine. Recorded by AccountingService on every call.
+//
+// Thread safety: thread-safe; Record*() are lock-free relaxed adds on the
+// calling thread's shard.
+class RpcMetrics {
+ public:
+  static constexpr int kNrCodes = 17;  // google.rpc.Code 0..16
+
+  RpcMetrics() = default;
+  RpcMetrics(const RpcMetrics&) = delete;
+  RpcMetrics& operator=(const RpcMetrics&) = delete;
+
+  // One finished call of `method` with final `code`, `latency` after the
+  // handler was entered. Codes outside 0..16 count as UNKNOWN.
+  void Record(RpcMethod method, grpc::StatusCode code, absl::Duration latency);
+  // A Charge refused by the service's own validation (never seen by the
+  // engine, so not in EngineCounters::charges_rejected).
+  void RecordChargeRejected();
+
+  uint64_t handled(RpcMethod method, grpc::StatusCode code) const;
+  LatencyHistogram::Snapshot latency(RpcMethod method) const;
+  uint64_t charges_rejected() const;
+
+ private:
+  struct alignas(kCacheLineBytes) HandledShard {
+    std::atomic<uint64_t> handled[kNrRpcMethods][kNrCodes];
+    std::atomic<uint64_t> charges_rejected;
+  };
+  static_assert(sizeof(HandledShard) % kCacheLineBytes == 0,
+                "shards must not share cache lines");
+
+  std::array<HandledShard, kNrMetricShards> shards_{};
+  std::array<LatencyHistogram, kNrRpcMethods> latency_;
+};
+
+struct MetricsOptions {
+  // cgacct_group_memory_current_bytes is exported for groups with at most
+  // this many path segments ("/" has 0, "/a" 1, "/a/b" 2). 0 turns the
+  // family off; otherwise "/" is always included.
+  int group_depth = 2;
+  // Hard cap on per-group series per scrape (cardinality bound even for a
+  // wide tree); groups past it, in path order, are left out.
+  size_t max_group_series = 10000;
+};
+
+// Builds every cgacct_* family at scrape time from the engine (counters,
+// info, per-group memory.current read with FlushMode::kNone, so a scrape
+// never forces an rstat flush), the flush observer and the RPC metrics.
+//
+// Thread safety: thread-safe; Collect() may run on several scrape threads at
+// once. `engine`, `flush` and `rpc` are not owned and must outlive this.
+class MetricsCollector final : public prometheus::Collectable {
+ public:
+  MetricsCollector(Engine& engine, const RstatFlushObserver& flush,
+                   const RpcMetrics& rpc, MetricsOptions options = {});
+
+  std::vector<prometheus::MetricFamily> Collect() const override;
+
+ private:
+  void CollectGroups(std::vector<prometheus::MetricFamily>& out) const;
+
+  // Constant after construction.
+  Engine& engine_;
+  const RstatFlushObserver& flush_;
+  const RpcMetrics& rpc_;
+  const MetricsOptions options_;
+};
+
+// The Prometheus text exposition (format 0.0.4) of `collectable`, exactly
+// what /metrics serves. Thread-safe if the collectable is.
+std::string SerializeMetrics(const prometheus::Collectable& collectable);
+
+// Serves a collectable on http://HOST:PORT/metrics (prometheus-cpp pull
+// Exposer, 2 civetweb threads).
+//
+// Thread safety: thread-safe after Start(); the destructor stops serving.
+class MetricsExposer {
+ public:
+  // Binds `listen` ("HOST:PORT"; port 0 picks a free one) and registers
+  // `collectable` on /metrics. Errors: UNAVAILABLE naming the address when
+  // it cannot be bound (prometheus::Exposer throws; this catches it).
+  static absl::StatusOr<std::unique_ptr<MetricsExposer>> Start(
+      const std::string& listen,
+      std::shared_ptr<prometheus::Collectable> collectable);
+
+  ~MetricsExposer();
+  MetricsExposer(const MetricsExposer&) = delete;
+  MetricsExposer& operator=(const MetricsExposer&) = delete;
+
+  // The bound TCP port (the real one when 0 was asked for).
+  int port() const { return port_; }
+
+ private:
+  MetricsExposer(std::unique_ptr<prometheus::Exposer> exposer,
+                 std::shared_ptr<prometheus::Collectable> collectable,
+                 int port);
+
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  // The Exposer keeps only a weak_ptr; this keeps the collectable alive.
+  std::shared_ptr<prometheus::Collectable> collectable_;
+  int port_ = 0;
+};
+
+}  // namespace cgacct
+
+#endif  // CGACCT_SERVER_METRICS_H_

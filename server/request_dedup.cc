@@ -1,0 +1,79 @@
+#include "server/request_dedup.h"
+
+#include <chrono>
+#include <utility>
+
+namespace cgacct {
+namespace {
+
+absl::Time SteadyNow() {
+  // A monotonic clock expressed as absl::Time so the window survives wall
+  // clock steps; only differences are ever used.
+  return absl::UnixEpoch() +
+         absl::FromChrono(std::chrono::steady_clock::now().time_since_epoch());
+}
+
+}  // namespace
+
+RequestDedupCache::RequestDedupCache(Options options)
+    : capacity_(options.capacity > 0 ? options.capacity : 1),
+      window_(options.window),
+      clock_(options.clock ? std::move(options.clock) : SteadyNow) {}
+
+void RequestDedupCache::EvictLocked(absl::Time now) {
+  while (!arrivals_.empty() && (arrivals_.front().arrived + window_ <= now ||
+                                arrivals_.size() >= capacity_)) {
+    const Arrival& oldest = arrivals_.front();
+    auto it = entries_.find(oldest.request_id);
+    if (it != entries_.end() && it->second.ticket == oldest.ticket) {
+      entries_.erase(it);
+    }
+    arrivals_.pop_front();
+  }
+}
+
+RequestDedupCache::BeginResult RequestDedupCache::Begin(
+    const std::string& request_id, const DedupFingerprint& fingerprint) {
+  const absl::Time now = clock_();
+  BeginResult result;
+  absl::MutexLock l(&mu_);
+  auto it = entries_.find(request_id);
+  if (it != entries_.end() && it->second.arrived + window_ > now) {
+    const Entry& entry = it->second;
+    if (entry.fingerprint != fingerprint) {
+      result.verdict = Verdict::kMismatch;
+    } else if (entry.in_flight) {
+      result.verdict = Verdict::kInFlight;
+    } else {
+      result.verdict = Verdict::kReplay;
+      result.answer = entry.answer;
+    }
+    return result;
+  }
+  // Absent or expired: this arrival is the first one. Make room before
+  // inserting so the table never exceeds capacity_.
+  EvictLocked(now);
+  const uint64_t ticket = next_ticket_++;
+  Entry& entry = entries_[request_id];
+  entry = Entry{fingerprint, ticket, now, /*in_flight=*/true, DedupAnswer()};
+  arrivals_.push_back(Arrival{request_id, ticket, now});
+  result.verdict = Verdict::kProceed;
+  result.ticket = ticket;
+  return result;
+}
+
+void RequestDedupCache::Complete(const std::string& request_id, uint64_t ticket,
+                                 DedupAnswer answer) {
+  absl::MutexLock l(&mu_);
+  auto it = entries_.find(request_id);
+  if (it == entries_.end() || it->second.ticket != ticket) return;
+  it->second.in_flight = false;
+  it->second.answer = std::move(answer);
+}
+
+size_t RequestDedupCache::size() const {
+  absl::MutexLock l(&mu_);
+  return entries_.size();
+}
+
+}  // namespace cgacct

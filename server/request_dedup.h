@@ -1,0 +1,139 @@
+// request_id de-duplication for Charge and Uncharge (DESIGN.md §4.1): a retry
+// carrying the same request_id inside the window is answered from the first
+// result and applied once.
+//
+// Thread safety: RequestDedupCache is thread-safe; one absl::Mutex guards the
+// whole table. Calls without a request_id never reach it, so the lock is off
+// the path of clients that do not ask for de-duplication.
+#ifndef CGACCT_SERVER_REQUEST_DEDUP_H_
+#define CGACCT_SERVER_REQUEST_DEDUP_H_
+
+#include <grpcpp/support/status.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace cgacct {
+
+// What a retry must repeat exactly for the stored answer to apply to it.
+struct DedupFingerprint {
+  enum class Method : uint8_t { kCharge, kUncharge };
+
+  Method method = Method::kCharge;
+  std::string path;
+  uint64_t nr_pages = 0;
+  int kind = 0;  // cgacct.v1.PageKind wire value
+  std::optional<uint32_t> cpu;
+
+  friend bool operator==(const DedupFingerprint& a, const DedupFingerprint& b) {
+    return a.method == b.method && a.nr_pages == b.nr_pages &&
+           a.kind == b.kind && a.cpu == b.cpu && a.path == b.path;
+  }
+  friend bool operator!=(const DedupFingerprint& a, const DedupFingerprint& b) {
+    return !(a == b);
+  }
+};
+
+// The final answer of a de-duplicated call: its status and the fields of its
+// response (ChargeResponse uses both, UnchargeResponse only nr_pages).
+struct DedupAnswer {
+  grpc::StatusCode code = grpc::StatusCode::OK;
+  std::string message;
+  uint64_t nr_pages = 0;
+  uint64_t throttle_us = 0;
+};
+
+// A bounded table request_id -> (fingerprint, answer). Entries live for
+// `window` after their first arrival, and the table keeps at most `capacity`
+// of them: past that the oldest entry is forgotten early (a retry of it would
+// be applied again; the capacity is sized so that this needs more than
+// capacity / window distinct ids per second).
+//
+// Every stored answer is final, errors included: a retry of a charge that hit
+// OOM gets the same RESOURCE_EXHAUSTED. A client that wants a fresh attempt
+// uses a fresh request_id.
+class RequestDedupCache {
+ public:
+  struct Options {
+    size_t capacity = 65536;
+    absl::Duration window = absl::Seconds(60);
+    // Monotonic time source; tests inject a fake. Default: steady clock.
+    std::function<absl::Time()> clock;
+  };
+
+  enum class Verdict {
+    kProceed,   // first arrival: apply it, then call Complete(ticket)
+    kReplay,    // answered before: return `answer`, apply nothing
+    kMismatch,  // id already used by a different request
+    kInFlight,  // the first arrival is still being applied
+  };
+
+  struct BeginResult {
+    Verdict verdict = Verdict::kProceed;
+    uint64_t ticket = 0;  // kProceed: pass to Complete()
+    DedupAnswer answer;   // kReplay: the stored answer
+  };
+
+  RequestDedupCache() : RequestDedupCache(Options()) {}
+  explicit RequestDedupCache(Options options);
+  RequestDedupCache(const RequestDedupCache&) = delete;
+  RequestDedupCache& operator=(const RequestDedupCache&) = delete;
+
+  // Looks `request_id` up. kProceed records the call as in flight under the
+  // returned ticket. Never fails; the verdict says what the caller must do.
+  BeginResult Begin(const std::string& request_id,
+                    const DedupFingerprint& fingerprint)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Stores the final answer of the call Begin() let proceed with `ticket`.
+  // A no-op if that entry has been evicted meanwhile.
+  void Complete(const std::string& request_id, uint64_t ticket,
+                DedupAnswer answer) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Entries currently held (in flight or answered, not yet expired).
+  size_t size() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  struct Entry {
+    DedupFingerprint fingerprint;
+    uint64_t ticket = 0;
+    absl::Time arrived;
+    bool in_flight = true;
+    DedupAnswer answer;
+  };
+  struct Arrival {
+    std::string request_id;
+    uint64_t ticket = 0;
+    absl::Time arrived;
+  };
+
+  // Forgets entries older than the window, then the oldest ones until fewer
+  // than `capacity_` arrivals remain.
+  void EvictLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Constant after construction.
+  const size_t capacity_;
+  const absl::Duration window_;
+  const std::function<absl::Time()> clock_;
+
+  // State below is protected by mu_.
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, Entry> entries_ ABSL_GUARDED_BY(mu_);
+  // Arrival order, oldest first; may hold stale records of entries already
+  // replaced (their ticket no longer matches) — at most capacity_ records.
+  std::deque<Arrival> arrivals_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_ticket_ ABSL_GUARDED_BY(mu_) = 1;
+};
+
+}  // namespace cgacct
+
+#endif  // CGACCT_SERVER_REQUEST_DEDUP_H_

@@ -1,0 +1,44 @@
+#include "server/status.h"
+
+#include <string>
+
+namespace cgacct {
+namespace {
+
+// Both enums are google.rpc.Code; pin the numbering so a mismatch fails the
+// build instead of silently remapping codes.
+static_assert(static_cast<int>(absl::StatusCode::kOk) == grpc::StatusCode::OK);
+static_assert(static_cast<int>(absl::StatusCode::kCancelled) ==
+              grpc::StatusCode::CANCELLED);
+static_assert(static_cast<int>(absl::StatusCode::kInvalidArgument) ==
+              grpc::StatusCode::INVALID_ARGUMENT);
+static_assert(static_cast<int>(absl::StatusCode::kNotFound) ==
+              grpc::StatusCode::NOT_FOUND);
+static_assert(static_cast<int>(absl::StatusCode::kAlreadyExists) ==
+              grpc::StatusCode::ALREADY_EXISTS);
+static_assert(static_cast<int>(absl::StatusCode::kResourceExhausted) ==
+              grpc::StatusCode::RESOURCE_EXHAUSTED);
+static_assert(static_cast<int>(absl::StatusCode::kFailedPrecondition) ==
+              grpc::StatusCode::FAILED_PRECONDITION);
+static_assert(static_cast<int>(absl::StatusCode::kAborted) ==
+              grpc::StatusCode::ABORTED);
+static_assert(static_cast<int>(absl::StatusCode::kUnimplemented) ==
+              grpc::StatusCode::UNIMPLEMENTED);
+static_assert(static_cast<int>(absl::StatusCode::kUnavailable) ==
+              grpc::StatusCode::UNAVAILABLE);
+static_assert(static_cast<int>(absl::StatusCode::kUnauthenticated) ==
+              grpc::StatusCode::UNAUTHENTICATED);
+
+}  // namespace
+
+grpc::Status ToGrpcStatus(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  const int code = status.raw_code();
+  const grpc::StatusCode grpc_code =
+      (code > grpc::StatusCode::OK && code <= grpc::StatusCode::UNAUTHENTICATED)
+          ? static_cast<grpc::StatusCode>(code)
+          : grpc::StatusCode::UNKNOWN;
+  return grpc::Status(grpc_code, std::string(status.message()));
+}
+
+}  // namespace cgacct

@@ -1,0 +1,142 @@
+#include "server/request_dedup.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "absl/time/time.h"
+
+namespace cgacct {
+namespace {
+
+using Verdict = RequestDedupCache::Verdict;
+
+DedupFingerprint Fp(uint64_t nr_pages) {
+  DedupFingerprint fp;
+  fp.method = DedupFingerprint::Method::kCharge;
+  fp.path = "/a";
+  fp.nr_pages = nr_pages;
+  fp.kind = 1;
+  return fp;
+}
+
+DedupAnswer Ok(uint64_t nr_pages) {
+  DedupAnswer answer;
+  answer.nr_pages = nr_pages;
+  return answer;
+}
+
+class FakeClock {
+ public:
+  absl::Time Now() const { return now_; }
+  void Advance(absl::Duration d) { now_ += d; }
+
+ private:
+  absl::Time now_ = absl::UnixEpoch() + absl::Hours(1);
+};
+
+RequestDedupCache::Options OptionsWith(FakeClock& clock, size_t capacity) {
+  RequestDedupCache::Options options;
+  options.capacity = capacity;
+  options.window = absl::Seconds(60);
+  options.clock = [&clock] { return clock.Now(); };
+  return options;
+}
+
+TEST(RequestDedupCacheTest, FirstProceedsThenInFlightThenReplay) {
+  FakeClock clock;
+  RequestDedupCache cache(OptionsWith(clock, 16));
+  const auto first = cache.Begin("r1", Fp(3));
+  ASSERT_EQ(first.verdict, Verdict::kProceed);
+  EXPECT_EQ(cache.Begin("r1", Fp(3)).verdict, Verdict::kInFlight);
+  cache.Complete("r1", first.ticket, Ok(3));
+  const auto again = cache.Begin("r1", Fp(3));
+  ASSERT_EQ(again.verdict, Verdict::kReplay);
+  EXPECT_EQ(again.answer.code, grpc::StatusCode::OK);
+  EXPECT_EQ(again.answer.nr_pages, 3u);
+}
+
+TEST(RequestDedupCacheTest, DifferentFingerprintIsMismatchEvenInFlight) {
+  FakeClock clock;
+  RequestDedupCache cache(OptionsWith(clock, 16));
+  const auto first = cache.Begin("r1", Fp(3));
+  EXPECT_EQ(cache.Begin("r1", Fp(4)).verdict, Verdict::kMismatch);
+  cache.Complete("r1", first.ticket, Ok(3));
+  EXPECT_EQ(cache.Begin("r1", Fp(4)).verdict, Verdict::kMismatch);
+  DedupFingerprint other_method = Fp(3);
+  other_method.method = DedupFingerprint::Method::kUncharge;
+  EXPECT_EQ(cache.Begin("r1", other_method).verdict, Verdict::kMismatch);
+  DedupFingerprint other_cpu = Fp(3);
+  other_cpu.cpu = 0;
+  EXPECT_EQ(cache.Begin("r1", other_cpu).verdict, Verdict::kMismatch);
+}
+
+TEST(RequestDedupCacheTest, ErrorsAreStoredAndReplayed) {
+  FakeClock clock;
+  RequestDedupCache cache(OptionsWith(clock, 16));
+  const auto first = cache.Begin("r1", Fp(3));
+  DedupAnswer oom;
+  oom.code = grpc::StatusCode::RESOURCE_EXHAUSTED;
+  oom.message = "oom in /p";
+  cache.Complete("r1", first.ticket, oom);
+  const auto again = cache.Begin("r1", Fp(3));
+  ASSERT_EQ(again.verdict, Verdict::kReplay);
+  EXPECT_EQ(again.answer.code, grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(again.answer.message, "oom in /p");
+}
+
+TEST(RequestDedupCacheTest, EntriesExpireAfterTheWindow) {
+  FakeClock clock;
+  RequestDedupCache cache(OptionsWith(clock, 16));
+  cache.Complete("r1", cache.Begin("r1", Fp(3)).ticket, Ok(3));
+  clock.Advance(absl::Seconds(59));
+  EXPECT_EQ(cache.Begin("r1", Fp(3)).verdict, Verdict::kReplay);
+  clock.Advance(absl::Seconds(1));
+  // Expired: a new first arrival, even with another fingerprint.
+  EXPECT_EQ(cache.Begin("r1", Fp(4)).verdict, Verdict::kProceed);
+  EXPECT_EQ(cache.size(), 1u);
+}
+
+TEST(RequestDedupCacheTest, InFlightEntryAlsoExpires) {
+  FakeClock clock;
+  RequestDedupCache cache(OptionsWith(clock, 16));
+  const auto lost = cache.Begin("r1", Fp(3));
+  clock.Advance(absl::Seconds(61));
+  const auto fresh = cache.Begin("r1", Fp(3));
+  ASSERT_EQ(fresh.verdict, Verdict::kProceed);
+  // The stale completion must not overwrite the fresh entry.
+  DedupAnswer stale;
+  stale.code = grpc::StatusCode::INTERNAL;
+  cache.Complete("r1", lost.ticket, stale);
+  EXPECT_EQ(cache.Begin("r1", Fp(3)).verdict, Verdict::kInFlight);
+  cache.Complete("r1", fresh.ticket, Ok(3));
+  EXPECT_EQ(cache.Begin("r1", Fp(3)).answer.code, grpc::StatusCode::OK);
+}
+
+TEST(RequestDedupCacheTest, CapacityEvictsTheOldest) {
+  FakeClock clock;
+  RequestDedupCache cache(OptionsWith(clock, 3));
+  for (const char* id : {"a", "b", "c", "d"}) {
+    const auto begin = cache.Begin(id, Fp(1));
+    ASSERT_EQ(begin.verdict, Verdict::kProceed) << id;
+    cache.Complete(id, begin.ticket, Ok(1));
+    clock.Advance(absl::Milliseconds(1));
+  }
+  EXPECT_LE(cache.size(), 3u);
+  EXPECT_EQ(cache.Begin("d", Fp(1)).verdict, Verdict::kReplay);
+  EXPECT_EQ(cache.Begin("c", Fp(1)).verdict, Verdict::kReplay);
+  EXPECT_EQ(cache.Begin("a", Fp(1)).verdict, Verdict::kProceed);  // forgotten
+}
+
+TEST(RequestDedupCacheTest, SizeStaysBoundedUnderManyIds) {
+  FakeClock clock;
+  RequestDedupCache cache(OptionsWith(clock, 100));
+  for (int i = 0; i < 10000; ++i) {
+    const std::string id = "id-" + std::to_string(i);
+    cache.Complete(id, cache.Begin(id, Fp(1)).ticket, Ok(1));
+  }
+  EXPECT_LE(cache.size(), 100u);
+}
+
+}  // namespace
+}  // namespace cgacct
