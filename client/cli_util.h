@@ -1,0 +1,57 @@
+// Small parsers shared by cgacct-load and cgacctctl: HOST:PORT targets and
+// byte sizes written the way memory.max accepts them ("max", "64M").
+//
+// Thread safety: all functions are thread-safe (no shared state).
+#ifndef CGACCT_CLIENT_CLI_UTIL_H_
+#define CGACCT_CLIENT_CLI_UTIL_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace cgacct::client {
+
+// The Prometheus port cgacctd serves /metrics on by default.
+inline constexpr uint16_t kDefaultMetricsPort = 9464;
+
+struct HostPort {
+  std::string host;  // without IPv6 brackets
+  uint16_t port = 0;
+};
+
+// Splits "HOST:PORT" or "[IPV6]:PORT". Errors: INVALID_ARGUMENT when the port
+// is missing, not a number or not in 1..65535, or the host is empty.
+absl::StatusOr<HostPort> SplitHostPort(absl::string_view host_port);
+
+// The inverse of SplitHostPort: brackets hosts that contain ':'.
+std::string JoinHostPort(absl::string_view host, uint16_t port);
+
+// The metrics endpoint next to a gRPC target: the target's host with `port`.
+// Errors: INVALID_ARGUMENT when `grpc_target` is not a plain HOST:PORT (for
+// example a "unix:" or "dns:///" URI); pass --metrics_target then.
+absl::StatusOr<std::string> MetricsTargetFor(
+    absl::string_view grpc_target, uint16_t port = kDefaultMetricsPort);
+
+// Parses a size in bytes the way cgroup v2 limit files are written: "max"
+// (returns UINT64_MAX, the wire's "max"), or a decimal number with an optional
+// binary suffix K, M, G or T (case-insensitive, optionally followed by "i"
+// and/or "B": "64M", "64MiB", "4096"). Errors: INVALID_ARGUMENT when malformed
+// or when the value does not fit in 64 bits.
+absl::StatusOr<uint64_t> ParseSizeBytes(absl::string_view text);
+
+// "max" for UINT64_MAX, the decimal byte count otherwise.
+std::string FormatSizeBytes(uint64_t bytes);
+
+// A byte-size flag value: `ABSL_FLAG(ByteSize, hog_max_bytes, ...)` accepts
+// everything ParseSizeBytes does.
+struct ByteSize {
+  uint64_t bytes = 0;
+};
+bool AbslParseFlag(absl::string_view text, ByteSize* out, std::string* error);
+std::string AbslUnparseFlag(ByteSize size);
+
+}  // namespace cgacct::client
+
+#endif  // CGACCT_CLIENT_CLI_UTIL_H_

@@ -1,0 +1,74 @@
+// The numbers one cgacct-load run produces, and their two renderings: a table
+// for people (stdout) and JSON for scripts (--json).
+//
+// Thread safety: LoadReport is a plain value (thread-compatible); the
+// formatting functions are thread-safe.
+#ifndef CGACCT_CLIENT_LOAD_REPORT_H_
+#define CGACCT_CLIENT_LOAD_REPORT_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/time/time.h"
+#include "client/histogram.h"
+
+namespace cgacct::client {
+
+struct LoadReport {
+  // What was run.
+  std::string scenario;  // "stat-reader", "hog" or "seed-rstat"
+  std::string target;
+  std::string group;
+  std::string flush_mode;   // GetStats flush: "exact", "threshold", "none"
+  absl::Duration duration;  // requested
+  absl::Duration elapsed;   // measured, from start to the stop signal
+  int threads = 0;          // stat-reader threads (0: none)
+  int hogs = 0;             // hog workers (0: none)
+  uint64_t hog_chunk_pages = 0;
+  uint64_t hog_max_bytes = 0;  // memory.max of the group for hogs
+
+  // Stat readers: GetStats calls.
+  uint64_t reads = 0;        // successful reads
+  uint64_t read_errors = 0;  // failed reads (any code)
+  LatencyHistogram read_latency;
+
+  // Hogs: Charge calls of ANON pages until OOM, then uncharge and repeat.
+  uint64_t charges = 0;  // successful charges
+  uint64_t charged_pages = 0;
+  uint64_t ooms = 0;                // charges refused with RESOURCE_EXHAUSTED
+  uint64_t hog_cycles = 0;          // OOM followed by a full uncharge
+  uint64_t charge_errors = 0;       // other failures of Charge/Uncharge
+  uint64_t throttle_us = 0;         // memory.high throttle honoured, summed
+  LatencyHistogram charge_latency;  // every Charge attempt, OOMs included
+  // Pages the server reparented when the hog groups were deleted at the end:
+  // non-zero means the hogs' books and the server's disagree.
+  uint64_t reparented_pages = 0;
+  // Hog groups that could not be deleted at the end (server gone, ...).
+  int hog_groups_left = 0;
+
+  // Server side (GetEngineInfo before the run, /metrics after it).
+  uint32_t nr_cpus = 0;
+  uint64_t page_size_bytes = 0;
+  uint32_t charge_batch_pages = 0;
+  std::string flush_lock_policy;
+  // cgacct_rstat_flush_lock_hold_max_seconds in us, since server start;
+  // nullopt when the scrape failed (then metrics_error says why).
+  std::optional<double> flush_lock_hold_max_us;
+  std::optional<double> flush_lock_hold_max_us_before;  // scraped at start
+  std::string metrics_error;
+
+  // The first unexpected RPC error, for the report ("" if none).
+  std::string first_error;
+};
+
+// Renders the report as an aligned, human-readable table ending in '\n'.
+std::string FormatLoadReportTable(const LoadReport& report);
+
+// Renders the report as a JSON object (pretty-printed, ending in '\n'). Times
+// are in microseconds (suffix _us) or seconds (_s); absent values are null.
+std::string LoadReportJson(const LoadReport& report);
+
+}  // namespace cgacct::client
+
+#endif  // CGACCT_CLIENT_LOAD_REPORT_H_

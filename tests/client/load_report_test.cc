@@ -1,0 +1,114 @@
+#include "client/load_report.h"
+
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace cgacct::client {
+namespace {
+
+LoadReport SeedRstatReport() {
+  LoadReport r;
+  r.scenario = "seed-rstat";
+  r.target = "127.0.0.1:50551";
+  r.group = "/cgacct-load";
+  r.flush_mode = "exact";
+  r.duration = absl::Seconds(10);
+  r.elapsed = absl::Seconds(10);
+  r.threads = 4;
+  r.hogs = 2;
+  r.hog_chunk_pages = 64;
+  r.hog_max_bytes = 64 << 20;
+  for (int i = 0; i < 900; ++i) r.read_latency.Record(10'000);  // [8, 16) us
+  for (int i = 0; i < 100; ++i) r.read_latency.Record(70'000);  // [64, 128)
+  r.reads = 1000;
+  r.charges = 500;
+  r.charged_pages = 500 * 64;
+  r.ooms = 7;
+  r.hog_cycles = 7;
+  r.charge_latency.Record(20'000);
+  r.nr_cpus = 400;
+  r.page_size_bytes = 4096;
+  r.charge_batch_pages = 64;
+  r.flush_lock_policy = "per_cpu";
+  r.flush_lock_hold_max_us = 4142.0;
+  r.flush_lock_hold_max_us_before = 100.0;
+  return r;
+}
+
+bool Contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+TEST(LoadReportTest, TableShowsTheHeadlineNumbers) {
+  const std::string table = FormatLoadReportTable(SeedRstatReport());
+  EXPECT_TRUE(Contains(table, "seed-rstat")) << table;
+  EXPECT_TRUE(Contains(table, "1000 total, 100/s, 0 errors")) << table;
+  EXPECT_TRUE(Contains(table, "p99.9")) << table;
+  EXPECT_TRUE(Contains(table, "8 usec (power-of-2 bucket lower bound)"))
+      << table;
+  EXPECT_TRUE(Contains(table, "7 / 7")) << table;
+  EXPECT_TRUE(Contains(table,
+                       "2 of 2 hog groups deleted, 0 pages reparented "
+                       "(clean)"))
+      << table;
+  EXPECT_TRUE(Contains(table, "nr_cpus 400")) << table;
+  EXPECT_TRUE(Contains(table, "flush lock policy per_cpu")) << table;
+  EXPECT_TRUE(Contains(table, "4142.0 us")) << table;
+  EXPECT_TRUE(Contains(table, "[8, 16)")) << table;
+  EXPECT_TRUE(Contains(table, "[64, 128)")) << table;
+}
+
+TEST(LoadReportTest, TableSaysNaWhenTheScrapeFailed) {
+  LoadReport r = SeedRstatReport();
+  r.flush_lock_hold_max_us.reset();
+  r.metrics_error = "connect to 127.0.0.1:9464: Connection refused";
+  const std::string table = FormatLoadReportTable(r);
+  EXPECT_TRUE(Contains(table, "n/a (connect to 127.0.0.1:9464")) << table;
+}
+
+TEST(LoadReportTest, TableFlagsAnUncleanHogCleanup) {
+  LoadReport r = SeedRstatReport();
+  r.hog_groups_left = 1;
+  std::string table = FormatLoadReportTable(r);
+  EXPECT_TRUE(Contains(table, "1 of 2 hog groups deleted")) << table;
+  EXPECT_FALSE(Contains(table, "(clean)")) << table;
+  r.hog_groups_left = 0;
+  r.reparented_pages = 64;
+  table = FormatLoadReportTable(r);
+  EXPECT_TRUE(Contains(table, "64 pages reparented (books disagree")) << table;
+}
+
+TEST(LoadReportTest, StatReaderOnlyOmitsHogRows) {
+  LoadReport r = SeedRstatReport();
+  r.scenario = "stat-reader";
+  r.hogs = 0;
+  const std::string table = FormatLoadReportTable(r);
+  EXPECT_FALSE(Contains(table, "OOMs")) << table;
+  EXPECT_TRUE(Contains(table, "read latency")) << table;
+}
+
+TEST(LoadReportTest, JsonCarriesTheSameNumbers) {
+  LoadReport r = SeedRstatReport();
+  r.first_error = "GetStats: UNAVAILABLE: \"server\"\ngone";
+  r.flush_lock_hold_max_us_before.reset();
+  const std::string json = LoadReportJson(r);
+  EXPECT_EQ(json.front(), '{');
+  EXPECT_EQ(json.substr(json.size() - 2), "}\n");
+  EXPECT_TRUE(Contains(json, "\"scenario\": \"seed-rstat\"")) << json;
+  EXPECT_TRUE(Contains(json, "\"total\": 1000")) << json;
+  EXPECT_TRUE(Contains(json, "\"per_s\": 100")) << json;
+  EXPECT_TRUE(Contains(json, "\"mode_pow2_us\": 8")) << json;
+  EXPECT_TRUE(Contains(json, "\"ooms\": 7")) << json;
+  EXPECT_TRUE(Contains(json, "\"nr_cpus\": 400")) << json;
+  EXPECT_TRUE(Contains(json, "\"flush_lock_hold_max_us\": 4142")) << json;
+  EXPECT_TRUE(Contains(json, "\"flush_lock_hold_max_us_before\": null"))
+      << json;
+  EXPECT_TRUE(Contains(
+      json,
+      "\"first_error\": \"GetStats: UNAVAILABLE: \\\"server\\\"\\ngone\""))
+      << json;
+}
+
+}  // namespace
+}  // namespace cgacct::client
