@@ -49,7 +49,9 @@ class ABSL_LOCKABLE Mutex {
 // RAII exclusive lock (absl::MutexLock's shape: MutexLock l(&mu_)).
 class ABSL_SCOPED_LOCKABLE MutexLock {
  public:
-  explicit MutexLock(Mutex* mu) ABSL_EXCLUSIVE_LOCK_FUNCTION(mu) : mu_(mu) { mu_->Lock(); }
+  explicit MutexLock(Mutex* mu) ABSL_EXCLUSIVE_LOCK_FUNCTION(mu) : mu_(mu) {
+    mu_->Lock();
+  }
   ~MutexLock() ABSL_UNLOCK_FUNCTION() { mu_->Unlock(); }
   MutexLock(const MutexLock&) = delete;
   MutexLock& operator=(const MutexLock&) = delete;

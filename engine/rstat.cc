@@ -4,13 +4,11 @@
 #include <chrono>
 #include <thread>
 
+#include "engine/cycle_clock.h"
+
 namespace cgacct {
 
-int64_t MonotonicNowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
+int64_t MonotonicNowNs() { return CycleClock::SteadyNowNs(); }
 
 RstatGroup::RstatGroup(Rstat* rstat, RstatGroup* parent)
     : rstat_(rstat),
@@ -196,22 +194,27 @@ int Rstat::FlushCpuLocked(RstatGroup* root, int cpu) {
   return groups;
 }
 
-int64_t Rstat::LockFlush() {
+Rstat::HoldStart Rstat::LockFlush() {
   // Count ourselves as a waiter only when the lock is taken, so a holder
   // under the kWhole policy yields exactly when someone is spinning on it
-  // (the kernel's spin_needbreak()).
-  if (!flush_mu_.TryLock()) {
-    flush_waiters_.fetch_add(1, std::memory_order_relaxed);
-    flush_mu_.Lock();
-    flush_waiters_.fetch_sub(1, std::memory_order_relaxed);
+  // (the kernel's spin_needbreak()). Uncontended: one timestamp.
+  HoldStart start;
+  if (flush_mu_.TryLock()) {
+    start.acquired = CycleClock::Now();
+    return start;
   }
-  return MonotonicNowNs();
+  const int64_t before = CycleClock::Now();
+  flush_waiters_.fetch_add(1, std::memory_order_relaxed);
+  flush_mu_.Lock();
+  flush_waiters_.fetch_sub(1, std::memory_order_relaxed);
+  start.acquired = CycleClock::Now();
+  start.wait_ticks = start.acquired - before;
+  return start;
 }
 
-void Rstat::UnlockFlush(int64_t acquired_ns, int64_t wait_ns, int cpus,
-                        int groups) {
+void Rstat::UnlockFlush(const HoldStart& start, int cpus, int groups) {
   flush_mu_.Unlock();
-  const int64_t hold_ns = MonotonicNowNs() - acquired_ns;
+  const int64_t hold_ns = CycleClock::ToNs(CycleClock::Now() - start.acquired);
   int64_t seen = hold_max_ns_.load(std::memory_order_relaxed);
   while (hold_ns > seen && !hold_max_ns_.compare_exchange_weak(
                                seen, hold_ns, std::memory_order_relaxed)) {
@@ -219,7 +222,7 @@ void Rstat::UnlockFlush(int64_t acquired_ns, int64_t wait_ns, int cpus,
   if (observer_ != nullptr) {
     FlushLockHold hold;
     hold.policy = policy_;
-    hold.wait = absl::Nanoseconds(wait_ns);
+    hold.wait = absl::Nanoseconds(CycleClock::ToNs(start.wait_ticks));
     hold.hold = absl::Nanoseconds(hold_ns);
     hold.cpus_walked = cpus;
     hold.groups_folded = groups;
@@ -232,15 +235,13 @@ void Rstat::Flush(RstatGroup* root) {
   int total_groups = 0;
   if (policy_ == FlushLockPolicy::kPerCpu) {
     for (int cpu = 0; cpu < nr_cpus_; ++cpu) {
-      const int64_t before = MonotonicNowNs();
-      const int64_t acquired = LockFlush();
+      const HoldStart hold = LockFlush();
       const int groups = FlushCpuLocked(root, cpu);
-      UnlockFlush(acquired, acquired - before, 1, groups);
+      UnlockFlush(hold, 1, groups);
       total_groups += groups;
     }
   } else {
-    int64_t before = MonotonicNowNs();
-    int64_t acquired = LockFlush();
+    HoldStart hold = LockFlush();
     int hold_cpus = 0;
     int hold_groups = 0;
     for (int cpu = 0; cpu < nr_cpus_; ++cpu) {
@@ -250,15 +251,14 @@ void Rstat::Flush(RstatGroup* root) {
       total_groups += groups;
       if (cpu + 1 < nr_cpus_ &&
           flush_waiters_.load(std::memory_order_relaxed) > 0) {
-        UnlockFlush(acquired, acquired - before, hold_cpus, hold_groups);
+        UnlockFlush(hold, hold_cpus, hold_groups);
         std::this_thread::yield();
-        before = MonotonicNowNs();
-        acquired = LockFlush();
+        hold = LockFlush();
         hold_cpus = 0;
         hold_groups = 0;
       }
     }
-    UnlockFlush(acquired, acquired - before, hold_cpus, hold_groups);
+    UnlockFlush(hold, hold_cpus, hold_groups);
   }
   const int64_t end_ns = MonotonicNowNs();
   root->last_flush_ns_.store(end_ns, std::memory_order_relaxed);

@@ -177,8 +177,13 @@ class Rstat {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(flush_mu_);
 
   // Flush lock with a waiter count, so a holder can yield on contention.
-  int64_t LockFlush() ABSL_EXCLUSIVE_LOCK_FUNCTION(flush_mu_);
-  void UnlockFlush(int64_t acquired_ns, int64_t wait_ns, int cpus, int groups)
+  // Times are CycleClock ticks.
+  struct HoldStart {
+    int64_t acquired = 0;
+    int64_t wait_ticks = 0;
+  };
+  HoldStart LockFlush() ABSL_EXCLUSIVE_LOCK_FUNCTION(flush_mu_);
+  void UnlockFlush(const HoldStart& start, int cpus, int groups)
       ABSL_UNLOCK_FUNCTION(flush_mu_);
 
   const int nr_cpus_;

@@ -1,0 +1,33 @@
+#include "engine/cycle_clock.h"
+
+#include <chrono>
+#include <thread>
+
+namespace cgacct {
+
+int64_t CycleClock::SteadyNowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+double CycleClock::NsPerTick() {
+#if defined(__x86_64__)
+  // Calibrated once (about 10 ms), on first use.
+  static const double ns_per_tick = [] {
+    const int64_t ns0 = SteadyNowNs();
+    const int64_t t0 = Now();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    const int64_t ns1 = SteadyNowNs();
+    const int64_t t1 = Now();
+    return t1 > t0
+               ? static_cast<double>(ns1 - ns0) / static_cast<double>(t1 - t0)
+               : 1.0;
+  }();
+  return ns_per_tick;
+#else
+  return 1.0;
+#endif
+}
+
+}  // namespace cgacct
