@@ -15,6 +15,7 @@
 #include "engine/group.h"
 #include "engine/mutex.h"
 #include "engine/percpu.h"
+#include "engine/reclaim.h"
 #include "engine/rstat.h"
 #include "engine/stock.h"
 
@@ -81,14 +82,19 @@ void Bump(std::atomic<uint64_t>& counter) {
 class EngineImpl {
  public:
   EngineImpl(int nr_cpus, uint64_t page_size_bytes, FlushLockPolicy policy,
-             EngineObserver* observer)
+             EngineObserver* observer, bool memory_recursiveprot,
+             bool memcg_full_walk)
       : nr_cpus_(nr_cpus),
         page_size_bytes_(page_size_bytes),
         page_counter_max_(static_cast<uint64_t>(LONG_MAX) / page_size_bytes),
         tree_lock_(nr_cpus),
         stock_(nr_cpus),
         rstat_(nr_cpus, policy, observer),
-        counters_(new CpuCounters[nr_cpus]) {
+        counters_(new CpuCounters[nr_cpus]),
+        reclaimer_(&rstat_, observer, memory_recursiveprot, memcg_full_walk,
+                   [this](Group* g, MemoryEvent event, int cpu) {
+                     RaiseEvent(g, event, cpu);
+                   }) {
     auto root = std::make_unique<Group>("/", next_id_++, nullptr, &rstat_,
                                         page_counter_max_);
     root_ = root.get();
@@ -151,15 +157,22 @@ class EngineImpl {
     return static_cast<Group*>(counter->owner());
   }
 
-  // Reclaim from `over` (try_to_free_mem_cgroup_pages()). Reclaim arrives
-  // with the reclaim engine; until then FILE pages are only counted and
-  // nothing is reclaimed.
-  uint64_t ReclaimPages(Group* over, uint64_t nr_pages) { return 0; }
+  // Direct reclaim from `over` (try_to_free_mem_cgroup_pages(),
+  // engine/reclaim.h). Returns pages reclaimed.
+  uint64_t ReclaimPages(Group* over, uint64_t nr_pages, int cpu) {
+    return reclaimer_.TryToFreeMemCgroupPages(over, nr_pages,
+                                              ReclaimMode::kDirect, cpu);
+  }
 
   // try_charge_memcg(), mm/memcontrol.c. Differences: no task context, so
   // no PF_MEMALLOC force-charge, no OOM killer to wait for; the failed
-  // request itself is the OOM victim (oom_kill is raised on `g`).
-  absl::Status TryChargeMemcg(Group* g, uint64_t nr_pages, int cpu) {
+  // request itself is the OOM victim (oom_kill is raised on `g`). On
+  // success *nr_pages_over_high is the batch charged if the charge left `g`
+  // or an ancestor over memory.high (current->memcg_nr_pages_over_high),
+  // else 0; a charge served from the stock checks nothing, as in the kernel.
+  absl::Status TryChargeMemcg(Group* g, uint64_t nr_pages, int cpu,
+                              uint64_t* nr_pages_over_high) {
+    *nr_pages_over_high = 0;
     if (g->is_root()) {
       // The root has no limit; its own pages go straight to its counter.
       g->memory.Charge(nr_pages);
@@ -174,6 +187,7 @@ class EngineImpl {
       PageCounter* fail = nullptr;
       if (g->memory.TryCharge(batch, &fail)) {
         if (batch > nr_pages) stock_.Refill(cpu, &g->memory, batch - nr_pages);
+        if (MemoryHighExceeded(g)) *nr_pages_over_high = batch;
         return absl::OkStatus();
       }
       over = GroupOf(fail);
@@ -183,7 +197,7 @@ class EngineImpl {
         continue;
       }
       RaiseEvent(over, MemoryEvent::kMax, cpu);
-      const uint64_t reclaimed = ReclaimPages(over, nr_pages);
+      const uint64_t reclaimed = ReclaimPages(over, nr_pages, cpu);
       if (over->memory.Margin() >= nr_pages) continue;
       if (!drained) {
         stock_.DrainAll(&over->memory);
@@ -259,6 +273,7 @@ class EngineImpl {
     // fold its stats into the parent, and hand what is still charged to the
     // parent (the counters already include it hierarchically).
     stock_.DrainOwner(&g->memory);
+    InvalidateReclaimIterators(g);
     g->memory.SetMin(0);
     g->memory.SetLow(0);
     rstat_.FlushForRemoval(&g->rstat_group);
@@ -316,6 +331,17 @@ class EngineImpl {
           "path \"/\": the root has no limits to set");
     MutexLock setter(&limits_mu_);
     ApplyLimitsLocked(g, limits);
+    if (limits.high_pages && g->memory.Read() > g->memory.high()) {
+      // memory_high_write(): drain once, then reclaim the excess until it
+      // fits or 16 reclaims found nothing; never OOM.
+      stock_.DrainAll(&g->memory);
+      int nr_retries = kMaxReclaimRetries;
+      for (uint64_t usage; (usage = g->memory.Read()) > g->memory.high();) {
+        if (ReclaimPages(g, usage - g->memory.high(), cpu) == 0 &&
+            nr_retries-- == 0)
+          break;
+      }
+    }
     if (limits.max_pages && g->memory.Read() > g->memory.max()) {
       // memory_max_write(): drain once, reclaim, and if usage still cannot
       // get under the new max, `oom` (cgroup v2 accepts the limit anyway).
@@ -323,16 +349,13 @@ class EngineImpl {
       int nr_reclaims = kMaxReclaimRetries;
       while (g->memory.Read() > g->memory.max()) {
         if (nr_reclaims > 0) {
-          if (ReclaimPages(g, g->memory.Read() - g->memory.max()) == 0)
+          if (ReclaimPages(g, g->memory.Read() - g->memory.max(), cpu) == 0)
             --nr_reclaims;
           continue;
         }
         RaiseEvent(g, MemoryEvent::kOom, cpu);
         break;
       }
-    } else if (limits.high_pages && g->memory.Read() > g->memory.high()) {
-      // memory_high_write(): drain, then reclaim; never OOM.
-      stock_.DrainAll(&g->memory);
     }
     return InfoOf(*g);
   }
@@ -347,7 +370,10 @@ class EngineImpl {
     PercpuReaderLock l(&tree_lock_, *cpu);
     absl::StatusOr<Group*> g = Find(path);
     if (!g.ok()) return Reject(g.status(), *cpu);
-    if (absl::Status s = TryChargeMemcg(*g, nr_pages, *cpu); !s.ok()) {
+    uint64_t nr_pages_over_high = 0;
+    if (absl::Status s =
+            TryChargeMemcg(*g, nr_pages, *cpu, &nr_pages_over_high);
+        !s.ok()) {
       Bump(counters_[*cpu].charges_oom);
       return s;
     }
@@ -358,6 +384,8 @@ class EngineImpl {
     Bump(counters_[*cpu].charges_ok);
     ChargeResult result;
     result.nr_pages = nr_pages;
+    // The request's return to user mode: mem_cgroup_handle_over_high().
+    result.throttle = reclaimer_.HandleOverHigh(*g, nr_pages_over_high, *cpu);
     return result;
   }
 
@@ -465,6 +493,14 @@ class EngineImpl {
     return stats;
   }
 
+  absl::StatusOr<uint64_t> Reclaim(absl::string_view path, uint64_t nr_pages) {
+    const int cpu = CurrentCpu(nr_cpus_);
+    PercpuReaderLock l(&tree_lock_, cpu);
+    absl::StatusOr<Group*> g = Find(path);
+    if (!g.ok()) return g.status();
+    return reclaimer_.MemoryReclaim(*g, nr_pages, cpu);
+  }
+
   void DrainAllStock() {
     PercpuReaderLock l(&tree_lock_, CurrentCpu(nr_cpus_));
     // Unlike the kernel's best-effort drain, callers of this entry point
@@ -543,6 +579,7 @@ class EngineImpl {
   MemcgStock stock_;
   Rstat rstat_;
   std::unique_ptr<CpuCounters[]> counters_;  // per CPU slot
+  Reclaimer reclaimer_;
 };
 
 // --- Engine --------------------------------------------------------------
@@ -563,7 +600,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
     return absl::InvalidArgumentError(absl::StrCat(
         "page_size_bytes ", ps, " must be a power of two in [512, 1 GiB]"));
   return std::unique_ptr<Engine>(new Engine(std::make_unique<EngineImpl>(
-      nr_cpus, ps, options.flush_lock_policy, options.observer)));
+      nr_cpus, ps, options.flush_lock_policy, options.observer,
+      options.memory_recursiveprot, options.memcg_full_walk)));
 }
 
 Engine::Engine(std::unique_ptr<EngineImpl> impl) : impl_(std::move(impl)) {}
@@ -594,6 +632,10 @@ absl::StatusOr<UnchargeResult> Engine::Uncharge(absl::string_view path,
                                                 PageKind kind,
                                                 std::optional<int> cpu) {
   return impl_->Uncharge(path, nr_pages, kind, cpu);
+}
+absl::StatusOr<uint64_t> Engine::Reclaim(absl::string_view path,
+                                         uint64_t nr_pages) {
+  return impl_->Reclaim(path, nr_pages);
 }
 absl::StatusOr<GroupStats> Engine::GetStats(absl::string_view path,
                                             FlushMode mode) {

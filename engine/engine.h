@@ -6,7 +6,10 @@
 // hierarchical page_counter (memory.current/max/high/min/low), memory.events,
 // and rstat statistics (memory.stat). Charges go through a per-CPU stock of
 // pre-charged pages (batch 64, 7 group slots per CPU) in front of the
-// counters, following try_charge_memcg() in mm/memcontrol.c.
+// counters, following try_charge_memcg() in mm/memcontrol.c. FILE pages sit
+// on their group's LRU and are reclaimed the kernel's way (engine/reclaim.h):
+// on the charge path at memory.max and memory.high, on limit writes, and on
+// Reclaim (memory.reclaim), honouring memory.min/memory.low.
 //
 // Thread safety: thread-safe. Every public method may be called concurrently
 // from any thread. Operations name a per-CPU slot (`cpu`); when absent, the
@@ -21,6 +24,7 @@
 //   FAILED_PRECONDITION DeleteGroup with children; Uncharge of more ANON pages
 //                       than the group holds
 //   RESOURCE_EXHAUSTED  Charge hit OOM; the message names the limiting group
+//   UNAVAILABLE         Reclaim could not reclaim the requested amount
 // A failed call changes nothing.
 #ifndef CGACCT_ENGINE_ENGINE_H_
 #define CGACCT_ENGINE_ENGINE_H_
@@ -47,6 +51,14 @@ struct EngineOptions {
   FlushLockPolicy flush_lock_policy = FlushLockPolicy::kPerCpu;
   // Not owned; may be null. Must outlive the engine.
   EngineObserver* observer = nullptr;
+  // The cgroup2 mount option memory_recursiveprot: a group's memory.min/low
+  // left unclaimed by its children's settings protects the children in
+  // proportion to their unprotected usage (effective_protection()).
+  bool memory_recursiveprot = false;
+  // Every reclaim walk is a full walk of the target's subtree (as kswapd's
+  // are) instead of a partial walk on the target's shared cursor. For
+  // benchmarks: the baseline of "restore incremental cgroup iteration".
+  bool memcg_full_walk = false;
 };
 
 class EngineImpl;
@@ -79,17 +91,25 @@ class Engine {
                                                       bool recursive) const;
 
   // Changes the present fields of `limits` (pages). Setting min/low
-  // propagates protected usage (page_counter_set_min/low()). Lowering max
-  // below usage is accepted as cgroup v2 does (memory_max_write()): stocks
-  // are drained; reclaim comes with the reclaim engine. Root: INVALID_ARGUMENT.
+  // propagates protected usage (page_counter_set_min/low()). Raising high or
+  // max takes effect at once. Lowering high below usage drains the stocks
+  // and reclaims until usage fits or 16 reclaims found nothing; never OOM
+  // (memory_high_write()). Lowering max below usage is accepted as cgroup v2
+  // does (memory_max_write()): drain, reclaim (16 attempts that find
+  // nothing), then `oom` on the group if usage still exceeds max. High is
+  // applied before max when both are present. Root: INVALID_ARGUMENT.
   absl::StatusOr<GroupInfo> SetLimits(absl::string_view path,
                                       const LimitsUpdate& limits);
 
   // Charges nr_pages (> 0) of `kind` to `path` through per-CPU slot `cpu`.
   // Mirrors try_charge_memcg(): stock, then the page_counter with a batch of
-  // 64, then the exact amount, then drain all stocks and retry, then OOM
-  // (RESOURCE_EXHAUSTED naming the limiting group; `max` and `oom` events are
-  // raised on it, `oom_kill` on the charging group as the "killed" request).
+  // 64, then the exact amount, then `max` on the group whose limit failed,
+  // reclaim from it, drain all stocks once, retry (16 times without
+  // progress), then OOM (RESOURCE_EXHAUSTED naming the limiting group; `oom`
+  // is raised on it, `oom_kill` on the charging group as the "killed"
+  // request). A charge that leaves a level over memory.high then runs
+  // mem_cgroup_handle_over_high() (reclaim, `high` events) and returns the
+  // throttle the kernel would sleep (0, or over 10 ms and at most 2 s).
   absl::StatusOr<ChargeResult> Charge(absl::string_view path, uint64_t nr_pages,
                                       PageKind kind,
                                       std::optional<int> cpu = std::nullopt);
@@ -101,6 +121,15 @@ class Engine {
   absl::StatusOr<UnchargeResult> Uncharge(
       absl::string_view path, uint64_t nr_pages, PageKind kind,
       std::optional<int> cpu = std::nullopt);
+
+  // memory.reclaim: proactively reclaims nr_pages from `path`'s subtree,
+  // ignoring the group's own memory.min/low (its descendants' apply); counted
+  // as pgscan/pgsteal_proactive. Returns the pages reclaimed (at least
+  // nr_pages; reclaim works in chunks of 32). Mirrors memory_reclaim(): in
+  // batches of a quarter of what remains, 16 retries without progress.
+  // Errors: NOT_FOUND; INVALID_ARGUMENT bad path; UNAVAILABLE when the
+  // target was not met (the kernel's EAGAIN; what was reclaimed stays so).
+  absl::StatusOr<uint64_t> Reclaim(absl::string_view path, uint64_t nr_pages);
 
   // memory.current/peak/stat/events of `path`, flushed per `mode`.
   absl::StatusOr<GroupStats> GetStats(absl::string_view path,

@@ -11,6 +11,7 @@
 #include <map>
 #include <string>
 
+#include "engine/lru.h"
 #include "engine/page_counter.h"
 #include "engine/rstat.h"
 #include "engine/types.h"
@@ -50,7 +51,10 @@ struct Group {
   // moves. Incremented after the page_counter charge, decremented before the
   // uncharge, so usage never falls below them. Own cache line.
   alignas(kCacheLineBytes) std::atomic<uint64_t> nr_anon_pages{0};
-  std::atomic<uint64_t> nr_file_pages{0};
+  std::atomic<uint64_t> nr_file_pages{0};  // also the FILE LRU (engine/lru.h)
+
+  // Shared cursor of reclaim walks that target this group (engine/lru.h).
+  MemcgReclaimIter reclaim_iter;
 };
 
 }  // namespace cgacct

@@ -33,6 +33,15 @@ class EngineObserver {
   // One subtree flush (mirrors css_rstat_flush()), reported after it ends.
   virtual void OnFlushDone(absl::Duration duration, int cpus_walked,
                            int groups_folded) = 0;
+
+  // One reclaim cycle (try_to_free_mem_cgroup_pages()), reported after it
+  // ends: its duration, the pages it scanned and reclaimed (stolen), and
+  // whether it walked whole subtrees (forced full walks, or the full-walk
+  // retry before giving up) rather than only partial walks on the shared
+  // cursor. Called without engine locks other than a group-tree reader
+  // slot. Default: ignored.
+  virtual void OnReclaimDone(absl::Duration cycle, uint64_t scanned,
+                             uint64_t stolen, bool full_walk) {}
 };
 
 }  // namespace cgacct

@@ -36,7 +36,8 @@ TEST_P(ConcurrencyTest, ChargesUnchargesAndFlushesConserveEveryPage) {
   for (int c = 0; c < kChildren; ++c)
     ASSERT_TRUE(engine->CreateGroup(absl::StrCat("/p/c", c), {}).ok());
 
-  // Each thread keeps its own ledger of what it holds per child and kind.
+  // Each thread keeps its own ledger of what it holds per child and kind
+  // (FILE: charged minus uncharged; reclaim takes some, counted in pgsteal).
   struct Ledger {
     int64_t anon[kChildren] = {};
     int64_t file[kChildren] = {};
@@ -69,8 +70,12 @@ TEST_P(ConcurrencyTest, ChargesUnchargesAndFlushesConserveEveryPage) {
         } else {
           auto r = engine->Uncharge(path, n, kind, cpu);
           ASSERT_TRUE(r.ok()) << r.status();
-          ASSERT_EQ(r->nr_pages, n);
-          held -= n;
+          // FILE pages may have been reclaimed at the limit: what is left.
+          if (anon) {
+            ASSERT_EQ(r->nr_pages, n);
+          }
+          ASSERT_LE(r->nr_pages, n);
+          held -= r->nr_pages;
         }
       }
     });
@@ -122,6 +127,7 @@ TEST_P(ConcurrencyTest, ChargesUnchargesAndFlushesConserveEveryPage) {
     }
     auto s = engine->GetStats(absl::StrCat("/p/c", c));
     ASSERT_TRUE(s.ok());
+    file -= static_cast<int64_t>(Stat(*s, "pgsteal"));
     EXPECT_EQ(s->memory_current_pages, static_cast<uint64_t>(anon + file)) << c;
     EXPECT_EQ(Stat(*s, "anon"), static_cast<uint64_t>(anon) * 4096) << c;
     EXPECT_EQ(Stat(*s, "file"), static_cast<uint64_t>(file) * 4096) << c;

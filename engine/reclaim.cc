@@ -1,0 +1,438 @@
+#include "engine/reclaim.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "engine/lru.h"
+
+namespace cgacct {
+namespace {
+
+using u128 = unsigned __int128;
+
+// children_min/low_usage are sums of signed per-child values that can be
+// transiently negative under racing charges (propagate_protected_usage() is
+// not atomic across levels); the kernel reads them as unsigned long, where
+// that would be huge. Read as 0 instead.
+uint64_t ProtectedSum(uint64_t value) {
+  return static_cast<int64_t>(value) < 0 ? 0 : value;
+}
+
+// The last path segment: the group's key in its parent's children map.
+std::string NameOf(const Group* g) {
+  return g->path.substr(g->path.rfind('/') + 1);
+}
+
+// The deepest last descendant of g (g itself if it has no children): the
+// last group of g's subtree in pre-order.
+Group* LastDescendant(Group* g) {
+  while (!g->children.empty()) g = g->children.rbegin()->second;
+  return g;
+}
+
+}  // namespace
+
+// --- Effective protection ----------------------------------------------------
+
+uint64_t EffectiveProtection(uint64_t usage, uint64_t parent_usage,
+                             uint64_t setting, uint64_t parent_effective,
+                             uint64_t siblings_protected,
+                             bool recursive_protection) {
+  const uint64_t protected_usage = std::min(usage, setting);
+  // Overcommit: the parent's effective protection is split in proportion to
+  // each child's utilised protection (siblings_protected includes ours).
+  if (siblings_protected > parent_effective)
+    return static_cast<uint64_t>(u128{protected_usage} * parent_effective /
+                                 siblings_protected);
+  uint64_t ep = protected_usage;
+  if (!recursive_protection) return ep;
+  // memory_recursiveprot: what the parent's protection leaves unclaimed by
+  // explicit settings goes to the children in proportion to their
+  // unprotected usage.
+  if (parent_effective > siblings_protected &&
+      parent_usage > siblings_protected && usage > protected_usage) {
+    const u128 unclaimed = u128{parent_effective - siblings_protected} *
+                           (usage - protected_usage) /
+                           (parent_usage - siblings_protected);
+    ep += static_cast<uint64_t>(unclaimed);
+  }
+  return ep;
+}
+
+void CalculateProtection(const Group* root, Group* memcg,
+                         bool recursive_protection) {
+  // The target's own values are never used (mem_cgroup_protection()), so
+  // they are not computed and may be stale.
+  if (memcg == root) return;
+  const uint64_t usage = memcg->memory.Read();
+  if (usage == 0) return;
+  const Group* parent = memcg->parent;
+  if (parent == root) {
+    memcg->memory.set_effective_protection(memcg->memory.min(),
+                                           memcg->memory.low());
+    return;
+  }
+  const uint64_t parent_usage = parent->memory.Read();
+  const uint64_t emin = EffectiveProtection(
+      usage, parent_usage, memcg->memory.min(), parent->memory.emin(),
+      ProtectedSum(parent->memory.children_min_usage()), recursive_protection);
+  const uint64_t elow = EffectiveProtection(
+      usage, parent_usage, memcg->memory.low(), parent->memory.elow(),
+      ProtectedSum(parent->memory.children_low_usage()), recursive_protection);
+  memcg->memory.set_effective_protection(emin, elow);
+}
+
+namespace {
+
+// mem_cgroup_unprotected(): the root takes no protection, and the target's
+// own protection is ignored.
+bool Unprotected(const Group* target, const Group* memcg) {
+  return memcg->is_root() || memcg == target;
+}
+
+// mem_cgroup_protection(): (emin, elow) as seen from `root`; (0, 0) for the
+// target itself, whatever stale values an earlier walk left.
+void MemCgroupProtection(const Group* root, const Group* memcg, uint64_t* min,
+                         uint64_t* low) {
+  *min = *low = 0;
+  if (root == memcg) return;
+  *min = memcg->memory.emin();
+  *low = memcg->memory.elow();
+}
+
+}  // namespace
+
+bool BelowMin(const Group* target, const Group* memcg) {
+  if (Unprotected(target, memcg)) return false;
+  return memcg->memory.emin() >= memcg->memory.Read();
+}
+
+bool BelowLow(const Group* target, const Group* memcg) {
+  if (Unprotected(target, memcg)) return false;
+  return memcg->memory.elow() >= memcg->memory.Read();
+}
+
+uint64_t ApplyProportionalProtection(uint64_t scan, uint64_t min, uint64_t low,
+                                     uint64_t cgroup_size,
+                                     bool memcg_low_reclaim,
+                                     bool* memcg_low_skipped) {
+  if (min == 0 && low == 0) return scan;
+  uint64_t protection;
+  if (!memcg_low_reclaim && low > min) {
+    // memory.low scaling: make sure a low pass follows before OOM.
+    protection = low;
+    *memcg_low_skipped = true;
+  } else {
+    protection = min;
+  }
+  // Guards against the usage having dropped since the below_min/low check.
+  cgroup_size = std::max(cgroup_size, protection);
+  scan -=
+      static_cast<uint64_t>(u128{scan} * protection / (u128{cgroup_size} + 1));
+  // Keep reclaim moving without dropping the priority further than needed.
+  return std::max(scan, kSwapClusterMax);
+}
+
+// --- The hierarchy walk ------------------------------------------------------
+
+Group* NextDescendantPre(const Group* pos, const Group* root) {
+  if (pos == nullptr) return const_cast<Group*>(root);
+  if (!pos->children.empty()) return pos->children.begin()->second;
+  while (pos != root) {
+    const Group* parent = pos->parent;
+    auto next = parent->children.upper_bound(NameOf(pos));
+    if (next != parent->children.end()) return next->second;
+    pos = parent;
+  }
+  return nullptr;
+}
+
+Group* MemCgroupIter(Group* root, Group* prev, ReclaimCookie* cookie) {
+  if (cookie == nullptr) return NextDescendantPre(prev, root);
+  MemcgReclaimIter& iter = root->reclaim_iter;
+  for (;;) {
+    // On start, join the current round; stop when another walker has
+    // completed the round this walker joined.
+    const int64_t generation = iter.generation.load();
+    if (prev == nullptr) {
+      cookie->generation = generation;
+    } else if (cookie->generation != generation) {
+      return nullptr;
+    }
+    Group* pos = iter.position.load();
+    Group* next = NextDescendantPre(pos, root);
+    // The cursor may have moved since it was read: restart rather than
+    // reclaim from the same group twice ("mm: restart if multiple
+    // traversals raced").
+    if (!iter.position.compare_exchange_strong(pos, next)) continue;
+    if (next == nullptr) {
+      iter.generation.fetch_add(1);
+      // A walker that joined right at the end of a round starts the next
+      // one, so it sees at least one group.
+      if (prev == nullptr) continue;
+    }
+    return next;
+  }
+}
+
+void InvalidateReclaimIterators(Group* dead) {
+  // dead is a leaf (groups with children cannot be deleted), so its
+  // pre-order predecessor is the last group of its previous sibling's
+  // subtree, or its parent. Both are inside every ancestor's subtree.
+  Group* parent = dead->parent;
+  if (parent == nullptr) return;
+  auto it = parent->children.find(NameOf(dead));
+  Group* predecessor = parent;
+  if (it != parent->children.begin() && it != parent->children.end())
+    predecessor = LastDescendant(std::prev(it)->second);
+  for (Group* a = parent; a != nullptr; a = a->parent) {
+    Group* expected = dead;
+    a->reclaim_iter.position.compare_exchange_strong(expected, predecessor);
+  }
+}
+
+// --- memory.high -------------------------------------------------------------
+
+uint64_t CalculateOverage(uint64_t usage_pages, uint64_t high_pages) {
+  if (usage_pages <= high_pages) return 0;
+  // Act as if the threshold were 1 page, to avoid dividing by 0.
+  const uint64_t high = std::max<uint64_t>(high_pages, 1);
+  return static_cast<uint64_t>(
+      (u128{usage_pages - high} << kMemcgDelayPrecisionShift) / high);
+}
+
+uint64_t CalculateHighDelay(uint64_t nr_pages, uint64_t max_overage) {
+  if (max_overage == 0) return 0;
+  // Lenient on small overages, increasingly harsh on large ones: quadratic.
+  u128 penalty = u128{max_overage} * max_overage * kHz;
+  penalty >>= kMemcgDelayPrecisionShift;
+  penalty >>= kMemcgDelayScalingShift;
+  // Four N-page charges are throttled like one 4N-page charge.
+  return static_cast<uint64_t>(penalty * nr_pages / kChargeBatchPages);
+}
+
+bool MemoryHighExceeded(const Group* memcg) {
+  for (const Group* m = memcg; m != nullptr; m = m->parent)
+    if (m->memory.Read() > m->memory.high()) return true;
+  return false;
+}
+
+namespace {
+
+// mem_find_max_overage(): the worst overage of memcg and its ancestors
+// below the root.
+uint64_t MemFindMaxOverage(const Group* memcg) {
+  uint64_t max_overage = 0;
+  for (const Group* m = memcg; m != nullptr && !m->is_root(); m = m->parent)
+    max_overage = std::max(
+        max_overage, CalculateOverage(m->memory.Read(), m->memory.high()));
+  return max_overage;
+}
+
+}  // namespace
+
+// --- Reclaimer ---------------------------------------------------------------
+
+// struct scan_control, the parts the engine models.
+struct Reclaimer::ScanControl {
+  Group* target = nullptr;
+  uint64_t nr_to_reclaim = 0;
+  ReclaimMode mode = ReclaimMode::kDirect;
+  int cpu = 0;
+  int priority = kDefPriority;
+  uint64_t nr_reclaimed = 0;
+  uint64_t nr_scanned = 0;         // this cycle (the kernel resets it per prio)
+  bool memcg_full_walk = false;    // no shared cursor: walk the whole subtree
+  bool memcg_low_reclaim = false;  // the low-breaching pass
+  bool memcg_low_skipped = false;  // a group was spared for its low
+};
+
+Reclaimer::Reclaimer(Rstat* rstat, EngineObserver* observer,
+                     bool recursive_protection, bool memcg_full_walk,
+                     RaiseEventFn raise_event)
+    : rstat_(rstat),
+      observer_(observer),
+      recursive_protection_(recursive_protection),
+      memcg_full_walk_(memcg_full_walk),
+      raise_event_(std::move(raise_event)) {}
+
+uint64_t Reclaimer::TryToFreeMemCgroupPages(Group* target, uint64_t nr_pages,
+                                            ReclaimMode mode, int cpu) {
+  const int64_t start_ns = MonotonicNowNs();
+  ScanControl sc;
+  sc.target = target;
+  sc.nr_to_reclaim = std::max(nr_pages, kSwapClusterMax);
+  sc.mode = mode;
+  sc.cpu = cpu;
+  sc.priority = kDefPriority;
+  sc.memcg_full_walk = memcg_full_walk_;
+  const uint64_t reclaimed = DoTryToFreePages(sc);
+  if (observer_ != nullptr)
+    observer_->OnReclaimDone(absl::Nanoseconds(MonotonicNowNs() - start_ns),
+                             sc.nr_scanned, reclaimed, sc.memcg_full_walk);
+  return reclaimed;
+}
+
+uint64_t Reclaimer::DoTryToFreePages(ScanControl& sc) {
+  const int initial_priority = sc.priority;
+  for (;;) {
+    do {
+      ShrinkNodeMemcgs(sc);
+      if (sc.nr_reclaimed >= sc.nr_to_reclaim) break;
+    } while (--sc.priority >= 0);
+
+    if (sc.nr_reclaimed > 0) return sc.nr_reclaimed;
+
+    // Partial walks share the cursor with every concurrent reclaimer of the
+    // target, so under contention one of them may see too few groups: one
+    // full walk before giving up avoids a premature OOM.
+    if (!sc.memcg_full_walk) {
+      sc.priority = initial_priority;
+      sc.memcg_full_walk = true;
+      continue;
+    }
+    // (No active list: the skipped_deactivate/force_deactivate rung never
+    // applies.)
+    // Untapped memory.low reserves: breach them rather than OOM. Only after
+    // a pass that reclaimed nothing, so `low` events mean protected memory
+    // really had to be taken.
+    if (sc.memcg_low_skipped) {
+      sc.priority = initial_priority;
+      sc.memcg_low_reclaim = true;
+      sc.memcg_low_skipped = false;
+      continue;
+    }
+    return 0;
+  }
+}
+
+void Reclaimer::ShrinkNodeMemcgs(ScanControl& sc) {
+  Group* const target = sc.target;
+  ReclaimCookie cookie;
+  ReclaimCookie* partial = sc.memcg_full_walk ? nullptr : &cookie;
+  for (Group* memcg = MemCgroupIter(target, nullptr, partial); memcg != nullptr;
+       memcg = MemCgroupIter(target, memcg, partial)) {
+    CalculateProtection(target, memcg, recursive_protection_);
+    if (BelowMin(target, memcg)) continue;  // hard protection
+    if (BelowLow(target, memcg)) {
+      // Soft protection: honoured while other groups have unprotected
+      // memory to give.
+      if (!sc.memcg_low_reclaim) {
+        sc.memcg_low_skipped = true;
+        continue;
+      }
+      raise_event_(memcg, MemoryEvent::kLow, sc.cpu);
+    }
+    ShrinkLruvec(memcg, sc);
+    // A partial walk stops as soon as the goal is met; the cursor stays on
+    // this group for the next walker (mem_cgroup_iter_break() has no
+    // reference to drop).
+    if (partial != nullptr && sc.nr_reclaimed >= sc.nr_to_reclaim) break;
+  }
+}
+
+void Reclaimer::ShrinkLruvec(Group* memcg, ScanControl& sc) {
+  // get_scan_count(): without swap only the file list is scanned
+  // (SCAN_FILE), lru_size >> priority, scaled by protection.
+  // The protection scaling runs (and may set memcg_low_skipped) even for an
+  // empty list, as the kernel's does for every evictable list.
+  const uint64_t lru_size =
+      memcg->nr_file_pages.load(std::memory_order_relaxed);
+  uint64_t min, low;
+  MemCgroupProtection(sc.target, memcg, &min, &low);
+  uint64_t scan =
+      ApplyProportionalProtection(lru_size, min, low, memcg->memory.Read(),
+                                  sc.memcg_low_reclaim, &sc.memcg_low_skipped);
+  if (lru_size == 0) return;
+  scan >>= sc.priority;
+
+  // shrink_lruvec(): SWAP_CLUSTER_MAX chunks until the scan budget is spent
+  // or this group alone met the goal (cgroup reclaim is not proportional).
+  uint64_t nr_reclaimed = 0;
+  uint64_t nr_scanned = 0;
+  while (scan > 0) {
+    const uint64_t nr_to_scan = std::min(scan, kSwapClusterMax);
+    scan -= nr_to_scan;
+    // shrink_inactive_list(): every isolated page is clean, unreferenced
+    // page cache here, so it is freed.
+    const uint64_t taken = LruIsolatePages(memcg->nr_file_pages, nr_to_scan);
+    nr_scanned += taken;
+    nr_reclaimed += taken;
+    if (taken < nr_to_scan) break;  // the list ran dry
+    if (nr_reclaimed >= sc.nr_to_reclaim) break;
+  }
+  if (nr_scanned == 0) return;
+  // Freeing the folios uncharges them directly (not through the stock).
+  memcg->memory.Uncharge(nr_reclaimed);
+  int64_t deltas[kNrStatItems] = {};
+  deltas[kStatFile] = -static_cast<int64_t>(nr_reclaimed);
+  const bool proactive = sc.mode == ReclaimMode::kProactive;
+  deltas[proactive ? kStatPgscanProactive : kStatPgscanDirect] =
+      static_cast<int64_t>(nr_scanned);
+  deltas[proactive ? kStatPgstealProactive : kStatPgstealDirect] =
+      static_cast<int64_t>(nr_reclaimed);
+  rstat_->Update(&memcg->rstat_group, sc.cpu, deltas,
+                 2 * nr_reclaimed + nr_scanned);
+  sc.nr_reclaimed += nr_reclaimed;
+  sc.nr_scanned += nr_scanned;
+}
+
+absl::StatusOr<uint64_t> Reclaimer::MemoryReclaim(Group* memcg,
+                                                  uint64_t nr_pages, int cpu) {
+  uint64_t nr_reclaimed = 0;
+  int nr_retries = kMaxReclaimRetries;
+  while (nr_reclaimed < nr_pages) {
+    // Converges on zero; reclaim enforces its 32-page minimum.
+    const uint64_t batch = (nr_pages - nr_reclaimed) / 4;
+    const uint64_t reclaimed =
+        TryToFreeMemCgroupPages(memcg, batch, ReclaimMode::kProactive, cpu);
+    if (reclaimed == 0 && nr_retries-- == 0)
+      return absl::UnavailableError(absl::StrCat(
+          "memory.reclaim of ", memcg->path, ": reclaimed ", nr_reclaimed,
+          " of ", nr_pages, " pages; nothing more is reclaimable now"));
+    nr_reclaimed += reclaimed;
+  }
+  return nr_reclaimed;
+}
+
+uint64_t Reclaimer::ReclaimHigh(Group* memcg, uint64_t nr_pages, int cpu) {
+  uint64_t nr_reclaimed = 0;
+  for (Group* m = memcg; m != nullptr && !m->is_root(); m = m->parent) {
+    if (m->memory.Read() <= m->memory.high()) continue;
+    raise_event_(m, MemoryEvent::kHigh, cpu);
+    nr_reclaimed +=
+        TryToFreeMemCgroupPages(m, nr_pages, ReclaimMode::kDirect, cpu);
+  }
+  return nr_reclaimed;
+}
+
+absl::Duration Reclaimer::HandleOverHigh(Group* memcg,
+                                         uint64_t nr_pages_over_high, int cpu) {
+  if (nr_pages_over_high == 0 || memcg->is_root()) return absl::ZeroDuration();
+  int nr_retries = kMaxReclaimRetries;
+  bool in_retry = false;
+  for (;;) {
+    // The charging task reclaims at least its batch; retries only what
+    // keeps the group from growing.
+    const uint64_t reclaimed = ReclaimHigh(
+        memcg, in_retry ? kSwapClusterMax : nr_pages_over_high, cpu);
+    // No swap: swap_find_max_overage() is always 0.
+    uint64_t penalty_jiffies =
+        CalculateHighDelay(nr_pages_over_high, MemFindMaxOverage(memcg));
+    penalty_jiffies = std::min(penalty_jiffies, kMemcgMaxHighDelayJiffies);
+    // Not worth sleeping for a small overrun.
+    if (penalty_jiffies <= kHz / 100) return absl::ZeroDuration();
+    // Reclaim making progress is preferred to throttling.
+    if (reclaimed != 0 || nr_retries-- > 0) {
+      in_retry = true;
+      continue;
+    }
+    return absl::Milliseconds(
+        static_cast<int64_t>(penalty_jiffies * 1000 / kHz));
+  }
+}
+
+}  // namespace cgacct
