@@ -492,7 +492,19 @@ grpc::ServerUnaryReactor* AccountingService::Reclaim(
     v1::ReclaimResponse* response) {
   const Clock::time_point start = Clock::now();
   return FinishUnary(context, RpcMethod::kReclaim, start,
-                     Unimplemented("Reclaim"));
+                     DoReclaim(*request, response));
+}
+
+grpc::Status AccountingService::DoReclaim(const v1::ReclaimRequest& request,
+                                          v1::ReclaimResponse* response) {
+  if (request.nr_bytes() == 0) return InvalidArgument("nr_bytes must be > 0");
+  // memory_reclaim(): bytes round down to pages (less than a page is 0
+  // pages, which succeeds with nothing reclaimed).
+  absl::StatusOr<uint64_t> reclaimed =
+      engine_.Reclaim(request.path(), request.nr_bytes() / page_size_bytes_);
+  if (!reclaimed.ok()) return ToGrpcStatus(reclaimed.status());
+  response->set_reclaimed_bytes(*reclaimed * page_size_bytes_);
+  return grpc::Status::OK;
 }
 
 grpc::ServerWriteReactor<v1::EventsUpdate>* AccountingService::WatchEvents(

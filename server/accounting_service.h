@@ -125,7 +125,12 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
                                      const cgacct::v1::GetStatsRequest* request,
                                      cgacct::v1::GroupStats* response) override;
 
-  // Not implemented yet: UNIMPLEMENTED.
+  // memory.reclaim: reclaims nr_bytes (rounded down to pages) from the
+  // group's subtree, ignoring the group's own min/low; reclaimed_bytes is
+  // what was reclaimed (at least the request; reclaim works in 32-page
+  // chunks). Errors: INVALID_ARGUMENT nr_bytes 0 or bad path; NOT_FOUND;
+  // UNAVAILABLE when the target was not met (the kernel's EAGAIN; retry
+  // later: what was reclaimed stays reclaimed).
   grpc::ServerUnaryReactor* Reclaim(
       grpc::CallbackServerContext* context,
       const cgacct::v1::ReclaimRequest* request,
@@ -167,6 +172,8 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
                           cgacct::v1::UnchargeResponse* response);
   grpc::Status DoGetStats(const cgacct::v1::GetStatsRequest& request,
                           cgacct::v1::GroupStats* response);
+  grpc::Status DoReclaim(const cgacct::v1::ReclaimRequest& request,
+                         cgacct::v1::ReclaimResponse* response);
   void DoGetEngineInfo(cgacct::v1::EngineInfo* response);
 
   // Checks path, nr_pages, kind, cpu and request_id of a Charge/Uncharge.

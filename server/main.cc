@@ -37,6 +37,10 @@ ABSL_FLAG(int, cpus, 0,
 ABSL_FLAG(std::string, flush_lock_policy, "per_cpu",
           "rstat flush lock policy: per_cpu or whole");
 ABSL_FLAG(uint64_t, page_size, 4096, "bytes per page (power of two >= 512)");
+ABSL_FLAG(bool, memory_recursiveprot, false,
+          "like the cgroup2 mount option: memory.min/low of a group that its "
+          "children do not claim protects them in proportion to their "
+          "unprotected usage");
 ABSL_FLAG(int, metrics_group_depth, 2,
           "export cgacct_group_memory_current_bytes for groups down to this "
           "depth; 0 = off");
@@ -66,7 +70,7 @@ int main(int argc, char** argv) {
       "cgacctd: userspace memory-cgroup accounting service.\n"
       "  cgacctd [--listen=HOST:PORT] [--metrics_listen=HOST:PORT] [--cpus=N]\n"
       "          [--flush_lock_policy=per_cpu|whole] [--page_size=4096]\n"
-      "          [--metrics_group_depth=2]");
+      "          [--metrics_group_depth=2] [--memory_recursiveprot]");
   absl::ParseCommandLine(argc, argv);
   // Debian's Abseil keeps absl::Mutex's lock-order graph on; it costs about
   // 6x on every nested lock (measured here: 105 vs 18 ns for a lock pair).
@@ -108,6 +112,8 @@ int main(int argc, char** argv) {
   engine_options.page_size_bytes = absl::GetFlag(FLAGS_page_size);
   engine_options.flush_lock_policy = *policy;
   engine_options.observer = &flush_observer;
+  engine_options.memory_recursiveprot =
+      absl::GetFlag(FLAGS_memory_recursiveprot);
   absl::StatusOr<std::unique_ptr<cgacct::Engine>> engine =
       cgacct::Engine::Create(engine_options);
   if (!engine.ok()) {

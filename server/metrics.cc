@@ -147,6 +147,29 @@ void RstatFlushObserver::OnFlushDone(absl::Duration duration, int cpus_walked,
   flush_duration_.Record(duration);
 }
 
+void RstatFlushObserver::OnReclaimDone(absl::Duration cycle, uint64_t scanned,
+                                       uint64_t stolen, bool full_walk) {
+  reclaim_cycle_[full_walk ? 1 : 0].Record(cycle);
+  ReclaimShard& shard = reclaim_pages_[ThisThreadMetricShard()];
+  // Relaxed: statistics (see the header's Memory ordering paragraph).
+  shard.scanned.fetch_add(scanned, std::memory_order_relaxed);
+  shard.stolen.fetch_add(stolen, std::memory_order_relaxed);
+}
+
+uint64_t RstatFlushObserver::reclaim_scanned() const {
+  uint64_t total = 0;
+  for (const ReclaimShard& shard : reclaim_pages_)
+    total += shard.scanned.load(std::memory_order_relaxed);
+  return total;
+}
+
+uint64_t RstatFlushObserver::reclaim_stolen() const {
+  uint64_t total = 0;
+  for (const ReclaimShard& shard : reclaim_pages_)
+    total += shard.stolen.load(std::memory_order_relaxed);
+  return total;
+}
+
 const LatencyHistogram& RstatFlushObserver::lock_hold(
     FlushLockPolicy policy) const {
   return lock_hold_[PolicySlot(policy)];
@@ -312,6 +335,31 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
     duration.metric.push_back(
         HistogramMetric(flush_.flush_duration().Collect()));
     out.push_back(std::move(duration));
+  }
+
+  // Reclaim ("restore incremental cgroup iteration", DESIGN.md §1).
+  {
+    MetricFamily cycles = Family(
+        "cgacct_reclaim_cycle_seconds",
+        "Duration of one reclaim cycle (try_to_free_mem_cgroup_pages()), by "
+        "walk: partial (shared cursor only) or full (whole subtree).",
+        MetricType::Histogram);
+    cycles.metric.push_back(
+        HistogramMetric(flush_.reclaim_cycle(/*full_walk=*/false).Collect(),
+                        {{"walk", "partial"}}));
+    cycles.metric.push_back(
+        HistogramMetric(flush_.reclaim_cycle(/*full_walk=*/true).Collect(),
+                        {{"walk", "full"}}));
+    out.push_back(std::move(cycles));
+    MetricFamily pages =
+        Family("cgacct_reclaim_pages_total",
+               "Pages scanned and reclaimed (stolen) by reclaim.",
+               MetricType::Counter);
+    pages.metric.push_back(CounterMetric(
+        static_cast<double>(flush_.reclaim_scanned()), {{"op", "scanned"}}));
+    pages.metric.push_back(CounterMetric(
+        static_cast<double>(flush_.reclaim_stolen()), {{"op", "stolen"}}));
+    out.push_back(std::move(pages));
   }
 
   auto counter_family = [&out](const char* name, const char* help,

@@ -106,7 +106,8 @@ class LatencyHistogram {
 // policy) and flush durations, recorded into LatencyHistograms. Called by the
 // engine once per lock hold (once per CPU per flush with the per_cpu policy,
 // so hundreds of times per flush on a big machine): it only does relaxed
-// atomic adds on the calling thread's shard.
+// atomic adds on the calling thread's shard. Also records reclaim cycles
+// (duration per walk kind, pages scanned and stolen) the same way.
 //
 // Thread safety: thread-safe. Must outlive the Engine it is given to.
 class RstatFlushObserver final : public EngineObserver {
@@ -120,6 +121,8 @@ class RstatFlushObserver final : public EngineObserver {
   void OnFlushLockHold(const FlushLockHold& hold) override;
   void OnFlushDone(absl::Duration duration, int cpus_walked,
                    int groups_folded) override;
+  void OnReclaimDone(absl::Duration cycle, uint64_t scanned, uint64_t stolen,
+                     bool full_walk) override;
 
   // Histogram of flush-lock hold times for `policy`.
   const LatencyHistogram& lock_hold(FlushLockPolicy policy) const;
@@ -127,13 +130,30 @@ class RstatFlushObserver final : public EngineObserver {
   const LatencyHistogram& lock_wait(FlushLockPolicy policy) const;
   // Histogram of whole subtree flushes (css_rstat_flush()).
   const LatencyHistogram& flush_duration() const { return flush_duration_; }
+  // Histogram of reclaim cycles (try_to_free_mem_cgroup_pages()) that used
+  // only partial walks (full_walk false) or walked whole subtrees (true).
+  const LatencyHistogram& reclaim_cycle(bool full_walk) const {
+    return reclaim_cycle_[full_walk ? 1 : 0];
+  }
+  // Pages scanned and reclaimed by all reclaim cycles, summed over shards.
+  uint64_t reclaim_scanned() const;
+  uint64_t reclaim_stolen() const;
 
  private:
   static int PolicySlot(FlushLockPolicy policy);
 
+  struct alignas(kCacheLineBytes) ReclaimShard {
+    std::atomic<uint64_t> scanned;
+    std::atomic<uint64_t> stolen;
+  };
+  static_assert(sizeof(ReclaimShard) % kCacheLineBytes == 0,
+                "shards must not share cache lines");
+
   std::array<LatencyHistogram, kNrPolicySlots> lock_hold_;
   std::array<LatencyHistogram, kNrPolicySlots> lock_wait_;
   LatencyHistogram flush_duration_;
+  std::array<LatencyHistogram, 2> reclaim_cycle_;  // [partial, full]
+  std::array<ReclaimShard, kNrMetricShards> reclaim_pages_{};
 };
 
 // The RPCs of cgacct.v1.Accounting, as metric label values.

@@ -838,16 +838,6 @@ TEST_F(AccountingServiceTest, UnimplementedRpcsSaySo) {
   }
   {
     grpc::ClientContext context;
-    v1::ReclaimRequest request;
-    request.set_path("/");
-    request.set_nr_bytes(kPage);
-    v1::ReclaimResponse response;
-    const grpc::Status s = stub_->Reclaim(&context, request, &response);
-    EXPECT_CODE(s, UNIMPLEMENTED);
-    EXPECT_THAT(s.error_message(), HasSubstr("Reclaim"));
-  }
-  {
-    grpc::ClientContext context;
     auto stream = stub_->ChargeStream(&context);
     v1::ChargeBatchResponse response;
     EXPECT_FALSE(stream->Read(&response));
