@@ -6,12 +6,14 @@
 #include <atomic>
 #include <climits>
 #include <memory>
+#include <thread>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "engine/group.h"
 #include "engine/mutex.h"
 #include "engine/percpu.h"
@@ -80,20 +82,61 @@ void Bump(std::atomic<uint64_t>& counter) {
 // stock locks are leaves (taken under any of the above).
 class EngineImpl {
  public:
-  EngineImpl(int nr_cpus, uint64_t page_size_bytes, FlushLockPolicy policy,
-             EngineObserver* observer)
+  EngineImpl(int nr_cpus, const EngineOptions& options)
       : nr_cpus_(nr_cpus),
-        page_size_bytes_(page_size_bytes),
-        page_counter_max_(static_cast<uint64_t>(LONG_MAX) / page_size_bytes),
+        page_size_bytes_(options.page_size_bytes),
+        page_counter_max_(static_cast<uint64_t>(LONG_MAX) /
+                          options.page_size_bytes),
+        periodic_flush_interval_(options.periodic_flush_interval),
+        clock_(options.clock != nullptr ? *options.clock : Clock::Real()),
         tree_lock_(nr_cpus),
         stock_(nr_cpus),
-        rstat_(nr_cpus, policy, observer),
+        rstat_(
+            nr_cpus,
+            FlushLockConfig{options.flush_lock_policy, options.flush_batch_cpus,
+                            options.flush_hold_budget},
+            options.observer, clock_),
         counters_(new CpuCounters[nr_cpus]) {
     auto root = std::make_unique<Group>("/", next_id_++, nullptr, &rstat_,
                                         page_counter_max_);
     root_ = root.get();
     groups_.emplace("/", std::move(root));
     nr_groups_.store(1, std::memory_order_relaxed);
+    last_periodic_flush_ns_.store(clock_.NowNs(), std::memory_order_relaxed);
+    if (periodic_flush_interval_ > absl::ZeroDuration())
+      flusher_ = std::thread([this] { FlusherLoop(); });
+  }
+
+  ~EngineImpl() {
+    if (flusher_.joinable()) {
+      stop_flusher_.Notify();
+      flusher_.join();
+    }
+  }
+
+  // The periodic flusher (the kernel's flush_memcg_stats_dwork, every
+  // FLUSH_TIME = 2 s): wakes often enough to notice a due flush on the
+  // engine's clock, flushes the whole tree when due.
+  void FlusherLoop() {
+    const absl::Duration tick =
+        std::min(periodic_flush_interval_, absl::Milliseconds(100));
+    while (!stop_flusher_.WaitForNotificationWithTimeout(tick))
+      MaybePeriodicFlush();
+  }
+
+  bool MaybePeriodicFlush() {
+    if (periodic_flush_interval_ <= absl::ZeroDuration()) return false;
+    const int64_t now = clock_.NowNs();
+    int64_t last = last_periodic_flush_ns_.load(std::memory_order_relaxed);
+    if (now - last < absl::ToInt64Nanoseconds(periodic_flush_interval_))
+      return false;
+    // One periodic flush per interval even if several threads call this.
+    if (!last_periodic_flush_ns_.compare_exchange_strong(
+            last, now, std::memory_order_relaxed))
+      return false;
+    PercpuReaderLock l(&tree_lock_, CurrentCpu(nr_cpus_));
+    rstat_.Flush(&root_->rstat_group);
+    return true;
   }
 
   // --- helpers -----------------------------------------------------------
@@ -408,13 +451,15 @@ class EngineImpl {
       stats.flushed = true;
     }
     if (!stats.flushed) {
-      // The newest flush that covered this group: its own or an ancestor's.
+      // The newest flush that covered this group: its own or an ancestor's
+      // (the periodic flush covers every group). Never flushed: as old as
+      // the engine.
       int64_t last = 0;
       for (Group* pos = g; pos != nullptr; pos = pos->parent)
         last = std::max(last, pos->rstat_group.last_flush_ns());
-      stats.max_staleness = last == 0
-                                ? absl::InfiniteDuration()
-                                : absl::Nanoseconds(MonotonicNowNs() - last);
+      if (last == 0) last = created_ns_;
+      stats.max_staleness =
+          absl::Nanoseconds(std::max<int64_t>(0, clock_.NowNs() - last));
     }
     stats.memory_current_pages = g->memory.Read();
     stats.memory_peak_pages = g->memory.watermark();
@@ -478,9 +523,13 @@ class EngineImpl {
     info.page_size_bytes = page_size_bytes_;
     info.charge_batch_pages = stock_.batch_pages();
     info.flush_lock_policy = rstat_.policy();
+    info.flush_lock_policy_name = FlushLockConfigName(rstat_.config());
+    info.flush_hold_budget = rstat_.config().hold_budget;
+    info.periodic_flush_interval = periodic_flush_interval_;
     info.nr_stock_slots = kNrStockSlots;
     info.nr_groups = nr_groups_.load(std::memory_order_relaxed);
     info.flush_lock_hold_max = rstat_.hold_max();
+    info.longest_flush_holds = rstat_.LongestHolds();
     return info;
   }
 
@@ -527,6 +576,9 @@ class EngineImpl {
   const int nr_cpus_;
   const uint64_t page_size_bytes_;
   const uint64_t page_counter_max_;
+  const absl::Duration periodic_flush_interval_;
+  const Clock& clock_;
+  const int64_t created_ns_ = clock_.NowNs();
 
   // The group tree: read-locked (one CPU slot) by every operation,
   // write-locked by create and delete.
@@ -543,6 +595,10 @@ class EngineImpl {
   MemcgStock stock_;
   Rstat rstat_;
   std::unique_ptr<CpuCounters[]> counters_;  // per CPU slot
+
+  std::atomic<int64_t> last_periodic_flush_ns_{0};
+  absl::Notification stop_flusher_;
+  std::thread flusher_;  // last: started after everything it uses
 };
 
 // --- Engine --------------------------------------------------------------
@@ -562,8 +618,19 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
   if (ps < 512 || (ps & (ps - 1)) != 0 || ps > (uint64_t{1} << 30))
     return absl::InvalidArgumentError(absl::StrCat(
         "page_size_bytes ", ps, " must be a power of two in [512, 1 GiB]"));
-  return std::unique_ptr<Engine>(new Engine(std::make_unique<EngineImpl>(
-      nr_cpus, ps, options.flush_lock_policy, options.observer)));
+  if (options.flush_batch_cpus < 1 || options.flush_batch_cpus > kMaxCpus)
+    return absl::InvalidArgumentError(
+        absl::StrCat("flush_batch_cpus ", options.flush_batch_cpus,
+                     " out of range [1, ", kMaxCpus, "]"));
+  if (options.flush_hold_budget <= absl::ZeroDuration() ||
+      options.flush_hold_budget > absl::Seconds(1))
+    return absl::InvalidArgumentError(absl::StrCat(
+        "flush_hold_budget ", absl::FormatDuration(options.flush_hold_budget),
+        " must be in (0, 1s]"));
+  if (options.periodic_flush_interval < absl::ZeroDuration())
+    return absl::InvalidArgumentError("periodic_flush_interval must be >= 0");
+  return std::unique_ptr<Engine>(
+      new Engine(std::make_unique<EngineImpl>(nr_cpus, options)));
 }
 
 Engine::Engine(std::unique_ptr<EngineImpl> impl) : impl_(std::move(impl)) {}
@@ -600,6 +667,7 @@ absl::StatusOr<GroupStats> Engine::GetStats(absl::string_view path,
   return impl_->GetStats(path, mode);
 }
 void Engine::DrainAllStock() { impl_->DrainAllStock(); }
+bool Engine::MaybePeriodicFlush() { return impl_->MaybePeriodicFlush(); }
 EngineInfo Engine::GetInfo() const { return impl_->GetInfo(); }
 EngineCounters Engine::GetCounters() const { return impl_->GetCounters(); }
 int Engine::nr_cpus() const { return impl_->nr_cpus(); }

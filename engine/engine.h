@@ -34,6 +34,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "engine/clock.h"
 #include "engine/observer.h"
 #include "engine/types.h"
 
@@ -45,8 +46,17 @@ struct EngineOptions {
   // Bytes per page; a power of two >= 512.
   uint64_t page_size_bytes = 4096;
   FlushLockPolicy flush_lock_policy = FlushLockPolicy::kPerCpu;
+  // kBatch: CPUs per lock hold, 1..4096.
+  int flush_batch_cpus = 8;
+  // kAdaptive: drop and retake the lock once a hold reaches this, > 0.
+  absl::Duration flush_hold_budget = absl::Microseconds(50);
+  // Background flush of the whole tree (the kernel's FLUSH_TIME, 2 s);
+  // zero disables the flusher thread.
+  absl::Duration periodic_flush_interval = absl::Seconds(2);
   // Not owned; may be null. Must outlive the engine.
   EngineObserver* observer = nullptr;
+  // Time source for flush bookkeeping; null = steady clock. Not owned.
+  const Clock* clock = nullptr;
 };
 
 class EngineImpl;
@@ -108,6 +118,12 @@ class Engine {
 
   // Drains every CPU's stock (drain_all_stock() for the root), synchronously.
   void DrainAllStock();
+
+  // Flushes the whole tree if periodic_flush_interval has passed on the
+  // engine's clock since the last periodic flush (flush_memcg_stats_dwork()).
+  // The engine's flusher thread calls it; public for tests (with a
+  // ManualClock) and embedders. Returns whether it flushed.
+  bool MaybePeriodicFlush();
 
   EngineInfo GetInfo() const;
   EngineCounters GetCounters() const;

@@ -518,12 +518,27 @@ void AccountingService::DoGetEngineInfo(v1::EngineInfo* response) {
   response->set_nr_cpus(static_cast<uint32_t>(info.nr_cpus));
   response->set_page_size_bytes(info.page_size_bytes);
   response->set_charge_batch_pages(info.charge_batch_pages);
-  response->set_flush_lock_policy(FlushLockPolicyName(info.flush_lock_policy));
+  response->set_flush_lock_policy(info.flush_lock_policy_name);
   response->set_nr_stock_slots(static_cast<uint32_t>(info.nr_stock_slots));
   response->set_nr_groups(info.nr_groups);
   response->set_flush_lock_hold_max_us(
       DurationToMicros(info.flush_lock_hold_max));
   response->set_max_batch_ops(kMaxBatchOps);
+  for (const FlushHoldRecord& record : info.longest_flush_holds) {
+    v1::FlushLockHold* hold = response->add_longest_flush_holds();
+    hold->set_policy(record.policy);
+    hold->set_root_path(record.root_path);
+    hold->set_cpus_walked(static_cast<uint32_t>(record.cpus_walked));
+    hold->set_groups_folded(static_cast<uint32_t>(record.groups_folded));
+    hold->set_hold_ns(
+        static_cast<uint64_t>(absl::ToInt64Nanoseconds(record.hold)));
+    hold->set_when_unix_us(absl::ToUnixMicros(record.when));
+  }
+  if (info.flush_lock_policy == FlushLockPolicy::kAdaptive)
+    response->set_flush_hold_budget_us(
+        DurationToMicros(info.flush_hold_budget));
+  response->set_periodic_flush_interval_ms(static_cast<uint64_t>(
+      absl::ToInt64Milliseconds(info.periodic_flush_interval)));
 }
 
 }  // namespace cgacct

@@ -35,7 +35,13 @@ ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464",
 ABSL_FLAG(int, cpus, 0,
           "per-CPU slots of the engine; 0 = the machine's online CPUs");
 ABSL_FLAG(std::string, flush_lock_policy, "per_cpu",
-          "rstat flush lock policy: per_cpu or whole");
+          "rstat flush lock policy: per_cpu (retake per CPU), whole (hold "
+          "across CPUs, yield to waiters), batch:N (retake every N CPUs) or "
+          "adaptive (hold up to --flush_hold_budget, skip clean CPUs)");
+ABSL_FLAG(absl::Duration, flush_hold_budget, absl::Microseconds(50),
+          "adaptive policy: longest planned flush-lock hold");
+ABSL_FLAG(absl::Duration, periodic_flush_interval, absl::Seconds(2),
+          "background flush of the whole tree (the kernel's 2 s); 0 = off");
 ABSL_FLAG(uint64_t, page_size, 4096, "bytes per page (power of two >= 512)");
 ABSL_FLAG(int, metrics_group_depth, 2,
           "export cgacct_group_memory_current_bytes for groups down to this "
@@ -65,7 +71,9 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "cgacctd: userspace memory-cgroup accounting service.\n"
       "  cgacctd [--listen=HOST:PORT] [--metrics_listen=HOST:PORT] [--cpus=N]\n"
-      "          [--flush_lock_policy=per_cpu|whole] [--page_size=4096]\n"
+      "          [--flush_lock_policy=per_cpu|whole|batch:N|adaptive]\n"
+      "          [--flush_hold_budget=50us] [--periodic_flush_interval=2s]\n"
+      "          [--page_size=4096]\n"
       "          [--metrics_group_depth=2]");
   absl::ParseCommandLine(argc, argv);
   // Debian's Abseil keeps absl::Mutex's lock-order graph on; it costs about
@@ -75,11 +83,14 @@ int main(int argc, char** argv) {
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 
   const std::string policy_name = absl::GetFlag(FLAGS_flush_lock_policy);
+  int batch_cpus = 8;
   const std::optional<cgacct::FlushLockPolicy> policy =
-      cgacct::ParseFlushLockPolicy(policy_name);
+      cgacct::ParseFlushLockPolicy(policy_name, &batch_cpus);
   if (!policy.has_value()) {
-    return Fail(kExitUsage, absl::StrCat("--flush_lock_policy=\"", policy_name,
-                                         "\" is not per_cpu or whole"));
+    return Fail(kExitUsage,
+                absl::StrCat("--flush_lock_policy=\"", policy_name,
+                             "\" is not per_cpu, whole, adaptive or batch:N "
+                             "(1 <= N <= 4096)"));
   }
   const int cpus = absl::GetFlag(FLAGS_cpus);
   if (cpus < 0 || cpus > cgacct::Engine::kMaxCpus) {
@@ -107,6 +118,10 @@ int main(int argc, char** argv) {
   engine_options.nr_cpus = cpus;
   engine_options.page_size_bytes = absl::GetFlag(FLAGS_page_size);
   engine_options.flush_lock_policy = *policy;
+  engine_options.flush_batch_cpus = batch_cpus;
+  engine_options.flush_hold_budget = absl::GetFlag(FLAGS_flush_hold_budget);
+  engine_options.periodic_flush_interval =
+      absl::GetFlag(FLAGS_periodic_flush_interval);
   engine_options.observer = &flush_observer;
   absl::StatusOr<std::unique_ptr<cgacct::Engine>> engine =
       cgacct::Engine::Create(engine_options);
@@ -155,7 +170,8 @@ int main(int argc, char** argv) {
               : std::string("metrics off");
   std::printf("cgacctd listening on %s:%d (%s, cpus=%d, policy=%s)\n",
               HostOf(listen).c_str(), port, metrics_where.c_str(),
-              (*engine)->nr_cpus(), cgacct::FlushLockPolicyName(*policy));
+              (*engine)->nr_cpus(),
+              (*engine)->GetInfo().flush_lock_policy_name.c_str());
   std::fflush(stdout);
 
   int signal_number = 0;

@@ -282,7 +282,8 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
                MetricType::Histogram);
     uint64_t hold_max_ns = LatencyHistogram::ToNanos(info.flush_lock_hold_max);
     for (FlushLockPolicy policy :
-         {FlushLockPolicy::kPerCpu, FlushLockPolicy::kWhole}) {
+         {FlushLockPolicy::kPerCpu, FlushLockPolicy::kWhole,
+          FlushLockPolicy::kBatch, FlushLockPolicy::kAdaptive}) {
       const LatencyHistogram::Snapshot h = flush_.lock_hold(policy).Collect();
       const LatencyHistogram::Snapshot w = flush_.lock_wait(policy).Collect();
       hold_max_ns = std::max(hold_max_ns, h.max_ns);
@@ -292,7 +293,9 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
         continue;
       }
       const std::vector<ClientMetric::Label> labels = {
-          {"policy", FlushLockPolicyName(policy)}};
+          {"policy", policy == info.flush_lock_policy
+                         ? info.flush_lock_policy_name
+                         : std::string(FlushLockPolicyName(policy))}};
       hold.metric.push_back(HistogramMetric(h, labels));
       wait.metric.push_back(HistogramMetric(w, labels));
     }
