@@ -22,33 +22,53 @@
 
 namespace cgacct {
 
+// Paths in error messages: long ones are cut, so that a status never grows
+// past what a client accepts in its trailers (gRPC's 8 KiB metadata limit).
+std::string ShortPath(absl::string_view path) {
+  constexpr size_t kShown = 128;
+  if (path.size() <= kShown) return std::string(path);
+  return absl::StrCat(path.substr(0, kShown), "... (", path.size(), " bytes)");
+}
+
+std::string QuotePath(absl::string_view path) {
+  return absl::StrCat("\"", ShortPath(path), "\"");
+}
+
 absl::Status ValidateGroupPath(absl::string_view path,
                                absl::string_view field) {
+  if (path.size() > kMaxPathBytes)
+    return absl::InvalidArgumentError(absl::StrCat(field, " ", QuotePath(path),
+                                                   " is longer than ",
+                                                   kMaxPathBytes, " bytes"));
   if (path.empty() || path[0] != '/')
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, " \"", path, "\" must be an absolute cgroup path like /a/b"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " ", QuotePath(path),
+                     " must be an absolute cgroup path like /a/b"));
   if (path == "/") return absl::OkStatus();
   if (path.back() == '/')
     return absl::InvalidArgumentError(
-        absl::StrCat(field, " \"", path, "\" must not end with '/'"));
+        absl::StrCat(field, " ", QuotePath(path), " must not end with '/'"));
   size_t start = 1;
   while (start <= path.size()) {
     size_t end = path.find('/', start);
     if (end == absl::string_view::npos) end = path.size();
     absl::string_view segment = path.substr(start, end - start);
     if (segment.empty() || segment.size() > 255)
-      return absl::InvalidArgumentError(absl::StrCat(
-          field, " \"", path, "\": each segment must be 1 to 255 characters"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, " ", QuotePath(path),
+                       ": each segment must be 1 to 255 characters"));
     if (segment == "." || segment == "..")
-      return absl::InvalidArgumentError(absl::StrCat(
-          field, " \"", path, "\": segments '.' and '..' are not allowed"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, " ", QuotePath(path),
+                       ": segments '.' and '..' are not allowed"));
     for (char ch : segment) {
       const bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
                       (ch >= '0' && ch <= '9') || ch == '.' || ch == '_' ||
                       ch == '-';
       if (!ok)
-        return absl::InvalidArgumentError(absl::StrCat(
-            field, " \"", path, "\": segments may use only [A-Za-z0-9._-]"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(field, " ", QuotePath(path),
+                         ": segments may use only [A-Za-z0-9._-]"));
     }
     start = end + 1;
   }
@@ -159,7 +179,7 @@ class EngineImpl {
     Group* g = Lookup(path);
     if (g == nullptr)
       return absl::NotFoundError(
-          absl::StrCat("path \"", path, "\": no such group"));
+          absl::StrCat("path ", QuotePath(path), ": no such group"));
     return g;
   }
 
@@ -204,9 +224,13 @@ class EngineImpl {
   // request itself is the OOM victim (oom_kill is raised on `g`).
   absl::Status TryChargeMemcg(Group* g, uint64_t nr_pages, int cpu) {
     if (g->is_root()) {
-      // The root has no limit; its own pages go straight to its counter.
-      g->memory.Charge(nr_pages);
-      return absl::OkStatus();
+      // The root has no limit and no stock; its own pages go straight to
+      // its counter, bounded by PAGE_COUNTER_MAX (so bytes never wrap).
+      PageCounter* fail = nullptr;
+      if (g->memory.TryCharge(nr_pages, &fail)) return absl::OkStatus();
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "PAGE_COUNTER_MAX of / reached: cannot charge ", nr_pages,
+          " pages (usage ", g->memory.Read(), " pages)"));
     }
     uint64_t batch = std::max<uint64_t>(kChargeBatchPages, nr_pages);
     int retries = kMaxReclaimRetries;
@@ -243,9 +267,10 @@ class EngineImpl {
     RaiseEvent(over, MemoryEvent::kOom, cpu);
     RaiseEvent(g, MemoryEvent::kOomKill, cpu);
     return absl::ResourceExhaustedError(absl::StrCat(
-        "memory.max of ", over->path, " reached: cannot charge ", nr_pages,
-        " pages to ", g->path, " (", over->path, " usage ", over->memory.Read(),
-        " of max ", over->memory.max(), " pages)"));
+        "memory.max of ", ShortPath(over->path), " reached: cannot charge ",
+        nr_pages, " pages to ", ShortPath(g->path), " (", ShortPath(over->path),
+        " usage ", over->memory.Read(), " of max ", over->memory.max(),
+        " pages)"));
   }
 
   void UpdateStats(Group* g, int cpu, PageKind kind, int64_t nr_pages,
@@ -268,11 +293,11 @@ class EngineImpl {
     PercpuWriterLock l(&tree_lock_);
     if (Lookup(path) != nullptr)
       return absl::AlreadyExistsError(
-          absl::StrCat("path \"", path, "\" already exists"));
+          absl::StrCat("path ", QuotePath(path), " already exists"));
     Group* parent = Lookup(ParentPath(path));
     if (parent == nullptr)
-      return absl::NotFoundError(absl::StrCat("path \"", path, "\": parent \"",
-                                              ParentPath(path),
+      return absl::NotFoundError(absl::StrCat("path ", QuotePath(path),
+                                              ": parent \"", ParentPath(path),
                                               "\" does not exist"));
     auto group = std::make_unique<Group>(std::string(path), next_id_++, parent,
                                          &rstat_, page_counter_max_);
@@ -293,10 +318,10 @@ class EngineImpl {
     Group* g = Lookup(path);
     if (g == nullptr)
       return absl::NotFoundError(
-          absl::StrCat("path \"", path, "\": no such group"));
+          absl::StrCat("path ", QuotePath(path), ": no such group"));
     if (!g->children.empty())
       return absl::FailedPreconditionError(
-          absl::StrCat("path \"", path, "\" has ", g->children.size(),
+          absl::StrCat("path ", QuotePath(path), " has ", g->children.size(),
                        " child group(s); delete them first"));
     // css offline/release: drain the stocks holding it, reset protection,
     // fold its stats into the parent, and hand what is still charged to the
@@ -421,8 +446,8 @@ class EngineImpl {
     do {
       if (kind == PageKind::kAnon && nr_pages > cur)
         return absl::FailedPreconditionError(
-            absl::StrCat("nr_pages ", nr_pages, ": path \"", g->path,
-                         "\" holds only ", cur, " ANON pages"));
+            absl::StrCat("nr_pages ", nr_pages, ": path ", QuotePath(g->path),
+                         " holds only ", cur, " ANON pages"));
       take = std::min(nr_pages, cur);
       if (take == 0) return UnchargeResult{0};
     } while (!held.compare_exchange_weak(cur, cur - take,
@@ -529,6 +554,8 @@ class EngineImpl {
     info.nr_stock_slots = kNrStockSlots;
     info.nr_groups = nr_groups_.load(std::memory_order_relaxed);
     info.flush_lock_hold_max = rstat_.hold_max();
+    info.flush_lock_hold_wall_max = rstat_.hold_wall_max();
+    info.preempted_flushes = rstat_.preempted_flushes();
     info.longest_flush_holds = rstat_.LongestHolds();
     return info;
   }

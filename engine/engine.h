@@ -151,7 +151,11 @@ class ScopedCpuOverride {
   int previous_;
 };
 
-// Validates a cgroup v2 path ("/" or "/a/b"); INVALID_ARGUMENT names `field`.
+// Longest accepted path, in bytes (PATH_MAX).
+inline constexpr size_t kMaxPathBytes = 4096;
+
+// Validates a cgroup v2 path ("/" or "/a/b", at most kMaxPathBytes);
+// INVALID_ARGUMENT names `field`.
 absl::Status ValidateGroupPath(absl::string_view path,
                                absl::string_view field = "path");
 

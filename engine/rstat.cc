@@ -1,5 +1,7 @@
 #include "engine/rstat.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <thread>
@@ -256,16 +258,29 @@ Rstat::HoldStart Rstat::LockFlush() {
   return start;
 }
 
-void Rstat::UnlockFlush(const RstatGroup* root, const HoldStart& start,
-                        int cpus, int groups) {
+namespace {
+
+void StoreMax(std::atomic<int64_t>& max, int64_t value) {
+  int64_t seen = max.load(std::memory_order_relaxed);
+  while (value > seen &&
+         !max.compare_exchange_weak(seen, value, std::memory_order_relaxed)) {
+  }
+}
+
+// Involuntary context switches of the calling thread so far (preemptions).
+int64_t Preemptions() {
+  rusage usage;
+  if (getrusage(RUSAGE_THREAD, &usage) != 0) return -1;
+  return usage.ru_nivcsw;
+}
+
+}  // namespace
+
+int64_t Rstat::UnlockFlush(const RstatGroup* root, const HoldStart& start,
+                           int cpus, int groups) {
   flush_mu_.Unlock();
   const int64_t hold_ns = CycleClock::ToNs(CycleClock::Now() - start.acquired);
-  int64_t seen = hold_max_ns_.load(std::memory_order_relaxed);
-  while (hold_ns > seen && !hold_max_ns_.compare_exchange_weak(
-                               seen, hold_ns, std::memory_order_relaxed)) {
-  }
-  if (hold_ns > hold_record_floor_ns_.load(std::memory_order_relaxed))
-    RecordHold(root, hold_ns, cpus, groups);
+  StoreMax(hold_wall_max_ns_, hold_ns);
   if (observer_ != nullptr) {
     FlushLockHold hold;
     hold.policy = config_.policy;
@@ -275,6 +290,7 @@ void Rstat::UnlockFlush(const RstatGroup* root, const HoldStart& start,
     hold.groups_folded = groups;
     observer_->OnFlushLockHold(hold);
   }
+  return hold_ns;
 }
 
 void Rstat::RecordHold(const RstatGroup* root, int64_t hold_ns, int cpus,
@@ -315,9 +331,18 @@ void Rstat::Flush(RstatGroup* root) {
   HoldStart hold;
   int hold_cpus = 0;
   int hold_groups = 0;
+  // The longest hold of this flush, and whether this thread was preempted
+  // while flushing (see "Holds and preemption" in rstat.h).
+  int64_t preemptions_at_start = -1;
+  LongestHold longest;
+  auto unlock = [&] {
+    const int64_t hold_ns = UnlockFlush(root, hold, hold_cpus, hold_groups);
+    if (hold_ns > longest.hold_ns) longest = {hold_ns, hold_cpus, hold_groups};
+  };
   for (int cpu = 0; cpu < nr_cpus_; ++cpu) {
     if (policy == FlushLockPolicy::kAdaptive && CpuIsClean(root, cpu)) continue;
     if (!locked) {
+      if (preemptions_at_start < 0) preemptions_at_start = Preemptions();
       hold = LockFlush();
       locked = true;
     }
@@ -346,14 +371,23 @@ void Rstat::Flush(RstatGroup* root) {
         break;
     }
     if (drop) {
-      UnlockFlush(root, hold, hold_cpus, hold_groups);
+      unlock();
       locked = false;
       hold_cpus = 0;
       hold_groups = 0;
       if (yield) std::this_thread::yield();
     }
   }
-  if (locked) UnlockFlush(root, hold, hold_cpus, hold_groups);
+  if (locked) unlock();
+  if (preemptions_at_start >= 0 && Preemptions() == preemptions_at_start) {
+    // Not preempted: every hold of this flush was on-CPU time, the
+    // irqs-off tracer's view.
+    StoreMax(hold_max_ns_, longest.hold_ns);
+    if (longest.hold_ns > hold_record_floor_ns_.load(std::memory_order_relaxed))
+      RecordHold(root, longest.hold_ns, longest.cpus, longest.groups);
+  } else if (preemptions_at_start >= 0) {
+    preempted_flushes_.fetch_add(1, std::memory_order_relaxed);
+  }
   const int64_t end_ns = CycleClock::SteadyNowNs();
   root->last_flush_ns_.store(clock_.NowNs(), std::memory_order_relaxed);
   flushes_.fetch_add(1, std::memory_order_relaxed);

@@ -44,6 +44,17 @@
 //              Readers still see everything acknowledged before the flush:
 //              see "Skipping clean CPUs" in rstat.cc.
 //
+// Holds and preemption. The kernel holds the flush lock with IRQs off, so a
+// hold is time the holder ran. A userspace holder can be preempted while it
+// holds the lock, and on a machine with more runnable threads than cores
+// that adds whole scheduler time slices (milliseconds) to any hold,
+// whatever the policy. Each hold is timed by the wall clock (the histogram
+// the observer gets, and hold_wall_max()), and each flush that takes the
+// lock also counts its thread's involuntary context switches (getrusage,
+// two calls a flush, none for a flush that takes no lock): the longest
+// hold of a flush that was not preempted is the irqs-off tracer's view
+// (hold_max(), LongestHolds()).
+//
 // Memory ordering: an updater adds to its per-CPU counter, then (seq_cst
 // fence) checks whether its node is already on the tree; a flusher unlinks
 // nodes, then (seq_cst fence) reads the counters. So either the updater sees
@@ -196,8 +207,19 @@ class Rstat {
   const Clock& clock() const { return clock_; }
   // The longest holds seen, longest first.
   std::vector<FlushHoldRecord> LongestHolds() const;
+  // The longest hold of a flush whose thread was not preempted (the
+  // irqs-off tracer's view; see "Holds and preemption").
   absl::Duration hold_max() const {
     return absl::Nanoseconds(hold_max_ns_.load(std::memory_order_relaxed));
+  }
+  // The longest hold by the wall clock, preemption included: what waiters
+  // saw.
+  absl::Duration hold_wall_max() const {
+    return absl::Nanoseconds(hold_wall_max_ns_.load(std::memory_order_relaxed));
+  }
+  // Flushes that took the lock and whose thread was preempted meanwhile.
+  uint64_t preempted_flushes() const {
+    return preempted_flushes_.load(std::memory_order_relaxed);
   }
   uint64_t flushes() const { return flushes_.load(std::memory_order_relaxed); }
   uint64_t flush_cpus() const {
@@ -233,8 +255,14 @@ class Rstat {
     int64_t wait_ticks = 0;
   };
   HoldStart LockFlush() ABSL_EXCLUSIVE_LOCK_FUNCTION(flush_mu_);
-  void UnlockFlush(const RstatGroup* root, const HoldStart& start, int cpus,
-                   int groups) ABSL_UNLOCK_FUNCTION(flush_mu_);
+  // Returns the hold in nanoseconds.
+  int64_t UnlockFlush(const RstatGroup* root, const HoldStart& start, int cpus,
+                      int groups) ABSL_UNLOCK_FUNCTION(flush_mu_);
+  struct LongestHold {
+    int64_t hold_ns = 0;
+    int cpus = 0;
+    int groups = 0;
+  };
 
   const int nr_cpus_;
   const FlushLockConfig config_;
@@ -247,6 +275,8 @@ class Rstat {
   Mutex flush_mu_;
   std::atomic<int> flush_waiters_{0};
   std::atomic<int64_t> hold_max_ns_{0};
+  std::atomic<int64_t> hold_wall_max_ns_{0};
+  std::atomic<uint64_t> preempted_flushes_{0};
   std::atomic<uint64_t> flushes_{0};
   std::atomic<uint64_t> flush_cpus_{0};
 

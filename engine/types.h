@@ -135,7 +135,11 @@ struct EngineInfo {
   absl::Duration periodic_flush_interval;
   int nr_stock_slots = kNrStockSlots;
   uint64_t nr_groups = 0;
+  // The longest hold of a flush not preempted meanwhile (the irqs-off
+  // tracer's view), and the longest by the wall clock (preemption included).
   absl::Duration flush_lock_hold_max = absl::ZeroDuration();
+  absl::Duration flush_lock_hold_wall_max = absl::ZeroDuration();
+  uint64_t preempted_flushes = 0;
   // The longest holds seen since start, longest first (at most 16).
   std::vector<FlushHoldRecord> longest_flush_holds;
 };

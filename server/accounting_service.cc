@@ -97,7 +97,7 @@ DedupAnswer ApplyOnce(RequestDedupCache& cache, const std::string* request_id,
 
   DedupFingerprint fingerprint;
   fingerprint.method = method;
-  fingerprint.path = std::string(path);
+  fingerprint.SetPath(path);
   fingerprint.nr_pages = nr_pages;
   fingerprint.kind = kind;
   fingerprint.cpu = cpu;
@@ -324,6 +324,16 @@ grpc::Status AccountingService::DoListGroups(
                                       request.page_token());
   const size_t remaining = static_cast<size_t>(paths->end() - first);
   auto last = first + static_cast<ptrdiff_t>(std::min(remaining, page_size));
+  // Also stop at kMaxListGroupsPageBytes of paths (at least one path), so a
+  // page of long paths stays under gRPC's default 4 MiB message limit.
+  size_t bytes = 0;
+  for (auto it = first; it != last; ++it) {
+    bytes += it->size() + 8;  // the path and its framing
+    if (bytes > kMaxListGroupsPageBytes && it != first) {
+      last = it;
+      break;
+    }
+  }
   response->mutable_paths()->Reserve(static_cast<int>(last - first));
   for (auto it = first; it != last; ++it) {
     response->add_paths(std::move(*it));
@@ -534,6 +544,9 @@ void AccountingService::DoGetEngineInfo(v1::EngineInfo* response) {
         static_cast<uint64_t>(absl::ToInt64Nanoseconds(record.hold)));
     hold->set_when_unix_us(absl::ToUnixMicros(record.when));
   }
+  response->set_flush_lock_hold_wall_max_us(
+      DurationToMicros(info.flush_lock_hold_wall_max));
+  response->set_preempted_flushes(info.preempted_flushes);
   if (info.flush_lock_policy == FlushLockPolicy::kAdaptive)
     response->set_flush_hold_budget_us(
         DurationToMicros(info.flush_hold_budget));

@@ -437,9 +437,15 @@ TEST(EngineInfoTest, ReportsPolicyNameAndLongestHolds) {
   options.flush_batch_cpus = 2;
   auto engine = std::move(*Engine::Create(options));
   ASSERT_TRUE(engine->CreateGroup("/g", {}).ok());
-  ASSERT_TRUE(engine->Charge("/g", 1, PageKind::kAnon, 3).ok());
-  ASSERT_TRUE(engine->GetStats("/g").ok());
+  // A flush whose thread is preempted does not count towards the longest
+  // holds; a few flushes make one that was not.
+  for (int i = 0; i < 50 && engine->GetInfo().longest_flush_holds.empty();
+       ++i) {
+    ASSERT_TRUE(engine->Charge("/g", 1, PageKind::kAnon, 3).ok());
+    ASSERT_TRUE(engine->GetStats("/g").ok());
+  }
   EngineInfo info = engine->GetInfo();
+  EXPECT_GE(info.flush_lock_hold_wall_max, info.flush_lock_hold_max);
   EXPECT_EQ(info.flush_lock_policy, FlushLockPolicy::kBatch);
   EXPECT_EQ(info.flush_lock_policy_name, "batch:2");
   ASSERT_FALSE(info.longest_flush_holds.empty());
