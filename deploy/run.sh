@@ -12,7 +12,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 deploy/install-deps.sh
-deploy/build.sh
+# Only what the job runs: the server and the load client.
+BUILD_TARGETS="cgacctd cgacct-load" deploy/build.sh
 
 POLICY=${POLICY:-per_cpu}
 CPUS=${CPUS:-400}
@@ -22,15 +23,22 @@ HOGS=${HOGS:-8}
 PORT=${PORT:-50051}
 METRICS_PORT=${METRICS_PORT:-9464}
 
-build/server/cgacctd --listen=127.0.0.1:"$PORT" --metrics_listen=127.0.0.1:"$METRICS_PORT" \
-  --cpus="$CPUS" --flush_lock_policy="$POLICY" &
+# The server gets its own session, so a Ctrl-C reaches only the load
+# client, which then stops, uncharges and prints its report; the trap stops
+# the server after it.
+setsid build/server/cgacctd --listen=127.0.0.1:"$PORT" \
+  --metrics_listen=127.0.0.1:"$METRICS_PORT" --cpus="$CPUS" \
+  --flush_lock_policy="$POLICY" &
 server=$!
 trap 'kill -TERM $server 2>/dev/null; wait $server 2>/dev/null || true' EXIT
 
 # Ready when /metrics answers (the gRPC port is bound before the exporter).
 for _ in $(seq 100); do
   if curl -sf "http://127.0.0.1:$METRICS_PORT/metrics" >/dev/null; then break; fi
-  kill -0 $server 2>/dev/null || { echo "cgacctd exited; see above" >&2; exit 1; }
+  kill -0 $server 2>/dev/null || {
+    echo "cgacctd exited; see above (a port in use? set PORT= and METRICS_PORT=)" >&2
+    exit 1
+  }
   sleep 0.1
 done
 

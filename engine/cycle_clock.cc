@@ -3,12 +3,26 @@
 #include <chrono>
 #include <thread>
 
+#include "engine/clock.h"
+
 namespace cgacct {
 
 int64_t CycleClock::SteadyNowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
+}
+
+namespace {
+class SteadyClock final : public Clock {
+ public:
+  int64_t NowNs() const override { return CycleClock::SteadyNowNs(); }
+};
+}  // namespace
+
+const Clock& Clock::Real() {
+  static const SteadyClock clock;
+  return clock;
 }
 
 double CycleClock::NsPerTick() {

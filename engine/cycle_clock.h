@@ -34,6 +34,10 @@ class CycleClock {
   static int64_t ToNs(int64_t ticks) {
     return static_cast<int64_t>(static_cast<double>(ticks) * NsPerTick());
   }
+  // Converts nanoseconds to ticks.
+  static int64_t FromNs(int64_t ns) {
+    return static_cast<int64_t>(static_cast<double>(ns) / NsPerTick());
+  }
   // steady_clock now, in nanoseconds.
   static int64_t SteadyNowNs();
 

@@ -6,12 +6,14 @@
 #include <atomic>
 #include <climits>
 #include <memory>
+#include <thread>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "engine/group.h"
 #include "engine/mutex.h"
 #include "engine/percpu.h"
@@ -21,33 +23,53 @@
 
 namespace cgacct {
 
+// Paths in error messages: long ones are cut, so that a status never grows
+// past what a client accepts in its trailers (gRPC's 8 KiB metadata limit).
+std::string ShortPath(absl::string_view path) {
+  constexpr size_t kShown = 128;
+  if (path.size() <= kShown) return std::string(path);
+  return absl::StrCat(path.substr(0, kShown), "... (", path.size(), " bytes)");
+}
+
+std::string QuotePath(absl::string_view path) {
+  return absl::StrCat("\"", ShortPath(path), "\"");
+}
+
 absl::Status ValidateGroupPath(absl::string_view path,
                                absl::string_view field) {
+  if (path.size() > kMaxPathBytes)
+    return absl::InvalidArgumentError(absl::StrCat(field, " ", QuotePath(path),
+                                                   " is longer than ",
+                                                   kMaxPathBytes, " bytes"));
   if (path.empty() || path[0] != '/')
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, " \"", path, "\" must be an absolute cgroup path like /a/b"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " ", QuotePath(path),
+                     " must be an absolute cgroup path like /a/b"));
   if (path == "/") return absl::OkStatus();
   if (path.back() == '/')
     return absl::InvalidArgumentError(
-        absl::StrCat(field, " \"", path, "\" must not end with '/'"));
+        absl::StrCat(field, " ", QuotePath(path), " must not end with '/'"));
   size_t start = 1;
   while (start <= path.size()) {
     size_t end = path.find('/', start);
     if (end == absl::string_view::npos) end = path.size();
     absl::string_view segment = path.substr(start, end - start);
     if (segment.empty() || segment.size() > 255)
-      return absl::InvalidArgumentError(absl::StrCat(
-          field, " \"", path, "\": each segment must be 1 to 255 characters"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, " ", QuotePath(path),
+                       ": each segment must be 1 to 255 characters"));
     if (segment == "." || segment == "..")
-      return absl::InvalidArgumentError(absl::StrCat(
-          field, " \"", path, "\": segments '.' and '..' are not allowed"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, " ", QuotePath(path),
+                       ": segments '.' and '..' are not allowed"));
     for (char ch : segment) {
       const bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
                       (ch >= '0' && ch <= '9') || ch == '.' || ch == '_' ||
                       ch == '-';
       if (!ok)
-        return absl::InvalidArgumentError(absl::StrCat(
-            field, " \"", path, "\": segments may use only [A-Za-z0-9._-]"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(field, " ", QuotePath(path),
+                         ": segments may use only [A-Za-z0-9._-]"));
     }
     start = end + 1;
   }
@@ -81,17 +103,23 @@ void Bump(std::atomic<uint64_t>& counter) {
 // stock locks are leaves (taken under any of the above).
 class EngineImpl {
  public:
-  EngineImpl(int nr_cpus, uint64_t page_size_bytes, FlushLockPolicy policy,
-             EngineObserver* observer, bool memory_recursiveprot,
-             bool memcg_full_walk)
+  EngineImpl(int nr_cpus, const EngineOptions& options)
       : nr_cpus_(nr_cpus),
-        page_size_bytes_(page_size_bytes),
-        page_counter_max_(static_cast<uint64_t>(LONG_MAX) / page_size_bytes),
+        page_size_bytes_(options.page_size_bytes),
+        page_counter_max_(static_cast<uint64_t>(LONG_MAX) /
+                          options.page_size_bytes),
+        periodic_flush_interval_(options.periodic_flush_interval),
+        clock_(options.clock != nullptr ? *options.clock : Clock::Real()),
         tree_lock_(nr_cpus),
         stock_(nr_cpus),
-        rstat_(nr_cpus, policy, observer),
+        rstat_(
+            nr_cpus,
+            FlushLockConfig{options.flush_lock_policy, options.flush_batch_cpus,
+                            options.flush_hold_budget},
+            options.observer, clock_),
         counters_(new CpuCounters[nr_cpus]),
-        reclaimer_(&rstat_, observer, memory_recursiveprot, memcg_full_walk,
+        reclaimer_(&rstat_, options.observer, options.memory_recursiveprot,
+                   options.memcg_full_walk,
                    [this](Group* g, MemoryEvent event, int cpu) {
                      RaiseEvent(g, event, cpu);
                    }) {
@@ -100,6 +128,41 @@ class EngineImpl {
     root_ = root.get();
     groups_.emplace("/", std::move(root));
     nr_groups_.store(1, std::memory_order_relaxed);
+    last_periodic_flush_ns_.store(clock_.NowNs(), std::memory_order_relaxed);
+    if (periodic_flush_interval_ > absl::ZeroDuration())
+      flusher_ = std::thread([this] { FlusherLoop(); });
+  }
+
+  ~EngineImpl() {
+    if (flusher_.joinable()) {
+      stop_flusher_.Notify();
+      flusher_.join();
+    }
+  }
+
+  // The periodic flusher (the kernel's flush_memcg_stats_dwork, every
+  // FLUSH_TIME = 2 s): wakes often enough to notice a due flush on the
+  // engine's clock, flushes the whole tree when due.
+  void FlusherLoop() {
+    const absl::Duration tick =
+        std::min(periodic_flush_interval_, absl::Milliseconds(100));
+    while (!stop_flusher_.WaitForNotificationWithTimeout(tick))
+      MaybePeriodicFlush();
+  }
+
+  bool MaybePeriodicFlush() {
+    if (periodic_flush_interval_ <= absl::ZeroDuration()) return false;
+    const int64_t now = clock_.NowNs();
+    int64_t last = last_periodic_flush_ns_.load(std::memory_order_relaxed);
+    if (now - last < absl::ToInt64Nanoseconds(periodic_flush_interval_))
+      return false;
+    // One periodic flush per interval even if several threads call this.
+    if (!last_periodic_flush_ns_.compare_exchange_strong(
+            last, now, std::memory_order_relaxed))
+      return false;
+    PercpuReaderLock l(&tree_lock_, CurrentCpu(nr_cpus_));
+    rstat_.Flush(&root_->rstat_group);
+    return true;
   }
 
   // --- helpers -----------------------------------------------------------
@@ -122,7 +185,7 @@ class EngineImpl {
     Group* g = Lookup(path);
     if (g == nullptr)
       return absl::NotFoundError(
-          absl::StrCat("path \"", path, "\": no such group"));
+          absl::StrCat("path ", QuotePath(path), ": no such group"));
     return g;
   }
 
@@ -174,9 +237,13 @@ class EngineImpl {
                               uint64_t* nr_pages_over_high) {
     *nr_pages_over_high = 0;
     if (g->is_root()) {
-      // The root has no limit; its own pages go straight to its counter.
-      g->memory.Charge(nr_pages);
-      return absl::OkStatus();
+      // The root has no limit and no stock; its own pages go straight to
+      // its counter, bounded by PAGE_COUNTER_MAX (so bytes never wrap).
+      PageCounter* fail = nullptr;
+      if (g->memory.TryCharge(nr_pages, &fail)) return absl::OkStatus();
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "PAGE_COUNTER_MAX of / reached: cannot charge ", nr_pages,
+          " pages (usage ", g->memory.Read(), " pages)"));
     }
     uint64_t batch = std::max<uint64_t>(kChargeBatchPages, nr_pages);
     int retries = kMaxReclaimRetries;
@@ -214,9 +281,10 @@ class EngineImpl {
     RaiseEvent(over, MemoryEvent::kOom, cpu);
     RaiseEvent(g, MemoryEvent::kOomKill, cpu);
     return absl::ResourceExhaustedError(absl::StrCat(
-        "memory.max of ", over->path, " reached: cannot charge ", nr_pages,
-        " pages to ", g->path, " (", over->path, " usage ", over->memory.Read(),
-        " of max ", over->memory.max(), " pages)"));
+        "memory.max of ", ShortPath(over->path), " reached: cannot charge ",
+        nr_pages, " pages to ", ShortPath(g->path), " (", ShortPath(over->path),
+        " usage ", over->memory.Read(), " of max ", over->memory.max(),
+        " pages)"));
   }
 
   void UpdateStats(Group* g, int cpu, PageKind kind, int64_t nr_pages,
@@ -239,11 +307,11 @@ class EngineImpl {
     PercpuWriterLock l(&tree_lock_);
     if (Lookup(path) != nullptr)
       return absl::AlreadyExistsError(
-          absl::StrCat("path \"", path, "\" already exists"));
+          absl::StrCat("path ", QuotePath(path), " already exists"));
     Group* parent = Lookup(ParentPath(path));
     if (parent == nullptr)
-      return absl::NotFoundError(absl::StrCat("path \"", path, "\": parent \"",
-                                              ParentPath(path),
+      return absl::NotFoundError(absl::StrCat("path ", QuotePath(path),
+                                              ": parent \"", ParentPath(path),
                                               "\" does not exist"));
     auto group = std::make_unique<Group>(std::string(path), next_id_++, parent,
                                          &rstat_, page_counter_max_);
@@ -264,10 +332,10 @@ class EngineImpl {
     Group* g = Lookup(path);
     if (g == nullptr)
       return absl::NotFoundError(
-          absl::StrCat("path \"", path, "\": no such group"));
+          absl::StrCat("path ", QuotePath(path), ": no such group"));
     if (!g->children.empty())
       return absl::FailedPreconditionError(
-          absl::StrCat("path \"", path, "\" has ", g->children.size(),
+          absl::StrCat("path ", QuotePath(path), " has ", g->children.size(),
                        " child group(s); delete them first"));
     // css offline/release: drain the stocks holding it, reset protection,
     // fold its stats into the parent, and hand what is still charged to the
@@ -406,8 +474,8 @@ class EngineImpl {
     do {
       if (kind == PageKind::kAnon && nr_pages > cur)
         return absl::FailedPreconditionError(
-            absl::StrCat("nr_pages ", nr_pages, ": path \"", g->path,
-                         "\" holds only ", cur, " ANON pages"));
+            absl::StrCat("nr_pages ", nr_pages, ": path ", QuotePath(g->path),
+                         " holds only ", cur, " ANON pages"));
       take = std::min(nr_pages, cur);
       if (take == 0) return UnchargeResult{0};
     } while (!held.compare_exchange_weak(cur, cur - take,
@@ -436,13 +504,15 @@ class EngineImpl {
       stats.flushed = true;
     }
     if (!stats.flushed) {
-      // The newest flush that covered this group: its own or an ancestor's.
+      // The newest flush that covered this group: its own or an ancestor's
+      // (the periodic flush covers every group). Never flushed: as old as
+      // the engine.
       int64_t last = 0;
       for (Group* pos = g; pos != nullptr; pos = pos->parent)
         last = std::max(last, pos->rstat_group.last_flush_ns());
-      stats.max_staleness = last == 0
-                                ? absl::InfiniteDuration()
-                                : absl::Nanoseconds(MonotonicNowNs() - last);
+      if (last == 0) last = created_ns_;
+      stats.max_staleness =
+          absl::Nanoseconds(std::max<int64_t>(0, clock_.NowNs() - last));
     }
     stats.memory_current_pages = g->memory.Read();
     stats.memory_peak_pages = g->memory.watermark();
@@ -514,9 +584,15 @@ class EngineImpl {
     info.page_size_bytes = page_size_bytes_;
     info.charge_batch_pages = stock_.batch_pages();
     info.flush_lock_policy = rstat_.policy();
+    info.flush_lock_policy_name = FlushLockConfigName(rstat_.config());
+    info.flush_hold_budget = rstat_.config().hold_budget;
+    info.periodic_flush_interval = periodic_flush_interval_;
     info.nr_stock_slots = kNrStockSlots;
     info.nr_groups = nr_groups_.load(std::memory_order_relaxed);
     info.flush_lock_hold_max = rstat_.hold_max();
+    info.flush_lock_hold_wall_max = rstat_.hold_wall_max();
+    info.preempted_flushes = rstat_.preempted_flushes();
+    info.longest_flush_holds = rstat_.LongestHolds();
     return info;
   }
 
@@ -563,6 +639,9 @@ class EngineImpl {
   const int nr_cpus_;
   const uint64_t page_size_bytes_;
   const uint64_t page_counter_max_;
+  const absl::Duration periodic_flush_interval_;
+  const Clock& clock_;
+  const int64_t created_ns_ = clock_.NowNs();
 
   // The group tree: read-locked (one CPU slot) by every operation,
   // write-locked by create and delete.
@@ -580,6 +659,10 @@ class EngineImpl {
   Rstat rstat_;
   std::unique_ptr<CpuCounters[]> counters_;  // per CPU slot
   Reclaimer reclaimer_;
+
+  std::atomic<int64_t> last_periodic_flush_ns_{0};
+  absl::Notification stop_flusher_;
+  std::thread flusher_;  // last: started after everything it uses
 };
 
 // --- Engine --------------------------------------------------------------
@@ -599,9 +682,19 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
   if (ps < 512 || (ps & (ps - 1)) != 0 || ps > (uint64_t{1} << 30))
     return absl::InvalidArgumentError(absl::StrCat(
         "page_size_bytes ", ps, " must be a power of two in [512, 1 GiB]"));
-  return std::unique_ptr<Engine>(new Engine(std::make_unique<EngineImpl>(
-      nr_cpus, ps, options.flush_lock_policy, options.observer,
-      options.memory_recursiveprot, options.memcg_full_walk)));
+  if (options.flush_batch_cpus < 1 || options.flush_batch_cpus > kMaxCpus)
+    return absl::InvalidArgumentError(
+        absl::StrCat("flush_batch_cpus ", options.flush_batch_cpus,
+                     " out of range [1, ", kMaxCpus, "]"));
+  if (options.flush_hold_budget <= absl::ZeroDuration() ||
+      options.flush_hold_budget > absl::Seconds(1))
+    return absl::InvalidArgumentError(absl::StrCat(
+        "flush_hold_budget ", absl::FormatDuration(options.flush_hold_budget),
+        " must be in (0, 1s]"));
+  if (options.periodic_flush_interval < absl::ZeroDuration())
+    return absl::InvalidArgumentError("periodic_flush_interval must be >= 0");
+  return std::unique_ptr<Engine>(
+      new Engine(std::make_unique<EngineImpl>(nr_cpus, options)));
 }
 
 Engine::Engine(std::unique_ptr<EngineImpl> impl) : impl_(std::move(impl)) {}
@@ -642,6 +735,7 @@ absl::StatusOr<GroupStats> Engine::GetStats(absl::string_view path,
   return impl_->GetStats(path, mode);
 }
 void Engine::DrainAllStock() { impl_->DrainAllStock(); }
+bool Engine::MaybePeriodicFlush() { return impl_->MaybePeriodicFlush(); }
 EngineInfo Engine::GetInfo() const { return impl_->GetInfo(); }
 EngineCounters Engine::GetCounters() const { return impl_->GetCounters(); }
 int Engine::nr_cpus() const { return impl_->nr_cpus(); }

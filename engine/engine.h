@@ -38,6 +38,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "engine/clock.h"
 #include "engine/observer.h"
 #include "engine/types.h"
 
@@ -49,6 +50,13 @@ struct EngineOptions {
   // Bytes per page; a power of two >= 512.
   uint64_t page_size_bytes = 4096;
   FlushLockPolicy flush_lock_policy = FlushLockPolicy::kPerCpu;
+  // kBatch: CPUs per lock hold, 1..4096.
+  int flush_batch_cpus = 8;
+  // kAdaptive: drop and retake the lock once a hold reaches this, > 0.
+  absl::Duration flush_hold_budget = absl::Microseconds(50);
+  // Background flush of the whole tree (the kernel's FLUSH_TIME, 2 s);
+  // zero disables the flusher thread.
+  absl::Duration periodic_flush_interval = absl::Seconds(2);
   // Not owned; may be null. Must outlive the engine.
   EngineObserver* observer = nullptr;
   // The cgroup2 mount option memory_recursiveprot: a group's memory.min/low
@@ -59,6 +67,8 @@ struct EngineOptions {
   // are) instead of a partial walk on the target's shared cursor. For
   // benchmarks: the baseline of "restore incremental cgroup iteration".
   bool memcg_full_walk = false;
+  // Time source for flush bookkeeping; null = steady clock. Not owned.
+  const Clock* clock = nullptr;
 };
 
 class EngineImpl;
@@ -138,6 +148,12 @@ class Engine {
   // Drains every CPU's stock (drain_all_stock() for the root), synchronously.
   void DrainAllStock();
 
+  // Flushes the whole tree if periodic_flush_interval has passed on the
+  // engine's clock since the last periodic flush (flush_memcg_stats_dwork()).
+  // The engine's flusher thread calls it; public for tests (with a
+  // ManualClock) and embedders. Returns whether it flushed.
+  bool MaybePeriodicFlush();
+
   EngineInfo GetInfo() const;
   EngineCounters GetCounters() const;
 
@@ -164,7 +180,11 @@ class ScopedCpuOverride {
   int previous_;
 };
 
-// Validates a cgroup v2 path ("/" or "/a/b"); INVALID_ARGUMENT names `field`.
+// Longest accepted path, in bytes (PATH_MAX).
+inline constexpr size_t kMaxPathBytes = 4096;
+
+// Validates a cgroup v2 path ("/" or "/a/b", at most kMaxPathBytes);
+// INVALID_ARGUMENT names `field`.
 absl::Status ValidateGroupPath(absl::string_view path,
                                absl::string_view field = "path");
 

@@ -25,7 +25,8 @@ struct Group {
         id(id_in),
         parent(parent_in),
         memory(parent_in ? &parent_in->memory : nullptr, page_counter_max),
-        rstat_group(rstat, parent_in ? &parent_in->rstat_group : nullptr) {
+        rstat_group(rstat, parent_in ? &parent_in->rstat_group : nullptr,
+                    path) {
     memory.set_owner(this);
   }
 

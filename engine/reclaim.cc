@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "engine/cycle_clock.h"
 #include "engine/lru.h"
 
 namespace cgacct {
@@ -261,7 +262,7 @@ Reclaimer::Reclaimer(Rstat* rstat, EngineObserver* observer,
 
 uint64_t Reclaimer::TryToFreeMemCgroupPages(Group* target, uint64_t nr_pages,
                                             ReclaimMode mode, int cpu) {
-  const int64_t start_ns = MonotonicNowNs();
+  const int64_t start_ns = CycleClock::SteadyNowNs();
   ScanControl sc;
   sc.target = target;
   sc.nr_to_reclaim = std::max(nr_pages, kSwapClusterMax);
@@ -271,8 +272,9 @@ uint64_t Reclaimer::TryToFreeMemCgroupPages(Group* target, uint64_t nr_pages,
   sc.memcg_full_walk = memcg_full_walk_;
   const uint64_t reclaimed = DoTryToFreePages(sc);
   if (observer_ != nullptr)
-    observer_->OnReclaimDone(absl::Nanoseconds(MonotonicNowNs() - start_ns),
-                             sc.nr_scanned, reclaimed, sc.memcg_full_walk);
+    observer_->OnReclaimDone(
+        absl::Nanoseconds(CycleClock::SteadyNowNs() - start_ns), sc.nr_scanned,
+        reclaimed, sc.memcg_full_walk);
   return reclaimed;
 }
 

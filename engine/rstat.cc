@@ -1,18 +1,26 @@
 #include "engine/rstat.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "engine/cycle_clock.h"
 
 namespace cgacct {
 
-int64_t MonotonicNowNs() { return CycleClock::SteadyNowNs(); }
+std::string FlushLockConfigName(const FlushLockConfig& config) {
+  if (config.policy == FlushLockPolicy::kBatch)
+    return absl::StrCat("batch:", config.batch_cpus);
+  return FlushLockPolicyName(config.policy);
+}
 
-RstatGroup::RstatGroup(Rstat* rstat, RstatGroup* parent)
+RstatGroup::RstatGroup(Rstat* rstat, RstatGroup* parent, absl::string_view path)
     : rstat_(rstat),
       parent_(parent),
+      path_(path),
       pcpu_(new std::atomic<Cpu*>[rstat->nr_cpus()]) {
   for (int cpu = 0; cpu < rstat->nr_cpus(); ++cpu)
     pcpu_[cpu].store(nullptr, std::memory_order_relaxed);
@@ -42,10 +50,15 @@ RstatGroup::Cpu* RstatGroup::GetOrCreateCpu(int cpu) {
   return block;
 }
 
-Rstat::Rstat(int nr_cpus, FlushLockPolicy policy, EngineObserver* observer)
+Rstat::Rstat(int nr_cpus, const FlushLockConfig& config,
+             EngineObserver* observer, const Clock& clock)
     : nr_cpus_(nr_cpus),
-      policy_(policy),
+      config_(config),
+      config_name_(FlushLockConfigName(config)),
+      hold_budget_ticks_(std::max<int64_t>(
+          1, CycleClock::FromNs(absl::ToInt64Nanoseconds(config.hold_budget)))),
       observer_(observer),
+      clock_(clock),
       cpu_locks_(new CpuLock[nr_cpus]) {}
 
 void Rstat::UpdatedLocked(RstatGroup* group, int cpu) {
@@ -179,9 +192,16 @@ void Rstat::FlushOneLocked(RstatGroup* g, int cpu) {
 }
 
 int Rstat::FlushCpuLocked(RstatGroup* root, int cpu) {
+  CpuLock& cl = cpu_locks_[cpu];
+  // Seqcount write side around unlink + fold (see CpuIsClean()). Only
+  // flushers write it, and they hold the flush lock.
+  const uint32_t seq = cl.flush_seq.load(std::memory_order_relaxed);
+  cl.flush_seq.store(seq + 1, std::memory_order_relaxed);
+  // Memory ordering: orders the odd count before the unlink and fold below.
+  std::atomic_thread_fence(std::memory_order_release);
   RstatGroup* list;
   {
-    MutexLock l(&cpu_locks_[cpu].mu);
+    MutexLock l(&cl.mu);
     list = UpdatedListLocked(root, cpu);
   }
   // Memory ordering: pairs with the fence in Update() (see header).
@@ -191,7 +211,33 @@ int Rstat::FlushCpuLocked(RstatGroup* root, int cpu) {
     FlushOneLocked(pos, cpu);
     ++groups;
   }
+  // Release: a reader that sees the even count sees the unlink and the fold.
+  cl.flush_seq.store(seq + 2, std::memory_order_release);
   return groups;
+}
+
+// Skipping clean CPUs (kAdaptive). A reader may pass CPU k without the lock
+// when `root` is not on k's updated tree and no flush of k ran while it
+// looked. Why nothing acknowledged before the flush is missed: an update
+// acknowledged earlier either linked its group (and so `root`, an ancestor)
+// into k's tree, which the reader then sees, or found it already linked; then
+// whoever unlinked it read its counter after unlinking (the fences in
+// Update() and FlushCpuLocked()) and folded it before making flush_seq even
+// again, and the reader's acquire load of that even count makes the fold
+// visible. If the unlinking flush had a root strictly below `root`, its
+// parent stayed linked on k with the delta pending, so `root` is still on k's
+// tree and the reader does not skip.
+bool Rstat::CpuIsClean(const RstatGroup* root, int cpu) const {
+  const CpuLock& cl = cpu_locks_[cpu];
+  const uint32_t seq = cl.flush_seq.load(std::memory_order_acquire);
+  if (seq & 1) return false;
+  const RstatGroup::Cpu* rc = root->GetCpu(cpu);
+  if (rc != nullptr &&
+      rc->updated_next.load(std::memory_order_relaxed) != nullptr)
+    return false;
+  // Memory ordering: the loads above complete before the re-check.
+  std::atomic_thread_fence(std::memory_order_acquire);
+  return cl.flush_seq.load(std::memory_order_relaxed) == seq;
 }
 
 Rstat::HoldStart Rstat::LockFlush() {
@@ -212,56 +258,138 @@ Rstat::HoldStart Rstat::LockFlush() {
   return start;
 }
 
-void Rstat::UnlockFlush(const HoldStart& start, int cpus, int groups) {
+namespace {
+
+void StoreMax(std::atomic<int64_t>& max, int64_t value) {
+  int64_t seen = max.load(std::memory_order_relaxed);
+  while (value > seen &&
+         !max.compare_exchange_weak(seen, value, std::memory_order_relaxed)) {
+  }
+}
+
+// Involuntary context switches of the calling thread so far (preemptions).
+int64_t Preemptions() {
+  rusage usage;
+  if (getrusage(RUSAGE_THREAD, &usage) != 0) return -1;
+  return usage.ru_nivcsw;
+}
+
+}  // namespace
+
+int64_t Rstat::UnlockFlush(const RstatGroup* root, const HoldStart& start,
+                           int cpus, int groups) {
   flush_mu_.Unlock();
   const int64_t hold_ns = CycleClock::ToNs(CycleClock::Now() - start.acquired);
-  int64_t seen = hold_max_ns_.load(std::memory_order_relaxed);
-  while (hold_ns > seen && !hold_max_ns_.compare_exchange_weak(
-                               seen, hold_ns, std::memory_order_relaxed)) {
-  }
+  StoreMax(hold_wall_max_ns_, hold_ns);
   if (observer_ != nullptr) {
     FlushLockHold hold;
-    hold.policy = policy_;
+    hold.policy = config_.policy;
     hold.wait = absl::Nanoseconds(CycleClock::ToNs(start.wait_ticks));
     hold.hold = absl::Nanoseconds(hold_ns);
     hold.cpus_walked = cpus;
     hold.groups_folded = groups;
     observer_->OnFlushLockHold(hold);
   }
+  return hold_ns;
+}
+
+void Rstat::RecordHold(const RstatGroup* root, int64_t hold_ns, int cpus,
+                       int groups) {
+  MutexLock l(&holds_mu_);
+  if (static_cast<int>(longest_holds_.size()) == kNrLongestHolds) {
+    if (hold_ns <= absl::ToInt64Nanoseconds(longest_holds_.back().hold)) return;
+    longest_holds_.pop_back();
+  }
+  FlushHoldRecord record;
+  record.policy = config_name_;
+  record.root_path = std::string(root->path());
+  record.cpus_walked = cpus;
+  record.groups_folded = groups;
+  record.hold = absl::Nanoseconds(hold_ns);
+  record.when = absl::Now();
+  auto pos = std::upper_bound(
+      longest_holds_.begin(), longest_holds_.end(), record.hold,
+      [](absl::Duration d, const FlushHoldRecord& r) { return d > r.hold; });
+  longest_holds_.insert(pos, std::move(record));
+  if (static_cast<int>(longest_holds_.size()) == kNrLongestHolds) {
+    hold_record_floor_ns_.store(
+        absl::ToInt64Nanoseconds(longest_holds_.back().hold),
+        std::memory_order_relaxed);
+  }
+}
+
+std::vector<FlushHoldRecord> Rstat::LongestHolds() const {
+  MutexLock l(&holds_mu_);
+  return longest_holds_;
 }
 
 void Rstat::Flush(RstatGroup* root) {
-  const int64_t start_ns = MonotonicNowNs();
+  const int64_t start_ns = CycleClock::SteadyNowNs();
+  const FlushLockPolicy policy = config_.policy;
   int total_groups = 0;
-  if (policy_ == FlushLockPolicy::kPerCpu) {
-    for (int cpu = 0; cpu < nr_cpus_; ++cpu) {
-      const HoldStart hold = LockFlush();
-      const int groups = FlushCpuLocked(root, cpu);
-      UnlockFlush(hold, 1, groups);
-      total_groups += groups;
+  bool locked = false;
+  HoldStart hold;
+  int hold_cpus = 0;
+  int hold_groups = 0;
+  // The longest hold of this flush, and whether this thread was preempted
+  // while flushing (see "Holds and preemption" in rstat.h).
+  int64_t preemptions_at_start = -1;
+  LongestHold longest;
+  auto unlock = [&] {
+    const int64_t hold_ns = UnlockFlush(root, hold, hold_cpus, hold_groups);
+    if (hold_ns > longest.hold_ns) longest = {hold_ns, hold_cpus, hold_groups};
+  };
+  for (int cpu = 0; cpu < nr_cpus_; ++cpu) {
+    if (policy == FlushLockPolicy::kAdaptive && CpuIsClean(root, cpu)) continue;
+    if (!locked) {
+      if (preemptions_at_start < 0) preemptions_at_start = Preemptions();
+      hold = LockFlush();
+      locked = true;
     }
-  } else {
-    HoldStart hold = LockFlush();
-    int hold_cpus = 0;
-    int hold_groups = 0;
-    for (int cpu = 0; cpu < nr_cpus_; ++cpu) {
-      const int groups = FlushCpuLocked(root, cpu);
-      ++hold_cpus;
-      hold_groups += groups;
-      total_groups += groups;
-      if (cpu + 1 < nr_cpus_ &&
-          flush_waiters_.load(std::memory_order_relaxed) > 0) {
-        UnlockFlush(hold, hold_cpus, hold_groups);
-        std::this_thread::yield();
-        hold = LockFlush();
-        hold_cpus = 0;
-        hold_groups = 0;
-      }
+    const int groups = FlushCpuLocked(root, cpu);
+    ++hold_cpus;
+    hold_groups += groups;
+    total_groups += groups;
+    if (cpu + 1 == nr_cpus_) break;
+    // Whether to drop the lock before the next CPU, per policy.
+    bool drop = false;
+    bool yield = false;
+    switch (policy) {
+      case FlushLockPolicy::kPerCpu:
+        drop = true;  // the kernel then does cond_resched() or cpu_relax()
+        break;
+      case FlushLockPolicy::kBatch:
+        drop = hold_cpus >= config_.batch_cpus;
+        break;
+      case FlushLockPolicy::kWhole:
+        // spin_needbreak(): someone is waiting for the lock.
+        drop = yield = flush_waiters_.load(std::memory_order_relaxed) > 0;
+        break;
+      case FlushLockPolicy::kAdaptive:
+        yield = flush_waiters_.load(std::memory_order_relaxed) > 0;
+        drop = yield || CycleClock::Now() - hold.acquired >= hold_budget_ticks_;
+        break;
     }
-    UnlockFlush(hold, hold_cpus, hold_groups);
+    if (drop) {
+      unlock();
+      locked = false;
+      hold_cpus = 0;
+      hold_groups = 0;
+      if (yield) std::this_thread::yield();
+    }
   }
-  const int64_t end_ns = MonotonicNowNs();
-  root->last_flush_ns_.store(end_ns, std::memory_order_relaxed);
+  if (locked) unlock();
+  if (preemptions_at_start >= 0 && Preemptions() == preemptions_at_start) {
+    // Not preempted: every hold of this flush was on-CPU time, the
+    // irqs-off tracer's view.
+    StoreMax(hold_max_ns_, longest.hold_ns);
+    if (longest.hold_ns > hold_record_floor_ns_.load(std::memory_order_relaxed))
+      RecordHold(root, longest.hold_ns, longest.cpus, longest.groups);
+  } else if (preemptions_at_start >= 0) {
+    preempted_flushes_.fetch_add(1, std::memory_order_relaxed);
+  }
+  const int64_t end_ns = CycleClock::SteadyNowNs();
+  root->last_flush_ns_.store(clock_.NowNs(), std::memory_order_relaxed);
   flushes_.fetch_add(1, std::memory_order_relaxed);
   flush_cpus_.fetch_add(nr_cpus_, std::memory_order_relaxed);
   if (observer_ != nullptr)

@@ -18,14 +18,42 @@
 // (css_rstat_cpu_lock) protects that CPU's updated tree. Totals are atomics
 // written under the flush lock and read without it.
 //
-// Flush lock policies (DESIGN.md §4.3):
-//   kPerCpu  take and drop the flush lock around every CPU (Linux 6.15+,
-//            "cgroup/rstat: avoid disabling irqs for O(num_cpu)"): short
-//            holds, one acquisition per CPU;
-//   kWhole   take it once around the CPU loop and drop it between CPUs only
-//            when another thread waits for it (<= 6.14, and "cgroup/rstat:
-//            move css_rstat_lock outside cpu loop"): few acquisitions, holds
-//            that grow with nr_cpus.
+// Flush lock policies (DESIGN.md §4.3). The lock is global, and a hold is
+// what the kernel's irqs-off tracer sees (the kernel takes it with IRQs
+// off), so the policies trade the longest hold against acquisitions:
+//   kPerCpu    take and drop the flush lock around every CPU (Linux 6.15+,
+//              "cgroup/rstat: avoid disabling irqs for O(num_cpu)"): the
+//              shortest holds, but nr_cpus acquisitions per flush, each a
+//              cache-line transfer and, when contended, a handoff;
+//   kWhole     take it once around the CPU loop and drop it between CPUs only
+//              when another thread waits for it (<= 6.14; "cgroup/rstat: move
+//              css_rstat_lock outside cpu loop"): one acquisition per flush
+//              when uncontended, but holds that grow with nr_cpus and with
+//              the updated lists;
+//   kBatch     drop and retake every N CPUs (the compromise proposed in the
+//              2025 review): holds bounded by N CPUs' work;
+//   kAdaptive  ours: hold across CPUs while the hold stays under a time
+//              budget (--flush_hold_budget) and nobody waits, then drop and
+//              retake; and visit a CPU without the lock at all when the flush
+//              root is not on that CPU's updated tree and no flush of that
+//              CPU is in progress (a per-CPU sequence count proves it), so
+//              concurrent readers of the same subtree do not queue on the
+//              lock for CPUs that have nothing to fold. Holds are bounded by
+//              the budget plus one CPU's work, like kBatch but in time, and
+//              acquisitions are fewer than kWhole's when most CPUs are clean.
+//              Readers still see everything acknowledged before the flush:
+//              see "Skipping clean CPUs" in rstat.cc.
+//
+// Holds and preemption. The kernel holds the flush lock with IRQs off, so a
+// hold is time the holder ran. A userspace holder can be preempted while it
+// holds the lock, and on a machine with more runnable threads than cores
+// that adds whole scheduler time slices (milliseconds) to any hold,
+// whatever the policy. Each hold is timed by the wall clock (the histogram
+// the observer gets, and hold_wall_max()), and each flush that takes the
+// lock also counts its thread's involuntary context switches (getrusage,
+// two calls a flush, none for a flush that takes no lock): the longest
+// hold of a flush that was not preempted is the irqs-off tracer's view
+// (hold_max(), LongestHolds()).
 //
 // Memory ordering: an updater adds to its per-CPU counter, then (seq_cst
 // fence) checks whether its node is already on the tree; a flusher unlinks
@@ -44,9 +72,13 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "engine/clock.h"
 #include "engine/mutex.h"
 #include "engine/observer.h"
 #include "engine/types.h"
@@ -71,7 +103,8 @@ class Rstat;
 // One group's rstat state. Owned by the group; constructed with its parent's.
 class RstatGroup {
  public:
-  RstatGroup(Rstat* rstat, RstatGroup* parent);
+  // `path` names the group in hold records; it must outlive the RstatGroup.
+  RstatGroup(Rstat* rstat, RstatGroup* parent, absl::string_view path = {});
   ~RstatGroup();
   RstatGroup(const RstatGroup&) = delete;
   RstatGroup& operator=(const RstatGroup&) = delete;
@@ -84,12 +117,13 @@ class RstatGroup {
   uint64_t pending_updates() const {
     return stats_updates_.load(std::memory_order_relaxed);
   }
-  // steady-clock ns of the end of the last flush rooted at or above this
-  // group; 0 = never.
+  // Engine-clock ns of the end of the last flush rooted at this group;
+  // 0 = never.
   int64_t last_flush_ns() const {
     return last_flush_ns_.load(std::memory_order_relaxed);
   }
   RstatGroup* parent() const { return parent_; }
+  absl::string_view path() const { return path_; }
 
  private:
   friend class Rstat;
@@ -117,6 +151,7 @@ class RstatGroup {
 
   Rstat* const rstat_;
   RstatGroup* const parent_;
+  const absl::string_view path_;
   std::unique_ptr<std::atomic<Cpu*>[]> pcpu_;
   // Aggregates (memcg_vmstats). Guarded by the flush lock; totals are
   // atomics so readers need no lock.
@@ -128,9 +163,23 @@ class RstatGroup {
   std::atomic<int64_t> last_flush_ns_{0};
 };
 
+// How the flush lock is taken (engine/types.h FlushLockPolicy).
+struct FlushLockConfig {
+  FlushLockPolicy policy = FlushLockPolicy::kPerCpu;
+  int batch_cpus = 8;                                   // kBatch
+  absl::Duration hold_budget = absl::Microseconds(50);  // kAdaptive
+};
+
+// "per_cpu", "whole", "adaptive" or "batch:N".
+std::string FlushLockConfigName(const FlushLockConfig& config);
+
 class Rstat {
  public:
-  Rstat(int nr_cpus, FlushLockPolicy policy, EngineObserver* observer);
+  static constexpr int kNrLongestHolds = 16;
+
+  // `observer` may be null; `clock` must outlive the Rstat.
+  Rstat(int nr_cpus, const FlushLockConfig& config, EngineObserver* observer,
+        const Clock& clock = Clock::Real());
   Rstat(const Rstat&) = delete;
   Rstat& operator=(const Rstat&) = delete;
 
@@ -153,9 +202,24 @@ class Rstat {
   void FlushForRemoval(RstatGroup* group) { Flush(group); }
 
   int nr_cpus() const { return nr_cpus_; }
-  FlushLockPolicy policy() const { return policy_; }
+  FlushLockPolicy policy() const { return config_.policy; }
+  const FlushLockConfig& config() const { return config_; }
+  const Clock& clock() const { return clock_; }
+  // The longest holds seen, longest first.
+  std::vector<FlushHoldRecord> LongestHolds() const;
+  // The longest hold of a flush whose thread was not preempted (the
+  // irqs-off tracer's view; see "Holds and preemption").
   absl::Duration hold_max() const {
     return absl::Nanoseconds(hold_max_ns_.load(std::memory_order_relaxed));
+  }
+  // The longest hold by the wall clock, preemption included: what waiters
+  // saw.
+  absl::Duration hold_wall_max() const {
+    return absl::Nanoseconds(hold_wall_max_ns_.load(std::memory_order_relaxed));
+  }
+  // Flushes that took the lock and whose thread was preempted meanwhile.
+  uint64_t preempted_flushes() const {
+    return preempted_flushes_.load(std::memory_order_relaxed);
   }
   uint64_t flushes() const { return flushes_.load(std::memory_order_relaxed); }
   uint64_t flush_cpus() const {
@@ -166,7 +230,10 @@ class Rstat {
   friend class RstatGroup;
 
   struct alignas(kCacheLineBytes) CpuLock {
-    Mutex mu;
+    Mutex mu;  // the CPU's updated tree (css_rstat_cpu_lock)
+    // Odd while a flusher unlinks and folds this CPU's tree, even otherwise.
+    // Written under the flush lock; read lock-free by kAdaptive's skip test.
+    std::atomic<uint32_t> flush_seq{0};
   };
 
   void UpdatedLocked(RstatGroup* group, int cpu);
@@ -175,6 +242,11 @@ class Rstat {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(flush_mu_);
   int FlushCpuLocked(RstatGroup* root, int cpu)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(flush_mu_);
+  // kAdaptive: true if `cpu` provably has nothing for `root` and no flush of
+  // it is in progress, so it can be passed without the lock.
+  bool CpuIsClean(const RstatGroup* root, int cpu) const;
+  void RecordHold(const RstatGroup* root, int64_t hold_ns, int cpus,
+                  int groups);
 
   // Flush lock with a waiter count, so a holder can yield on contention.
   // Times are CycleClock ticks.
@@ -183,23 +255,37 @@ class Rstat {
     int64_t wait_ticks = 0;
   };
   HoldStart LockFlush() ABSL_EXCLUSIVE_LOCK_FUNCTION(flush_mu_);
-  void UnlockFlush(const HoldStart& start, int cpus, int groups)
-      ABSL_UNLOCK_FUNCTION(flush_mu_);
+  // Returns the hold in nanoseconds.
+  int64_t UnlockFlush(const RstatGroup* root, const HoldStart& start, int cpus,
+                      int groups) ABSL_UNLOCK_FUNCTION(flush_mu_);
+  struct LongestHold {
+    int64_t hold_ns = 0;
+    int cpus = 0;
+    int groups = 0;
+  };
 
   const int nr_cpus_;
-  const FlushLockPolicy policy_;
+  const FlushLockConfig config_;
+  const std::string config_name_;
+  const int64_t hold_budget_ticks_;
   EngineObserver* const observer_;
+  const Clock& clock_;
   std::unique_ptr<CpuLock[]> cpu_locks_;
 
   Mutex flush_mu_;
   std::atomic<int> flush_waiters_{0};
   std::atomic<int64_t> hold_max_ns_{0};
+  std::atomic<int64_t> hold_wall_max_ns_{0};
+  std::atomic<uint64_t> preempted_flushes_{0};
   std::atomic<uint64_t> flushes_{0};
   std::atomic<uint64_t> flush_cpus_{0};
-};
 
-// steady_clock now, in nanoseconds.
-int64_t MonotonicNowNs();
+  // The kNrLongestHolds longest holds. hold_record_floor_ns_ is the shortest
+  // of them once the set is full, so shorter holds skip the mutex.
+  std::atomic<int64_t> hold_record_floor_ns_{0};
+  mutable Mutex holds_mu_;
+  std::vector<FlushHoldRecord> longest_holds_ ABSL_GUARDED_BY(holds_mu_);
+};
 
 }  // namespace cgacct
 

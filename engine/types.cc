@@ -1,5 +1,8 @@
 #include "engine/types.h"
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+
 namespace cgacct {
 
 const char* FlushLockPolicyName(FlushLockPolicy policy) {
@@ -8,13 +11,30 @@ const char* FlushLockPolicyName(FlushLockPolicy policy) {
       return "per_cpu";
     case FlushLockPolicy::kWhole:
       return "whole";
+    case FlushLockPolicy::kBatch:
+      return "batch";
+    case FlushLockPolicy::kAdaptive:
+      return "adaptive";
   }
   return "unknown";
 }
 
-std::optional<FlushLockPolicy> ParseFlushLockPolicy(const std::string& name) {
+std::optional<FlushLockPolicy> ParseFlushLockPolicy(const std::string& name,
+                                                    int* batch_cpus) {
   if (name == "per_cpu") return FlushLockPolicy::kPerCpu;
   if (name == "whole") return FlushLockPolicy::kWhole;
+  if (name == "adaptive") return FlushLockPolicy::kAdaptive;
+  constexpr absl::string_view kBatchPrefix = "batch:";
+  if (absl::StartsWith(name, kBatchPrefix)) {
+    int n = 0;
+    if (!absl::SimpleAtoi(absl::string_view(name).substr(kBatchPrefix.size()),
+                          &n) ||
+        n < 1 || n > 4096) {
+      return std::nullopt;
+    }
+    if (batch_cpus != nullptr) *batch_cpus = n;
+    return FlushLockPolicy::kBatch;
+  }
   return std::nullopt;
 }
 

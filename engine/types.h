@@ -37,10 +37,24 @@ enum class FlushMode : uint8_t {
   kNone,       // last flushed values
 };
 
-// Which flush-lock policy rstat uses (DESIGN.md §4.3).
+// Which flush-lock policy rstat uses (DESIGN.md §4.3, engine/rstat.h).
 enum class FlushLockPolicy : uint8_t {
   kPerCpu,  // drop and retake the lock for every CPU (Linux 6.15+)
   kWhole,   // hold across the CPU loop, yield only when someone waits (<= 6.14)
+  kBatch,   // drop and retake every N CPUs ("batch:N")
+  kAdaptive,  // hold while under a time budget and nobody waits; skip clean
+              // CPUs
+};
+inline constexpr int kNrFlushLockPolicies = 4;
+
+// One of the longest flush-lock holds seen: what the holder was doing.
+struct FlushHoldRecord {
+  std::string policy;     // e.g. "per_cpu", "batch:8"
+  std::string root_path;  // the flushed subtree
+  int cpus_walked = 0;    // CPUs processed inside this hold
+  int groups_folded = 0;
+  absl::Duration hold;
+  absl::Time when;  // wall time of the release
 };
 
 // memory.events items, in the kernel's index order (enum memcg_memory_event).
@@ -116,9 +130,18 @@ struct EngineInfo {
   uint64_t page_size_bytes = 0;
   uint32_t charge_batch_pages = kChargeBatchPages;
   FlushLockPolicy flush_lock_policy = FlushLockPolicy::kPerCpu;
+  std::string flush_lock_policy_name;  // e.g. "batch:8"
+  absl::Duration flush_hold_budget;    // kAdaptive
+  absl::Duration periodic_flush_interval;
   int nr_stock_slots = kNrStockSlots;
   uint64_t nr_groups = 0;
+  // The longest hold of a flush not preempted meanwhile (the irqs-off
+  // tracer's view), and the longest by the wall clock (preemption included).
   absl::Duration flush_lock_hold_max = absl::ZeroDuration();
+  absl::Duration flush_lock_hold_wall_max = absl::ZeroDuration();
+  uint64_t preempted_flushes = 0;
+  // The longest holds seen since start, longest first (at most 16).
+  std::vector<FlushHoldRecord> longest_flush_holds;
 };
 
 // Monotonic engine-wide counters, summed over CPUs at read time.
@@ -134,9 +157,12 @@ struct EngineCounters {
   uint64_t flush_cpus = 0;  // CPUs walked by flushes
 };
 
+// "per_cpu", "whole", "batch", "adaptive".
 const char* FlushLockPolicyName(FlushLockPolicy policy);
-// Parses "per_cpu" or "whole".
-std::optional<FlushLockPolicy> ParseFlushLockPolicy(const std::string& name);
+// Parses "per_cpu", "whole", "adaptive" or "batch:N" (1 <= N <= 4096; N is
+// stored in *batch_cpus when given). nullopt for anything else.
+std::optional<FlushLockPolicy> ParseFlushLockPolicy(const std::string& name,
+                                                    int* batch_cpus = nullptr);
 
 }  // namespace cgacct
 

@@ -97,7 +97,7 @@ DedupAnswer ApplyOnce(RequestDedupCache& cache, const std::string* request_id,
 
   DedupFingerprint fingerprint;
   fingerprint.method = method;
-  fingerprint.path = std::string(path);
+  fingerprint.SetPath(path);
   fingerprint.nr_pages = nr_pages;
   fingerprint.kind = kind;
   fingerprint.cpu = cpu;
@@ -324,6 +324,16 @@ grpc::Status AccountingService::DoListGroups(
                                       request.page_token());
   const size_t remaining = static_cast<size_t>(paths->end() - first);
   auto last = first + static_cast<ptrdiff_t>(std::min(remaining, page_size));
+  // Also stop at kMaxListGroupsPageBytes of paths (at least one path), so a
+  // page of long paths stays under gRPC's default 4 MiB message limit.
+  size_t bytes = 0;
+  for (auto it = first; it != last; ++it) {
+    bytes += it->size() + 8;  // the path and its framing
+    if (bytes > kMaxListGroupsPageBytes && it != first) {
+      last = it;
+      break;
+    }
+  }
   response->mutable_paths()->Reserve(static_cast<int>(last - first));
   for (auto it = first; it != last; ++it) {
     response->add_paths(std::move(*it));
@@ -530,12 +540,30 @@ void AccountingService::DoGetEngineInfo(v1::EngineInfo* response) {
   response->set_nr_cpus(static_cast<uint32_t>(info.nr_cpus));
   response->set_page_size_bytes(info.page_size_bytes);
   response->set_charge_batch_pages(info.charge_batch_pages);
-  response->set_flush_lock_policy(FlushLockPolicyName(info.flush_lock_policy));
+  response->set_flush_lock_policy(info.flush_lock_policy_name);
   response->set_nr_stock_slots(static_cast<uint32_t>(info.nr_stock_slots));
   response->set_nr_groups(info.nr_groups);
   response->set_flush_lock_hold_max_us(
       DurationToMicros(info.flush_lock_hold_max));
   response->set_max_batch_ops(kMaxBatchOps);
+  for (const FlushHoldRecord& record : info.longest_flush_holds) {
+    v1::FlushLockHold* hold = response->add_longest_flush_holds();
+    hold->set_policy(record.policy);
+    hold->set_root_path(record.root_path);
+    hold->set_cpus_walked(static_cast<uint32_t>(record.cpus_walked));
+    hold->set_groups_folded(static_cast<uint32_t>(record.groups_folded));
+    hold->set_hold_ns(
+        static_cast<uint64_t>(absl::ToInt64Nanoseconds(record.hold)));
+    hold->set_when_unix_us(absl::ToUnixMicros(record.when));
+  }
+  response->set_flush_lock_hold_wall_max_us(
+      DurationToMicros(info.flush_lock_hold_wall_max));
+  response->set_preempted_flushes(info.preempted_flushes);
+  if (info.flush_lock_policy == FlushLockPolicy::kAdaptive)
+    response->set_flush_hold_budget_us(
+        DurationToMicros(info.flush_hold_budget));
+  response->set_periodic_flush_interval_ms(static_cast<uint64_t>(
+      absl::ToInt64Milliseconds(info.periodic_flush_interval)));
 }
 
 }  // namespace cgacct

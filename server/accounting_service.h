@@ -42,6 +42,8 @@ namespace cgacct {
 inline constexpr uint32_t kMaxBatchOps = 4096;
 // ListGroups page size used for page_size 0 or anything above it.
 inline constexpr uint32_t kMaxListGroupsPageSize = 10000;
+// ListGroups also ends a page once its paths reach this many bytes.
+inline constexpr size_t kMaxListGroupsPageBytes = size_t{1} << 20;
 // Longest accepted request_id, in bytes (bounds the de-duplication table).
 inline constexpr size_t kMaxRequestIdBytes = 128;
 

@@ -35,7 +35,13 @@ ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464",
 ABSL_FLAG(int, cpus, 0,
           "per-CPU slots of the engine; 0 = the machine's online CPUs");
 ABSL_FLAG(std::string, flush_lock_policy, "per_cpu",
-          "rstat flush lock policy: per_cpu or whole");
+          "rstat flush lock policy: per_cpu (retake per CPU), whole (hold "
+          "across CPUs, yield to waiters), batch:N (retake every N CPUs) or "
+          "adaptive (hold up to --flush_hold_budget, skip clean CPUs)");
+ABSL_FLAG(absl::Duration, flush_hold_budget, absl::Microseconds(50),
+          "adaptive policy: longest planned flush-lock hold");
+ABSL_FLAG(absl::Duration, periodic_flush_interval, absl::Seconds(2),
+          "background flush of the whole tree (the kernel's 2 s); 0 = off");
 ABSL_FLAG(uint64_t, page_size, 4096, "bytes per page (power of two >= 512)");
 ABSL_FLAG(bool, memory_recursiveprot, false,
           "like the cgroup2 mount option: memory.min/low of a group that its "
@@ -69,7 +75,9 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "cgacctd: userspace memory-cgroup accounting service.\n"
       "  cgacctd [--listen=HOST:PORT] [--metrics_listen=HOST:PORT] [--cpus=N]\n"
-      "          [--flush_lock_policy=per_cpu|whole] [--page_size=4096]\n"
+      "          [--flush_lock_policy=per_cpu|whole|batch:N|adaptive]\n"
+      "          [--flush_hold_budget=50us] [--periodic_flush_interval=2s]\n"
+      "          [--page_size=4096]\n"
       "          [--metrics_group_depth=2] [--memory_recursiveprot]");
   absl::ParseCommandLine(argc, argv);
   // Debian's Abseil keeps absl::Mutex's lock-order graph on; it costs about
@@ -79,11 +87,14 @@ int main(int argc, char** argv) {
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 
   const std::string policy_name = absl::GetFlag(FLAGS_flush_lock_policy);
+  int batch_cpus = 8;
   const std::optional<cgacct::FlushLockPolicy> policy =
-      cgacct::ParseFlushLockPolicy(policy_name);
+      cgacct::ParseFlushLockPolicy(policy_name, &batch_cpus);
   if (!policy.has_value()) {
-    return Fail(kExitUsage, absl::StrCat("--flush_lock_policy=\"", policy_name,
-                                         "\" is not per_cpu or whole"));
+    return Fail(kExitUsage,
+                absl::StrCat("--flush_lock_policy=\"", policy_name,
+                             "\" is not per_cpu, whole, adaptive or batch:N "
+                             "(1 <= N <= 4096)"));
   }
   const int cpus = absl::GetFlag(FLAGS_cpus);
   if (cpus < 0 || cpus > cgacct::Engine::kMaxCpus) {
@@ -111,6 +122,10 @@ int main(int argc, char** argv) {
   engine_options.nr_cpus = cpus;
   engine_options.page_size_bytes = absl::GetFlag(FLAGS_page_size);
   engine_options.flush_lock_policy = *policy;
+  engine_options.flush_batch_cpus = batch_cpus;
+  engine_options.flush_hold_budget = absl::GetFlag(FLAGS_flush_hold_budget);
+  engine_options.periodic_flush_interval =
+      absl::GetFlag(FLAGS_periodic_flush_interval);
   engine_options.observer = &flush_observer;
   engine_options.memory_recursiveprot =
       absl::GetFlag(FLAGS_memory_recursiveprot);
@@ -161,7 +176,8 @@ int main(int argc, char** argv) {
               : std::string("metrics off");
   std::printf("cgacctd listening on %s:%d (%s, cpus=%d, policy=%s)\n",
               HostOf(listen).c_str(), port, metrics_where.c_str(),
-              (*engine)->nr_cpus(), cgacct::FlushLockPolicyName(*policy));
+              (*engine)->nr_cpus(),
+              (*engine)->GetInfo().flush_lock_policy_name.c_str());
   std::fflush(stdout);
 
   int signal_number = 0;

@@ -303,31 +303,42 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
         Family("cgacct_rstat_flush_lock_wait_seconds",
                "Time spent acquiring the rstat flush lock, per acquisition.",
                MetricType::Histogram);
-    uint64_t hold_max_ns = LatencyHistogram::ToNanos(info.flush_lock_hold_max);
     for (FlushLockPolicy policy :
-         {FlushLockPolicy::kPerCpu, FlushLockPolicy::kWhole}) {
+         {FlushLockPolicy::kPerCpu, FlushLockPolicy::kWhole,
+          FlushLockPolicy::kBatch, FlushLockPolicy::kAdaptive}) {
       const LatencyHistogram::Snapshot h = flush_.lock_hold(policy).Collect();
       const LatencyHistogram::Snapshot w = flush_.lock_wait(policy).Collect();
-      hold_max_ns = std::max(hold_max_ns, h.max_ns);
       // The configured policy always shows (zero until the first flush);
       // another one only once it has been used.
       if (policy != info.flush_lock_policy && h.count == 0 && w.count == 0) {
         continue;
       }
       const std::vector<ClientMetric::Label> labels = {
-          {"policy", FlushLockPolicyName(policy)}};
+          {"policy", policy == info.flush_lock_policy
+                         ? info.flush_lock_policy_name
+                         : std::string(FlushLockPolicyName(policy))}};
       hold.metric.push_back(HistogramMetric(h, labels));
       wait.metric.push_back(HistogramMetric(w, labels));
     }
     out.push_back(std::move(hold));
     out.push_back(std::move(wait));
 
-    MetricFamily hold_max = Family(
-        "cgacct_rstat_flush_lock_hold_max_seconds",
-        "Longest rstat flush lock hold seen since start.", MetricType::Gauge);
+    MetricFamily hold_max =
+        Family("cgacct_rstat_flush_lock_hold_max_seconds",
+               "Longest rstat flush lock hold since start, from flushes not "
+               "preempted meanwhile (the irqs-off tracer's view).",
+               MetricType::Gauge);
     hold_max.metric.push_back(
-        GaugeMetric(static_cast<double>(hold_max_ns) / kNanosPerSecond));
+        GaugeMetric(absl::ToDoubleSeconds(info.flush_lock_hold_max)));
     out.push_back(std::move(hold_max));
+    MetricFamily wall_max =
+        Family("cgacct_rstat_flush_lock_hold_wall_max_seconds",
+               "Longest rstat flush lock hold since start by the wall clock, "
+               "preemption of the holder included.",
+               MetricType::Gauge);
+    wall_max.metric.push_back(
+        GaugeMetric(absl::ToDoubleSeconds(info.flush_lock_hold_wall_max)));
+    out.push_back(std::move(wall_max));
 
     MetricFamily duration =
         Family("cgacct_rstat_flush_duration_seconds",
@@ -370,6 +381,10 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
   };
   counter_family("cgacct_rstat_flushes_total", "rstat subtree flushes.",
                  counters.flushes);
+  counter_family("cgacct_rstat_flushes_preempted_total",
+                 "rstat flushes that took the lock and whose thread was "
+                 "preempted while flushing.",
+                 info.preempted_flushes);
   counter_family("cgacct_rstat_flush_cpus_total",
                  "Per-CPU rstat lists walked by flushes.", counters.flush_cpus);
 
@@ -495,7 +510,11 @@ absl::StatusOr<std::unique_ptr<MetricsExposer>> MetricsExposer::Start(
     std::shared_ptr<prometheus::Collectable> collectable) {
   std::unique_ptr<prometheus::Exposer> exposer;
   try {
-    exposer = std::make_unique<prometheus::Exposer>(listen, /*num_threads=*/2);
+    // civetweb options: enough threads that a few idle connections cannot
+    // starve scrapes, and a request timeout that drops idle ones.
+    exposer = std::make_unique<prometheus::Exposer>(std::vector<std::string>{
+        "listening_ports", listen, "num_threads", "8", "request_timeout_ms",
+        "5000", "linger_timeout_ms", "0"});
   } catch (const std::exception& e) {
     // civetweb reports a taken port or a bad address by throwing.
     return absl::UnavailableError(

@@ -19,6 +19,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/hash/hash.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
@@ -26,17 +28,28 @@ namespace cgacct {
 
 // What a retry must repeat exactly for the stored answer to apply to it.
 struct DedupFingerprint {
+  // Sets path_hash and path_bytes.
+  void SetPath(absl::string_view path) {
+    path_hash = absl::Hash<absl::string_view>{}(path);
+    path_bytes = path.size();
+  }
+
   enum class Method : uint8_t { kCharge, kUncharge };
 
   Method method = Method::kCharge;
-  std::string path;
+  // The path is kept as a hash and a length, not a copy: an entry stays
+  // small whatever the client sent (a 64-bit hash collision between two
+  // requests reusing one request_id is the accepted risk).
+  uint64_t path_hash = 0;
+  size_t path_bytes = 0;
   uint64_t nr_pages = 0;
   int kind = 0;  // cgacct.v1.PageKind wire value
   std::optional<uint32_t> cpu;
 
   friend bool operator==(const DedupFingerprint& a, const DedupFingerprint& b) {
     return a.method == b.method && a.nr_pages == b.nr_pages &&
-           a.kind == b.kind && a.cpu == b.cpu && a.path == b.path;
+           a.kind == b.kind && a.cpu == b.cpu && a.path_hash == b.path_hash &&
+           a.path_bytes == b.path_bytes;
   }
   friend bool operator!=(const DedupFingerprint& a, const DedupFingerprint& b) {
     return !(a == b);

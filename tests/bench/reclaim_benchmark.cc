@@ -37,9 +37,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/cycle_clock.h"
 #include "engine/engine.h"
 #include "engine/observer.h"
-#include "engine/rstat.h"
 
 namespace cgacct {
 namespace {
@@ -129,14 +129,14 @@ void Setup(Mode& mode, const Config& config) {
 // The busy child reads `pages` more pages of new files, charge_pages at a
 // time, on CPU 0.
 void Run(Mode& mode, const Config& config, uint64_t pages) {
-  const int64_t start = MonotonicNowNs();
+  const int64_t start = CycleClock::SteadyNowNs();
   for (uint64_t done = 0; done < pages; done += config.charge_pages) {
-    const int64_t wall0 = MonotonicNowNs();
+    const int64_t wall0 = CycleClock::SteadyNowNs();
     const int64_t cpu0 = ThreadCpuNs();
     auto r =
         mode.engine->Charge("/p/busy", config.charge_pages, PageKind::kFile, 0);
     const int64_t cpu_ns = ThreadCpuNs() - cpu0;
-    const int64_t wall_ns = MonotonicNowNs() - wall0;
+    const int64_t wall_ns = CycleClock::SteadyNowNs() - wall0;
     mode.max_charge_cpu_ns = std::max(mode.max_charge_cpu_ns, cpu_ns);
     if (wall_ns - cpu_ns > 1'000'000) ++mode.preempted_charges;
     if (r.ok()) {
@@ -145,7 +145,7 @@ void Run(Mode& mode, const Config& config, uint64_t pages) {
       ++mode.charge_failures;
     }
   }
-  mode.busy_ns += MonotonicNowNs() - start;
+  mode.busy_ns += CycleClock::SteadyNowNs() - start;
 }
 
 double Percentile(const std::vector<int64_t>& sorted, double p) {

@@ -21,10 +21,17 @@ uint64_t Stat(const GroupStats& stats, const std::string& name) {
 
 class ConcurrencyTest : public ::testing::TestWithParam<FlushLockPolicy> {};
 
-TEST_P(ConcurrencyTest, ChargesUnchargesAndFlushesConserveEveryPage) {
+EngineOptions Options(FlushLockPolicy policy, int nr_cpus) {
   EngineOptions options;
-  options.nr_cpus = 8;
-  options.flush_lock_policy = GetParam();
+  options.nr_cpus = nr_cpus;
+  options.flush_lock_policy = policy;
+  options.flush_batch_cpus = 3;
+  options.periodic_flush_interval = absl::Milliseconds(5);  // races the readers
+  return options;
+}
+
+TEST_P(ConcurrencyTest, ChargesUnchargesAndFlushesConserveEveryPage) {
+  const EngineOptions options = Options(GetParam(), 8);
   auto engine = std::move(*Engine::Create(options));
   LimitsUpdate parent_limits;
   parent_limits.max_pages = 2000;  // tight enough to force OOMs and drains
@@ -144,9 +151,56 @@ TEST_P(ConcurrencyTest, ChargesUnchargesAndFlushesConserveEveryPage) {
   EXPECT_EQ(engine->GetCounters().charges_oom, ooms);
 }
 
+// Exact reads: every charge acknowledged before a GetStats(kExact) began is
+// in it, whichever flushes (overlapping subtrees, the periodic flusher,
+// kAdaptive's lock-free skips) run at the same time.
+TEST_P(ConcurrencyTest, ExactReadsSeeEverythingAcknowledgedBefore) {
+  auto engine = std::move(*Engine::Create(Options(GetParam(), 16)));
+  ASSERT_TRUE(engine->CreateGroup("/a", {}).ok());
+  for (int c = 0; c < 4; ++c)
+    ASSERT_TRUE(engine->CreateGroup(absl::StrCat("/a/c", c), {}).ok());
+  constexpr int kWriters = 3;
+  std::atomic<uint64_t> acked[kWriters] = {};
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> writers;
+  for (int w = 0; w < kWriters; ++w) {
+    writers.emplace_back([&, w] {
+      std::mt19937 rng(w);
+      for (int i = 0; i < 4000; ++i) {
+        ASSERT_TRUE(engine
+                        ->Charge(absl::StrCat("/a/c", rng() % 4), 1,
+                                 PageKind::kFile, static_cast<int>(rng() % 16))
+                        .ok());
+        acked[w].fetch_add(1, std::memory_order_release);
+      }
+    });
+  }
+  std::vector<std::thread> readers;
+  for (const char* path : {"/", "/a", "/a", "/a/c1"}) {
+    readers.emplace_back([&, path] {
+      while (!stop.load()) {
+        uint64_t before = 0;
+        for (auto& a : acked) before += a.load(std::memory_order_acquire);
+        auto s = engine->GetStats(path, FlushMode::kExact);
+        ASSERT_TRUE(s.ok());
+        if (std::string(path) != "/a/c1")
+          ASSERT_GE(Stat(*s, "pgpgin"), before) << path;
+      }
+    });
+  }
+  for (auto& t : writers) t.join();
+  stop = true;
+  for (auto& t : readers) t.join();
+  auto s = engine->GetStats("/", FlushMode::kExact);
+  EXPECT_EQ(Stat(*s, "pgpgin"), uint64_t{kWriters} * 4000);
+  EXPECT_EQ(Stat(*s, "file"), uint64_t{kWriters} * 4000 * 4096);
+}
+
 INSTANTIATE_TEST_SUITE_P(Policies, ConcurrencyTest,
                          ::testing::Values(FlushLockPolicy::kPerCpu,
-                                           FlushLockPolicy::kWhole),
+                                           FlushLockPolicy::kWhole,
+                                           FlushLockPolicy::kBatch,
+                                           FlushLockPolicy::kAdaptive),
                          [](const auto& info) {
                            return std::string(FlushLockPolicyName(info.param));
                          });

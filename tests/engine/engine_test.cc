@@ -335,3 +335,124 @@ TEST_F(EngineTest, ScopedCpuOverridePicksTheSlot) {
 
 }  // namespace
 }  // namespace cgacct
+
+namespace cgacct {
+namespace {
+
+class PeriodicFlushTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    EngineOptions options;
+    options.nr_cpus = 4;
+    options.clock = &clock_;
+    options.periodic_flush_interval = absl::Seconds(2);
+    engine_ = std::move(*Engine::Create(options));
+    ASSERT_TRUE(engine_->CreateGroup("/g", {}).ok());
+  }
+  uint64_t AnonNoFlush() {
+    auto s = engine_->GetStats("/g", FlushMode::kNone);
+    return Stat(*s, "anon");
+  }
+  ManualClock clock_;
+  std::unique_ptr<Engine> engine_;
+};
+
+TEST_F(PeriodicFlushTest, FlushesTheWholeTreeEveryInterval) {
+  ASSERT_TRUE(engine_->Charge("/g", 3, PageKind::kAnon, 1).ok());
+  auto s = engine_->GetStats("/g", FlushMode::kNone);
+  EXPECT_EQ(Stat(*s, "anon"), 0u);
+  EXPECT_FALSE(s->flushed);
+  EXPECT_EQ(s->max_staleness, absl::ZeroDuration());  // the clock has not moved
+  clock_.Advance(absl::Milliseconds(1500));
+  EXPECT_FALSE(engine_->MaybePeriodicFlush());  // not due yet
+  EXPECT_EQ(engine_->GetStats("/g", FlushMode::kNone)->max_staleness,
+            absl::Milliseconds(1500));
+  EXPECT_EQ(AnonNoFlush(), 0u);
+  clock_.Advance(absl::Milliseconds(500));
+  // Due: this call or the engine's flusher thread (which polls the clock
+  // every 100 ms) flushes it, exactly once for this interval.
+  engine_->MaybePeriodicFlush();
+  EXPECT_EQ(AnonNoFlush(), 3u * 4096);
+  EXPECT_EQ(engine_->GetStats("/g", FlushMode::kNone)->max_staleness,
+            absl::ZeroDuration());
+  EXPECT_FALSE(engine_->MaybePeriodicFlush());
+  clock_.Advance(absl::Milliseconds(700));
+  EXPECT_EQ(engine_->GetStats("/g", FlushMode::kNone)->max_staleness,
+            absl::Milliseconds(700));
+}
+
+TEST_F(PeriodicFlushTest, TheFlusherThreadRunsOnItsOwn) {
+  ASSERT_TRUE(engine_->Charge("/g", 2, PageKind::kFile, 0).ok());
+  clock_.Advance(absl::Seconds(2));
+  // No call from the test: the thread notices within its 100 ms tick.
+  for (int i = 0; i < 300; ++i) {
+    if (Stat(*engine_->GetStats("/g", FlushMode::kNone), "file") == 2u * 4096)
+      break;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(Stat(*engine_->GetStats("/g", FlushMode::kNone), "file"),
+            2u * 4096);
+  EXPECT_FALSE(engine_->MaybePeriodicFlush());  // the thread took this interval
+}
+
+TEST_F(PeriodicFlushTest,
+       ThresholdReadsSkipUntilPendingUpdatesReachTheThreshold) {
+  // 64 x 4 CPUs = 256 pages of pending update magnitude.
+  ASSERT_TRUE(engine_->Charge("/g", 100, PageKind::kAnon, 0).ok());
+  auto s = engine_->GetStats("/g", FlushMode::kThreshold);
+  EXPECT_FALSE(s->flushed);
+  EXPECT_EQ(Stat(*s, "anon"), 0u);
+  clock_.Advance(absl::Milliseconds(30));
+  EXPECT_EQ(engine_->GetStats("/g", FlushMode::kThreshold)->max_staleness,
+            absl::Milliseconds(30));
+  ASSERT_TRUE(engine_->Charge("/g", 200, PageKind::kAnon, 2).ok());
+  s = engine_->GetStats("/g", FlushMode::kThreshold);
+  EXPECT_TRUE(s->flushed);
+  EXPECT_EQ(Stat(*s, "anon"), 300u * 4096);
+  EXPECT_EQ(s->max_staleness, absl::ZeroDuration());
+  // Right after a flush the count starts again.
+  ASSERT_TRUE(engine_->Charge("/g", 1, PageKind::kAnon, 2).ok());
+  EXPECT_FALSE(engine_->GetStats("/g", FlushMode::kThreshold)->flushed);
+}
+
+TEST(EngineOptionsTest, RejectsBadFlushOptions) {
+  EngineOptions options;
+  options.nr_cpus = 2;
+  options.flush_batch_cpus = 0;
+  EXPECT_EQ(Engine::Create(options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  options.flush_batch_cpus = 8;
+  options.flush_hold_budget = absl::ZeroDuration();
+  EXPECT_EQ(Engine::Create(options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  options.flush_hold_budget = absl::Microseconds(50);
+  options.periodic_flush_interval = -absl::Seconds(1);
+  EXPECT_EQ(Engine::Create(options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(EngineInfoTest, ReportsPolicyNameAndLongestHolds) {
+  EngineOptions options;
+  options.nr_cpus = 4;
+  options.flush_lock_policy = FlushLockPolicy::kBatch;
+  options.flush_batch_cpus = 2;
+  auto engine = std::move(*Engine::Create(options));
+  ASSERT_TRUE(engine->CreateGroup("/g", {}).ok());
+  // A flush whose thread is preempted does not count towards the longest
+  // holds; a few flushes make one that was not.
+  for (int i = 0; i < 50 && engine->GetInfo().longest_flush_holds.empty();
+       ++i) {
+    ASSERT_TRUE(engine->Charge("/g", 1, PageKind::kAnon, 3).ok());
+    ASSERT_TRUE(engine->GetStats("/g").ok());
+  }
+  EngineInfo info = engine->GetInfo();
+  EXPECT_GE(info.flush_lock_hold_wall_max, info.flush_lock_hold_max);
+  EXPECT_EQ(info.flush_lock_policy, FlushLockPolicy::kBatch);
+  EXPECT_EQ(info.flush_lock_policy_name, "batch:2");
+  ASSERT_FALSE(info.longest_flush_holds.empty());
+  EXPECT_EQ(info.longest_flush_holds[0].hold, info.flush_lock_hold_max);
+  EXPECT_LE(info.longest_flush_holds[0].cpus_walked, 2);
+}
+
+}  // namespace
+}  // namespace cgacct

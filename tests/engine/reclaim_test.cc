@@ -130,7 +130,7 @@ TEST(HighDelayTest, ScalesWithTheChargeSize) {
 
 class Tree {
  public:
-  Tree() : rstat_(1, FlushLockPolicy::kPerCpu, nullptr) {
+  Tree() : rstat_(1, FlushLockConfig{}, nullptr) {
     auto root = std::make_unique<Group>("/", next_id_++, nullptr, &rstat_,
                                         kPageCounterMax);
     root_ = root.get();

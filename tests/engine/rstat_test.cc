@@ -42,7 +42,17 @@ struct Tree {
   std::vector<int> parents;
 };
 
-class RstatTest : public ::testing::TestWithParam<FlushLockPolicy> {};
+class RstatTest : public ::testing::TestWithParam<FlushLockConfig> {};
+
+std::vector<FlushLockConfig> AllPolicies() {
+  FlushLockConfig batch;
+  batch.policy = FlushLockPolicy::kBatch;
+  batch.batch_cpus = 3;
+  FlushLockConfig adaptive;
+  adaptive.policy = FlushLockPolicy::kAdaptive;
+  return {FlushLockConfig{FlushLockPolicy::kPerCpu},
+          FlushLockConfig{FlushLockPolicy::kWhole}, batch, adaptive};
+}
 
 TEST_P(RstatTest, AfterAFlushEveryAncestorEqualsItsSubtreeSum) {
   constexpr int kCpus = 16;
@@ -76,12 +86,50 @@ TEST_P(RstatTest, AfterAFlushEveryAncestorEqualsItsSubtreeSum) {
   }
   EXPECT_EQ(tree.nodes[0]->total(kStatPgpgin), 2500);
   EXPECT_EQ(observer.flushes, 10);
-  if (GetParam() == FlushLockPolicy::kPerCpu) {
-    EXPECT_EQ(observer.holds, 10 * kCpus);  // one hold per CPU
-  } else {
-    EXPECT_EQ(observer.holds, 10);  // uncontended: one hold per flush
+  switch (GetParam().policy) {
+    case FlushLockPolicy::kPerCpu:
+      EXPECT_EQ(observer.holds, 10 * kCpus);  // one hold per CPU
+      EXPECT_EQ(observer.cpus, 10 * kCpus);
+      break;
+    case FlushLockPolicy::kWhole:
+      EXPECT_EQ(observer.holds, 10);  // uncontended: one hold per flush
+      EXPECT_EQ(observer.cpus, 10 * kCpus);
+      break;
+    case FlushLockPolicy::kBatch:
+      EXPECT_EQ(observer.holds, 10 * ((kCpus + 2) / 3));  // 3 CPUs per hold
+      EXPECT_EQ(observer.cpus, 10 * kCpus);
+      break;
+    case FlushLockPolicy::kAdaptive:
+      // Clean CPUs are passed without the lock; dirty ones inside holds
+      // bounded by the budget.
+      EXPECT_GE(observer.holds, 1);
+      EXPECT_LE(observer.cpus, 10 * kCpus);
+      break;
   }
-  EXPECT_EQ(observer.cpus, 10 * kCpus);
+}
+
+TEST_P(RstatTest, LongestHoldsAreRecordedLongestFirst) {
+  Rstat rstat(8, GetParam(), nullptr);
+  RstatGroup root(&rstat, nullptr, "/");
+  RstatGroup child(&rstat, &root, "/child");
+  int64_t d[kNrStatItems] = {};
+  d[kStatAnon] = 1;
+  for (int i = 0; i < 40; ++i) {
+    rstat.Update(&child, i % 8, d, 1);
+    rstat.Flush(i % 2 ? &root : &child);
+  }
+  std::vector<FlushHoldRecord> holds = rstat.LongestHolds();
+  ASSERT_FALSE(holds.empty());
+  EXPECT_LE(holds.size(), static_cast<size_t>(Rstat::kNrLongestHolds));
+  for (size_t i = 1; i < holds.size(); ++i)
+    EXPECT_GE(holds[i - 1].hold, holds[i].hold);
+  EXPECT_EQ(holds[0].hold, rstat.hold_max());
+  EXPECT_EQ(holds[0].policy, FlushLockConfigName(GetParam()));
+  for (const FlushHoldRecord& h : holds) {
+    EXPECT_TRUE(h.root_path == "/" || h.root_path == "/child") << h.root_path;
+    EXPECT_GE(h.cpus_walked, 1);
+    EXPECT_LE(absl::Now() - h.when, absl::Minutes(1));
+  }
 }
 
 TEST_P(RstatTest, FlushOfASubtreeLeavesOthersPendingUntilTheirFlush) {
@@ -131,11 +179,27 @@ TEST_P(RstatTest, ThresholdCountsPendingUpdateMagnitude) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, RstatTest,
-                         ::testing::Values(FlushLockPolicy::kPerCpu,
-                                           FlushLockPolicy::kWhole),
+                         ::testing::ValuesIn(AllPolicies()),
                          [](const auto& info) {
-                           return std::string(FlushLockPolicyName(info.param));
+                           return std::string(
+                               FlushLockPolicyName(info.param.policy));
                          });
+
+TEST(FlushLockPolicyTest, ParsesNamesAndBatchSizes) {
+  int n = 0;
+  EXPECT_EQ(ParseFlushLockPolicy("per_cpu"), FlushLockPolicy::kPerCpu);
+  EXPECT_EQ(ParseFlushLockPolicy("whole"), FlushLockPolicy::kWhole);
+  EXPECT_EQ(ParseFlushLockPolicy("adaptive"), FlushLockPolicy::kAdaptive);
+  EXPECT_EQ(ParseFlushLockPolicy("batch:8", &n), FlushLockPolicy::kBatch);
+  EXPECT_EQ(n, 8);
+  for (const char* bad : {"", "batch", "batch:", "batch:0", "batch:-1",
+                          "batch:x", "batch:4097", "PER_CPU", "wholes"})
+    EXPECT_FALSE(ParseFlushLockPolicy(bad).has_value()) << bad;
+  FlushLockConfig config;
+  config.policy = FlushLockPolicy::kBatch;
+  config.batch_cpus = 16;
+  EXPECT_EQ(FlushLockConfigName(config), "batch:16");
+}
 
 }  // namespace
 }  // namespace cgacct

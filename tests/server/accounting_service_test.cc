@@ -825,6 +825,33 @@ TEST_F(AccountingServiceTest, GetEngineInfo) {
   EXPECT_EQ(info.nr_stock_slots(), 7u);
   EXPECT_EQ(info.nr_groups(), 3u);  // root included
   EXPECT_EQ(info.max_batch_ops(), kMaxBatchOps);
+  EXPECT_EQ(info.periodic_flush_interval_ms(), 2000u);
+  EXPECT_EQ(info.flush_hold_budget_us(), 0u);  // per_cpu has no budget
+}
+
+TEST_F(AccountingServiceTest, GetEngineInfoListsTheLongestFlushHolds) {
+  ASSERT_OK(CreateGroup("/a"));
+  for (int i = 0; i < 20; ++i) {  // some flush will not be preempted
+    grpc::ClientContext context;
+    v1::GetStatsRequest request;
+    request.set_path("/a");
+    v1::GroupStats stats;
+    ASSERT_OK(stub_->GetStats(&context, request, &stats));
+  }
+  v1::EngineInfo info;
+  grpc::ClientContext context;
+  ASSERT_OK(stub_->GetEngineInfo(&context, v1::GetEngineInfoRequest(), &info));
+  ASSERT_GT(info.longest_flush_holds_size(), 0);
+  EXPECT_LE(info.longest_flush_holds_size(), 16);
+  const v1::FlushLockHold& longest = info.longest_flush_holds(0);
+  EXPECT_EQ(longest.policy(), "per_cpu");
+  EXPECT_EQ(longest.cpus_walked(), 1u);  // per_cpu: one CPU per hold
+  EXPECT_GT(longest.when_unix_us(), 0);
+  EXPECT_EQ(longest.hold_ns() / 1000, info.flush_lock_hold_max_us());
+  EXPECT_GE(info.flush_lock_hold_wall_max_us(), info.flush_lock_hold_max_us());
+  for (int i = 1; i < info.longest_flush_holds_size(); ++i)
+    EXPECT_GE(info.longest_flush_holds(i - 1).hold_ns(),
+              info.longest_flush_holds(i).hold_ns());
 }
 
 TEST_F(AccountingServiceTest, UnimplementedRpcsSaySo) {

@@ -14,7 +14,7 @@ using Verdict = RequestDedupCache::Verdict;
 DedupFingerprint Fp(uint64_t nr_pages) {
   DedupFingerprint fp;
   fp.method = DedupFingerprint::Method::kCharge;
-  fp.path = "/a";
+  fp.SetPath("/a");
   fp.nr_pages = nr_pages;
   fp.kind = 1;
   return fp;
