@@ -157,6 +157,12 @@ std::string FormatLoadReportTable(const LoadReport& r) {
     absl::StrAppend(&hold, " (", r.metrics_error, ")");
   }
   Row(&out, "flush-lock hold max", hold);
+  if (r.flush_lock_hold_wall_max_us.has_value()) {
+    Row(&out, "  by the wall clock",
+        absl::StrCat(HoldMaxText(r.flush_lock_hold_wall_max_us),
+                     " (holder preemption included; the line above counts "
+                     "only flushes that kept their CPU)"));
+  }
   if (!r.first_error.empty()) Row(&out, "first RPC error", r.first_error);
   if (r.read_latency.count() > 0) {
     out += "  read latency, power-of-2 buckets (usec):\n";
@@ -210,6 +216,8 @@ std::string LoadReportJson(const LoadReport& r) {
   OptionalDouble(w, r.flush_lock_hold_max_us);
   w.Key("flush_lock_hold_max_us_before");
   OptionalDouble(w, r.flush_lock_hold_max_us_before);
+  w.Key("flush_lock_hold_wall_max_us");
+  OptionalDouble(w, r.flush_lock_hold_wall_max_us);
   w.Key("metrics_error").String(r.metrics_error);
   w.EndObject();
 

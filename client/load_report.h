@@ -56,6 +56,9 @@ struct LoadReport {
   // nullopt when the scrape failed (then metrics_error says why).
   std::optional<double> flush_lock_hold_max_us;
   std::optional<double> flush_lock_hold_max_us_before;  // scraped at start
+  // cgacct_rstat_flush_lock_hold_wall_max_seconds in us: the wall clock,
+  // preemption of the holder included.
+  std::optional<double> flush_lock_hold_wall_max_us;
   std::string metrics_error;
 
   // The first unexpected RPC error, for the report ("" if none).

@@ -267,11 +267,13 @@ void StoreMax(std::atomic<int64_t>& max, int64_t value) {
   }
 }
 
-// Involuntary context switches of the calling thread so far (preemptions).
+// Context switches of the calling thread so far: involuntary (preempted)
+// and voluntary (blocked, e.g. on a per-CPU tree lock whose holder was
+// preempted: a wait a kernel holder spinning with IRQs off never has).
 int64_t Preemptions() {
   rusage usage;
   if (getrusage(RUSAGE_THREAD, &usage) != 0) return -1;
-  return usage.ru_nivcsw;
+  return usage.ru_nivcsw + usage.ru_nvcsw;
 }
 
 }  // namespace

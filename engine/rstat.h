@@ -48,12 +48,14 @@
 // hold is time the holder ran. A userspace holder can be preempted while it
 // holds the lock, and on a machine with more runnable threads than cores
 // that adds whole scheduler time slices (milliseconds) to any hold,
-// whatever the policy. Each hold is timed by the wall clock (the histogram
+// whatever the policy; so does blocking on a per-CPU tree lock whose
+// holder was preempted. Each hold is timed by the wall clock (the histogram
 // the observer gets, and hold_wall_max()), and each flush that takes the
-// lock also counts its thread's involuntary context switches (getrusage,
-// two calls a flush, none for a flush that takes no lock): the longest
-// hold of a flush that was not preempted is the irqs-off tracer's view
-// (hold_max(), LongestHolds()).
+// lock also counts its thread's context switches (getrusage, two calls a
+// flush, none for a flush that takes no lock): the longest hold of a flush
+// whose thread never left its CPU is the irqs-off tracer's view (hold_max(),
+// LongestHolds()). Time the hypervisor steals from the VM still counts, as
+// it would for the kernel's tracer.
 //
 // Memory ordering: an updater adds to its per-CPU counter, then (seq_cst
 // fence) checks whether its node is already on the tree; a flusher unlinks
