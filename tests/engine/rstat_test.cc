@@ -44,6 +44,15 @@ struct Tree {
 
 class RstatTest : public ::testing::TestWithParam<FlushLockConfig> {};
 
+}  // namespace
+
+// Names the parameter in test output (instead of its bytes).
+void PrintTo(const FlushLockConfig& config, std::ostream* os) {
+  *os << FlushLockConfigName(config);
+}
+
+namespace {
+
 std::vector<FlushLockConfig> AllPolicies() {
   FlushLockConfig batch;
   batch.policy = FlushLockPolicy::kBatch;
