@@ -34,6 +34,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "engine/group_handle.h"
 #include "engine/observer.h"
 #include "engine/types.h"
 
@@ -45,6 +46,11 @@ struct EngineOptions {
   // Bytes per page; a power of two >= 512.
   uint64_t page_size_bytes = 4096;
   FlushLockPolicy flush_lock_policy = FlushLockPolicy::kPerCpu;
+  // Pages per per-CPU stock refill (MEMCG_CHARGE_BATCH), in [1, 127]: the
+  // first charge attempt's size and the most a stock slot parks. 1 turns the
+  // stock off (every charge and uncharge walks the page_counters). The rstat
+  // flush threshold stays at kChargeBatchPages.
+  uint32_t charge_batch_pages = kChargeBatchPages;
   // Not owned; may be null. Must outlive the engine.
   EngineObserver* observer = nullptr;
 };
@@ -100,6 +106,26 @@ class Engine {
   // left of nr_pages (reclaim may have taken some) and returns that number.
   absl::StatusOr<UnchargeResult> Uncharge(
       absl::string_view path, uint64_t nr_pages, PageKind kind,
+      std::optional<int> cpu = std::nullopt);
+
+  // Resolves `path` to a handle for the Charge/Uncharge overloads below,
+  // which skip the per-call path validation and hash lookup. The handle names
+  // this group instance: after DeleteGroup every use of it is NOT_FOUND, even
+  // if the path is created again (resolve again then). Thread-safe.
+  // Errors: INVALID_ARGUMENT bad path; NOT_FOUND no such group.
+  absl::StatusOr<GroupHandle> ResolveGroup(absl::string_view path) const;
+
+  // Charge(path, ...) on a resolved group: same semantics, results and
+  // errors, except NOT_FOUND means the handle's group was deleted (or the
+  // handle is empty). Thread-safe; the fast path takes only the calling
+  // CPU's tree reader lock and the CPU's stock lock.
+  absl::StatusOr<ChargeResult> Charge(GroupHandle group, uint64_t nr_pages,
+                                      PageKind kind,
+                                      std::optional<int> cpu = std::nullopt);
+
+  // Uncharge(path, ...) on a resolved group; NOT_FOUND as for Charge above.
+  absl::StatusOr<UnchargeResult> Uncharge(
+      GroupHandle group, uint64_t nr_pages, PageKind kind,
       std::optional<int> cpu = std::nullopt);
 
   // memory.current/peak/stat/events of `path`, flushed per `mode`.
