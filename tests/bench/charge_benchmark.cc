@@ -1,0 +1,349 @@
+// The charge path at full speed (issue 4): the shape of the netperf benchmark
+// behind "memcg: optimize charge codepath" (2022), in the engine.
+//
+// Every benchmark here runs its baseline in the same binary; RESULTS.md
+// reports each as a ratio to it (medians of --benchmark_repetitions).
+//
+// BM_EngineChargeUncharge  threads charge 3 ANON pages (a 10K send) and
+//     uncharge them again, through GroupHandles, in
+//       hier:0  (a) /a, a group directly under the root, or
+//       hier:1  (b) /t/m/leaf, three levels down, with memory.min and
+//               memory.low on /t (below the group's resident usage, so
+//               protection is configured and usage is above it: the common
+//               case part (A) of the series targets).
+//     pattern:0 "local": each thread charges and uncharges on its own CPU
+//               slot, so the stock serves both sides;
+//     pattern:1 "split": thread t charges on slot 2t and uncharges on slot
+//               2t+1, as a sender and a receiver on different CPUs do
+//               (netperf): the charging slot runs dry every ~batch/3 sends
+//               and refills from the page_counters, the uncharging slot
+//               overflows and drains to them.
+//     batch: EngineOptions::charge_batch_pages, 64 (today's
+//               MEMCG_CHARGE_BATCH), 32 (before part (C)) or 1 (no stock).
+//     Goal: (b)/(a) >= 0.95 at 2 threads. Part (C) is batch 64 vs 32 vs 1.
+// BM_EngineChargeUnchargePath  the same through the path overloads
+//     (per-call validation and hash lookup): the handle's gain.
+// BM_PageCounterChain  the page_counter walk alone (try_charge + uncharge of
+//     3 pages at the leaf of root/t/m/leaf, min/low on t), i.e. what every
+//     charge costs without a stock:
+//       impl:0 engine PageCounter, impl:1 bench copy padded, impl:2 bench
+//       copy packed (tests/bench/page_counter_layouts.h);
+//       rbx:1 read before xchg (part (A)), rbx:0 the pre-2022 always-xchg.
+//     Part (A): impl:0 rbx:1 vs rbx:0. Part (B): impl:1 vs impl:2.
+// BM_StockRoundRobin  one thread on one CPU slot charging and uncharging 3
+//     pages in groups:1, 7 or 64 groups, round-robin: hit rate of the 7-slot
+//     stock and throughput (baseline: groups:1).
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "benchmark/benchmark.h"
+#include "engine/engine.h"
+#include "engine/page_counter.h"
+#include "tests/bench/page_counter_layouts.h"
+
+namespace cgacct {
+namespace {
+
+constexpr uint64_t kSendPages = 3;          // a 10K send
+constexpr uint64_t kResidentPages = 1024;   // the group's resident usage
+constexpr uint64_t kProtectionPages = 512;  // memory.min = memory.low on /t
+constexpr int kEngineCpus = 4;              // slots 2t, 2t+1 for threads 0, 1
+
+// ---------------------------------------------------------------------------
+// Engine
+
+struct EngineFixture {
+  std::unique_ptr<Engine> engine;
+  GroupHandle group;
+  std::string path;
+};
+EngineFixture* fixture = nullptr;  // built by Setup before threads start
+
+void SetupEngine(const benchmark::State& state) {
+  const bool deep = state.range(0) != 0;
+  EngineOptions options;
+  options.nr_cpus = kEngineCpus;
+  options.charge_batch_pages = static_cast<uint32_t>(state.range(2));
+  fixture = new EngineFixture;
+  fixture->engine = std::move(*Engine::Create(options));
+  Engine& e = *fixture->engine;
+  if (deep) {
+    LimitsUpdate protect;
+    protect.min_pages = kProtectionPages;
+    protect.low_pages = kProtectionPages;
+    (void)e.CreateGroup("/t", protect);
+    (void)e.CreateGroup("/t/m", {});
+    (void)e.CreateGroup("/t/m/leaf", {});
+    fixture->path = "/t/m/leaf";
+  } else {
+    (void)e.CreateGroup("/a", {});
+    fixture->path = "/a";
+  }
+  fixture->group = *e.ResolveGroup(fixture->path);
+  // Resident usage above the protection, charged outside the slots the
+  // threads use.
+  (void)e.Charge(fixture->group, kResidentPages, PageKind::kAnon,
+                 kEngineCpus - 1);
+}
+
+void TeardownEngine(const benchmark::State&) {
+  delete fixture;
+  fixture = nullptr;
+}
+
+void Label(benchmark::State& state) {
+  state.SetLabel(absl::StrCat(state.range(0) ? "deep" : "root", "/",
+                              state.range(1) ? "split" : "local", "/batch",
+                              state.range(2)));
+}
+
+void BM_EngineChargeUncharge(benchmark::State& state) {
+  Engine& e = *fixture->engine;
+  const GroupHandle h = fixture->group;
+  const int charge_cpu = 2 * state.thread_index();
+  const int uncharge_cpu = charge_cpu + (state.range(1) != 0 ? 1 : 0);
+  const uint64_t hits_before =
+      state.thread_index() == 0 ? e.GetCounters().stock_hits : 0;
+  for (auto _ : state) {
+    auto c = e.Charge(h, kSendPages, PageKind::kAnon, charge_cpu);
+    auto u = e.Uncharge(h, kSendPages, PageKind::kAnon, uncharge_cpu);
+    if (!c.ok() || !u.ok()) {
+      state.SkipWithError("charge or uncharge failed");
+      break;
+    }
+  }
+  state.SetItemsProcessed(2 * state.iterations());
+  if (state.thread_index() == 0) {
+    Label(state);
+    state.counters["stock_hit"] = benchmark::Counter(
+        static_cast<double>(e.GetCounters().stock_hits - hits_before) /
+        static_cast<double>(state.iterations() * state.threads()));
+  }
+}
+
+void BM_EngineChargeUnchargePath(benchmark::State& state) {
+  Engine& e = *fixture->engine;
+  const std::string path = fixture->path;
+  const int charge_cpu = 2 * state.thread_index();
+  const int uncharge_cpu = charge_cpu + (state.range(1) != 0 ? 1 : 0);
+  for (auto _ : state) {
+    auto c = e.Charge(path, kSendPages, PageKind::kAnon, charge_cpu);
+    auto u = e.Uncharge(path, kSendPages, PageKind::kAnon, uncharge_cpu);
+    if (!c.ok() || !u.ok()) {
+      state.SkipWithError("charge or uncharge failed");
+      break;
+    }
+  }
+  state.SetItemsProcessed(2 * state.iterations());
+  if (state.thread_index() == 0) Label(state);
+}
+
+void EngineArgs(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"hier", "pattern", "batch"});
+  for (int pattern : {0, 1})
+    for (int hier : {0, 1})
+      for (int batch : {64, 32, 1}) b->Args({hier, pattern, batch});
+}
+
+void PathArgs(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"hier", "pattern", "batch"});
+  for (int pattern : {0, 1})
+    for (int hier : {0, 1}) b->Args({hier, pattern, 64});
+}
+
+BENCHMARK(BM_EngineChargeUncharge)
+    ->Apply(EngineArgs)
+    ->Setup(SetupEngine)
+    ->Teardown(TeardownEngine)
+    ->Threads(1)
+    ->Threads(2)
+    ->UseRealTime();
+BENCHMARK(BM_EngineChargeUnchargePath)
+    ->Apply(PathArgs)
+    ->Setup(SetupEngine)
+    ->Teardown(TeardownEngine)
+    ->Threads(1)
+    ->Threads(2)
+    ->UseRealTime();
+
+// ---------------------------------------------------------------------------
+// page_counter walk: parts (A) and (B)
+
+constexpr uint64_t kCounterMax = uint64_t{1} << 40;
+
+// root <- t (min/low) <- m <- leaf, with the resident usage at the leaf.
+template <class Counter>
+struct Chain {
+  Counter root{nullptr, kCounterMax};
+  Counter t{&root, kCounterMax};
+  Counter m{&t, kCounterMax};
+  Counter leaf{&m, kCounterMax};
+
+  explicit Chain(bool read_before_xchg) {
+    for (Counter* c : {&root, &t, &m, &leaf})
+      c->set_read_before_xchg(read_before_xchg);
+    t.SetMin(kProtectionPages);
+    t.SetLow(kProtectionPages);
+    leaf.TryCharge(kResidentPages);
+  }
+};
+
+// The engine's PageCounter takes (parent, page_counter_max); same shape.
+struct EngineCounter : PageCounter {
+  EngineCounter(EngineCounter* parent, uint64_t max)
+      : PageCounter(parent, max) {
+    SetMax(max);
+  }
+  bool TryCharge(uint64_t n) {
+    PageCounter* fail = nullptr;
+    return PageCounter::TryCharge(n, &fail);
+  }
+};
+
+Chain<EngineCounter>* engine_chain = nullptr;
+Chain<bench::PaddedPageCounter>* padded_chain = nullptr;
+Chain<bench::PackedPageCounter>* packed_chain = nullptr;
+
+void SetupChain(const benchmark::State& state) {
+  const bool rbx = state.range(1) != 0;
+  switch (state.range(0)) {
+    case 0:
+      engine_chain = new Chain<EngineCounter>(rbx);
+      break;
+    case 1:
+      padded_chain = new Chain<bench::PaddedPageCounter>(rbx);
+      break;
+    default:
+      packed_chain = new Chain<bench::PackedPageCounter>(rbx);
+      break;
+  }
+}
+
+void TeardownChain(const benchmark::State&) {
+  delete engine_chain;
+  delete padded_chain;
+  delete packed_chain;
+  engine_chain = nullptr;
+  padded_chain = nullptr;
+  packed_chain = nullptr;
+}
+
+template <class Counter>
+void RunChain(benchmark::State& state, Chain<Counter>& chain) {
+  for (auto _ : state) {
+    if (!chain.leaf.TryCharge(kSendPages)) {
+      state.SkipWithError("try_charge failed");
+      break;
+    }
+    chain.leaf.Uncharge(kSendPages);
+  }
+}
+
+void BM_PageCounterChain(benchmark::State& state) {
+  switch (state.range(0)) {
+    case 0:
+      RunChain(state, *engine_chain);
+      break;
+    case 1:
+      RunChain(state, *padded_chain);
+      break;
+    default:
+      RunChain(state, *packed_chain);
+      break;
+  }
+  state.SetItemsProcessed(2 * state.iterations());
+  if (state.thread_index() == 0) {
+    static const char* const kImpl[] = {"engine", "padded", "packed"};
+    state.SetLabel(absl::StrCat(kImpl[state.range(0)], "/",
+                                state.range(1) ? "read-before-xchg" : "xchg"));
+  }
+}
+
+BENCHMARK(BM_PageCounterChain)
+    ->ArgNames({"impl", "rbx"})
+    ->ArgsProduct({{0, 1, 2}, {1, 0}})
+    ->Setup(SetupChain)
+    ->Teardown(TeardownChain)
+    ->Threads(1)
+    ->Threads(2)
+    ->UseRealTime();
+
+// ---------------------------------------------------------------------------
+// Stock scalability: many groups on one CPU
+
+struct RoundRobinFixture {
+  std::unique_ptr<Engine> engine;
+  std::vector<GroupHandle> groups;
+};
+RoundRobinFixture* rr = nullptr;
+
+void SetupRoundRobin(const benchmark::State& state) {
+  EngineOptions options;
+  options.nr_cpus = 1;
+  rr = new RoundRobinFixture;
+  rr->engine = std::move(*Engine::Create(options));
+  (void)rr->engine->CreateGroup("/rr", {});
+  for (int i = 0; i < state.range(0); ++i) {
+    const std::string path = absl::StrCat("/rr/g", i);
+    (void)rr->engine->CreateGroup(path, {});
+    rr->groups.push_back(*rr->engine->ResolveGroup(path));
+  }
+}
+
+void TeardownRoundRobin(const benchmark::State&) {
+  delete rr;
+  rr = nullptr;
+}
+
+void BM_StockRoundRobin(benchmark::State& state) {
+  Engine& e = *rr->engine;
+  const size_t n = rr->groups.size();
+  const EngineCounters before = e.GetCounters();
+  size_t i = 0;
+  for (auto _ : state) {
+    const GroupHandle h = rr->groups[i];
+    if (++i == n) i = 0;
+    auto c = e.Charge(h, kSendPages, PageKind::kAnon, 0);
+    auto u = e.Uncharge(h, kSendPages, PageKind::kAnon, 0);
+    if (!c.ok() || !u.ok()) {
+      state.SkipWithError("charge or uncharge failed");
+      break;
+    }
+  }
+  const EngineCounters after = e.GetCounters();
+  const double charges = static_cast<double>(state.iterations());
+  state.SetItemsProcessed(2 * state.iterations());
+  state.counters["stock_hit"] =
+      static_cast<double>(after.stock_hits - before.stock_hits) / charges;
+  state.counters["drains_per_op"] =
+      static_cast<double>(after.stock_drains - before.stock_drains) /
+      (2 * charges);
+}
+
+BENCHMARK(BM_StockRoundRobin)
+    ->ArgName("groups")
+    ->Arg(1)
+    ->Arg(7)
+    ->Arg(8)
+    ->Arg(64)
+    ->Setup(SetupRoundRobin)
+    ->Teardown(TeardownRoundRobin)
+    ->UseRealTime();
+
+}  // namespace
+}  // namespace cgacct
+
+int main(int argc, char** argv) {
+  // As cgacctd does (server/main.cc): Debian's Abseil keeps the lock-order
+  // graph on, which costs several times a nested lock pair.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
