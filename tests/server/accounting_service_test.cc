@@ -827,15 +827,8 @@ TEST_F(AccountingServiceTest, GetEngineInfo) {
   EXPECT_EQ(info.max_batch_ops(), kMaxBatchOps);
 }
 
+// ChargeBatch and ChargeStream: charge_batch_test.cc.
 TEST_F(AccountingServiceTest, UnimplementedRpcsSaySo) {
-  {
-    grpc::ClientContext context;
-    v1::ChargeBatchResponse response;
-    const grpc::Status s =
-        stub_->ChargeBatch(&context, v1::ChargeBatchRequest(), &response);
-    EXPECT_CODE(s, UNIMPLEMENTED);
-    EXPECT_THAT(s.error_message(), HasSubstr("ChargeBatch"));
-  }
   {
     grpc::ClientContext context;
     v1::ReclaimRequest request;
@@ -845,15 +838,6 @@ TEST_F(AccountingServiceTest, UnimplementedRpcsSaySo) {
     const grpc::Status s = stub_->Reclaim(&context, request, &response);
     EXPECT_CODE(s, UNIMPLEMENTED);
     EXPECT_THAT(s.error_message(), HasSubstr("Reclaim"));
-  }
-  {
-    grpc::ClientContext context;
-    auto stream = stub_->ChargeStream(&context);
-    v1::ChargeBatchResponse response;
-    EXPECT_FALSE(stream->Read(&response));
-    const grpc::Status s = stream->Finish();
-    EXPECT_CODE(s, UNIMPLEMENTED);
-    EXPECT_THAT(s.error_message(), HasSubstr("ChargeStream"));
   }
   {
     grpc::ClientContext context;
