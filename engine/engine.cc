@@ -98,6 +98,10 @@ class EngineImpl {
     nr_groups_.store(1, std::memory_order_relaxed);
   }
 
+  // Groups go first: their rstat blocks return to rstat_'s per-CPU pools,
+  // and rstat_ is declared after groups_, so it would be destroyed first.
+  ~EngineImpl() ABSL_NO_THREAD_SAFETY_ANALYSIS { groups_.clear(); }
+
   // --- helpers -----------------------------------------------------------
 
   absl::StatusOr<int> ResolveCpu(std::optional<int> cpu) const {

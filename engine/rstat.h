@@ -33,8 +33,9 @@
 // the node off the tree and links it again, or the flusher sees its add:
 // nothing acknowledged before a flush is missed by it.
 //
-// Per-CPU blocks are allocated on a group's first update from that CPU, so
-// idle groups cost one pointer per CPU.
+// Per-CPU blocks are allocated on a group's first update from that CPU, from
+// per-CPU pools (engine/percpu_arena.h), and so is the group's array of
+// pointers to them: an idle group costs no per-CPU memory at all.
 //
 // Thread safety: thread-safe. The engine guarantees a group is neither
 // updated nor flushed while it is being destroyed.
@@ -49,6 +50,7 @@
 #include "absl/time/time.h"
 #include "engine/mutex.h"
 #include "engine/observer.h"
+#include "engine/percpu_arena.h"
 #include "engine/types.h"
 
 namespace cgacct {
@@ -111,13 +113,18 @@ class RstatGroup {
   };
 
   Cpu* GetCpu(int cpu) const {
-    return pcpu_[cpu].load(std::memory_order_acquire);
+    // Acquire pairs with the release CASes in GetOrCreateCpu(): a reader of
+    // a pointer sees what it points to initialised.
+    std::atomic<Cpu*>* pcpu = pcpu_.load(std::memory_order_acquire);
+    return pcpu == nullptr ? nullptr
+                           : pcpu[cpu].load(std::memory_order_acquire);
   }
   Cpu* GetOrCreateCpu(int cpu);
 
   Rstat* const rstat_;
   RstatGroup* const parent_;
-  std::unique_ptr<std::atomic<Cpu*>[]> pcpu_;
+  // nr_cpus pointers, allocated on the first update (null while idle).
+  std::atomic<std::atomic<Cpu*>*> pcpu_{nullptr};
   // Aggregates (memcg_vmstats). Guarded by the flush lock; totals are
   // atomics so readers need no lock.
   std::atomic<int64_t> totals_[kNrStatItems] = {};
@@ -169,6 +176,9 @@ class Rstat {
     Mutex mu;
   };
 
+  void* AllocCpuBlock(int cpu) { return cpu_blocks_.Alloc(cpu); }
+  void FreeCpuBlock(int cpu, void* block) { cpu_blocks_.Free(cpu, block); }
+
   void UpdatedLocked(RstatGroup* group, int cpu);
   RstatGroup* UpdatedListLocked(RstatGroup* root, int cpu);
   void FlushOneLocked(RstatGroup* group, int cpu)
@@ -190,6 +200,7 @@ class Rstat {
   const FlushLockPolicy policy_;
   EngineObserver* const observer_;
   std::unique_ptr<CpuLock[]> cpu_locks_;
+  PercpuArena cpu_blocks_;  // RstatGroup::Cpu blocks, per CPU
 
   Mutex flush_mu_;
   std::atomic<int> flush_waiters_{0};
