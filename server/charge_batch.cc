@@ -118,10 +118,16 @@ class AccountingService::ChargeOpRunner {
     }
     const std::optional<uint32_t> cpu =
         op.has_cpu() ? std::optional<uint32_t>(op.cpu()) : std::nullopt;
-    if (grpc::Status s =
-            service_.ValidateChargeArgs(op.nr_pages(), op.kind(), cpu);
-        !s.ok()) {
-      return Reject(index, op, s, result);
+    // The common case without building a grpc::Status (two strings) per op;
+    // ValidateChargeArgs has the same conditions and says what is wrong.
+    const bool args_ok =
+        op.nr_pages() != 0 && op.nr_pages() <= service_.page_counter_max_ &&
+        (op.kind() == v1::PAGE_KIND_ANON || op.kind() == v1::PAGE_KIND_FILE) &&
+        (!cpu.has_value() || *cpu < static_cast<uint32_t>(service_.nr_cpus_));
+    if (!args_ok) {
+      return Reject(index, op,
+                    service_.ValidateChargeArgs(op.nr_pages(), op.kind(), cpu),
+                    result);
     }
     if (handle == nullptr) {
       absl::StatusOr<GroupHandle> resolved =
