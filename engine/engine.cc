@@ -82,12 +82,13 @@ void Bump(std::atomic<uint64_t>& counter) {
 class EngineImpl {
  public:
   EngineImpl(int nr_cpus, uint64_t page_size_bytes, FlushLockPolicy policy,
-             EngineObserver* observer, uint32_t charge_batch_pages)
+             EngineObserver* observer, uint32_t charge_batch_pages,
+             uint32_t stock_pool_buckets)
       : nr_cpus_(nr_cpus),
         page_size_bytes_(page_size_bytes),
         page_counter_max_(static_cast<uint64_t>(LONG_MAX) / page_size_bytes),
         tree_lock_(nr_cpus),
-        stock_(nr_cpus, charge_batch_pages),
+        stock_(nr_cpus, charge_batch_pages, stock_pool_buckets),
         rstat_(nr_cpus, policy, observer),
         counters_(new CpuCounters[nr_cpus]) {
     auto root = std::make_unique<Group>("/", next_id_++, nullptr, &rstat_,
@@ -210,6 +211,12 @@ class EngineImpl {
     Group* over = nullptr;
     for (;;) {
       if (stock_.Consume(cpu, &g->memory, nr_pages)) return absl::OkStatus();
+      // The stock's pool: pages this group parked from another CPU's slot.
+      if (const uint64_t pooled = stock_.TakePooled(&g->memory, nr_pages)) {
+        if (pooled > nr_pages)
+          stock_.Refill(cpu, &g->memory, pooled - nr_pages);
+        return absl::OkStatus();
+      }
       PageCounter* fail = nullptr;
       if (g->memory.TryCharge(batch, &fail)) {
         if (batch > nr_pages) stock_.Refill(cpu, &g->memory, batch - nr_pages);
@@ -568,6 +575,7 @@ class EngineImpl {
       c.oom_total += pc.oom_events.load(std::memory_order_relaxed);
     }
     c.stock_hits = stock_.hits();
+    c.stock_pool_hits = stock_.pool_hits();
     c.stock_drains = stock_.drains();
     c.flushes = rstat_.flushes();
     c.flush_cpus = rstat_.flush_cpus();
@@ -638,13 +646,18 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
     return absl::InvalidArgumentError(absl::StrCat("charge_batch_pages ",
                                                    options.charge_batch_pages,
                                                    " out of range [1, 127]"));
+  const uint32_t buckets = options.stock_pool_buckets;
+  if (buckets > 65536 || (buckets & (buckets - 1)) != 0)
+    return absl::InvalidArgumentError(
+        absl::StrCat("stock_pool_buckets ", buckets,
+                     " must be 0 or a power of two <= 65536"));
   const uint64_t ps = options.page_size_bytes;
   if (ps < 512 || (ps & (ps - 1)) != 0 || ps > (uint64_t{1} << 30))
     return absl::InvalidArgumentError(absl::StrCat(
         "page_size_bytes ", ps, " must be a power of two in [512, 1 GiB]"));
   return std::unique_ptr<Engine>(new Engine(std::make_unique<EngineImpl>(
       nr_cpus, ps, options.flush_lock_policy, options.observer,
-      options.charge_batch_pages)));
+      options.charge_batch_pages, options.stock_pool_buckets)));
 }
 
 Engine::Engine(std::unique_ptr<EngineImpl> impl) : impl_(std::move(impl)) {}

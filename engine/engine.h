@@ -51,6 +51,11 @@ struct EngineOptions {
   // stock off (every charge and uncharge walks the page_counters). The rstat
   // flush threshold stays at kChargeBatchPages.
   uint32_t charge_batch_pages = kChargeBatchPages;
+  // Buckets of the stock's shared pool (engine/stock.h): 0 = no pool (the
+  // kernel's stock alone), else a power of two <= 65536. Pages moving
+  // between CPUs or between more than 7 groups on a CPU go through a
+  // group's bucket instead of walking the page_counters.
+  uint32_t stock_pool_buckets = 1024;
   // Not owned; may be null. Must outlive the engine.
   EngineObserver* observer = nullptr;
 };

@@ -20,6 +20,9 @@
 //               overflows and drains to them.
 //     batch: EngineOptions::charge_batch_pages, 64 (today's
 //               MEMCG_CHARGE_BATCH), 32 (before part (C)) or 1 (no stock).
+//     pool: EngineOptions::stock_pool_buckets, 1024 (the engine's default:
+//               slot drains and stock misses go through the group's pool
+//               bucket) or 0 (the kernel's stock alone).
 //     Goal: (b)/(a) >= 0.95 at 2 threads. Part (C) is batch 64 vs 32 vs 1.
 // BM_EngineChargeUnchargePath  the same through the path overloads
 //     (per-call validation and hash lookup): the handle's gain.
@@ -31,8 +34,9 @@
 //       rbx:1 read before xchg (part (A)), rbx:0 the pre-2022 always-xchg.
 //     Part (A): impl:0 rbx:1 vs rbx:0. Part (B): impl:1 vs impl:2.
 // BM_StockRoundRobin  one thread on one CPU slot charging and uncharging 3
-//     pages in groups:1, 7 or 64 groups, round-robin: hit rate of the 7-slot
-//     stock and throughput (baseline: groups:1).
+//     pages in groups:1, 7, 8 or 64 groups, round-robin: hit rate of the
+//     7-slot stock (and of the pool behind it, pool:1024) and throughput
+//     (baseline: groups:1, same pool setting).
 #include <atomic>
 #include <memory>
 #include <string>
@@ -68,6 +72,7 @@ void SetupEngine(const benchmark::State& state) {
   EngineOptions options;
   options.nr_cpus = kEngineCpus;
   options.charge_batch_pages = static_cast<uint32_t>(state.range(2));
+  options.stock_pool_buckets = static_cast<uint32_t>(state.range(3));
   fixture = new EngineFixture;
   fixture->engine = std::move(*Engine::Create(options));
   Engine& e = *fixture->engine;
@@ -96,9 +101,9 @@ void TeardownEngine(const benchmark::State&) {
 }
 
 void Label(benchmark::State& state) {
-  state.SetLabel(absl::StrCat(state.range(0) ? "deep" : "root", "/",
-                              state.range(1) ? "split" : "local", "/batch",
-                              state.range(2)));
+  state.SetLabel(absl::StrCat(
+      state.range(0) ? "deep" : "root", "/", state.range(1) ? "split" : "local",
+      "/batch", state.range(2), state.range(3) ? "/pool" : "/nopool"));
 }
 
 void BM_EngineChargeUncharge(benchmark::State& state) {
@@ -106,8 +111,10 @@ void BM_EngineChargeUncharge(benchmark::State& state) {
   const GroupHandle h = fixture->group;
   const int charge_cpu = 2 * state.thread_index();
   const int uncharge_cpu = charge_cpu + (state.range(1) != 0 ? 1 : 0);
-  const uint64_t hits_before =
-      state.thread_index() == 0 ? e.GetCounters().stock_hits : 0;
+  const EngineCounters before =
+      state.thread_index() == 0 ? e.GetCounters() : EngineCounters{};
+  const uint64_t hits_before = before.stock_hits;
+  const uint64_t pool_hits_before = before.stock_pool_hits;
   for (auto _ : state) {
     auto c = e.Charge(h, kSendPages, PageKind::kAnon, charge_cpu);
     auto u = e.Uncharge(h, kSendPages, PageKind::kAnon, uncharge_cpu);
@@ -119,9 +126,13 @@ void BM_EngineChargeUncharge(benchmark::State& state) {
   state.SetItemsProcessed(2 * state.iterations());
   if (state.thread_index() == 0) {
     Label(state);
-    state.counters["stock_hit"] = benchmark::Counter(
-        static_cast<double>(e.GetCounters().stock_hits - hits_before) /
-        static_cast<double>(state.iterations() * state.threads()));
+    const EngineCounters after = e.GetCounters();
+    const double charges =
+        static_cast<double>(state.iterations() * state.threads());
+    state.counters["stock_hit"] =
+        static_cast<double>(after.stock_hits - hits_before) / charges;
+    state.counters["pool_hit"] =
+        static_cast<double>(after.stock_pool_hits - pool_hits_before) / charges;
   }
 }
 
@@ -143,16 +154,19 @@ void BM_EngineChargeUnchargePath(benchmark::State& state) {
 }
 
 void EngineArgs(benchmark::internal::Benchmark* b) {
-  b->ArgNames({"hier", "pattern", "batch"});
+  b->ArgNames({"hier", "pattern", "batch", "pool"});
   for (int pattern : {0, 1})
-    for (int hier : {0, 1})
-      for (int batch : {64, 32, 1}) b->Args({hier, pattern, batch});
+    for (int hier : {0, 1}) {
+      for (int batch : {64, 32, 1}) b->Args({hier, pattern, batch, 1024});
+      b->Args({hier, pattern, 64, 0});
+      b->Args({hier, pattern, 32, 0});
+    }
 }
 
 void PathArgs(benchmark::internal::Benchmark* b) {
-  b->ArgNames({"hier", "pattern", "batch"});
+  b->ArgNames({"hier", "pattern", "batch", "pool"});
   for (int pattern : {0, 1})
-    for (int hier : {0, 1}) b->Args({hier, pattern, 64});
+    for (int hier : {0, 1}) b->Args({hier, pattern, 64, 1024});
 }
 
 BENCHMARK(BM_EngineChargeUncharge)
@@ -284,6 +298,7 @@ RoundRobinFixture* rr = nullptr;
 void SetupRoundRobin(const benchmark::State& state) {
   EngineOptions options;
   options.nr_cpus = 1;
+  options.stock_pool_buckets = static_cast<uint32_t>(state.range(1));
   rr = new RoundRobinFixture;
   rr->engine = std::move(*Engine::Create(options));
   (void)rr->engine->CreateGroup("/rr", {});
@@ -319,17 +334,17 @@ void BM_StockRoundRobin(benchmark::State& state) {
   state.SetItemsProcessed(2 * state.iterations());
   state.counters["stock_hit"] =
       static_cast<double>(after.stock_hits - before.stock_hits) / charges;
+  state.counters["pool_hit"] =
+      static_cast<double>(after.stock_pool_hits - before.stock_pool_hits) /
+      charges;
   state.counters["drains_per_op"] =
       static_cast<double>(after.stock_drains - before.stock_drains) /
       (2 * charges);
 }
 
 BENCHMARK(BM_StockRoundRobin)
-    ->ArgName("groups")
-    ->Arg(1)
-    ->Arg(7)
-    ->Arg(8)
-    ->Arg(64)
+    ->ArgNames({"groups", "pool"})
+    ->ArgsProduct({{1, 7, 8, 64}, {0, 1024}})
     ->Setup(SetupRoundRobin)
     ->Teardown(TeardownRoundRobin)
     ->UseRealTime();
