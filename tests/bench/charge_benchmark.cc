@@ -33,20 +33,33 @@
 //       copy packed (tests/bench/page_counter_layouts.h);
 //       rbx:1 read before xchg (part (A)), rbx:0 the pre-2022 always-xchg.
 //     Part (A): impl:0 rbx:1 vs rbx:0. Part (B): impl:1 vs impl:2.
+// BM_PairedDeepVsRoot  (b)/(a) inside one benchmark, for a noisy shared
+//     machine: one engine holds both groups; every thread alternates slices
+//     of 2000 charge/uncharge pairs between (a) and (b), all threads switching
+//     together at a barrier, and sums the cycles spent in each half. Load that
+//     drifts over seconds hits both halves alike. Counter b_over_a =
+//     time(a) / time(b), i.e. throughput (b) / (a).
+// BM_StockWalks  not a timing: page_counter walks per 1000 charge/uncharge
+//     pairs of the split pattern (one CPU charges, another uncharges), on a
+//     4-level chain, with the kernel's stock (pool:0) and with the pool.
 // BM_StockRoundRobin  one thread on one CPU slot charging and uncharging 3
 //     pages in groups:1, 7, 8 or 64 groups, round-robin: hit rate of the
 //     7-slot stock (and of the pool behind it, pool:1024) and throughput
 //     (baseline: groups:1, same pool setting).
 #include <atomic>
+#include <climits>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "benchmark/benchmark.h"
+#include "engine/cycle_clock.h"
 #include "engine/engine.h"
 #include "engine/page_counter.h"
+#include "engine/stock.h"
 #include "tests/bench/page_counter_layouts.h"
 
 namespace cgacct {
@@ -183,6 +196,137 @@ BENCHMARK(BM_EngineChargeUnchargePath)
     ->Threads(1)
     ->Threads(2)
     ->UseRealTime();
+
+// ---------------------------------------------------------------------------
+// (b)/(a) in one benchmark
+
+struct PairedFixture {
+  std::unique_ptr<Engine> engine;
+  GroupHandle root_level;  // (a)
+  GroupHandle deep;        // (b)
+  // Sense-counting spin barrier: every thread switches halves together.
+  std::atomic<int> arrived{0};
+  std::atomic<int> generation{0};
+
+  void Wait(int nr_threads) {
+    const int gen = generation.load(std::memory_order_acquire);
+    if (arrived.fetch_add(1, std::memory_order_acq_rel) + 1 == nr_threads) {
+      arrived.store(0, std::memory_order_relaxed);
+      generation.fetch_add(1, std::memory_order_release);
+      return;
+    }
+    while (generation.load(std::memory_order_acquire) == gen)
+      std::this_thread::yield();
+  }
+};
+PairedFixture* paired = nullptr;
+
+void SetupPaired(const benchmark::State& state) {
+  EngineOptions options;
+  options.nr_cpus = kEngineCpus;
+  options.stock_pool_buckets = static_cast<uint32_t>(state.range(1));
+  paired = new PairedFixture;
+  paired->engine = std::move(*Engine::Create(options));
+  Engine& e = *paired->engine;
+  LimitsUpdate protect;
+  protect.min_pages = kProtectionPages;
+  protect.low_pages = kProtectionPages;
+  (void)e.CreateGroup("/a", {});
+  (void)e.CreateGroup("/t", protect);
+  (void)e.CreateGroup("/t/m", {});
+  (void)e.CreateGroup("/t/m/leaf", {});
+  paired->root_level = *e.ResolveGroup("/a");
+  paired->deep = *e.ResolveGroup("/t/m/leaf");
+  for (GroupHandle h : {paired->root_level, paired->deep})
+    (void)e.Charge(h, kResidentPages, PageKind::kAnon, kEngineCpus - 1);
+}
+
+void TeardownPaired(const benchmark::State&) {
+  delete paired;
+  paired = nullptr;
+}
+
+void BM_PairedDeepVsRoot(benchmark::State& state) {
+  constexpr int kSlice = 2000;
+  Engine& e = *paired->engine;
+  const int charge_cpu = 2 * state.thread_index();
+  const int uncharge_cpu = charge_cpu + (state.range(0) != 0 ? 1 : 0);
+  int64_t ticks[2] = {0, 0};
+  bool failed = false;
+  int64_t n = 0;
+  for (auto _ : state) {
+    // Alternate which half goes first, so neither always follows the other.
+    for (int k = 0; k < 2; ++k) {
+      const int half = (n + k) % 2;
+      const GroupHandle h = half == 0 ? paired->root_level : paired->deep;
+      paired->Wait(state.threads());
+      const int64_t t0 = CycleClock::Now();
+      for (int i = 0; i < kSlice; ++i) {
+        failed |= !e.Charge(h, kSendPages, PageKind::kAnon, charge_cpu).ok();
+        failed |=
+            !e.Uncharge(h, kSendPages, PageKind::kAnon, uncharge_cpu).ok();
+      }
+      ticks[half] += CycleClock::Now() - t0;
+    }
+    ++n;
+  }
+  if (failed) state.SkipWithError("charge or uncharge failed");
+  state.SetItemsProcessed(4 * kSlice * state.iterations());
+  state.counters["b_over_a"] = benchmark::Counter(
+      static_cast<double>(ticks[0]) / static_cast<double>(ticks[1]),
+      benchmark::Counter::kAvgThreads);
+  if (state.thread_index() == 0) {
+    state.SetLabel(absl::StrCat(state.range(0) ? "split" : "local",
+                                state.range(1) ? "/pool" : "/nopool"));
+  }
+}
+
+BENCHMARK(BM_PairedDeepVsRoot)
+    ->ArgNames({"pattern", "pool"})
+    ->ArgsProduct({{0, 1}, {1024, 0}})
+    ->Setup(SetupPaired)
+    ->Teardown(TeardownPaired)
+    ->Threads(1)
+    ->Threads(2)
+    ->UseRealTime();
+
+// ---------------------------------------------------------------------------
+// Walks of the split pattern, counted
+
+void BM_StockWalks(benchmark::State& state) {
+  constexpr uint64_t kMaxPages = static_cast<uint64_t>(LONG_MAX) / 4096;
+  constexpr int kPairs = 1000000;
+  const uint64_t batch = kChargeBatchPages;
+  PageCounter root(nullptr, kMaxPages), t(&root, kMaxPages), m(&t, kMaxPages),
+      leaf(&m, kMaxPages);
+  MemcgStock stock(2, kChargeBatchPages, static_cast<uint32_t>(state.range(0)));
+  int64_t walks = 0;
+  for (auto _ : state) {
+    for (int i = 0; i < kPairs; ++i) {
+      // try_charge_memcg()'s order: stock, pool, then the counters.
+      if (!stock.Consume(0, &leaf, kSendPages)) {
+        const uint64_t pooled = stock.TakePooled(&leaf, kSendPages);
+        if (pooled > 0) {
+          if (pooled > kSendPages) stock.Refill(0, &leaf, pooled - kSendPages);
+        } else {
+          PageCounter* fail = nullptr;
+          leaf.TryCharge(batch, &fail);
+          stock.Refill(0, &leaf, batch - kSendPages);
+          ++walks;
+        }
+      }
+      const uint64_t before = leaf.Read();
+      stock.Refill(1, &leaf, kSendPages);
+      if (leaf.Read() != before) ++walks;  // a drain walked the counters
+    }
+  }
+  state.counters["walks_per_1000_pairs"] =
+      1000.0 * static_cast<double>(walks) /
+      (static_cast<double>(kPairs) * static_cast<double>(state.iterations()));
+  state.SetLabel(state.range(0) ? "slots + pool" : "slots only (kernel)");
+}
+
+BENCHMARK(BM_StockWalks)->ArgName("pool")->Arg(0)->Arg(1024)->Iterations(1);
 
 // ---------------------------------------------------------------------------
 // page_counter walk: parts (A) and (B)
