@@ -64,6 +64,35 @@ def main():
                       f"{mops(med[b]):.2f} ({cvs(cv, b)}) | "
                       f"{mops(med[b]) / mops(med[a]):.3f} |")
 
+    print("\n(b)/(a) measured in one benchmark (BM_PairedDeepVsRoot: both "
+          "groups in one engine, threads alternate 2000-pair slices between "
+          "them at a barrier), batch 64\n")
+    print("| pattern | stock | threads | (b)/(a) median (CV) | Mops/s, both "
+          "halves |")
+    print("|---|---|---|---|---|")
+    for pattern, pname in ((0, "local"), (1, "split")):
+        for pool, sname in ((1024, "slots + pool (default)"),
+                            (0, "slots only (kernel)")):
+            for threads in (1, 2):
+                k = (f"BM_PairedDeepVsRoot/pattern:{pattern}/pool:{pool}"
+                     f"/real_time/threads:{threads}")
+                if k not in med:
+                    continue
+                c = cv.get(k)
+                cvtext = f"{100 * c['b_over_a']:.1f}%" if c else "n/a"
+                print(f"| {pname} | {sname} | {threads} | "
+                      f"{med[k]['b_over_a']:.3f} ({cvtext}) | "
+                      f"{mops(med[k]):.2f} |")
+
+    print("\npage_counter walks of the split pattern (BM_StockWalks, a "
+          "count, not a timing)\n")
+    print("| stock | walks per 1000 charge/uncharge pairs |")
+    print("|---|---|")
+    for pool, sname in ((0, "slots only (kernel)"), (1024, "slots + pool")):
+        b = med.get(f"BM_StockWalks/pool:{pool}/iterations:1")
+        if b:
+            print(f"| {sname} | {b['walks_per_1000_pairs']:.3f} |")
+
     print("\nPart (C), the batch: 3-level leaf, batch 64 against 32 and 1 "
           "(1 = no stock)\n")
     print("| pattern | stock | threads | batch 64 Mops/s | batch 32 Mops/s | "
