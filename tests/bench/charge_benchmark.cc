@@ -33,12 +33,8 @@
 //       copy packed (tests/bench/page_counter_layouts.h);
 //       rbx:1 read before xchg (part (A)), rbx:0 the pre-2022 always-xchg.
 //     Part (A): impl:0 rbx:1 vs rbx:0. Part (B): impl:1 vs impl:2.
-// BM_PairedDeepVsRoot  (b)/(a) inside one benchmark, for a noisy shared
-//     machine: one engine holds both groups; every thread alternates slices
-//     of 2000 charge/uncharge pairs between (a) and (b), all threads switching
-//     together at a barrier, and sums the cycles spent in each half. Load that
-//     drifts over seconds hits both halves alike. Counter b_over_a =
-//     time(a) / time(b), i.e. throughput (b) / (a).
+// BM_Paired*  every comparison above again, paired inside one benchmark
+//     (see "Paired benchmarks" below): the ratios RESULTS.md reports.
 // BM_StockWalks  not a timing: page_counter walks per 1000 charge/uncharge
 //     pairs of the split pattern (one CPU charges, another uncharges), on a
 //     4-level chain, with the kernel's stock (pool:0) and with the pool.
@@ -51,6 +47,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -193,99 +190,6 @@ BENCHMARK(BM_EngineChargeUnchargePath)
     ->Apply(PathArgs)
     ->Setup(SetupEngine)
     ->Teardown(TeardownEngine)
-    ->Threads(1)
-    ->Threads(2)
-    ->UseRealTime();
-
-// ---------------------------------------------------------------------------
-// (b)/(a) in one benchmark
-
-struct PairedFixture {
-  std::unique_ptr<Engine> engine;
-  GroupHandle root_level;  // (a)
-  GroupHandle deep;        // (b)
-  // Sense-counting spin barrier: every thread switches halves together.
-  std::atomic<int> arrived{0};
-  std::atomic<int> generation{0};
-
-  void Wait(int nr_threads) {
-    const int gen = generation.load(std::memory_order_acquire);
-    if (arrived.fetch_add(1, std::memory_order_acq_rel) + 1 == nr_threads) {
-      arrived.store(0, std::memory_order_relaxed);
-      generation.fetch_add(1, std::memory_order_release);
-      return;
-    }
-    while (generation.load(std::memory_order_acquire) == gen)
-      std::this_thread::yield();
-  }
-};
-PairedFixture* paired = nullptr;
-
-void SetupPaired(const benchmark::State& state) {
-  EngineOptions options;
-  options.nr_cpus = kEngineCpus;
-  options.stock_pool_buckets = static_cast<uint32_t>(state.range(1));
-  paired = new PairedFixture;
-  paired->engine = std::move(*Engine::Create(options));
-  Engine& e = *paired->engine;
-  LimitsUpdate protect;
-  protect.min_pages = kProtectionPages;
-  protect.low_pages = kProtectionPages;
-  (void)e.CreateGroup("/a", {});
-  (void)e.CreateGroup("/t", protect);
-  (void)e.CreateGroup("/t/m", {});
-  (void)e.CreateGroup("/t/m/leaf", {});
-  paired->root_level = *e.ResolveGroup("/a");
-  paired->deep = *e.ResolveGroup("/t/m/leaf");
-  for (GroupHandle h : {paired->root_level, paired->deep})
-    (void)e.Charge(h, kResidentPages, PageKind::kAnon, kEngineCpus - 1);
-}
-
-void TeardownPaired(const benchmark::State&) {
-  delete paired;
-  paired = nullptr;
-}
-
-void BM_PairedDeepVsRoot(benchmark::State& state) {
-  constexpr int kSlice = 2000;
-  Engine& e = *paired->engine;
-  const int charge_cpu = 2 * state.thread_index();
-  const int uncharge_cpu = charge_cpu + (state.range(0) != 0 ? 1 : 0);
-  int64_t ticks[2] = {0, 0};
-  bool failed = false;
-  int64_t n = 0;
-  for (auto _ : state) {
-    // Alternate which half goes first, so neither always follows the other.
-    for (int k = 0; k < 2; ++k) {
-      const int half = (n + k) % 2;
-      const GroupHandle h = half == 0 ? paired->root_level : paired->deep;
-      paired->Wait(state.threads());
-      const int64_t t0 = CycleClock::Now();
-      for (int i = 0; i < kSlice; ++i) {
-        failed |= !e.Charge(h, kSendPages, PageKind::kAnon, charge_cpu).ok();
-        failed |=
-            !e.Uncharge(h, kSendPages, PageKind::kAnon, uncharge_cpu).ok();
-      }
-      ticks[half] += CycleClock::Now() - t0;
-    }
-    ++n;
-  }
-  if (failed) state.SkipWithError("charge or uncharge failed");
-  state.SetItemsProcessed(4 * kSlice * state.iterations());
-  state.counters["b_over_a"] = benchmark::Counter(
-      static_cast<double>(ticks[0]) / static_cast<double>(ticks[1]),
-      benchmark::Counter::kAvgThreads);
-  if (state.thread_index() == 0) {
-    state.SetLabel(absl::StrCat(state.range(0) ? "split" : "local",
-                                state.range(1) ? "/pool" : "/nopool"));
-  }
-}
-
-BENCHMARK(BM_PairedDeepVsRoot)
-    ->ArgNames({"pattern", "pool"})
-    ->ArgsProduct({{0, 1}, {1024, 0}})
-    ->Setup(SetupPaired)
-    ->Teardown(TeardownPaired)
     ->Threads(1)
     ->Threads(2)
     ->UseRealTime();
@@ -491,6 +395,389 @@ BENCHMARK(BM_StockRoundRobin)
     ->ArgsProduct({{1, 7, 8, 64}, {0, 1024}})
     ->Setup(SetupRoundRobin)
     ->Teardown(TeardownRoundRobin)
+    ->UseRealTime();
+
+// ---------------------------------------------------------------------------
+// Paired benchmarks: the ratios of RESULTS.md
+//
+// On a shared 2-core machine the load of other processes drifts over seconds
+// and two separately run benchmarks differ by 10-25% for no reason of their
+// own. So every comparison also runs paired: both sides exist at once, every
+// thread runs a slice of one side then a slice of the other (the order
+// alternates), all threads switching together at a barrier, and the cycles
+// of each side are summed separately. Drift hits both sides alike.
+//   ratio         time(baseline) / time(variant) = throughput(variant) /
+//                 throughput(baseline), averaged over threads;
+//   base_Mops, variant_Mops  ops per second of each side, summed over
+//                 threads, while that side ran.
+
+// Sense-counting spin barrier.
+class Barrier {
+ public:
+  void Wait(int nr_threads) {
+    const int gen = generation_.load(std::memory_order_acquire);
+    if (arrived_.fetch_add(1, std::memory_order_acq_rel) + 1 == nr_threads) {
+      arrived_.store(0, std::memory_order_relaxed);
+      generation_.fetch_add(1, std::memory_order_release);
+      return;
+    }
+    while (generation_.load(std::memory_order_acquire) == gen)
+      std::this_thread::yield();
+  }
+
+ private:
+  std::atomic<int> arrived_{0};
+  std::atomic<int> generation_{0};
+};
+
+class Paired {
+ public:
+  virtual ~Paired() = default;
+  // One slice of side `half` (0 baseline, 1 variant) on thread `thread`;
+  // false if an op failed.
+  virtual bool Slice(int half, int thread) = 0;
+  // Ops (charges + uncharges) in one slice.
+  virtual int64_t ops_per_slice() const = 0;
+  virtual std::string Label() const = 0;
+  Barrier barrier;
+};
+Paired* paired = nullptr;
+
+void TeardownPaired(const benchmark::State&) {
+  delete paired;
+  paired = nullptr;
+}
+
+void BM_Paired(benchmark::State& state) {
+  Paired& p = *paired;
+  int64_t ticks[2] = {0, 0};
+  int64_t n = 0;
+  bool failed = false;
+  for (auto _ : state) {
+    for (int k = 0; k < 2; ++k) {
+      const int half = static_cast<int>((n + k) % 2);
+      p.barrier.Wait(state.threads());
+      const int64_t t0 = CycleClock::Now();
+      failed |= !p.Slice(half, state.thread_index());
+      ticks[half] += CycleClock::Now() - t0;
+    }
+    ++n;
+  }
+  if (failed) state.SkipWithError("an op failed");
+  const double ops = static_cast<double>(p.ops_per_slice() * n);
+  state.SetItemsProcessed(2 * p.ops_per_slice() * state.iterations());
+  state.counters["ratio"] = benchmark::Counter(
+      static_cast<double>(ticks[0]) / static_cast<double>(ticks[1]),
+      benchmark::Counter::kAvgThreads);
+  state.counters["base_Mops"] =
+      ops / (static_cast<double>(CycleClock::ToNs(ticks[0])) / 1e9) / 1e6;
+  state.counters["variant_Mops"] =
+      ops / (static_cast<double>(CycleClock::ToNs(ticks[1])) / 1e9) / 1e6;
+  if (state.thread_index() == 0) state.SetLabel(p.Label());
+}
+
+constexpr int kSlicePairs = 2000;
+
+// One engine slice: kSlicePairs charges and uncharges of 3 pages.
+bool EngineSlice(Engine& e, GroupHandle h, int thread, bool split) {
+  const int charge_cpu = 2 * thread;
+  const int uncharge_cpu = charge_cpu + (split ? 1 : 0);
+  bool ok = true;
+  for (int i = 0; i < kSlicePairs; ++i) {
+    ok &= e.Charge(h, kSendPages, PageKind::kAnon, charge_cpu).ok();
+    ok &= e.Uncharge(h, kSendPages, PageKind::kAnon, uncharge_cpu).ok();
+  }
+  return ok;
+}
+
+// Creates `deep` ? /t/m/leaf (min/low on /t) : /a, with its resident pages.
+GroupHandle MakeGroup(Engine& e, bool deep) {
+  std::string path = "/a";
+  if (deep) {
+    LimitsUpdate protect;
+    protect.min_pages = kProtectionPages;
+    protect.low_pages = kProtectionPages;
+    (void)e.CreateGroup("/t", protect);
+    (void)e.CreateGroup("/t/m", {});
+    path = "/t/m/leaf";
+  }
+  (void)e.CreateGroup(path, {});
+  const GroupHandle h = *e.ResolveGroup(path);
+  (void)e.Charge(h, kResidentPages, PageKind::kAnon, kEngineCpus - 1);
+  return h;
+}
+
+std::unique_ptr<Engine> MakeEngine(uint32_t batch, uint32_t pool) {
+  EngineOptions options;
+  options.nr_cpus = kEngineCpus;
+  options.charge_batch_pages = batch;
+  options.stock_pool_buckets = pool;
+  return std::move(*Engine::Create(options));
+}
+
+// (a) vs (b) in one engine: args pattern, pool.
+class HierarchyPair final : public Paired {
+ public:
+  explicit HierarchyPair(const benchmark::State& state)
+      : split_(state.range(0) != 0),
+        pool_(static_cast<uint32_t>(state.range(1))),
+        engine_(MakeEngine(kChargeBatchPages, pool_)),
+        groups_{MakeGroup(*engine_, false), MakeGroup(*engine_, true)} {}
+  bool Slice(int half, int thread) override {
+    return EngineSlice(*engine_, groups_[half], thread, split_);
+  }
+  int64_t ops_per_slice() const override { return 2 * kSlicePairs; }
+  std::string Label() const override {
+    return absl::StrCat("(b)/(a) ", split_ ? "split" : "local",
+                        pool_ ? " pool" : " nopool");
+  }
+
+ private:
+  const bool split_;
+  const uint32_t pool_;
+  std::unique_ptr<Engine> engine_;
+  GroupHandle groups_[2];
+};
+
+// Two engines that differ in options, same group shape: args hier, pattern,
+// then baseline and variant (batch, pool) pairs.
+class EnginesPair final : public Paired {
+ public:
+  EnginesPair(const benchmark::State& state, std::string what)
+      : split_(state.range(1) != 0), what_(std::move(what)) {
+    const bool deep = state.range(0) != 0;
+    for (int half = 0; half < 2; ++half) {
+      engines_[half] =
+          MakeEngine(static_cast<uint32_t>(state.range(2 + 2 * half)),
+                     static_cast<uint32_t>(state.range(3 + 2 * half)));
+      groups_[half] = MakeGroup(*engines_[half], deep);
+    }
+    label_ = absl::StrCat(what_, " ", deep ? "deep " : "root ",
+                          split_ ? "split" : "local", " batch ", state.range(2),
+                          "/pool ", state.range(3), " -> ", state.range(4), "/",
+                          state.range(5));
+  }
+  bool Slice(int half, int thread) override {
+    return EngineSlice(*engines_[half], groups_[half], thread, split_);
+  }
+  int64_t ops_per_slice() const override { return 2 * kSlicePairs; }
+  std::string Label() const override { return label_; }
+
+ private:
+  const bool split_;
+  const std::string what_;
+  std::string label_;
+  std::unique_ptr<Engine> engines_[2];
+  GroupHandle groups_[2];
+};
+
+// Path overloads (baseline) vs GroupHandle overloads, one engine: args hier,
+// pattern.
+class HandlePair final : public Paired {
+ public:
+  explicit HandlePair(const benchmark::State& state)
+      : deep_(state.range(0) != 0),
+        split_(state.range(1) != 0),
+        engine_(MakeEngine(kChargeBatchPages, 1024)),
+        handle_(MakeGroup(*engine_, deep_)),
+        path_(deep_ ? "/t/m/leaf" : "/a") {}
+  bool Slice(int half, int thread) override {
+    if (half == 1) return EngineSlice(*engine_, handle_, thread, split_);
+    const int charge_cpu = 2 * thread;
+    const int uncharge_cpu = charge_cpu + (split_ ? 1 : 0);
+    bool ok = true;
+    for (int i = 0; i < kSlicePairs; ++i) {
+      ok &=
+          engine_->Charge(path_, kSendPages, PageKind::kAnon, charge_cpu).ok();
+      ok &= engine_->Uncharge(path_, kSendPages, PageKind::kAnon, uncharge_cpu)
+                .ok();
+    }
+    return ok;
+  }
+  int64_t ops_per_slice() const override { return 2 * kSlicePairs; }
+  std::string Label() const override {
+    return absl::StrCat("handle/path ", deep_ ? "deep " : "root ",
+                        split_ ? "split" : "local");
+  }
+
+ private:
+  const bool deep_;
+  const bool split_;
+  std::unique_ptr<Engine> engine_;
+  const GroupHandle handle_;
+  const std::string path_;
+};
+
+// Two page_counter chains: the walk alone.
+template <class Base, class Variant>
+class ChainPair final : public Paired {
+ public:
+  ChainPair(bool base_rbx, bool variant_rbx, std::string label)
+      : base_(base_rbx), variant_(variant_rbx), label_(std::move(label)) {}
+  bool Slice(int half, int thread) override {
+    return half == 0 ? Run(base_) : Run(variant_);
+  }
+  int64_t ops_per_slice() const override { return 2 * kSlicePairs; }
+  std::string Label() const override { return label_; }
+
+ private:
+  template <class Counter>
+  static bool Run(Chain<Counter>& chain) {
+    bool ok = true;
+    for (int i = 0; i < kSlicePairs; ++i) {
+      ok &= chain.leaf.TryCharge(kSendPages);
+      chain.leaf.Uncharge(kSendPages);
+    }
+    return ok;
+  }
+  Chain<Base> base_;
+  Chain<Variant> variant_;
+  const std::string label_;
+};
+
+// One CPU slot: 1 group (baseline) vs N groups round-robin: args groups,
+// pool.
+class RoundRobinPair final : public Paired {
+ public:
+  explicit RoundRobinPair(const benchmark::State& state)
+      : pool_(static_cast<uint32_t>(state.range(1))) {
+    for (int half = 0; half < 2; ++half) {
+      EngineOptions options;
+      options.nr_cpus = 1;
+      options.stock_pool_buckets = pool_;
+      engines_[half] = std::move(*Engine::Create(options));
+      const int n = half == 0 ? 1 : static_cast<int>(state.range(0));
+      for (int i = 0; i < n; ++i) {
+        const std::string path = absl::StrCat("/g", i);
+        (void)engines_[half]->CreateGroup(path, {});
+        groups_[half].push_back(*engines_[half]->ResolveGroup(path));
+      }
+    }
+    label_ = absl::StrCat(state.range(0), " groups vs 1, ",
+                          pool_ ? "pool" : "nopool");
+  }
+  bool Slice(int half, int thread) override {
+    Engine& e = *engines_[half];
+    const std::vector<GroupHandle>& groups = groups_[half];
+    size_t& next = next_[half];
+    bool ok = true;
+    for (int i = 0; i < kSlicePairs; ++i) {
+      const GroupHandle h = groups[next];
+      if (++next == groups.size()) next = 0;
+      ok &= e.Charge(h, kSendPages, PageKind::kAnon, 0).ok();
+      ok &= e.Uncharge(h, kSendPages, PageKind::kAnon, 0).ok();
+    }
+    return ok;
+  }
+  int64_t ops_per_slice() const override { return 2 * kSlicePairs; }
+  std::string Label() const override { return label_; }
+
+ private:
+  const uint32_t pool_;
+  std::string label_;
+  std::unique_ptr<Engine> engines_[2];
+  std::vector<GroupHandle> groups_[2];
+  size_t next_[2] = {0, 0};
+};
+
+void SetupHierarchyPair(const benchmark::State& state) {
+  paired = new HierarchyPair(state);
+}
+void SetupBatchPair(const benchmark::State& state) {
+  paired = new EnginesPair(state, "batch");
+}
+void SetupPoolPair(const benchmark::State& state) {
+  paired = new EnginesPair(state, "pool");
+}
+void SetupHandlePair(const benchmark::State& state) {
+  paired = new HandlePair(state);
+}
+void SetupReadBeforeXchgPair(const benchmark::State& state) {
+  paired = new ChainPair<EngineCounter, EngineCounter>(
+      false, true, "(A) engine PageCounter: always xchg -> read before xchg");
+}
+void SetupLayoutPair(const benchmark::State& state) {
+  const bool rbx = state.range(0) != 0;
+  paired = new ChainPair<bench::PackedPageCounter, bench::PaddedPageCounter>(
+      rbx, rbx,
+      absl::StrCat("(B) packed -> padded, ",
+                   rbx ? "read before xchg" : "always xchg"));
+}
+void SetupRoundRobinPair(const benchmark::State& state) {
+  paired = new RoundRobinPair(state);
+}
+
+BENCHMARK(BM_Paired)
+    ->Name("BM_PairedHierarchy")
+    ->ArgNames({"pattern", "pool"})
+    ->ArgsProduct({{0, 1}, {1024, 0}})
+    ->Setup(SetupHierarchyPair)
+    ->Teardown(TeardownPaired)
+    ->Threads(1)
+    ->Threads(2)
+    ->UseRealTime();
+// Part (C): batch 32 -> 64 and 1 -> 64, on the 3-level leaf.
+BENCHMARK(BM_Paired)
+    ->Name("BM_PairedBatch")
+    ->ArgNames({"hier", "pattern", "batch0", "pool0", "batch1", "pool1"})
+    ->Args({1, 0, 32, 1024, 64, 1024})
+    ->Args({1, 1, 32, 1024, 64, 1024})
+    ->Args({1, 0, 32, 0, 64, 0})
+    ->Args({1, 1, 32, 0, 64, 0})
+    ->Args({1, 0, 1, 1024, 64, 1024})
+    ->Args({1, 1, 1, 1024, 64, 1024})
+    ->Setup(SetupBatchPair)
+    ->Teardown(TeardownPaired)
+    ->Threads(1)
+    ->Threads(2)
+    ->UseRealTime();
+// The pool: kernel stock -> stock + pool.
+BENCHMARK(BM_Paired)
+    ->Name("BM_PairedPool")
+    ->ArgNames({"hier", "pattern", "batch0", "pool0", "batch1", "pool1"})
+    ->Args({0, 0, 64, 0, 64, 1024})
+    ->Args({0, 1, 64, 0, 64, 1024})
+    ->Args({1, 0, 64, 0, 64, 1024})
+    ->Args({1, 1, 64, 0, 64, 1024})
+    ->Setup(SetupPoolPair)
+    ->Teardown(TeardownPaired)
+    ->Threads(1)
+    ->Threads(2)
+    ->UseRealTime();
+BENCHMARK(BM_Paired)
+    ->Name("BM_PairedHandle")
+    ->ArgNames({"hier", "pattern"})
+    ->ArgsProduct({{0, 1}, {0, 1}})
+    ->Setup(SetupHandlePair)
+    ->Teardown(TeardownPaired)
+    ->Threads(1)
+    ->Threads(2)
+    ->UseRealTime();
+// Part (A).
+BENCHMARK(BM_Paired)
+    ->Name("BM_PairedReadBeforeXchg")
+    ->Setup(SetupReadBeforeXchgPair)
+    ->Teardown(TeardownPaired)
+    ->Threads(1)
+    ->Threads(2)
+    ->UseRealTime();
+// Part (B).
+BENCHMARK(BM_Paired)
+    ->Name("BM_PairedLayout")
+    ->ArgName("rbx")
+    ->Arg(1)
+    ->Arg(0)
+    ->Setup(SetupLayoutPair)
+    ->Teardown(TeardownPaired)
+    ->Threads(1)
+    ->Threads(2)
+    ->UseRealTime();
+BENCHMARK(BM_Paired)
+    ->Name("BM_PairedRoundRobin")
+    ->ArgNames({"groups", "pool"})
+    ->ArgsProduct({{7, 8, 64}, {0, 1024}})
+    ->Setup(SetupRoundRobinPair)
+    ->Teardown(TeardownPaired)
     ->UseRealTime();
 
 }  // namespace
