@@ -56,13 +56,14 @@
 #include "client/histogram.h"
 #include "client/load_report.h"
 #include "client/metrics_scrape.h"
+#include "client/netperf.h"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:50051", "cgacctd gRPC address");
 ABSL_FLAG(std::string, metrics_target, "",
           "HOST:PORT of cgacctd's /metrics (loopback only); default: the "
           "--target host with port 9464");
 ABSL_FLAG(std::string, scenario, "stat-reader",
-          "stat-reader | hog | seed-rstat");
+          "stat-reader | hog | seed-rstat | netperf (client/netperf.h)");
 ABSL_FLAG(int32_t, threads, 8, "stat-reader threads (stat-reader, seed-rstat)");
 ABSL_FLAG(int32_t, hogs, 8, "memory hog workers (hog, seed-rstat)");
 ABSL_FLAG(absl::Duration, duration, absl::Seconds(10), "how long to run");
@@ -762,6 +763,8 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "cgacct-load --scenario=stat-reader|hog|seed-rstat [--threads=N] "
       "[--hogs=N] [--duration=10s] [--json=FILE]\n"
+      "cgacct-load --scenario=netperf [--streams=N] [--pages=3] [--batch=64] "
+      "[--rpc=stream|batch|unary] [--hierarchy=root|deep]\n"
       "Closed-loop load against cgacctd (DESIGN.md §4.4); the report goes to "
       "stdout, progress to stderr.");
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
@@ -769,6 +772,9 @@ int main(int argc, char** argv) {
     std::cerr << "cgacct-load: unexpected argument \"" << positional[1]
               << "\"\n";
     return 1;
+  }
+  if (absl::GetFlag(FLAGS_scenario) == "netperf") {
+    return cgacct::client::RunNetperf();
   }
   absl::StatusOr<cgacct::client::Options> options =
       cgacct::client::OptionsFromFlags();

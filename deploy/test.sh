@@ -12,10 +12,10 @@ jobs=$(nproc)
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCGACCT_ENGINE_ONLY=ON \
   -DCGACCT_SANITIZE=thread >/dev/null
 cmake --build build-tsan -j"$jobs" --target concurrency_test engine_test rstat_test stock_test \
-  reclaim_concurrency_test reclaim_test
+  reclaim_concurrency_test reclaim_test group_handle_test
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp" \
   ctest --test-dir build-tsan -j"$jobs" --output-on-failure \
-  -R 'Concurrency|EngineTest|RstatTest|StockTest|Reclaim'
+  -R 'Concurrency|EngineTest|RstatTest|StockTest|Reclaim|GroupHandle'
 
 # 2. Everything, then the full suite.
 deploy/build.sh

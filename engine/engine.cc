@@ -8,6 +8,7 @@
 #include <memory>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -111,7 +112,7 @@ class EngineImpl {
         periodic_flush_interval_(options.periodic_flush_interval),
         clock_(options.clock != nullptr ? *options.clock : Clock::Real()),
         tree_lock_(nr_cpus),
-        stock_(nr_cpus),
+        stock_(nr_cpus, options.charge_batch_pages, options.stock_pool_buckets),
         rstat_(
             nr_cpus,
             FlushLockConfig{options.flush_lock_policy, options.flush_batch_cpus,
@@ -126,6 +127,7 @@ class EngineImpl {
     auto root = std::make_unique<Group>("/", next_id_++, nullptr, &rstat_,
                                         page_counter_max_);
     root_ = root.get();
+    AddHandleSlotLocked(root_);
     groups_.emplace("/", std::move(root));
     nr_groups_.store(1, std::memory_order_relaxed);
     last_periodic_flush_ns_.store(clock_.NowNs(), std::memory_order_relaxed);
@@ -133,11 +135,15 @@ class EngineImpl {
       flusher_ = std::thread([this] { FlusherLoop(); });
   }
 
-  ~EngineImpl() {
+  // The flusher stops first. Then the groups go: their rstat blocks return
+  // to rstat_'s per-CPU pools, and rstat_ is declared after groups_, so it
+  // would be destroyed first.
+  ~EngineImpl() ABSL_NO_THREAD_SAFETY_ANALYSIS {
     if (flusher_.joinable()) {
       stop_flusher_.Notify();
       flusher_.join();
     }
+    groups_.clear();
   }
 
   // The periodic flusher (the kernel's flush_memcg_stats_dwork, every
@@ -165,6 +171,7 @@ class EngineImpl {
     return true;
   }
 
+
   // --- helpers -----------------------------------------------------------
 
   absl::StatusOr<int> ResolveCpu(std::optional<int> cpu) const {
@@ -187,6 +194,39 @@ class EngineImpl {
       return absl::NotFoundError(
           absl::StrCat("path ", QuotePath(path), ": no such group"));
     return g;
+  }
+
+  // GroupHandle table (engine/group_handle.h): slot -> live group. Written
+  // under the tree writer lock only, so a reader holding any one reader slot
+  // sees it stable (a vector that grows is fine: no reader is inside).
+  void AddHandleSlotLocked(Group* g) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    if (free_handle_slots_.empty()) {
+      g->handle_slot = static_cast<uint32_t>(handle_slots_.size());
+      handle_slots_.push_back(g);
+    } else {
+      g->handle_slot = free_handle_slots_.back();
+      free_handle_slots_.pop_back();
+      handle_slots_[g->handle_slot] = g;
+    }
+  }
+
+  void RemoveHandleSlotLocked(Group* g) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    handle_slots_[g->handle_slot] = nullptr;
+    free_handle_slots_.push_back(g->handle_slot);
+  }
+
+  // The live group `h` names, or null. Caller holds a tree reader slot (or
+  // the writer lock). The id check makes a reused slot harmless: ids are
+  // never reused.
+  Group* LookupHandle(GroupHandle h) const ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    if (h.slot_ >= handle_slots_.size()) return nullptr;
+    Group* g = handle_slots_[h.slot_];
+    return g != nullptr && g->id == h.id_ ? g : nullptr;
+  }
+
+  static absl::Status HandleNotFound(GroupHandle h) {
+    return absl::NotFoundError(absl::StrCat(
+        "group id ", h.id_, ": no such group (deleted, or an empty handle)"));
   }
 
   uint64_t ClampLimit(uint64_t nr_pages) const {
@@ -245,12 +285,18 @@ class EngineImpl {
           "PAGE_COUNTER_MAX of / reached: cannot charge ", nr_pages,
           " pages (usage ", g->memory.Read(), " pages)"));
     }
-    uint64_t batch = std::max<uint64_t>(kChargeBatchPages, nr_pages);
+    uint64_t batch = std::max<uint64_t>(stock_.batch_pages(), nr_pages);
     int retries = kMaxReclaimRetries;
     bool drained = false;
     Group* over = nullptr;
     for (;;) {
       if (stock_.Consume(cpu, &g->memory, nr_pages)) return absl::OkStatus();
+      // The stock's pool: pages this group parked from another CPU's slot.
+      if (const uint64_t pooled = stock_.TakePooled(&g->memory, nr_pages)) {
+        if (pooled > nr_pages)
+          stock_.Refill(cpu, &g->memory, pooled - nr_pages);
+        return absl::OkStatus();
+      }
       PageCounter* fail = nullptr;
       if (g->memory.TryCharge(batch, &fail)) {
         if (batch > nr_pages) stock_.Refill(cpu, &g->memory, batch - nr_pages);
@@ -317,6 +363,7 @@ class EngineImpl {
                                          &rstat_, page_counter_max_);
     Group* g = group.get();
     ApplyLimitsLocked(g, limits);
+    AddHandleSlotLocked(g);
     parent->children.emplace(std::string(path.substr(path.rfind('/') + 1)), g);
     groups_.emplace(std::string(path), std::move(group));
     nr_groups_.fetch_add(1, std::memory_order_relaxed);
@@ -354,6 +401,7 @@ class EngineImpl {
         g->nr_file_pages.load(std::memory_order_relaxed),
         std::memory_order_relaxed);
     parent->children.erase(std::string(path.substr(path.rfind('/') + 1)));
+    RemoveHandleSlotLocked(g);
     groups_.erase(groups_.find(path));
     nr_groups_.fetch_sub(1, std::memory_order_relaxed);
     return reparented;
@@ -428,7 +476,17 @@ class EngineImpl {
     return InfoOf(*g);
   }
 
-  absl::StatusOr<ChargeResult> Charge(absl::string_view path, uint64_t nr_pages,
+  absl::StatusOr<GroupHandle> ResolveGroup(absl::string_view path) const {
+    PercpuReaderLock l(&tree_lock_, CurrentCpu(nr_cpus_));
+    absl::StatusOr<Group*> g = Find(path);
+    if (!g.ok()) return g.status();
+    return GroupHandle((*g)->handle_slot, (*g)->id);
+  }
+
+  // `Lookup` maps the caller's key (a path or a GroupHandle) to its group
+  // under the tree reader lock; the rest is common to both overloads.
+  template <typename Lookup>
+  absl::StatusOr<ChargeResult> Charge(const Lookup& lookup, uint64_t nr_pages,
                                       PageKind kind,
                                       std::optional<int> cpu_arg) {
     absl::StatusOr<int> cpu = ResolveCpu(cpu_arg);
@@ -436,37 +494,58 @@ class EngineImpl {
     if (absl::Status s = CheckPages(nr_pages, kind); !s.ok())
       return Reject(s, *cpu);
     PercpuReaderLock l(&tree_lock_, *cpu);
-    absl::StatusOr<Group*> g = Find(path);
+    absl::StatusOr<Group*> g = lookup();
     if (!g.ok()) return Reject(g.status(), *cpu);
+    return ChargeLocked(*g, nr_pages, kind, *cpu);
+  }
+
+  absl::StatusOr<ChargeResult> ChargeLocked(Group* g, uint64_t nr_pages,
+                                            PageKind kind, int cpu) {
     uint64_t nr_pages_over_high = 0;
-    if (absl::Status s =
-            TryChargeMemcg(*g, nr_pages, *cpu, &nr_pages_over_high);
+    if (absl::Status s = TryChargeMemcg(g, nr_pages, cpu, &nr_pages_over_high);
         !s.ok()) {
-      Bump(counters_[*cpu].charges_oom);
+      Bump(counters_[cpu].charges_oom);
       return s;
     }
-    (kind == PageKind::kAnon ? (*g)->nr_anon_pages : (*g)->nr_file_pages)
+    (kind == PageKind::kAnon ? g->nr_anon_pages : g->nr_file_pages)
         .fetch_add(nr_pages, std::memory_order_relaxed);
-    UpdateStats(*g, *cpu, kind, static_cast<int64_t>(nr_pages),
+    UpdateStats(g, cpu, kind, static_cast<int64_t>(nr_pages),
                 /*charge=*/true);
-    Bump(counters_[*cpu].charges_ok);
+    Bump(counters_[cpu].charges_ok);
     ChargeResult result;
     result.nr_pages = nr_pages;
     // The request's return to user mode: mem_cgroup_handle_over_high().
-    result.throttle = reclaimer_.HandleOverHigh(*g, nr_pages_over_high, *cpu);
+    result.throttle = reclaimer_.HandleOverHigh(g, nr_pages_over_high, cpu);
     return result;
   }
 
-  absl::StatusOr<UnchargeResult> Uncharge(absl::string_view path,
+  auto PathLookup(absl::string_view path) const {
+    return [this, path]() { return Find(path); };
+  }
+
+  auto HandleLookup(GroupHandle h) const {
+    return [this, h]() -> absl::StatusOr<Group*> {
+      Group* g = LookupHandle(h);
+      if (g == nullptr) return HandleNotFound(h);
+      return g;
+    };
+  }
+
+  template <typename Lookup>
+  absl::StatusOr<UnchargeResult> Uncharge(const Lookup& lookup,
                                           uint64_t nr_pages, PageKind kind,
                                           std::optional<int> cpu_arg) {
     absl::StatusOr<int> cpu = ResolveCpu(cpu_arg);
     if (!cpu.ok()) return cpu.status();
     if (absl::Status s = CheckPages(nr_pages, kind); !s.ok()) return s;
     PercpuReaderLock l(&tree_lock_, *cpu);
-    absl::StatusOr<Group*> found = Find(path);
+    absl::StatusOr<Group*> found = lookup();
     if (!found.ok()) return found.status();
-    Group* g = *found;
+    return UnchargeLocked(*found, nr_pages, kind, *cpu);
+  }
+
+  absl::StatusOr<UnchargeResult> UnchargeLocked(Group* g, uint64_t nr_pages,
+                                                PageKind kind, int cpu) {
     std::atomic<uint64_t>& held =
         kind == PageKind::kAnon ? g->nr_anon_pages : g->nr_file_pages;
     uint64_t cur = held.load(std::memory_order_relaxed);
@@ -483,10 +562,10 @@ class EngineImpl {
     if (g->is_root()) {
       g->memory.Uncharge(take);
     } else {
-      stock_.Refill(*cpu, &g->memory, take);
+      stock_.Refill(cpu, &g->memory, take);
     }
-    UpdateStats(g, *cpu, kind, -static_cast<int64_t>(take), /*charge=*/false);
-    Bump(counters_[*cpu].uncharges);
+    UpdateStats(g, cpu, kind, -static_cast<int64_t>(take), /*charge=*/false);
+    Bump(counters_[cpu].uncharges);
     return UnchargeResult{take};
   }
 
@@ -607,6 +686,7 @@ class EngineImpl {
       c.oom_total += pc.oom_events.load(std::memory_order_relaxed);
     }
     c.stock_hits = stock_.hits();
+    c.stock_pool_hits = stock_.pool_hits();
     c.stock_drains = stock_.drains();
     c.flushes = rstat_.flushes();
     c.flush_cpus = rstat_.flush_cpus();
@@ -650,6 +730,9 @@ class EngineImpl {
       ABSL_GUARDED_BY(tree_lock_);
   Group* root_;  // constant after construction
   uint64_t next_id_ ABSL_GUARDED_BY(tree_lock_) = 1;
+  // GroupHandle slot -> live group (null: free); see AddHandleSlotLocked.
+  std::vector<Group*> handle_slots_ ABSL_GUARDED_BY(tree_lock_);
+  std::vector<uint32_t> free_handle_slots_ ABSL_GUARDED_BY(tree_lock_);
   std::atomic<uint64_t> nr_groups_{0};
 
   // Serialises limit setters (the kernel's per-file write serialisation).
@@ -678,6 +761,15 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
     nr_cpus =
         online > 0 ? static_cast<int>(std::min<long>(online, kMaxCpus)) : 1;
   }
+  if (options.charge_batch_pages < 1 || options.charge_batch_pages > 127)
+    return absl::InvalidArgumentError(absl::StrCat("charge_batch_pages ",
+                                                   options.charge_batch_pages,
+                                                   " out of range [1, 127]"));
+  const uint32_t buckets = options.stock_pool_buckets;
+  if (buckets > 65536 || (buckets & (buckets - 1)) != 0)
+    return absl::InvalidArgumentError(
+        absl::StrCat("stock_pool_buckets ", buckets,
+                     " must be 0 or a power of two <= 65536"));
   const uint64_t ps = options.page_size_bytes;
   if (ps < 512 || (ps & (ps - 1)) != 0 || ps > (uint64_t{1} << 30))
     return absl::InvalidArgumentError(absl::StrCat(
@@ -718,13 +810,27 @@ absl::StatusOr<GroupInfo> Engine::SetLimits(absl::string_view path,
 absl::StatusOr<ChargeResult> Engine::Charge(absl::string_view path,
                                             uint64_t nr_pages, PageKind kind,
                                             std::optional<int> cpu) {
-  return impl_->Charge(path, nr_pages, kind, cpu);
+  return impl_->Charge(impl_->PathLookup(path), nr_pages, kind, cpu);
 }
 absl::StatusOr<UnchargeResult> Engine::Uncharge(absl::string_view path,
                                                 uint64_t nr_pages,
                                                 PageKind kind,
                                                 std::optional<int> cpu) {
-  return impl_->Uncharge(path, nr_pages, kind, cpu);
+  return impl_->Uncharge(impl_->PathLookup(path), nr_pages, kind, cpu);
+}
+absl::StatusOr<GroupHandle> Engine::ResolveGroup(absl::string_view path) const {
+  return impl_->ResolveGroup(path);
+}
+absl::StatusOr<ChargeResult> Engine::Charge(GroupHandle group,
+                                            uint64_t nr_pages, PageKind kind,
+                                            std::optional<int> cpu) {
+  return impl_->Charge(impl_->HandleLookup(group), nr_pages, kind, cpu);
+}
+absl::StatusOr<UnchargeResult> Engine::Uncharge(GroupHandle group,
+                                                uint64_t nr_pages,
+                                                PageKind kind,
+                                                std::optional<int> cpu) {
+  return impl_->Uncharge(impl_->HandleLookup(group), nr_pages, kind, cpu);
 }
 absl::StatusOr<uint64_t> Engine::Reclaim(absl::string_view path,
                                          uint64_t nr_pages) {

@@ -39,6 +39,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "engine/clock.h"
+#include "engine/group_handle.h"
 #include "engine/observer.h"
 #include "engine/types.h"
 
@@ -57,6 +58,16 @@ struct EngineOptions {
   // Background flush of the whole tree (the kernel's FLUSH_TIME, 2 s);
   // zero disables the flusher thread.
   absl::Duration periodic_flush_interval = absl::Seconds(2);
+  // Pages per per-CPU stock refill (MEMCG_CHARGE_BATCH), in [1, 127]: the
+  // first charge attempt's size and the most a stock slot parks. 1 turns the
+  // stock off (every charge and uncharge walks the page_counters). The rstat
+  // flush threshold stays at kChargeBatchPages.
+  uint32_t charge_batch_pages = kChargeBatchPages;
+  // Buckets of the stock's shared pool (engine/stock.h): 0 = no pool (the
+  // kernel's stock alone), else a power of two <= 65536. Pages moving
+  // between CPUs or between more than 7 groups on a CPU go through a
+  // group's bucket instead of walking the page_counters.
+  uint32_t stock_pool_buckets = 1024;
   // Not owned; may be null. Must outlive the engine.
   EngineObserver* observer = nullptr;
   // The cgroup2 mount option memory_recursiveprot: a group's memory.min/low
@@ -140,6 +151,25 @@ class Engine {
   // Errors: NOT_FOUND; INVALID_ARGUMENT bad path; UNAVAILABLE when the
   // target was not met (the kernel's EAGAIN; what was reclaimed stays so).
   absl::StatusOr<uint64_t> Reclaim(absl::string_view path, uint64_t nr_pages);
+  // Resolves `path` to a handle for the Charge/Uncharge overloads below,
+  // which skip the per-call path validation and hash lookup. The handle names
+  // this group instance: after DeleteGroup every use of it is NOT_FOUND, even
+  // if the path is created again (resolve again then). Thread-safe.
+  // Errors: INVALID_ARGUMENT bad path; NOT_FOUND no such group.
+  absl::StatusOr<GroupHandle> ResolveGroup(absl::string_view path) const;
+
+  // Charge(path, ...) on a resolved group: same semantics, results and
+  // errors, except NOT_FOUND means the handle's group was deleted (or the
+  // handle is empty). Thread-safe; the fast path takes only the calling
+  // CPU's tree reader lock and the CPU's stock lock.
+  absl::StatusOr<ChargeResult> Charge(GroupHandle group, uint64_t nr_pages,
+                                      PageKind kind,
+                                      std::optional<int> cpu = std::nullopt);
+
+  // Uncharge(path, ...) on a resolved group; NOT_FOUND as for Charge above.
+  absl::StatusOr<UnchargeResult> Uncharge(
+      GroupHandle group, uint64_t nr_pages, PageKind kind,
+      std::optional<int> cpu = std::nullopt);
 
   // memory.current/peak/stat/events of `path`, flushed per `mode`.
   absl::StatusOr<GroupStats> GetStats(absl::string_view path,

@@ -39,6 +39,7 @@ struct Group {
 
   // Guarded by the engine's group-tree lock (written under its writer side).
   std::map<std::string, Group*> children;  // by name, sorted
+  uint32_t handle_slot = 0;  // index in the engine's GroupHandle table
 
   PageCounter memory;  // memory.current / max / high / min / low
   RstatGroup rstat_group;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <new>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -18,17 +19,18 @@ std::string FlushLockConfigName(const FlushLockConfig& config) {
 }
 
 RstatGroup::RstatGroup(Rstat* rstat, RstatGroup* parent, absl::string_view path)
-    : rstat_(rstat),
-      parent_(parent),
-      path_(path),
-      pcpu_(new std::atomic<Cpu*>[rstat->nr_cpus()]) {
-  for (int cpu = 0; cpu < rstat->nr_cpus(); ++cpu)
-    pcpu_[cpu].store(nullptr, std::memory_order_relaxed);
-}
+    : rstat_(rstat), parent_(parent), path_(path) {}
 
 RstatGroup::~RstatGroup() {
-  for (int cpu = 0; cpu < rstat_->nr_cpus(); ++cpu)
-    delete pcpu_[cpu].load(std::memory_order_relaxed);
+  std::atomic<Cpu*>* pcpu = pcpu_.load(std::memory_order_relaxed);
+  if (pcpu == nullptr) return;
+  for (int cpu = 0; cpu < rstat_->nr_cpus(); ++cpu) {
+    if (Cpu* block = pcpu[cpu].load(std::memory_order_relaxed)) {
+      block->~Cpu();
+      rstat_->FreeCpuBlock(cpu, block);
+    }
+  }
+  delete[] pcpu;
 }
 
 int64_t RstatGroup::total(StatItem item) const {
@@ -36,17 +38,31 @@ int64_t RstatGroup::total(StatItem item) const {
 }
 
 RstatGroup::Cpu* RstatGroup::GetOrCreateCpu(int cpu) {
-  // Acquire pairs with the release of the CAS below: a reader of the pointer
-  // sees the block initialised.
-  Cpu* block = pcpu_[cpu].load(std::memory_order_acquire);
+  // Acquire pairs with the release of the CASes below: a reader of a pointer
+  // sees the array or block initialised.
+  std::atomic<Cpu*>* pcpu = pcpu_.load(std::memory_order_acquire);
+  if (pcpu == nullptr) {
+    const int nr_cpus = rstat_->nr_cpus();
+    auto* fresh = new std::atomic<Cpu*>[nr_cpus];
+    for (int i = 0; i < nr_cpus; ++i)
+      fresh[i].store(nullptr, std::memory_order_relaxed);
+    if (pcpu_.compare_exchange_strong(pcpu, fresh, std::memory_order_acq_rel,
+                                      std::memory_order_acquire)) {
+      pcpu = fresh;
+    } else {
+      delete[] fresh;
+    }
+  }
+  Cpu* block = pcpu[cpu].load(std::memory_order_acquire);
   if (block != nullptr) return block;
-  Cpu* fresh = new Cpu;
+  Cpu* fresh = new (rstat_->AllocCpuBlock(cpu)) Cpu;
   fresh->updated_children = this;  // empty list: points to its owner
-  if (pcpu_[cpu].compare_exchange_strong(
-          block, fresh, std::memory_order_acq_rel, std::memory_order_acquire)) {
+  if (pcpu[cpu].compare_exchange_strong(block, fresh, std::memory_order_acq_rel,
+                                        std::memory_order_acquire)) {
     return fresh;
   }
-  delete fresh;
+  fresh->~Cpu();
+  rstat_->FreeCpuBlock(cpu, fresh);
   return block;
 }
 
@@ -59,7 +75,8 @@ Rstat::Rstat(int nr_cpus, const FlushLockConfig& config,
           1, CycleClock::FromNs(absl::ToInt64Nanoseconds(config.hold_budget)))),
       observer_(observer),
       clock_(clock),
-      cpu_locks_(new CpuLock[nr_cpus]) {}
+      cpu_locks_(new CpuLock[nr_cpus]),
+      cpu_blocks_(nr_cpus, sizeof(RstatGroup::Cpu)) {}
 
 void Rstat::UpdatedLocked(RstatGroup* group, int cpu) {
   // css_rstat_updated(): link group and every ancestor not yet on this

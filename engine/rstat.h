@@ -63,8 +63,9 @@
 // the node off the tree and links it again, or the flusher sees its add:
 // nothing acknowledged before a flush is missed by it.
 //
-// Per-CPU blocks are allocated on a group's first update from that CPU, so
-// idle groups cost one pointer per CPU.
+// Per-CPU blocks are allocated on a group's first update from that CPU, from
+// per-CPU pools (engine/percpu_arena.h), and so is the group's array of
+// pointers to them: an idle group costs no per-CPU memory at all.
 //
 // Thread safety: thread-safe. The engine guarantees a group is neither
 // updated nor flushed while it is being destroyed.
@@ -83,6 +84,7 @@
 #include "engine/clock.h"
 #include "engine/mutex.h"
 #include "engine/observer.h"
+#include "engine/percpu_arena.h"
 #include "engine/types.h"
 
 namespace cgacct {
@@ -147,14 +149,19 @@ class RstatGroup {
   };
 
   Cpu* GetCpu(int cpu) const {
-    return pcpu_[cpu].load(std::memory_order_acquire);
+    // Acquire pairs with the release CASes in GetOrCreateCpu(): a reader of
+    // a pointer sees what it points to initialised.
+    std::atomic<Cpu*>* pcpu = pcpu_.load(std::memory_order_acquire);
+    return pcpu == nullptr ? nullptr
+                           : pcpu[cpu].load(std::memory_order_acquire);
   }
   Cpu* GetOrCreateCpu(int cpu);
 
   Rstat* const rstat_;
   RstatGroup* const parent_;
   const absl::string_view path_;
-  std::unique_ptr<std::atomic<Cpu*>[]> pcpu_;
+  // nr_cpus pointers, allocated on the first update (null while idle).
+  std::atomic<std::atomic<Cpu*>*> pcpu_{nullptr};
   // Aggregates (memcg_vmstats). Guarded by the flush lock; totals are
   // atomics so readers need no lock.
   std::atomic<int64_t> totals_[kNrStatItems] = {};
@@ -238,6 +245,9 @@ class Rstat {
     std::atomic<uint32_t> flush_seq{0};
   };
 
+  void* AllocCpuBlock(int cpu) { return cpu_blocks_.Alloc(cpu); }
+  void FreeCpuBlock(int cpu, void* block) { cpu_blocks_.Free(cpu, block); }
+
   void UpdatedLocked(RstatGroup* group, int cpu);
   RstatGroup* UpdatedListLocked(RstatGroup* root, int cpu);
   void FlushOneLocked(RstatGroup* group, int cpu)
@@ -273,6 +283,7 @@ class Rstat {
   EngineObserver* const observer_;
   const Clock& clock_;
   std::unique_ptr<CpuLock[]> cpu_locks_;
+  PercpuArena cpu_blocks_;  // RstatGroup::Cpu blocks, per CPU
 
   Mutex flush_mu_;
   std::atomic<int> flush_waiters_{0};

@@ -1,9 +1,15 @@
 #include "engine/stock.h"
 
+#include <algorithm>
+
 namespace cgacct {
 
-MemcgStock::MemcgStock(int nr_cpus, uint32_t batch_pages)
-    : nr_cpus_(nr_cpus), batch_pages_(batch_pages), cpus_(new Cpu[nr_cpus]) {}
+MemcgStock::MemcgStock(int nr_cpus, uint32_t batch_pages, uint32_t pool_buckets)
+    : nr_cpus_(nr_cpus),
+      batch_pages_(batch_pages),
+      nr_buckets_(pool_buckets),
+      cpus_(new Cpu[nr_cpus]),
+      buckets_(pool_buckets > 0 ? new Bucket[pool_buckets] : nullptr) {}
 
 bool MemcgStock::Consume(int cpu, PageCounter* counter, uint64_t nr_pages) {
   if (nr_pages > batch_pages_) return false;
@@ -17,21 +23,89 @@ bool MemcgStock::Consume(int cpu, PageCounter* counter, uint64_t nr_pages) {
     if (stock.nr_pages[i] >= nr_pages) {
       stock.nr_pages[i] -= static_cast<uint8_t>(nr_pages);
       ret = true;
+      Bump(stock.hits);
     }
     break;
   }
   stock.mu.Unlock();
-  if (ret) stock.hits.fetch_add(1, std::memory_order_relaxed);
   return ret;
 }
 
-void MemcgStock::DrainSlotLocked(Cpu& stock, int slot) {
+MemcgStock::Bucket& MemcgStock::BucketOf(const PageCounter* counter) const {
+  // Counters are cache-line aligned: drop those bits, then a multiplicative
+  // hash (Fibonacci) so neighbouring groups spread over the table.
+  const uint64_t key = reinterpret_cast<uintptr_t>(counter) / kCacheLineBytes;
+  const uint64_t hash = key * 0x9E3779B97F4A7C15ull;
+  return buckets_[(hash >> 32) & (nr_buckets_ - 1)];
+}
+
+uint64_t MemcgStock::TakePooled(PageCounter* counter, uint64_t nr_pages) {
+  if (nr_buckets_ == 0 || nr_pages > batch_pages_) return 0;
+  Bucket& bucket = BucketOf(counter);
+  if (!bucket.mu.TryLock()) return 0;
+  uint64_t taken = 0;
+  if (bucket.owner == counter && bucket.nr_pages >= nr_pages) {
+    taken = std::min<uint64_t>(bucket.nr_pages, batch_pages_);
+    bucket.nr_pages -= taken;
+    Bump(bucket.hits);
+  }
+  bucket.mu.Unlock();
+  return taken;
+}
+
+void MemcgStock::Pool(PageCounter* counter, uint64_t nr_pages) {
+  Bucket& bucket = BucketOf(counter);
+  const uint64_t cap = 2 * uint64_t{batch_pages_};
+  PageCounter* victim = nullptr;
+  uint64_t victim_pages = 0;
+  uint64_t excess;
+  {
+    SpinLockHolder l(&bucket.mu);
+    if (bucket.owner != counter) {
+      victim = bucket.owner;
+      victim_pages = bucket.nr_pages;
+      bucket.owner = counter;
+      bucket.nr_pages = 0;
+    }
+    const uint64_t put = std::min(nr_pages, cap - bucket.nr_pages);
+    bucket.nr_pages += put;
+    excess = nr_pages - put;
+  }
+  // Walks outside the bucket lock (they take no locks).
+  if (victim != nullptr && victim_pages > 0) victim->Uncharge(victim_pages);
+  if (excess > 0) counter->Uncharge(excess);
+}
+
+void MemcgStock::DrainBucket(Bucket& bucket, const PageCounter* root,
+                             bool exact_owner) {
+  PageCounter* owner;
+  uint64_t nr_pages;
+  {
+    SpinLockHolder l(&bucket.mu);
+    owner = bucket.owner;
+    if (owner == nullptr) return;
+    const bool match = exact_owner
+                           ? owner == root
+                           : root == nullptr || owner->IsDescendantOf(root);
+    if (!match) return;
+    nr_pages = bucket.nr_pages;
+    bucket.owner = nullptr;
+    bucket.nr_pages = 0;
+  }
+  if (nr_pages > 0) owner->Uncharge(nr_pages);
+}
+
+void MemcgStock::DrainSlotLocked(Cpu& stock, int slot, bool to_pool) {
   PageCounter* owner = stock.owner[slot];
   if (owner == nullptr) return;
   if (stock.nr_pages[slot] > 0) {
-    owner->Uncharge(stock.nr_pages[slot]);
+    if (to_pool && nr_buckets_ > 0) {
+      Pool(owner, stock.nr_pages[slot]);
+    } else {
+      owner->Uncharge(stock.nr_pages[slot]);
+    }
     stock.nr_pages[slot] = 0;
-    stock.drains.fetch_add(1, std::memory_order_relaxed);
+    Bump(stock.drains);
   }
   stock.owner[slot] = nullptr;
 }
@@ -47,7 +121,9 @@ void MemcgStock::Refill(int cpu, PageCounter* counter, uint64_t nr_pages) {
     if (stock.owner[i] == counter) {
       stock.nr_pages[i] = static_cast<uint8_t>(stock.nr_pages[i] + nr_pages);
       // Past the batch the whole slot goes back, not just the excess.
-      if (stock.nr_pages[i] > batch_pages_) DrainSlotLocked(stock, i);
+      if (stock.nr_pages[i] > batch_pages_) {
+        DrainSlotLocked(stock, i, /*to_pool=*/true);
+      }
       stock.mu.Unlock();
       return;
     }
@@ -57,7 +133,7 @@ void MemcgStock::Refill(int cpu, PageCounter* counter, uint64_t nr_pages) {
     empty = stock.evict_cursor;
     stock.evict_cursor =
         static_cast<uint8_t>((stock.evict_cursor + 1) % kNrStockSlots);
-    DrainSlotLocked(stock, empty);
+    DrainSlotLocked(stock, empty, /*to_pool=*/true);
   }
   stock.owner[empty] = counter;
   stock.nr_pages[empty] = static_cast<uint8_t>(nr_pages);
@@ -76,11 +152,14 @@ bool MemcgStock::DrainAll(const PageCounter* root) {
   if (!drain_mu_.TryLock()) return false;
   for (int cpu = 0; cpu < nr_cpus_; ++cpu) {
     Cpu& stock = cpus_[cpu];
-    MutexLock l(&stock.mu);
+    SpinLockHolder l(&stock.mu);
     // Like drain_local_stock(): a CPU holding any of root's pages is
     // drained whole.
     if (!HoldsLocked(stock, root)) continue;
     for (int i = 0; i < kNrStockSlots; ++i) DrainSlotLocked(stock, i);
+  }
+  for (uint32_t b = 0; b < nr_buckets_; ++b) {
+    DrainBucket(buckets_[b], root, /*exact_owner=*/false);
   }
   drain_mu_.Unlock();
   return true;
@@ -90,24 +169,40 @@ void MemcgStock::DrainOwner(const PageCounter* counter) {
   MutexLock drain(&drain_mu_);
   for (int cpu = 0; cpu < nr_cpus_; ++cpu) {
     Cpu& stock = cpus_[cpu];
-    MutexLock l(&stock.mu);
+    SpinLockHolder l(&stock.mu);
     for (int i = 0; i < kNrStockSlots; ++i)
       if (stock.owner[i] == counter) DrainSlotLocked(stock, i);
   }
+  // After the slots: their drains went to the counters, not to the pool.
+  if (nr_buckets_ > 0) DrainBucket(BucketOf(counter), counter, true);
 }
 
 uint64_t MemcgStock::StockedPages(int cpu, const PageCounter* counter) const {
   Cpu& stock = cpus_[cpu];
-  MutexLock l(&stock.mu);
+  SpinLockHolder l(&stock.mu);
   for (int i = 0; i < kNrStockSlots; ++i)
     if (stock.owner[i] == counter) return stock.nr_pages[i];
   return 0;
+}
+
+uint64_t MemcgStock::PooledPages(const PageCounter* counter) const {
+  if (nr_buckets_ == 0) return 0;
+  Bucket& bucket = BucketOf(counter);
+  SpinLockHolder l(&bucket.mu);
+  return bucket.owner == counter ? bucket.nr_pages : 0;
 }
 
 uint64_t MemcgStock::hits() const {
   uint64_t sum = 0;
   for (int cpu = 0; cpu < nr_cpus_; ++cpu)
     sum += cpus_[cpu].hits.load(std::memory_order_relaxed);
+  return sum;
+}
+
+uint64_t MemcgStock::pool_hits() const {
+  uint64_t sum = 0;
+  for (uint32_t b = 0; b < nr_buckets_; ++b)
+    sum += buckets_[b].hits.load(std::memory_order_relaxed);
   return sum;
 }
 

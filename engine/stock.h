@@ -16,8 +16,27 @@
 //     once (the kernel's mutex_trylock(&percpu_charge_mutex)).
 //   - Slots hold no reference on their owner: the engine drains every slot
 //     of a group (DrainOwner) before the group is freed.
+//   - The per-CPU lock is a SpinLock (engine/spinlock.h): one exchange to
+//     take it, a plain store to drop it, like local_trylock's cost class.
+//   - Optional second tier, the pool (pool_buckets > 0; the engine's
+//     default): pages a slot gives back (overflow past the batch, or
+//     round-robin eviction) are parked in a direct-mapped table of
+//     per-group buckets shared by all CPUs instead of walking the
+//     page_counters, and a charge that misses its CPU's slot takes up to a
+//     batch from its group's bucket before it walks them. So when pages are
+//     charged on one CPU and uncharged on another (netperf's sender and
+//     receiver) or more than 7 groups share a CPU, they move between CPUs
+//     through one bucket (one lock, one cache line) instead of a walk over
+//     every level of the hierarchy. A bucket holds at most 2 x batch pages
+//     of one group; a deposit for another group evicts it (its pages are
+//     uncharged), pages past the cap are uncharged. Pooled pages are charged
+//     pages, like stocked ones: memory.current includes them (at most
+//     2 x batch per group more than the kernel's bound), and DrainAll /
+//     DrainOwner drain the pool too. No kernel counterpart: the closest is
+//     the per-page_counter stock RFC (memcg-semantics.md §7.3).
 //
-// Thread safety: thread-safe.
+// Thread safety: thread-safe. Lock order: a CPU's lock, then a bucket's;
+// a bucket's lock is a leaf (page_counter walks take no locks).
 #ifndef CGACCT_ENGINE_STOCK_H_
 #define CGACCT_ENGINE_STOCK_H_
 
@@ -28,63 +47,103 @@
 #include "absl/base/thread_annotations.h"
 #include "engine/mutex.h"
 #include "engine/page_counter.h"
+#include "engine/spinlock.h"
 #include "engine/types.h"
 
 namespace cgacct {
 
 class MemcgStock {
  public:
-  // `batch_pages` <= 127 (slot counts are 8-bit).
-  MemcgStock(int nr_cpus, uint32_t batch_pages = kChargeBatchPages);
+  // `batch_pages` <= 127 (slot counts are 8-bit). `pool_buckets`: 0 (no
+  // pool: the kernel's behaviour) or a power of two (see the file comment).
+  MemcgStock(int nr_cpus, uint32_t batch_pages = kChargeBatchPages,
+             uint32_t pool_buckets = 0);
 
   // consume_stock(): takes nr_pages of `counter`'s pre-charged pages from
   // `cpu`'s stock. False if nr_pages > batch, the slot is busy (trylock
   // failed), or the stock holds too few pages for `counter`.
   bool Consume(int cpu, PageCounter* counter, uint64_t nr_pages);
 
+  // The pool's half of a stock miss: takes between nr_pages and batch pages
+  // that `counter` has pooled and returns how many (already charged; the
+  // caller refills its stock with the surplus), or 0 when the pool holds
+  // fewer than nr_pages of `counter`, nr_pages > batch, the bucket is busy
+  // or there is no pool.
+  uint64_t TakePooled(PageCounter* counter, uint64_t nr_pages);
+
   // refill_stock(): parks nr_pages already charged to `counter` in `cpu`'s
   // stock. Over batch: uncharged directly. A slot that would exceed the batch
   // is drained whole; with no free slot the cursor's victim is drained.
+  // Drained pages go to the pool when there is one, else to the counters.
   void Refill(int cpu, PageCounter* counter, uint64_t nr_pages);
 
   // drain_all_stock(root): drains every CPU whose stock holds pages of
-  // `root` or a descendant (root == nullptr: every CPU). Best effort: returns
-  // false without draining if another DrainAll is in progress.
+  // `root` or a descendant (root == nullptr: every CPU), and the pool's
+  // buckets of those groups, to the counters. Best effort: returns false
+  // without draining if another DrainAll is in progress.
   bool DrainAll(const PageCounter* root);
 
-  // Drains every slot owned by `counter` on every CPU, waiting for a
-  // concurrent DrainAll if needed. For group removal.
+  // Drains every slot owned by `counter` on every CPU, and its bucket,
+  // waiting for a concurrent DrainAll if needed. For group removal: no
+  // pointer to `counter` remains afterwards.
   void DrainOwner(const PageCounter* counter);
 
   // Pages parked for `counter` on `cpu` (tests).
   uint64_t StockedPages(int cpu, const PageCounter* counter) const;
+  // Pages `counter` has in the pool (tests).
+  uint64_t PooledPages(const PageCounter* counter) const;
 
-  uint64_t hits() const;    // successful Consume() calls
-  uint64_t drains() const;  // slots drained with pages in them
+  uint64_t hits() const;       // successful Consume() calls
+  uint64_t pool_hits() const;  // successful TakePooled() calls
+  uint64_t drains() const;     // slots drained with pages in them
 
   uint32_t batch_pages() const { return batch_pages_; }
+  uint32_t pool_buckets() const { return nr_buckets_; }
 
  private:
   struct alignas(kCacheLineBytes) Cpu {
-    mutable Mutex mu;
+    mutable SpinLock mu;
     PageCounter* owner[kNrStockSlots] ABSL_GUARDED_BY(mu) = {};
     uint8_t nr_pages[kNrStockSlots] ABSL_GUARDED_BY(mu) = {};
     uint8_t evict_cursor ABSL_GUARDED_BY(mu) = 0;
-    // Statistics, written by the slot's users and read at scrape: relaxed
-    // atomics, each on this CPU's own lines.
+    // Statistics, read at scrape. Written only under `mu`, so a relaxed
+    // load + store (no read-modify-write) loses nothing; atomics so the
+    // lock-free reader is not a data race.
     std::atomic<uint64_t> hits{0};
     std::atomic<uint64_t> drains{0};
   };
   static_assert(alignof(Cpu) == kCacheLineBytes, "per-CPU stock is aligned");
 
-  void DrainSlotLocked(Cpu& stock, int slot)
+  // One pool bucket: pooled pages of one group. Own cache line.
+  struct alignas(kCacheLineBytes) Bucket {
+    mutable SpinLock mu;
+    PageCounter* owner ABSL_GUARDED_BY(mu) = nullptr;
+    uint64_t nr_pages ABSL_GUARDED_BY(mu) = 0;
+    std::atomic<uint64_t> hits{0};  // written under mu, as Cpu::hits
+  };
+
+  static void Bump(std::atomic<uint64_t>& counter) {
+    counter.store(counter.load(std::memory_order_relaxed) + 1,
+                  std::memory_order_relaxed);
+  }
+  Bucket& BucketOf(const PageCounter* counter) const;
+  // Parks nr_pages of `counter` (already charged) in the pool, evicting
+  // another group's bucket; uncharges what does not fit.
+  void Pool(PageCounter* counter, uint64_t nr_pages);
+  // Uncharges and clears `bucket` if its owner is `root` or below it
+  // (root == nullptr: any owner).
+  void DrainBucket(Bucket& bucket, const PageCounter* root, bool exact_owner);
+
+  void DrainSlotLocked(Cpu& stock, int slot, bool to_pool = false)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(stock.mu);
   bool HoldsLocked(const Cpu& stock, const PageCounter* root) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(stock.mu);
 
   const int nr_cpus_;
   const uint32_t batch_pages_;
+  const uint32_t nr_buckets_;  // 0: no pool; else a power of two
   std::unique_ptr<Cpu[]> cpus_;
+  std::unique_ptr<Bucket[]> buckets_;
   // Serialises DrainAll/DrainOwner (percpu_charge_mutex).
   Mutex drain_mu_;
 };

@@ -130,15 +130,6 @@ DedupAnswer ApplyOnce(RequestDedupCache& cache, const std::string* request_id,
   return answer;
 }
 
-// A stream call finished before it started: ends with `status`.
-class FinishedBidiReactor final
-    : public grpc::ServerBidiReactor<v1::ChargeBatchRequest,
-                                     v1::ChargeBatchResponse> {
- public:
-  explicit FinishedBidiReactor(const grpc::Status& status) { Finish(status); }
-  void OnDone() override { delete this; }
-};
-
 class FinishedWriteReactor final
     : public grpc::ServerWriteReactor<v1::EventsUpdate> {
  public:
@@ -227,6 +218,24 @@ grpc::Status AccountingService::ValidateChargeRequest(
   if (absl::Status s = ValidateGroupPath(path, "path"); !s.ok()) {
     return ToGrpcStatus(s);
   }
+  if (grpc::Status s = ValidateChargeArgs(nr_pages, kind, cpu); !s.ok()) {
+    return s;
+  }
+  if (request_id != nullptr) {
+    if (request_id->empty()) {
+      return InvalidArgument("request_id must not be empty when present");
+    }
+    if (request_id->size() > kMaxRequestIdBytes) {
+      return InvalidArgument(absl::StrCat("request_id is ", request_id->size(),
+                                          " bytes; at most ",
+                                          kMaxRequestIdBytes, " allowed"));
+    }
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status AccountingService::ValidateChargeArgs(
+    uint64_t nr_pages, int kind, std::optional<uint32_t> cpu) const {
   if (nr_pages == 0) return InvalidArgument("nr_pages must be > 0");
   if (nr_pages > page_counter_max_) {
     return InvalidArgument(absl::StrCat("nr_pages ", nr_pages,
@@ -240,16 +249,6 @@ grpc::Status AccountingService::ValidateChargeRequest(
   if (cpu.has_value() && *cpu >= static_cast<uint32_t>(nr_cpus_)) {
     return InvalidArgument(
         absl::StrCat("cpu ", *cpu, " out of range [0, ", nr_cpus_, ")"));
-  }
-  if (request_id != nullptr) {
-    if (request_id->empty()) {
-      return InvalidArgument("request_id must not be empty when present");
-    }
-    if (request_id->size() > kMaxRequestIdBytes) {
-      return InvalidArgument(absl::StrCat("request_id is ", request_id->size(),
-                                          " bytes; at most ",
-                                          kMaxRequestIdBytes, " allowed"));
-    }
   }
   return grpc::Status::OK;
 }
@@ -440,21 +439,7 @@ grpc::Status AccountingService::DoUncharge(const v1::UnchargeRequest& request,
   return StatusFromAnswer(answer);
 }
 
-grpc::ServerUnaryReactor* AccountingService::ChargeBatch(
-    grpc::CallbackServerContext* context, const v1::ChargeBatchRequest* request,
-    v1::ChargeBatchResponse* response) {
-  const Clock::time_point start = Clock::now();
-  return FinishUnary(context, RpcMethod::kChargeBatch, start,
-                     Unimplemented("ChargeBatch"));
-}
-
-grpc::ServerBidiReactor<v1::ChargeBatchRequest, v1::ChargeBatchResponse>*
-AccountingService::ChargeStream(grpc::CallbackServerContext* context) {
-  const Clock::time_point start = Clock::now();
-  const grpc::Status status = Unimplemented("ChargeStream");
-  RecordRpc(RpcMethod::kChargeStream, start, status.error_code());
-  return new FinishedBidiReactor(status);
-}
+// ChargeBatch and ChargeStream: server/charge_batch.cc.
 
 grpc::ServerUnaryReactor* AccountingService::GetStats(
     grpc::CallbackServerContext* context, const v1::GetStatsRequest* request,

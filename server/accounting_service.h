@@ -108,13 +108,27 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
       const cgacct::v1::UnchargeRequest* request,
       cgacct::v1::UnchargeResponse* response) override;
 
-  // Not implemented yet: UNIMPLEMENTED.
+  // Applies every op in order with the semantics, validation and status codes
+  // of Charge/Uncharge (no request_id), and answers one OpResult per op, in
+  // order: partial success, the call itself is OK. A failed op's message is
+  // "ops[i]: " and the message Charge/Uncharge would give, naming the field.
+  // Each distinct path is validated and resolved to a GroupHandle once per
+  // call. Errors of the call: INVALID_ARGUMENT for more than kMaxBatchOps ops
+  // (nothing is applied). Implemented in server/charge_batch.cc.
   grpc::ServerUnaryReactor* ChargeBatch(
       grpc::CallbackServerContext* context,
       const cgacct::v1::ChargeBatchRequest* request,
       cgacct::v1::ChargeBatchResponse* response) override;
 
-  // Not implemented yet: the stream ends with UNIMPLEMENTED.
+  // ChargeBatch over a stream: one ChargeBatchResponse per request, in
+  // order, each exactly what ChargeBatch would answer. The server reads the
+  // next request while the previous response is being written (at most one
+  // response waits behind the one on the wire). Group handles are cached for
+  // the stream's life (re-resolved if their group was deleted). The stream
+  // ends OK when the client half-closes and every response is written; a
+  // request of more than kMaxBatchOps ops ends it with INVALID_ARGUMENT
+  // after the responses to the earlier requests. Implemented in
+  // server/charge_batch.cc.
   grpc::ServerBidiReactor<cgacct::v1::ChargeBatchRequest,
                           cgacct::v1::ChargeBatchResponse>*
   ChargeStream(grpc::CallbackServerContext* context) override;
@@ -151,6 +165,10 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
 
  private:
   using Clock = std::chrono::steady_clock;
+  // server/charge_batch.cc: applies ChargeOps with a GroupHandle cache, and
+  // the ChargeStream reactor.
+  class ChargeOpRunner;
+  class ChargeStreamReactor;
 
   // Records metrics for a finished unary call and finishes it.
   grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context,
@@ -182,6 +200,9 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
   grpc::Status ValidateChargeRequest(absl::string_view path, uint64_t nr_pages,
                                      int kind, std::optional<uint32_t> cpu,
                                      const std::string* request_id) const;
+  // The nr_pages, kind and cpu part of ValidateChargeRequest.
+  grpc::Status ValidateChargeArgs(uint64_t nr_pages, int kind,
+                                  std::optional<uint32_t> cpu) const;
 
   // Wire limits (bytes) -> engine update (pages); see the file comment.
   LimitsUpdate LimitsFromProto(const cgacct::v1::Limits& limits) const;

@@ -409,6 +409,10 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
   counter_family("cgacct_stock_hits_total",
                  "Charges served from a per-CPU stock (consume_stock()).",
                  counters.stock_hits);
+  counter_family("cgacct_stock_pool_hits_total",
+                 "Per-CPU stock misses served from the stock's shared "
+                 "per-group pool.",
+                 counters.stock_pool_hits);
   counter_family("cgacct_stock_drains_total",
                  "Per-CPU stock slots drained, for any reason.",
                  counters.stock_drains);

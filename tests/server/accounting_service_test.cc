@@ -854,24 +854,9 @@ TEST_F(AccountingServiceTest, GetEngineInfoListsTheLongestFlushHolds) {
               info.longest_flush_holds(i).hold_ns());
 }
 
+// ChargeBatch and ChargeStream: charge_batch_test.cc.
+// Reclaim: reclaim_service_test.cc.
 TEST_F(AccountingServiceTest, UnimplementedRpcsSaySo) {
-  {
-    grpc::ClientContext context;
-    v1::ChargeBatchResponse response;
-    const grpc::Status s =
-        stub_->ChargeBatch(&context, v1::ChargeBatchRequest(), &response);
-    EXPECT_CODE(s, UNIMPLEMENTED);
-    EXPECT_THAT(s.error_message(), HasSubstr("ChargeBatch"));
-  }
-  {
-    grpc::ClientContext context;
-    auto stream = stub_->ChargeStream(&context);
-    v1::ChargeBatchResponse response;
-    EXPECT_FALSE(stream->Read(&response));
-    const grpc::Status s = stream->Finish();
-    EXPECT_CODE(s, UNIMPLEMENTED);
-    EXPECT_THAT(s.error_message(), HasSubstr("ChargeStream"));
-  }
   {
     grpc::ClientContext context;
     v1::WatchEventsRequest request;

@@ -1,0 +1,379 @@
+// ChargeBatch and ChargeStream (DESIGN.md §4.1): many charges and uncharges
+// per message, tuned for throughput.
+//
+// Per op the semantics are Charge/Uncharge's exactly (same validation order
+// and messages, same engine call, same codes), minus request_id. What is
+// saved is per-op overhead: a path is validated and resolved to a GroupHandle
+// once per call (ChargeBatch) or once per stream (ChargeStream), and looked up
+// again only when it differs from the previous op's; results are written into
+// reused protobuf objects; the stream reactor keeps one request and two
+// response buffers for its whole life.
+#include <grpcpp/grpcpp.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "engine/engine.h"
+#include "engine/group_handle.h"
+#include "server/accounting_service.h"
+#include "server/status.h"
+
+namespace cgacct {
+
+namespace v1 = ::cgacct::v1;
+
+namespace {
+
+// Distinct paths a stream keeps handles for; past it the cache starts over
+// (bounds the memory a client can make a stream hold).
+constexpr size_t kMaxCachedPaths = 4096;
+
+uint64_t ThrottleMicros(absl::Duration d) {
+  const int64_t us = absl::ToInt64Microseconds(d);
+  return us > 0 ? static_cast<uint64_t>(us) : 0;
+}
+
+grpc::Status TooManyOps(int nr_ops) {
+  return grpc::Status(
+      grpc::StatusCode::INVALID_ARGUMENT,
+      absl::StrCat("ops has ", nr_ops, " entries; at most ", kMaxBatchOps,
+                   " per request (EngineInfo.max_batch_ops)"));
+}
+
+}  // namespace
+
+// Applies ChargeOps to the engine, caching the GroupHandle of every path it
+// has resolved. A cached handle whose group was deleted answers NOT_FOUND
+// from the engine; the runner then forgets it, resolves the path again (it may
+// name a re-created group) and retries once: a failed engine call changes
+// nothing, so the retry cannot double-apply.
+//
+// Thread safety: thread-compatible; one per call or stream.
+class AccountingService::ChargeOpRunner {
+ public:
+  explicit ChargeOpRunner(AccountingService& service) : service_(service) {}
+
+  // Fills `response` with one result per op of `request`, in order. The
+  // caller has checked the op count against kMaxBatchOps.
+  void Run(const v1::ChargeBatchRequest& request,
+           v1::ChargeBatchResponse* response) {
+    auto* results = response->mutable_results();
+    results->Clear();  // keeps the cleared OpResults for reuse by Add()
+    results->Reserve(request.ops_size());
+    for (int i = 0; i < request.ops_size(); ++i) {
+      Apply(i, request.ops(i), results->Add());
+    }
+  }
+
+ private:
+  void Fail(int index, const grpc::Status& status, v1::OpResult* result) {
+    result->set_code(status.error_code());
+    result->set_message(
+        absl::StrCat("ops[", index, "]: ", status.error_message()));
+  }
+
+  // The cached handle of `path`, or null.
+  const GroupHandle* Find(absl::string_view path) {
+    if (last_ != nullptr && path == last_path_) return last_;
+    auto it = cache_.find(path);
+    if (it == cache_.end()) return nullptr;
+    Remember(it->first, &it->second);
+    return last_;
+  }
+
+  const GroupHandle* Insert(absl::string_view path, GroupHandle handle) {
+    if (cache_.size() >= kMaxCachedPaths) Forget();
+    auto it = cache_.emplace(std::string(path), handle).first;
+    Remember(it->first, &it->second);
+    return last_;
+  }
+
+  void Remember(const std::string& path, GroupHandle* handle) {
+    last_path_.assign(path);
+    last_ = handle;
+  }
+
+  void Forget() {
+    cache_.clear();
+    last_ = nullptr;
+  }
+
+  void Apply(int index, const v1::ChargeOp& op, v1::OpResult* result) {
+    result->set_id(op.id());
+    const absl::string_view path = op.path();
+    const GroupHandle* handle = Find(path);
+    // Charge/Uncharge's validation order: path, nr_pages, kind, cpu; then
+    // the group.
+    if (handle == nullptr) {
+      if (absl::Status s = ValidateGroupPath(path, "path"); !s.ok()) {
+        return Reject(index, op, ToGrpcStatus(s), result);
+      }
+    }
+    const std::optional<uint32_t> cpu =
+        op.has_cpu() ? std::optional<uint32_t>(op.cpu()) : std::nullopt;
+    // The common case without building a grpc::Status (two strings) per op;
+    // ValidateChargeArgs has the same conditions and says what is wrong.
+    const bool args_ok =
+        op.nr_pages() != 0 && op.nr_pages() <= service_.page_counter_max_ &&
+        (op.kind() == v1::PAGE_KIND_ANON || op.kind() == v1::PAGE_KIND_FILE) &&
+        (!cpu.has_value() || *cpu < static_cast<uint32_t>(service_.nr_cpus_));
+    if (!args_ok) {
+      return Reject(index, op,
+                    service_.ValidateChargeArgs(op.nr_pages(), op.kind(), cpu),
+                    result);
+    }
+    if (handle == nullptr) {
+      absl::StatusOr<GroupHandle> resolved =
+          service_.engine_.ResolveGroup(path);
+      if (!resolved.ok()) {
+        return Fail(index, ToGrpcStatus(resolved.status()), result);
+      }
+      handle = Insert(path, *resolved);
+    }
+    const std::optional<int> engine_cpu =
+        cpu.has_value() ? std::optional<int>(static_cast<int>(*cpu))
+                        : std::nullopt;
+    absl::Status status = ApplyToEngine(*handle, op, engine_cpu, result);
+    if (status.code() == absl::StatusCode::kNotFound) {
+      // The cached group was deleted: the path may name a new one.
+      Forget();
+      absl::StatusOr<GroupHandle> resolved =
+          service_.engine_.ResolveGroup(path);
+      if (!resolved.ok()) {
+        return Fail(index, ToGrpcStatus(resolved.status()), result);
+      }
+      status = ApplyToEngine(*Insert(path, *resolved), op, engine_cpu, result);
+    }
+    if (!status.ok()) Fail(index, ToGrpcStatus(status), result);
+  }
+
+  // Validation failure: counted like a rejected unary Charge.
+  void Reject(int index, const v1::ChargeOp& op, const grpc::Status& status,
+              v1::OpResult* result) {
+    if (!op.uncharge()) service_.rpc_metrics_.RecordChargeRejected();
+    Fail(index, status, result);
+  }
+
+  absl::Status ApplyToEngine(GroupHandle handle, const v1::ChargeOp& op,
+                             std::optional<int> cpu, v1::OpResult* result) {
+    const PageKind kind =
+        op.kind() == v1::PAGE_KIND_ANON ? PageKind::kAnon : PageKind::kFile;
+    if (op.uncharge()) {
+      absl::StatusOr<UnchargeResult> r =
+          service_.engine_.Uncharge(handle, op.nr_pages(), kind, cpu);
+      if (!r.ok()) return r.status();
+      result->set_nr_pages(r->nr_pages);
+      return absl::OkStatus();
+    }
+    absl::StatusOr<ChargeResult> r =
+        service_.engine_.Charge(handle, op.nr_pages(), kind, cpu);
+    if (!r.ok()) return r.status();
+    result->set_nr_pages(r->nr_pages);
+    result->set_throttle_us(ThrottleMicros(r->throttle));
+    return absl::OkStatus();
+  }
+
+  AccountingService& service_;
+  absl::flat_hash_map<std::string, GroupHandle> cache_;
+  // The entry of the previous op, so a run of ops on one path skips hashing.
+  std::string last_path_;
+  GroupHandle* last_ = nullptr;  // into cache_; null after any rehash risk
+};
+
+grpc::ServerUnaryReactor* AccountingService::ChargeBatch(
+    grpc::CallbackServerContext* context, const v1::ChargeBatchRequest* request,
+    v1::ChargeBatchResponse* response) {
+  const Clock::time_point start = Clock::now();
+  if (request->ops_size() > static_cast<int>(kMaxBatchOps)) {
+    return FinishUnary(context, RpcMethod::kChargeBatch, start,
+                       TooManyOps(request->ops_size()));
+  }
+  ChargeOpRunner runner(*this);
+  runner.Run(*request, response);
+  return FinishUnary(context, RpcMethod::kChargeBatch, start, grpc::Status::OK);
+}
+
+// The ChargeStream reactor. One read and one write may be outstanding at
+// once (gRPC's rule); requests are applied on the thread that completes the
+// read, into whichever of the two response buffers is not on the wire.
+//
+//   read done -> apply into the free buffer ->
+//     no write on the wire: write it, read the next request;
+//     else: park it ("ready"), stop reading until the write completes.
+//   write done -> a ready buffer: write it and resume reading;
+//     else, if reads are over: Finish.
+//
+// So responses leave in request order, at most one waits, and the stream
+// holds 1 request + 2 responses of memory whatever the client does.
+// Cancellation (or a broken connection) fails the outstanding read/write;
+// the reactor then finishes once nothing is outstanding.
+//
+// Thread safety: gRPC may run OnReadDone and OnWriteDone concurrently; the
+// flags below are guarded by mu_, and Start*/Finish are called without it.
+class AccountingService::ChargeStreamReactor final
+    : public grpc::ServerBidiReactor<v1::ChargeBatchRequest,
+                                     v1::ChargeBatchResponse> {
+ public:
+  ChargeStreamReactor(AccountingService& service,
+                      grpc::CallbackServerContext* context)
+      : service_(service),
+        context_(context),
+        runner_(service),
+        start_(Clock::now()) {
+    read_outstanding_ = true;
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      // Half-close by the client, or the call is over (the read can fail
+      // before OnCancel runs: ask the context which).
+      const bool cancelled = context_->IsCancelled();
+      bool finish;
+      {
+        absl::MutexLock l(&mu_);
+        read_outstanding_ = false;
+        reads_done_ = true;
+        if (cancelled && status_.ok()) {
+          status_ = grpc::Status(grpc::StatusCode::CANCELLED,
+                                 "ChargeStream cancelled");
+        }
+        finish = ShouldFinishLocked();
+      }
+      if (finish) DoFinish();
+      return;
+    }
+    if (request_.ops_size() > static_cast<int>(kMaxBatchOps)) {
+      bool finish;
+      {
+        absl::MutexLock l(&mu_);
+        read_outstanding_ = false;
+        reads_done_ = true;
+        if (status_.ok()) status_ = TooManyOps(request_.ops_size());
+        finish = ShouldFinishLocked();
+      }
+      if (finish) DoFinish();
+      return;
+    }
+    int buffer;
+    {
+      absl::MutexLock l(&mu_);
+      buffer = 1 - writing_;  // never the one on the wire; never "ready"
+    }
+    runner_.Run(request_, &responses_[buffer]);
+    bool write = false;
+    bool read = false;
+    bool finish = false;
+    {
+      absl::MutexLock l(&mu_);
+      read_outstanding_ = false;
+      if (broken_) {
+        reads_done_ = true;
+        finish = ShouldFinishLocked();
+      } else if (!write_outstanding_) {
+        write_outstanding_ = true;
+        writing_ = buffer;
+        write = true;
+        read_outstanding_ = read = true;
+      } else {
+        ready_ = buffer;  // resumed by OnWriteDone
+      }
+    }
+    if (write) StartWrite(&responses_[buffer]);
+    if (read) StartRead(&request_);
+    if (finish) DoFinish();
+  }
+
+  void OnWriteDone(bool ok) override {
+    bool write = false;
+    bool read = false;
+    bool finish = false;
+    int buffer = -1;
+    {
+      absl::MutexLock l(&mu_);
+      write_outstanding_ = false;
+      if (!ok) {
+        // The call is dead: drop what waits; an outstanding read fails too.
+        broken_ = true;
+        ready_ = -1;
+        if (!read_outstanding_) reads_done_ = true;
+        if (status_.ok()) {
+          status_ = grpc::Status(grpc::StatusCode::CANCELLED,
+                                 "ChargeStream: write failed");
+        }
+      } else if (ready_ >= 0) {
+        buffer = writing_ = ready_;
+        ready_ = -1;
+        write_outstanding_ = write = true;
+        if (!reads_done_) read_outstanding_ = read = true;
+      }
+      finish = ShouldFinishLocked();
+    }
+    if (write) StartWrite(&responses_[buffer]);
+    if (read) StartRead(&request_);
+    if (finish) DoFinish();
+  }
+
+  void OnCancel() override {
+    absl::MutexLock l(&mu_);
+    broken_ = true;
+    if (status_.ok()) {
+      status_ =
+          grpc::Status(grpc::StatusCode::CANCELLED, "ChargeStream cancelled");
+    }
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  bool ShouldFinishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_ || !reads_done_ || read_outstanding_ || write_outstanding_ ||
+        ready_ >= 0) {
+      return false;
+    }
+    finished_ = true;
+    return true;
+  }
+
+  void DoFinish() {
+    grpc::Status status;
+    {
+      absl::MutexLock l(&mu_);
+      status = status_;
+    }
+    // Recorded before Finish so a client that sees the end sees it counted.
+    service_.RecordRpc(RpcMethod::kChargeStream, start_, status.error_code());
+    Finish(status);
+  }
+
+  AccountingService& service_;
+  grpc::CallbackServerContext* const context_;
+  ChargeOpRunner runner_;  // touched only by the thread applying a request
+  const Clock::time_point start_;
+  v1::ChargeBatchRequest request_;        // owned by the outstanding read
+  v1::ChargeBatchResponse responses_[2];  // see `writing_` and `ready_`
+
+  absl::Mutex mu_;
+  bool read_outstanding_ ABSL_GUARDED_BY(mu_) = false;
+  bool write_outstanding_ ABSL_GUARDED_BY(mu_) = false;
+  bool reads_done_ ABSL_GUARDED_BY(mu_) = false;  // no more requests
+  bool broken_ ABSL_GUARDED_BY(mu_) = false;      // cancelled or write failed
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  int writing_ ABSL_GUARDED_BY(mu_) = 1;  // buffer last handed to StartWrite
+  int ready_ ABSL_GUARDED_BY(mu_) = -1;   // built, waiting for the wire
+  grpc::Status status_ ABSL_GUARDED_BY(mu_);
+};
+
+grpc::ServerBidiReactor<v1::ChargeBatchRequest, v1::ChargeBatchResponse>*
+AccountingService::ChargeStream(grpc::CallbackServerContext* context) {
+  return new ChargeStreamReactor(*this, context);
+}
+
+}  // namespace cgacct
