@@ -12,53 +12,41 @@ PageCounter::PageCounter(PageCounter* parent, uint64_t page_counter_max,
       page_counter_max_(page_counter_max),
       protection_support_(protection_support) {}
 
+namespace {
+
+// One half (min or low) of propagate_protected_usage(): caches
+// min(usage, setting) in `cached` and moves the parent's children sum by the
+// change. "mm: page_counter: remove unneeded atomic ops for low/min" (2022):
+// read first and exchange only when the protected value changes, so with
+// protection configured and usage above it, the common case, no atomic
+// read-modify-write happens at all. `read_before_xchg` false is the pre-2022
+// code (exchange whenever protection is or was configured).
+void PropagateOne(int64_t usage, int64_t setting, bool read_before_xchg,
+                  std::atomic<int64_t>& cached,
+                  std::atomic<int64_t>& parent_children) {
+  const int64_t protected_usage = std::min(usage, setting);
+  if (read_before_xchg) {
+    if (protected_usage == cached.load(std::memory_order_relaxed)) return;
+  } else if (setting == 0 && cached.load(std::memory_order_relaxed) == 0) {
+    return;
+  }
+  const int64_t old =
+      cached.exchange(protected_usage, std::memory_order_relaxed);
+  const int64_t delta = protected_usage - old;
+  if (delta != 0) parent_children.fetch_add(delta, std::memory_order_relaxed);
+}
+
+}  // namespace
+
 void PageCounter::PropagateProtectedUsage(int64_t usage) {
   // The root's protection is never consumed (no parent to account it to).
   if (parent_ == nullptr || !protection_support_) return;
-  const int64_t min =
-      static_cast<int64_t>(min_.load(std::memory_order_relaxed));
-  const int64_t low =
-      static_cast<int64_t>(low_.load(std::memory_order_relaxed));
-
-  // "mm: page_counter: remove unneeded atomic ops for low/min" (2022): read
-  // first and exchange only when the protected value changes. With
-  // protection configured and usage above it, the common case, no atomic
-  // read-modify-write happens at all.
-  int64_t protected_usage = std::min(usage, min);
-  if (read_before_xchg_) {
-    if (protected_usage != min_usage_.load(std::memory_order_relaxed)) {
-      int64_t old =
-          min_usage_.exchange(protected_usage, std::memory_order_relaxed);
-      int64_t delta = protected_usage - old;
-      if (delta != 0)
-        parent_->children_min_usage_.fetch_add(delta,
-                                               std::memory_order_relaxed);
-    }
-  } else if (min != 0 || min_usage_.load(std::memory_order_relaxed) != 0) {
-    int64_t old =
-        min_usage_.exchange(protected_usage, std::memory_order_relaxed);
-    int64_t delta = protected_usage - old;
-    if (delta != 0)
-      parent_->children_min_usage_.fetch_add(delta, std::memory_order_relaxed);
-  }
-
-  protected_usage = std::min(usage, low);
-  if (read_before_xchg_) {
-    if (protected_usage != low_usage_.load(std::memory_order_relaxed)) {
-      int64_t old =
-          low_usage_.exchange(protected_usage, std::memory_order_relaxed);
-      int64_t delta = protected_usage - old;
-      if (delta != 0)
-        parent_->children_low_usage_.fetch_add(delta,
-                                               std::memory_order_relaxed);
-    }
-  } else if (low != 0 || low_usage_.load(std::memory_order_relaxed) != 0) {
-    int64_t old =
-        low_usage_.exchange(protected_usage, std::memory_order_relaxed);
-    int64_t delta = protected_usage - old;
-    if (delta != 0)
-      parent_->children_low_usage_.fetch_add(delta, std::memory_order_relaxed);
-  }
+  PropagateOne(usage,
+               static_cast<int64_t>(min_.load(std::memory_order_relaxed)),
+               read_before_xchg_, min_usage_, parent_->children_min_usage_);
+  PropagateOne(usage,
+               static_cast<int64_t>(low_.load(std::memory_order_relaxed)),
+               read_before_xchg_, low_usage_, parent_->children_low_usage_);
 }
 
 void PageCounter::UpdateWatermarks(int64_t usage) {
