@@ -122,7 +122,7 @@ for run in $(seq "$RUNS"); do
   ratios+=("$ratio")
   printf '| %d | %.0f | %.0f | %.3f |\n' "$run" "$off" "$on" "$ratio"
 done
-median() { printf '%s\n' "$@" | sort -g | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
+median() { printf '%s\n' "$@" | sort -g | awk '{a[NR] = $1} END {print NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 moff=$(median "${offs[@]}")
 mon=$(median "${ons[@]}")
 mratio=$(median "${ratios[@]}")

@@ -46,7 +46,7 @@ for _ in $(seq 100); do grep -q listening "$tmp/server.log" && break; sleep 0.1;
 grep -q listening "$tmp/server.log" || { cat "$tmp/server.log" >&2; exit 1; }
 
 json_num() { sed -n "s/.*\"$2\": \([0-9.e+-]*\).*/\1/p" "$1" | head -1; }
-median() { printf '%s\n' "$@" | sort -g | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
+median() { printf '%s\n' "$@" | sort -g | awk '{a[NR] = $1} END {print NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 
 echo "netperf_table: $(head -1 "$tmp/server.log"); $STREAMS streams, batch $BATCH, ${DURATION}s x $RUNS runs" >&2
 printf '| rpc | group | ops per message | ops/s (median) | messages/s | latency/message p50 | p99 | p99.9 | runs (ops/s) |\n'
