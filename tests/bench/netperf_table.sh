@@ -2,7 +2,9 @@
 # netperf through the service (issue 4, item 3): cgacct-load
 # --scenario=netperf against one cgacctd on loopback, for every
 # --rpc (stream, batch, unary) in a root-level group and in the 3-level leaf
-# with min/low on top, RUNS times with root and deep alternating, medians.
+# with min/low on top, RUNS times with root and deep alternating (which goes
+# first alternates too), medians, and the median of the per-run deep/root
+# ratios.
 #
 #   tests/bench/netperf_table.sh [BUILD_DIR]     (default: build-rel)
 #
@@ -44,17 +46,21 @@ for _ in $(seq 100); do grep -q listening "$tmp/server.log" && break; sleep 0.1;
 grep -q listening "$tmp/server.log" || { cat "$tmp/server.log" >&2; exit 1; }
 
 json_num() { sed -n "s/.*\"$2\": \([0-9.e+-]*\).*/\1/p" "$1" | head -1; }
-median() { printf '%s\n' "$@" | sort -g | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
+median() { printf '%s\n' "$@" | sort -g | awk '{a[NR] = $1} END {print NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 
 echo "netperf_table: $(head -1 "$tmp/server.log"); $STREAMS streams, batch $BATCH, ${DURATION}s x $RUNS runs" >&2
 printf '| rpc | group | ops per message | ops/s (median) | messages/s | latency/message p50 | p99 | p99.9 | runs (ops/s) |\n'
 printf '|---|---|---|---|---|---|---|---|---|\n'
-declare -A med_ops
+declare -A med_ops med_pair
 for rpc in $RPCS; do
   declare -A ops msgs p50 p99 p999
   for h in root deep; do ops[$h]=""; msgs[$h]=""; p50[$h]=""; p99[$h]=""; p999[$h]=""; done
+  pair_ratios=""
   for run in $(seq "$RUNS"); do
-    for h in root deep; do
+    # Alternate which hierarchy goes first, against drifting load.
+    order="root deep"
+    [ $((run % 2)) -eq 0 ] && order="deep root"
+    for h in $order; do
       out="$tmp/$rpc-$h-$run.json"
       "$LOAD" --target="127.0.0.1:$PORT" --metrics_target="127.0.0.1:1" --scenario=netperf \
         --rpc="$rpc" --hierarchy="$h" --group="/np-$h" --streams="$STREAMS" \
@@ -66,7 +72,11 @@ for rpc in $RPCS; do
       p99[$h]+=" $(json_num "$out" p99_us)"
       p999[$h]+=" $(json_num "$out" p99_9_us)"
     done
+    pair_ratios+=" $(awk -v d="$(json_num "$tmp/$rpc-deep-$run.json" ops_per_s)" \
+      -v r="$(json_num "$tmp/$rpc-root-$run.json" ops_per_s)" 'BEGIN {print d / r}')"
   done
+  # shellcheck disable=SC2086
+  med_pair[$rpc]=$(median $pair_ratios)
   for h in root deep; do
     # shellcheck disable=SC2086
     m=$(median ${ops[$h]})
@@ -81,7 +91,9 @@ for rpc in $RPCS; do
   done
 done
 echo
-printf '| rpc | deep/root (medians) |\n|---|---|\n'
+printf '| rpc | deep/root of the medians | median of the per-run deep/root ratios |\n|---|---|---|\n'
 for rpc in $RPCS; do
-  printf '| %s | %.3f |\n' "$rpc" "$(awk -v d="${med_ops[$rpc-deep]}" -v r="${med_ops[$rpc-root]}" 'BEGIN {print d / r}')"
+  printf '| %s | %.3f | %.3f |\n' "$rpc" \
+    "$(awk -v d="${med_ops[$rpc-deep]}" -v r="${med_ops[$rpc-root]}" 'BEGIN {print d / r}')" \
+    "${med_pair[$rpc]}"
 done

@@ -135,7 +135,7 @@ for run in $(seq "$RUNS"); do
   ratios+=("$ratio")
   printf '| %d | %.0f | %.0f | %s |\n' "$run" "$c" "$r" "$ratio"
 done
-median=$(printf '%s\n' "${ratios[@]}" | sort -g | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}')
+median=$(printf '%s\n' "${ratios[@]}" | sort -g | awk '{a[NR] = $1} END {print NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}')
 echo
 echo "median cgacct / Redis: $median (goal >= 5)"
 
