@@ -7,6 +7,7 @@
 #include <new>
 #include <thread>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "engine/cycle_clock.h"
 
@@ -81,18 +82,31 @@ Rstat::Rstat(int nr_cpus, const FlushLockConfig& config,
 void Rstat::UpdatedLocked(RstatGroup* group, int cpu) {
   // css_rstat_updated(): link group and every ancestor not yet on this
   // CPU's tree, each at the head of its parent's updated_children list.
-  for (RstatGroup* g = group;;) {
-    RstatGroup::Cpu* gc = g->GetOrCreateCpu(cpu);
-    if (gc->updated_next.load(std::memory_order_relaxed) != nullptr) break;
-    RstatGroup* parent = g->parent_;
-    if (parent == nullptr) {
-      gc->updated_next.store(g, std::memory_order_relaxed);
+  // Unlike the kernel, which links bottom-up, the topmost missing ancestor
+  // is linked first: several threads may share a CPU slot here, and one that
+  // sees its group already linked returns at once, so a linked group must
+  // never have an unlinked ancestor (kAdaptive's skip test reads only the
+  // flush root's link).
+  absl::InlinedVector<RstatGroup*, 16> missing;
+  for (RstatGroup* g = group; g != nullptr; g = g->parent_) {
+    if (g->GetOrCreateCpu(cpu)->updated_next.load(std::memory_order_relaxed) !=
+        nullptr)
       break;
+    missing.push_back(g);
+  }
+  for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
+    RstatGroup* g = *it;
+    RstatGroup::Cpu* gc = g->GetCpu(cpu);
+    RstatGroup* parent = g->parent_;
+    // Release: a thread that sees this link (acquire in Update()) also sees
+    // the ancestors' links made before it.
+    if (parent == nullptr) {
+      gc->updated_next.store(g, std::memory_order_release);
+      continue;
     }
-    RstatGroup::Cpu* pc = parent->GetOrCreateCpu(cpu);
-    gc->updated_next.store(pc->updated_children, std::memory_order_relaxed);
+    RstatGroup::Cpu* pc = parent->GetCpu(cpu);
+    gc->updated_next.store(pc->updated_children, std::memory_order_release);
     pc->updated_children = g;
-    g = parent;
   }
 }
 
@@ -104,7 +118,8 @@ void Rstat::Update(RstatGroup* group, int cpu,
       c->state[i].fetch_add(deltas[i], std::memory_order_relaxed);
   // Memory ordering: pairs with the fence in FlushCpuLocked() (see header).
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (c->updated_next.load(std::memory_order_relaxed) == nullptr) {
+  // Acquire: pairs with the release in UpdatedLocked().
+  if (c->updated_next.load(std::memory_order_acquire) == nullptr) {
     MutexLock l(&cpu_locks_[cpu].mu);
     UpdatedLocked(group, cpu);
   }
