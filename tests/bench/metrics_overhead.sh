@@ -66,7 +66,7 @@ one_run() {  # on|off run -> ops/s
   "$SERVER" --listen="127.0.0.1:$PORT" --metrics_listen="$metrics" >"$tmp/server.log" 2>&1 &
   pid=$!
   for _ in $(seq 100); do grep -q listening "$tmp/server.log" && break; sleep 0.1; done
-  grep -q listening "$tmp/server.log" || { cat "$tmp/server.log" >&2; exit 1; }
+  grep -q listening "$tmp/server.log" || { echo "metrics_overhead: cgacctd did not start (run $run, $mode):" >&2; cat "$tmp/server.log" >&2; exit 1; }
   if [ "$mode" = on ]; then
     (
       n=0
