@@ -27,8 +27,7 @@
 
 namespace cgacct {
 
-namespace v1 = ::cgacct::v1;
-
+// `v1` below is cgacct::v1, the generated proto namespace.
 namespace {
 
 // Distinct paths a stream keeps handles for; past it the cache starts over

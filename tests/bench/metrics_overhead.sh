@@ -60,13 +60,15 @@ trap cleanup EXIT
 
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
-one_run() {  # on|off run -> ops/s
+# Runs one mode; ops/s into $result. Not called in $(...): the server and the
+# scraper must be children of this shell, so the EXIT trap can stop them.
+one_run() {  # on|off run
   local mode=$1 run=$2 metrics=""
   [ "$mode" = on ] && metrics="127.0.0.1:$METRICS_PORT"
   "$SERVER" --listen="127.0.0.1:$PORT" --metrics_listen="$metrics" >"$tmp/server.log" 2>&1 &
   pid=$!
   for _ in $(seq 100); do grep -q listening "$tmp/server.log" && break; sleep 0.1; done
-  grep -q listening "$tmp/server.log" || { cat "$tmp/server.log" >&2; exit 1; }
+  grep -q listening "$tmp/server.log" || { echo "metrics_overhead: cgacctd did not start (run $run, $mode):" >&2; cat "$tmp/server.log" >&2; exit 1; }
   if [ "$mode" = on ]; then
     (
       n=0
@@ -99,7 +101,7 @@ one_run() {  # on|off run -> ops/s
     echo "$busy $t0 $t1 $hz" >"$tmp/scrape_cost"
   fi
   kill -TERM "$pid"; wait "$pid" 2>/dev/null || true; pid=""
-  sed -n 's/.*"ops_per_s": \([0-9.e+]*\).*/\1/p' "$tmp/$mode-$run.json"
+  result=$(sed -n 's/.*"ops_per_s": \([0-9.e+]*\).*/\1/p' "$tmp/$mode-$run.json")
 }
 
 echo "metrics_overhead: netperf --rpc=$RPC --hierarchy=deep --streams=$STREAMS, ${DURATION}s x $RUNS runs per mode, alternating" >&2
@@ -110,11 +112,11 @@ ons=()
 ratios=()
 for run in $(seq "$RUNS"); do
   if [ $((run % 2)) -eq 1 ]; then
-    off=$(one_run off "$run")
-    on=$(one_run on "$run")
+    one_run off "$run"; off=$result
+    one_run on "$run"; on=$result
   else
-    on=$(one_run on "$run")
-    off=$(one_run off "$run")
+    one_run on "$run"; on=$result
+    one_run off "$run"; off=$result
   fi
   offs+=("$off")
   ons+=("$on")
