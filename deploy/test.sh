@@ -11,11 +11,11 @@ jobs=$(nproc)
 # 1. ThreadSanitizer: the engine and its tests only (no gRPC needed).
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCGACCT_ENGINE_ONLY=ON \
   -DCGACCT_SANITIZE=thread >/dev/null
-cmake --build build-tsan -j"$jobs" --target concurrency_test engine_test rstat_test stock_test \
+cmake --build build-tsan -j"$jobs" --target concurrency_test engine_test rstat_test stock_test stock_victim_test \
   reclaim_concurrency_test reclaim_test group_handle_test
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp" \
   ctest --test-dir build-tsan -j"$jobs" --output-on-failure \
-  -R 'Concurrency|EngineTest|RstatTest|StockTest|Reclaim|GroupHandle'
+  -R 'Concurrency|EngineTest|RstatTest|StockTest|StockVictim|Reclaim|GroupHandle'
 
 # 2. Everything, then the full suite.
 deploy/build.sh

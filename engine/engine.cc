@@ -112,7 +112,8 @@ class EngineImpl {
         periodic_flush_interval_(options.periodic_flush_interval),
         clock_(options.clock != nullptr ? *options.clock : Clock::Real()),
         tree_lock_(nr_cpus),
-        stock_(nr_cpus, options.charge_batch_pages, options.stock_pool_buckets),
+        stock_(nr_cpus, options.charge_batch_pages, options.stock_pool_buckets,
+               options.stock_victim_sets),
         rstat_(
             nr_cpus,
             FlushLockConfig{options.flush_lock_policy, options.flush_batch_cpus,
@@ -686,6 +687,7 @@ class EngineImpl {
       c.oom_total += pc.oom_events.load(std::memory_order_relaxed);
     }
     c.stock_hits = stock_.hits();
+    c.stock_victim_hits = stock_.victim_hits();
     c.stock_pool_hits = stock_.pool_hits();
     c.stock_drains = stock_.drains();
     c.flushes = rstat_.flushes();
@@ -770,6 +772,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("stock_pool_buckets ", buckets,
                      " must be 0 or a power of two <= 65536"));
+  const uint32_t sets = options.stock_victim_sets;
+  if (sets > 4096 || (sets & (sets - 1)) != 0)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "stock_victim_sets ", sets, " must be 0 or a power of two <= 4096"));
   const uint64_t ps = options.page_size_bytes;
   if (ps < 512 || (ps & (ps - 1)) != 0 || ps > (uint64_t{1} << 30))
     return absl::InvalidArgumentError(absl::StrCat(

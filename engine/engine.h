@@ -68,6 +68,11 @@ struct EngineOptions {
   // between CPUs or between more than 7 groups on a CPU go through a
   // group's bucket instead of walking the page_counters.
   uint32_t stock_pool_buckets = 1024;
+  // Sets (4 ways each) of every CPU's victim table behind its 7 stock slots
+  // (engine/stock.h): 0 = none (the kernel's 7 slots alone), else a power
+  // of two <= 4096. Lets one CPU serve far more than 7 groups from
+  // pre-charged pages; a CPU may then park (7 + 4 x sets) x batch pages.
+  uint32_t stock_victim_sets = 64;
   // Not owned; may be null. Must outlive the engine.
   EngineObserver* observer = nullptr;
   // The cgroup2 mount option memory_recursiveprot: a group's memory.min/low

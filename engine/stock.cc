@@ -4,12 +4,78 @@
 
 namespace cgacct {
 
-MemcgStock::MemcgStock(int nr_cpus, uint32_t batch_pages, uint32_t pool_buckets)
+MemcgStock::MemcgStock(int nr_cpus, uint32_t batch_pages, uint32_t pool_buckets,
+                       uint32_t victim_sets)
     : nr_cpus_(nr_cpus),
       batch_pages_(batch_pages),
       nr_buckets_(pool_buckets),
+      nr_victim_sets_(victim_sets),
       cpus_(new Cpu[nr_cpus]),
+      victim_(victim_sets > 0
+                  ? new VictimSet[static_cast<size_t>(nr_cpus) * victim_sets]
+                  : nullptr),
       buckets_(pool_buckets > 0 ? new Bucket[pool_buckets] : nullptr) {}
+
+namespace {
+// Counters are cache-line aligned: drop those bits, then a multiplicative
+// hash (Fibonacci) so neighbouring groups spread over a table.
+uint64_t HashCounter(const PageCounter* counter) {
+  const uint64_t key = reinterpret_cast<uintptr_t>(counter) / kCacheLineBytes;
+  return key * 0x9E3779B97F4A7C15ull;
+}
+}  // namespace
+
+MemcgStock::VictimSet* MemcgStock::SetOf(int cpu,
+                                         const PageCounter* counter) const {
+  if (nr_victim_sets_ == 0) return nullptr;
+  // Bits 40.. of the hash: independent of the pool's bucket index (bits 32..).
+  const uint64_t index = (HashCounter(counter) >> 40) & (nr_victim_sets_ - 1);
+  return &victim_[static_cast<size_t>(cpu) * nr_victim_sets_ + index];
+}
+
+void MemcgStock::DrainEntryLocked(Cpu& stock, PageCounter*& owner,
+                                  uint8_t& nr_pages, bool to_pool) {
+  if (owner == nullptr) return;
+  if (nr_pages > 0) {
+    if (to_pool && nr_buckets_ > 0) {
+      Pool(owner, nr_pages);
+    } else {
+      owner->Uncharge(nr_pages);
+    }
+    nr_pages = 0;
+    Bump(stock.drains);
+  }
+  owner = nullptr;
+}
+
+void MemcgStock::DrainWayLocked(Cpu& stock, VictimSet& set, int way,
+                                bool to_pool) {
+  if (set.owner[way] == nullptr) return;
+  DrainEntryLocked(stock, set.owner[way], set.nr_pages[way], to_pool);
+  --stock.nr_victim_ways;
+}
+
+void MemcgStock::MoveToVictimLocked(Cpu& stock, int cpu, PageCounter* owner,
+                                    uint8_t nr_pages) {
+  VictimSet& set = *SetOf(cpu, owner);
+  int free_way = -1;
+  for (int w = 0; w < VictimSet::kWays; ++w) {
+    // The owner was in a slot, so it has no way here (one place per CPU).
+    if (set.owner[w] == nullptr) {
+      free_way = w;
+      break;
+    }
+  }
+  if (free_way < 0) {
+    free_way = set.evict_cursor;
+    set.evict_cursor =
+        static_cast<uint8_t>((set.evict_cursor + 1) % VictimSet::kWays);
+    DrainWayLocked(stock, set, free_way, /*to_pool=*/true);
+  }
+  set.owner[free_way] = owner;
+  set.nr_pages[free_way] = nr_pages;
+  ++stock.nr_victim_ways;
+}
 
 bool MemcgStock::Consume(int cpu, PageCounter* counter, uint64_t nr_pages) {
   if (nr_pages > batch_pages_) return false;
@@ -17,9 +83,11 @@ bool MemcgStock::Consume(int cpu, PageCounter* counter, uint64_t nr_pages) {
   // local_trylock(): a busy slot means "go to the counters", never a wait.
   if (!stock.mu.TryLock()) return false;
   bool ret = false;
+  bool found = false;
   for (int i = 0; i < kNrStockSlots; ++i) {
     if (stock.owner[i] != counter) continue;
     // A counter owns at most one slot per CPU: stop at the first match.
+    found = true;
     if (stock.nr_pages[i] >= nr_pages) {
       stock.nr_pages[i] -= static_cast<uint8_t>(nr_pages);
       ret = true;
@@ -27,16 +95,25 @@ bool MemcgStock::Consume(int cpu, PageCounter* counter, uint64_t nr_pages) {
     }
     break;
   }
+  if (!found) {
+    if (VictimSet* set = SetOf(cpu, counter)) {
+      for (int w = 0; w < VictimSet::kWays; ++w) {
+        if (set->owner[w] != counter) continue;
+        if (set->nr_pages[w] >= nr_pages) {
+          set->nr_pages[w] -= static_cast<uint8_t>(nr_pages);
+          ret = true;
+          Bump(stock.victim_hits);
+        }
+        break;
+      }
+    }
+  }
   stock.mu.Unlock();
   return ret;
 }
 
 MemcgStock::Bucket& MemcgStock::BucketOf(const PageCounter* counter) const {
-  // Counters are cache-line aligned: drop those bits, then a multiplicative
-  // hash (Fibonacci) so neighbouring groups spread over the table.
-  const uint64_t key = reinterpret_cast<uintptr_t>(counter) / kCacheLineBytes;
-  const uint64_t hash = key * 0x9E3779B97F4A7C15ull;
-  return buckets_[(hash >> 32) & (nr_buckets_ - 1)];
+  return buckets_[(HashCounter(counter) >> 32) & (nr_buckets_ - 1)];
 }
 
 uint64_t MemcgStock::TakePooled(PageCounter* counter, uint64_t nr_pages) {
@@ -96,18 +173,7 @@ void MemcgStock::DrainBucket(Bucket& bucket, const PageCounter* root,
 }
 
 void MemcgStock::DrainSlotLocked(Cpu& stock, int slot, bool to_pool) {
-  PageCounter* owner = stock.owner[slot];
-  if (owner == nullptr) return;
-  if (stock.nr_pages[slot] > 0) {
-    if (to_pool && nr_buckets_ > 0) {
-      Pool(owner, stock.nr_pages[slot]);
-    } else {
-      owner->Uncharge(stock.nr_pages[slot]);
-    }
-    stock.nr_pages[slot] = 0;
-    Bump(stock.drains);
-  }
-  stock.owner[slot] = nullptr;
+  DrainEntryLocked(stock, stock.owner[slot], stock.nr_pages[slot], to_pool);
 }
 
 void MemcgStock::Refill(int cpu, PageCounter* counter, uint64_t nr_pages) {
@@ -129,11 +195,29 @@ void MemcgStock::Refill(int cpu, PageCounter* counter, uint64_t nr_pages) {
     }
     if (empty < 0 && stock.owner[i] == nullptr) empty = i;
   }
+  if (VictimSet* set = SetOf(cpu, counter)) {
+    for (int w = 0; w < VictimSet::kWays; ++w) {
+      if (set->owner[w] != counter) continue;
+      set->nr_pages[w] = static_cast<uint8_t>(set->nr_pages[w] + nr_pages);
+      if (set->nr_pages[w] > batch_pages_) {
+        DrainWayLocked(stock, *set, w, /*to_pool=*/true);
+      }
+      stock.mu.Unlock();
+      return;
+    }
+  }
   if (empty < 0) {
     empty = stock.evict_cursor;
     stock.evict_cursor =
         static_cast<uint8_t>((stock.evict_cursor + 1) % kNrStockSlots);
-    DrainSlotLocked(stock, empty, /*to_pool=*/true);
+    if (nr_victim_sets_ > 0 && stock.nr_pages[empty] > 0) {
+      MoveToVictimLocked(stock, cpu, stock.owner[empty],
+                         stock.nr_pages[empty]);
+      stock.owner[empty] = nullptr;
+      stock.nr_pages[empty] = 0;
+    } else {
+      DrainSlotLocked(stock, empty, /*to_pool=*/true);
+    }
   }
   stock.owner[empty] = counter;
   stock.nr_pages[empty] = static_cast<uint8_t>(nr_pages);
@@ -144,6 +228,16 @@ bool MemcgStock::HoldsLocked(const Cpu& stock, const PageCounter* root) const {
   for (int i = 0; i < kNrStockSlots; ++i) {
     if (stock.owner[i] == nullptr || stock.nr_pages[i] == 0) continue;
     if (root == nullptr || stock.owner[i]->IsDescendantOf(root)) return true;
+  }
+  if (stock.nr_victim_ways == 0) return false;
+  const int cpu = static_cast<int>(&stock - cpus_.get());
+  const VictimSet* sets = &victim_[static_cast<size_t>(cpu) * nr_victim_sets_];
+  for (uint32_t s = 0; s < nr_victim_sets_; ++s) {
+    for (int w = 0; w < VictimSet::kWays; ++w) {
+      const PageCounter* owner = sets[s].owner[w];
+      if (owner == nullptr || sets[s].nr_pages[w] == 0) continue;
+      if (root == nullptr || owner->IsDescendantOf(root)) return true;
+    }
   }
   return false;
 }
@@ -157,6 +251,12 @@ bool MemcgStock::DrainAll(const PageCounter* root) {
     // drained whole.
     if (!HoldsLocked(stock, root)) continue;
     for (int i = 0; i < kNrStockSlots; ++i) DrainSlotLocked(stock, i);
+    for (uint32_t s = 0; s < nr_victim_sets_ && stock.nr_victim_ways > 0;
+         ++s) {
+      VictimSet& set = victim_[static_cast<size_t>(cpu) * nr_victim_sets_ + s];
+      for (int w = 0; w < VictimSet::kWays; ++w)
+        DrainWayLocked(stock, set, w, /*to_pool=*/false);
+    }
   }
   for (uint32_t b = 0; b < nr_buckets_; ++b) {
     DrainBucket(buckets_[b], root, /*exact_owner=*/false);
@@ -172,6 +272,11 @@ void MemcgStock::DrainOwner(const PageCounter* counter) {
     SpinLockHolder l(&stock.mu);
     for (int i = 0; i < kNrStockSlots; ++i)
       if (stock.owner[i] == counter) DrainSlotLocked(stock, i);
+    if (VictimSet* set = SetOf(cpu, counter)) {
+      for (int w = 0; w < VictimSet::kWays; ++w)
+        if (set->owner[w] == counter)
+          DrainWayLocked(stock, *set, w, /*to_pool=*/false);
+    }
   }
   // After the slots: their drains went to the counters, not to the pool.
   if (nr_buckets_ > 0) DrainBucket(BucketOf(counter), counter, true);
@@ -182,6 +287,20 @@ uint64_t MemcgStock::StockedPages(int cpu, const PageCounter* counter) const {
   SpinLockHolder l(&stock.mu);
   for (int i = 0; i < kNrStockSlots; ++i)
     if (stock.owner[i] == counter) return stock.nr_pages[i];
+  if (const VictimSet* set = SetOf(cpu, counter)) {
+    for (int w = 0; w < VictimSet::kWays; ++w)
+      if (set->owner[w] == counter) return set->nr_pages[w];
+  }
+  return 0;
+}
+
+uint64_t MemcgStock::VictimPages(int cpu, const PageCounter* counter) const {
+  Cpu& stock = cpus_[cpu];
+  SpinLockHolder l(&stock.mu);
+  if (const VictimSet* set = SetOf(cpu, counter)) {
+    for (int w = 0; w < VictimSet::kWays; ++w)
+      if (set->owner[w] == counter) return set->nr_pages[w];
+  }
   return 0;
 }
 
@@ -196,6 +315,13 @@ uint64_t MemcgStock::hits() const {
   uint64_t sum = 0;
   for (int cpu = 0; cpu < nr_cpus_; ++cpu)
     sum += cpus_[cpu].hits.load(std::memory_order_relaxed);
+  return sum;
+}
+
+uint64_t MemcgStock::victim_hits() const {
+  uint64_t sum = 0;
+  for (int cpu = 0; cpu < nr_cpus_; ++cpu)
+    sum += cpus_[cpu].victim_hits.load(std::memory_order_relaxed);
   return sum;
 }
 

@@ -34,6 +34,21 @@
 //     2 x batch per group more than the kernel's bound), and DrainAll /
 //     DrainOwner drain the pool too. No kernel counterpart: the closest is
 //     the per-page_counter stock RFC (memcg-semantics.md §7.3).
+//   - Optional per-CPU victim table (victim_sets > 0; the engine's default
+//     is 64 sets): behind each CPU's 7 slots, `victim_sets` sets of 4
+//     (owner, nr_pages) ways, found by a hash of the owner and guarded by
+//     the same per-CPU lock. A slot evicted by the round-robin cursor moves
+//     its pages into its owner's set instead of being drained; Consume()
+//     and Refill() for a group that is not in a slot use its way, so a CPU
+//     keeps serving far more than 7 groups from pre-charged pages (64
+//     groups charging round-robin on one CPU: every charge a hit, where the
+//     7 slots alone miss every time). A group's pages on a CPU are in at
+//     most one place, a slot or a way; a group stays where its pages are
+//     (no promotion back to a slot). A full set evicts its ways round-robin
+//     to the pool, else to the counters. Cost: the pages a CPU may park
+//     grow from 7 x batch to (7 + 4 x victim_sets) x batch (all of it
+//     drained by DrainAll under limit pressure, like the slots), and
+//     memory.current includes them.
 //
 // Thread safety: thread-safe. Lock order: a CPU's lock, then a bucket's;
 // a bucket's lock is a leaf (page_counter walks take no locks).
@@ -56,12 +71,15 @@ class MemcgStock {
  public:
   // `batch_pages` <= 127 (slot counts are 8-bit). `pool_buckets`: 0 (no
   // pool: the kernel's behaviour) or a power of two (see the file comment).
+  // `victim_sets`: 0 (no victim table: the kernel's 7 slots) or a power of
+  // two <= 4096 (see the file comment).
   MemcgStock(int nr_cpus, uint32_t batch_pages = kChargeBatchPages,
-             uint32_t pool_buckets = 0);
+             uint32_t pool_buckets = 0, uint32_t victim_sets = 0);
 
   // consume_stock(): takes nr_pages of `counter`'s pre-charged pages from
-  // `cpu`'s stock. False if nr_pages > batch, the slot is busy (trylock
-  // failed), or the stock holds too few pages for `counter`.
+  // `cpu`'s stock (its slot, else its way in the victim table). False if
+  // nr_pages > batch, the CPU's stock is busy (trylock failed), or the stock
+  // holds too few pages for `counter`.
   bool Consume(int cpu, PageCounter* counter, uint64_t nr_pages);
 
   // The pool's half of a stock miss: takes between nr_pages and batch pages
@@ -72,8 +90,10 @@ class MemcgStock {
   uint64_t TakePooled(PageCounter* counter, uint64_t nr_pages);
 
   // refill_stock(): parks nr_pages already charged to `counter` in `cpu`'s
-  // stock. Over batch: uncharged directly. A slot that would exceed the batch
-  // is drained whole; with no free slot the cursor's victim is drained.
+  // stock: in its slot, else in its way of the victim table, else in a free
+  // slot, else in the cursor's victim slot, whose pages move to the victim
+  // table (or are drained when there is none). Over batch: uncharged
+  // directly. A slot or way that would exceed the batch is drained whole.
   // Drained pages go to the pool when there is one, else to the counters.
   void Refill(int cpu, PageCounter* counter, uint64_t nr_pages);
 
@@ -88,17 +108,21 @@ class MemcgStock {
   // pointer to `counter` remains afterwards.
   void DrainOwner(const PageCounter* counter);
 
-  // Pages parked for `counter` on `cpu` (tests).
+  // Pages parked for `counter` on `cpu`, slot or victim way (tests).
   uint64_t StockedPages(int cpu, const PageCounter* counter) const;
+  // Of those, the pages in `cpu`'s victim table (tests).
+  uint64_t VictimPages(int cpu, const PageCounter* counter) const;
   // Pages `counter` has in the pool (tests).
   uint64_t PooledPages(const PageCounter* counter) const;
 
-  uint64_t hits() const;       // successful Consume() calls
+  uint64_t hits() const;         // Consume() calls served by a slot
+  uint64_t victim_hits() const;  // Consume() calls served by the victim table
   uint64_t pool_hits() const;  // successful TakePooled() calls
   uint64_t drains() const;     // slots drained with pages in them
 
   uint32_t batch_pages() const { return batch_pages_; }
   uint32_t pool_buckets() const { return nr_buckets_; }
+  uint32_t victim_sets() const { return nr_victim_sets_; }
 
  private:
   struct alignas(kCacheLineBytes) Cpu {
@@ -106,13 +130,27 @@ class MemcgStock {
     PageCounter* owner[kNrStockSlots] ABSL_GUARDED_BY(mu) = {};
     uint8_t nr_pages[kNrStockSlots] ABSL_GUARDED_BY(mu) = {};
     uint8_t evict_cursor ABSL_GUARDED_BY(mu) = 0;
+    // Ways of this CPU's victim table with an owner: DrainAll skips the
+    // table's scan when 0.
+    uint32_t nr_victim_ways ABSL_GUARDED_BY(mu) = 0;
     // Statistics, read at scrape. Written only under `mu`, so a relaxed
     // load + store (no read-modify-write) loses nothing; atomics so the
     // lock-free reader is not a data race.
     std::atomic<uint64_t> hits{0};
+    std::atomic<uint64_t> victim_hits{0};
     std::atomic<uint64_t> drains{0};
   };
   static_assert(alignof(Cpu) == kCacheLineBytes, "per-CPU stock is aligned");
+
+  // One set of a CPU's victim table: one cache line, guarded by the owning
+  // CPU's Cpu::mu (not annotated: the guarding lock is another object's).
+  struct alignas(kCacheLineBytes) VictimSet {
+    static constexpr int kWays = 4;
+    PageCounter* owner[kWays] = {};
+    uint8_t nr_pages[kWays] = {};
+    uint8_t evict_cursor = 0;
+  };
+  static_assert(sizeof(VictimSet) == kCacheLineBytes, "one line per set");
 
   // One pool bucket: pooled pages of one group. Own cache line.
   struct alignas(kCacheLineBytes) Bucket {
@@ -134,7 +172,23 @@ class MemcgStock {
   // (root == nullptr: any owner).
   void DrainBucket(Bucket& bucket, const PageCounter* root, bool exact_owner);
 
+  // Drains one (owner, nr_pages) entry of `stock`, a slot or a way of its
+  // victim table: to the pool if to_pool and there is one, else to the
+  // counters; counts a drain if it held pages; clears it.
+  void DrainEntryLocked(Cpu& stock, PageCounter*& owner, uint8_t& nr_pages,
+                        bool to_pool) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stock.mu);
   void DrainSlotLocked(Cpu& stock, int slot, bool to_pool = false)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(stock.mu);
+  // `cpu`'s set for `counter`; nullptr without a victim table. Caller holds
+  // cpus_[cpu].mu.
+  VictimSet* SetOf(int cpu, const PageCounter* counter) const;
+  // Drains way `way` of `set` (to the pool if to_pool and there is one).
+  void DrainWayLocked(Cpu& stock, VictimSet& set, int way, bool to_pool)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(stock.mu);
+  // Moves an evicted slot's pages into its owner's set of `cpu` (`stock` is
+  // cpus_[cpu]).
+  void MoveToVictimLocked(Cpu& stock, int cpu, PageCounter* owner,
+                          uint8_t nr_pages)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(stock.mu);
   bool HoldsLocked(const Cpu& stock, const PageCounter* root) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(stock.mu);
@@ -142,7 +196,11 @@ class MemcgStock {
   const int nr_cpus_;
   const uint32_t batch_pages_;
   const uint32_t nr_buckets_;  // 0: no pool; else a power of two
+  const uint32_t nr_victim_sets_;  // per CPU; 0: no victim table
   std::unique_ptr<Cpu[]> cpus_;
+  // nr_cpus_ x nr_victim_sets_ sets, CPU-major; a CPU's sets are guarded by
+  // that CPU's Cpu::mu.
+  std::unique_ptr<VictimSet[]> victim_;
   std::unique_ptr<Bucket[]> buckets_;
   // Serialises DrainAll/DrainOwner (percpu_charge_mutex).
   Mutex drain_mu_;

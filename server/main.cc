@@ -53,6 +53,9 @@ ABSL_FLAG(uint32_t, charge_batch_pages, cgacct::kChargeBatchPages,
 ABSL_FLAG(uint32_t, stock_pool_buckets, 1024,
           "buckets of the stock's shared per-group pool (power of two); 0 "
           "= the kernel's per-CPU stock alone");
+ABSL_FLAG(uint32_t, stock_victim_sets, 64,
+          "sets (4 ways each) of every CPU's stock victim table, behind its 7 "
+          "slots (power of two <= 4096); 0 = the kernel's 7 slots alone");
 ABSL_FLAG(int, metrics_group_depth, 2,
           "export cgacct_group_memory_current_bytes for groups down to this "
           "depth; 0 = off");
@@ -85,7 +88,8 @@ int main(int argc, char** argv) {
       "          [--flush_hold_budget=50us] [--periodic_flush_interval=2s]\n"
       "          [--page_size=4096]\n"
       "          [--metrics_group_depth=2] [--memory_recursiveprot]\n"
-      "          [--charge_batch_pages=64] [--stock_pool_buckets=1024]");
+      "          [--charge_batch_pages=64] [--stock_pool_buckets=1024]\n"
+      "          [--stock_victim_sets=64]");
   absl::ParseCommandLine(argc, argv);
   // Debian's Abseil keeps absl::Mutex's lock-order graph on; it costs about
   // 6x on every nested lock (measured here: 105 vs 18 ns for a lock pair).
@@ -138,6 +142,7 @@ int main(int argc, char** argv) {
       absl::GetFlag(FLAGS_memory_recursiveprot);
   engine_options.charge_batch_pages = absl::GetFlag(FLAGS_charge_batch_pages);
   engine_options.stock_pool_buckets = absl::GetFlag(FLAGS_stock_pool_buckets);
+  engine_options.stock_victim_sets = absl::GetFlag(FLAGS_stock_victim_sets);
   absl::StatusOr<std::unique_ptr<cgacct::Engine>> engine =
       cgacct::Engine::Create(engine_options);
   if (!engine.ok()) {

@@ -407,8 +407,12 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
   counter_family("cgacct_uncharges_total", "Successful uncharges.",
                  counters.uncharges);
   counter_family("cgacct_stock_hits_total",
-                 "Charges served from a per-CPU stock (consume_stock()).",
+                 "Charges served from a per-CPU stock slot (consume_stock()).",
                  counters.stock_hits);
+  counter_family("cgacct_stock_victim_hits_total",
+                 "Charges served from a per-CPU stock's victim table (groups "
+                 "evicted from the 7 slots).",
+                 counters.stock_victim_hits);
   counter_family("cgacct_stock_pool_hits_total",
                  "Per-CPU stock misses served from the stock's shared "
                  "per-group pool.",

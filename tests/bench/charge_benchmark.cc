@@ -40,8 +40,10 @@
 //     4-level chain, with the kernel's stock (pool:0) and with the pool.
 // BM_StockRoundRobin  one thread on one CPU slot charging and uncharging 3
 //     pages in groups:1, 7, 8 or 64 groups, round-robin: hit rate of the
-//     7-slot stock (and of the pool behind it, pool:1024) and throughput
-//     (baseline: groups:1, same pool setting).
+//     7 slots, of the victim table behind them and of the pool, and
+//     throughput (baseline: groups:1, same stock setting); stock:0 the
+//     kernel's 7 slots, 1 slots + pool, 2 slots + victim table + pool (the
+//     engine's default).
 #include <atomic>
 #include <climits>
 #include <memory>
@@ -67,6 +69,26 @@ constexpr uint64_t kResidentPages = 1024;   // the group's resident usage
 constexpr uint64_t kProtectionPages = 512;  // memory.min = memory.low on /t
 constexpr int kEngineCpus = 4;              // slots 2t, 2t+1 for threads 0, 1
 
+// The stock configurations compared here. Every benchmark but the
+// round-robin ones sets only the pool (its "pool" argument); the victim
+// table is on with the pool (the engine's default) and off without it (the
+// kernel's stock). With at most two groups per CPU slot, as in all of those,
+// the victim table is never used.
+void SetPool(EngineOptions& options, uint32_t pool) {
+  options.stock_pool_buckets = pool;
+  options.stock_victim_sets = pool > 0 ? EngineOptions().stock_victim_sets : 0;
+}
+// Round-robin benchmarks, argument "stock": 0 = the kernel's 7 slots alone,
+// 1 = slots + pool (no victim table), 2 = slots + victim table + pool (the
+// engine's default).
+void SetStockMode(EngineOptions& options, int64_t mode) {
+  options.stock_pool_buckets = mode >= 1 ? 1024 : 0;
+  options.stock_victim_sets = mode >= 2 ? EngineOptions().stock_victim_sets : 0;
+}
+const char* StockModeName(int64_t mode) {
+  return mode == 0 ? "slots" : mode == 1 ? "slots+pool" : "slots+victim+pool";
+}
+
 // ---------------------------------------------------------------------------
 // Engine
 
@@ -82,7 +104,7 @@ void SetupEngine(const benchmark::State& state) {
   EngineOptions options;
   options.nr_cpus = kEngineCpus;
   options.charge_batch_pages = static_cast<uint32_t>(state.range(2));
-  options.stock_pool_buckets = static_cast<uint32_t>(state.range(3));
+  SetPool(options, static_cast<uint32_t>(state.range(3)));
   fixture = new EngineFixture;
   fixture->engine = std::move(*Engine::Create(options));
   Engine& e = *fixture->engine;
@@ -346,7 +368,7 @@ RoundRobinFixture* rr = nullptr;
 void SetupRoundRobin(const benchmark::State& state) {
   EngineOptions options;
   options.nr_cpus = 1;
-  options.stock_pool_buckets = static_cast<uint32_t>(state.range(1));
+  SetStockMode(options, state.range(1));
   rr = new RoundRobinFixture;
   rr->engine = std::move(*Engine::Create(options));
   (void)rr->engine->CreateGroup("/rr", {});
@@ -382,6 +404,9 @@ void BM_StockRoundRobin(benchmark::State& state) {
   state.SetItemsProcessed(2 * state.iterations());
   state.counters["stock_hit"] =
       static_cast<double>(after.stock_hits - before.stock_hits) / charges;
+  state.counters["victim_hit"] =
+      static_cast<double>(after.stock_victim_hits - before.stock_victim_hits) /
+      charges;
   state.counters["pool_hit"] =
       static_cast<double>(after.stock_pool_hits - before.stock_pool_hits) /
       charges;
@@ -391,8 +416,8 @@ void BM_StockRoundRobin(benchmark::State& state) {
 }
 
 BENCHMARK(BM_StockRoundRobin)
-    ->ArgNames({"groups", "pool"})
-    ->ArgsProduct({{1, 7, 8, 64}, {0, 1024}})
+    ->ArgNames({"groups", "stock"})
+    ->ArgsProduct({{1, 7, 8, 64}, {0, 1, 2}})
     ->Setup(SetupRoundRobin)
     ->Teardown(TeardownRoundRobin)
     ->UseRealTime();
@@ -511,7 +536,7 @@ std::unique_ptr<Engine> MakeEngine(uint32_t batch, uint32_t pool) {
   EngineOptions options;
   options.nr_cpus = kEngineCpus;
   options.charge_batch_pages = batch;
-  options.stock_pool_buckets = pool;
+  SetPool(options, pool);
   return std::move(*Engine::Create(options));
 }
 
@@ -636,15 +661,15 @@ class ChainPair final : public Paired {
 };
 
 // One CPU slot: 1 group (baseline) vs N groups round-robin: args groups,
-// pool.
+// stock (SetStockMode).
 class RoundRobinPair final : public Paired {
  public:
   explicit RoundRobinPair(const benchmark::State& state)
-      : pool_(static_cast<uint32_t>(state.range(1))) {
+      : mode_(state.range(1)) {
     for (int half = 0; half < 2; ++half) {
       EngineOptions options;
       options.nr_cpus = 1;
-      options.stock_pool_buckets = pool_;
+      SetStockMode(options, mode_);
       engines_[half] = std::move(*Engine::Create(options));
       const int n = half == 0 ? 1 : static_cast<int>(state.range(0));
       for (int i = 0; i < n; ++i) {
@@ -654,7 +679,7 @@ class RoundRobinPair final : public Paired {
       }
     }
     label_ = absl::StrCat(state.range(0), " groups vs 1, ",
-                          pool_ ? "pool" : "nopool");
+                          StockModeName(mode_));
   }
   bool Slice(int half, int thread) override {
     Engine& e = *engines_[half];
@@ -673,7 +698,7 @@ class RoundRobinPair final : public Paired {
   std::string Label() const override { return label_; }
 
  private:
-  const uint32_t pool_;
+  const int64_t mode_;
   std::string label_;
   std::unique_ptr<Engine> engines_[2];
   std::vector<GroupHandle> groups_[2];
@@ -774,8 +799,8 @@ BENCHMARK(BM_Paired)
     ->UseRealTime();
 BENCHMARK(BM_Paired)
     ->Name("BM_PairedRoundRobin")
-    ->ArgNames({"groups", "pool"})
-    ->ArgsProduct({{7, 8, 64}, {0, 1024}})
+    ->ArgNames({"groups", "stock"})
+    ->ArgsProduct({{7, 8, 64}, {0, 1, 2}})
     ->Setup(SetupRoundRobinPair)
     ->Teardown(TeardownPaired)
     ->UseRealTime();

@@ -906,6 +906,8 @@ TEST_F(AccountingServiceTest, MetricsTextHasEveryFamily) {
            "# TYPE cgacct_charges_total counter",
            "# TYPE cgacct_uncharges_total counter",
            "# TYPE cgacct_stock_hits_total counter",
+           "# TYPE cgacct_stock_victim_hits_total counter",
+           "# TYPE cgacct_stock_pool_hits_total counter",
            "# TYPE cgacct_stock_drains_total counter",
            "# TYPE cgacct_oom_total counter",
            "# TYPE cgacct_groups gauge",
