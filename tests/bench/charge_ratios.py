@@ -114,16 +114,19 @@ def main():
 
     print("\nStock hit rates, one CPU slot, groups round-robin "
           "(BM_StockRoundRobin)\n")
-    print("| groups | stock | Mops/s | stock hit | pool hit | "
-          "slot drains/op |")
-    print("|---|---|---|---|---|---|")
-    for pool, sname in ((0, "slots only (kernel)"), (1024, "slots + pool")):
+    print("| groups | stock | Mops/s | slot hit | victim-table hit | "
+          "stock hit (slot + victim) | pool hit | drains/op |")
+    print("|---|---|---|---|---|---|---|---|")
+    for mode, sname in ((0, "slots only (kernel)"), (1, "slots + pool"),
+                        (2, "slots + victim table + pool (default)")):
         for groups in (1, 7, 8, 64):
-            b = med.get(f"BM_StockRoundRobin/groups:{groups}/pool:{pool}"
+            b = med.get(f"BM_StockRoundRobin/groups:{groups}/stock:{mode}"
                         f"/real_time")
             if b:
+                slot, victim = b["stock_hit"], b.get("victim_hit", 0)
                 print(f"| {groups} | {sname} | {mops(b):.2f} | "
-                      f"{b['stock_hit']:.3f} | {b.get('pool_hit', 0):.3f} | "
+                      f"{slot:.3f} | {victim:.3f} | {slot + victim:.3f} | "
+                      f"{b.get('pool_hit', 0):.3f} | "
                       f"{b.get('drains_per_op', 0):.3f} |")
 
     print("\nSeparate (unpaired) runs, for absolute figures: batch 64, "
