@@ -368,37 +368,56 @@ grpc::ServerUnaryReactor* AccountingService::Charge(
                      DoCharge(*request, response));
 }
 
-grpc::Status AccountingService::DoCharge(const v1::ChargeRequest& request,
-                                         v1::ChargeResponse* response) {
+template <typename Request, typename Call>
+grpc::Status AccountingService::ApplyPageRequest(
+    const Request& request, DedupFingerprint::Method method, Call&& call,
+    DedupAnswer* answer, bool* invalid) {
   const std::optional<uint32_t> cpu =
       request.has_cpu() ? std::optional<uint32_t>(request.cpu()) : std::nullopt;
   const std::string* request_id =
       request.has_request_id() ? &request.request_id() : nullptr;
+  *invalid = false;
   if (grpc::Status s = ValidateChargeRequest(request.path(), request.nr_pages(),
                                              request.kind(), cpu, request_id);
       !s.ok()) {
-    rpc_metrics_.RecordChargeRejected();
+    *invalid = true;
     return s;
   }
-  const DedupAnswer answer = ApplyOnce(
-      dedup_, request_id, DedupFingerprint::Method::kCharge, request.path(),
-      request.nr_pages(), request.kind(), cpu, [&]() {
-        absl::StatusOr<ChargeResult> result = engine_.Charge(
-            request.path(), request.nr_pages(),
-            *PageKindFromProto(request.kind()),
-            cpu.has_value() ? std::optional<int>(static_cast<int>(*cpu))
-                            : std::nullopt);
+  *answer = ApplyOnce(dedup_, request_id, method, request.path(),
+                      request.nr_pages(), request.kind(), cpu, [&]() {
+                        return call(request.path(), request.nr_pages(),
+                                    *PageKindFromProto(request.kind()),
+                                    cpu.has_value()
+                                        ? std::optional<int>(
+                                              static_cast<int>(*cpu))
+                                        : std::nullopt);
+                      });
+  return StatusFromAnswer(*answer);
+}
+
+grpc::Status AccountingService::DoCharge(const v1::ChargeRequest& request,
+                                         v1::ChargeResponse* response) {
+  DedupAnswer answer;
+  bool invalid;
+  const grpc::Status status = ApplyPageRequest(
+      request, DedupFingerprint::Method::kCharge,
+      [&](absl::string_view path, uint64_t nr_pages, PageKind kind,
+          std::optional<int> cpu) {
+        absl::StatusOr<ChargeResult> result =
+            engine_.Charge(path, nr_pages, kind, cpu);
         if (!result.ok()) return AnswerFromStatus(result.status());
         DedupAnswer ok;
         ok.nr_pages = result->nr_pages;
         ok.throttle_us = DurationToMicros(result->throttle);
         return ok;
-      });
-  if (answer.code == grpc::StatusCode::OK) {
+      },
+      &answer, &invalid);
+  if (invalid) rpc_metrics_.RecordChargeRejected();
+  if (status.ok()) {
     response->set_nr_pages(answer.nr_pages);
     response->set_throttle_us(answer.throttle_us);
   }
-  return StatusFromAnswer(answer);
+  return status;
 }
 
 grpc::ServerUnaryReactor* AccountingService::Uncharge(
@@ -411,32 +430,22 @@ grpc::ServerUnaryReactor* AccountingService::Uncharge(
 
 grpc::Status AccountingService::DoUncharge(const v1::UnchargeRequest& request,
                                            v1::UnchargeResponse* response) {
-  const std::optional<uint32_t> cpu =
-      request.has_cpu() ? std::optional<uint32_t>(request.cpu()) : std::nullopt;
-  const std::string* request_id =
-      request.has_request_id() ? &request.request_id() : nullptr;
-  if (grpc::Status s = ValidateChargeRequest(request.path(), request.nr_pages(),
-                                             request.kind(), cpu, request_id);
-      !s.ok()) {
-    return s;
-  }
-  const DedupAnswer answer = ApplyOnce(
-      dedup_, request_id, DedupFingerprint::Method::kUncharge, request.path(),
-      request.nr_pages(), request.kind(), cpu, [&]() {
-        absl::StatusOr<UnchargeResult> result = engine_.Uncharge(
-            request.path(), request.nr_pages(),
-            *PageKindFromProto(request.kind()),
-            cpu.has_value() ? std::optional<int>(static_cast<int>(*cpu))
-                            : std::nullopt);
+  DedupAnswer answer;
+  bool invalid;
+  const grpc::Status status = ApplyPageRequest(
+      request, DedupFingerprint::Method::kUncharge,
+      [&](absl::string_view path, uint64_t nr_pages, PageKind kind,
+          std::optional<int> cpu) {
+        absl::StatusOr<UnchargeResult> result =
+            engine_.Uncharge(path, nr_pages, kind, cpu);
         if (!result.ok()) return AnswerFromStatus(result.status());
         DedupAnswer ok;
         ok.nr_pages = result->nr_pages;
         return ok;
-      });
-  if (answer.code == grpc::StatusCode::OK) {
-    response->set_nr_pages(answer.nr_pages);
-  }
-  return StatusFromAnswer(answer);
+      },
+      &answer, &invalid);
+  if (status.ok()) response->set_nr_pages(answer.nr_pages);
+  return status;
 }
 
 // ChargeBatch and ChargeStream: server/charge_batch.cc.

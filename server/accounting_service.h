@@ -200,6 +200,15 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
   grpc::Status ValidateChargeRequest(absl::string_view path, uint64_t nr_pages,
                                      int kind, std::optional<uint32_t> cpu,
                                      const std::string* request_id) const;
+  // The body Charge and Uncharge share: validates the request (sets
+  // *invalid and returns the error), then runs `call(path, nr_pages, kind,
+  // cpu)` (the engine's Charge or Uncharge, returning a DedupAnswer) at most
+  // once per request_id (request_dedup.h), stores its answer in *answer and
+  // returns its status.
+  template <typename Request, typename Call>
+  grpc::Status ApplyPageRequest(const Request& request,
+                                DedupFingerprint::Method method, Call&& call,
+                                DedupAnswer* answer, bool* invalid);
   // The nr_pages, kind and cpu part of ValidateChargeRequest.
   grpc::Status ValidateChargeArgs(uint64_t nr_pages, int kind,
                                   std::optional<uint32_t> cpu) const;

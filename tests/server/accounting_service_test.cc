@@ -23,6 +23,7 @@
 #include "engine/engine.h"
 #include "health_check.grpc.pb.h"
 #include "server/metrics.h"
+#include "tests/server/in_process_server.h"
 
 namespace cgacct {
 namespace {
@@ -73,17 +74,11 @@ class AccountingServiceTest : public ::testing::Test {
     service_ = std::make_unique<AccountingService>(*engine_, rpc_metrics_,
                                                    std::move(options));
     grpc::EnableDefaultHealthCheckService(true);
-    grpc::ServerBuilder builder;
-    int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                             &port);
-    builder.RegisterService(service_.get());
-    server_ = builder.BuildAndStart();
-    ASSERT_NE(server_, nullptr);
-    ASSERT_NE(port, 0);
-    channel_ = grpc::CreateChannel(absl::StrCat("127.0.0.1:", port),
-                                   grpc::InsecureChannelCredentials());
-    stub_ = v1::Accounting::NewStub(channel_);
+    InProcessServer started = StartInProcessServer(service_.get());
+    ASSERT_NE(started.server, nullptr);
+    server_ = std::move(started.server);
+    channel_ = std::move(started.channel);
+    stub_ = std::move(started.stub);
   }
 
   void StopServer() {

@@ -19,6 +19,7 @@
 #include "engine/engine.h"
 #include "server/accounting_service.h"
 #include "server/metrics.h"
+#include "tests/server/in_process_server.h"
 
 namespace cgacct {
 namespace {
@@ -51,15 +52,10 @@ class ChargeBatchTest : public ::testing::Test {
     options.page_size_bytes = kPage;
     engine_ = std::move(*Engine::Create(options));
     service_ = std::make_unique<AccountingService>(*engine_, rpc_metrics_);
-    grpc::ServerBuilder builder;
-    int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                             &port);
-    builder.RegisterService(service_.get());
-    server_ = builder.BuildAndStart();
-    ASSERT_NE(server_, nullptr);
-    stub_ = v1::Accounting::NewStub(grpc::CreateChannel(
-        absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+    InProcessServer started = StartInProcessServer(service_.get());
+    ASSERT_NE(started.server, nullptr);
+    server_ = std::move(started.server);
+    stub_ = std::move(started.stub);
     LimitsUpdate max;
     max.max_pages = 100;
     ASSERT_TRUE(engine_->CreateGroup("/a", max).ok());

@@ -1,0 +1,41 @@
+// The in-process server the service tests share: `service` on a real
+// grpc::Server listening on 127.0.0.1 port 0 (the kernel picks a free port),
+// and a channel to it.
+#ifndef CGACCT_TESTS_SERVER_IN_PROCESS_SERVER_H_
+#define CGACCT_TESTS_SERVER_IN_PROCESS_SERVER_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "cgacct/v1/accounting.grpc.pb.h"
+
+namespace cgacct {
+
+struct InProcessServer {
+  std::unique_ptr<grpc::Server> server;  // nullptr if it did not start
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<cgacct::v1::Accounting::Stub> stub;
+};
+
+// Builds and starts the server; `service` must outlive it. Callers check
+// `server != nullptr`.
+inline InProcessServer StartInProcessServer(grpc::Service* service) {
+  InProcessServer out;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &port);
+  builder.RegisterService(service);
+  out.server = builder.BuildAndStart();
+  if (out.server == nullptr || port == 0) return out;
+  out.channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", port),
+                                    grpc::InsecureChannelCredentials());
+  out.stub = cgacct::v1::Accounting::NewStub(out.channel);
+  return out;
+}
+
+}  // namespace cgacct
+
+#endif  // CGACCT_TESTS_SERVER_IN_PROCESS_SERVER_H_
