@@ -16,16 +16,6 @@ double PerSecond(uint64_t n, absl::Duration elapsed) {
 
 double NsToUs(uint64_t ns) { return static_cast<double>(ns) / 1000.0; }
 
-// "p50 62.1  p90 80.3 ..." in microseconds.
-std::string LatencyLine(const LatencyHistogram& h) {
-  if (h.count() == 0) return "no samples";
-  return absl::StrFormat(
-      "p50 %.1f  p90 %.1f  p99 %.1f  p99.9 %.1f  max %.1f  (mean %.1f)",
-      NsToUs(h.PercentileNs(0.50)), NsToUs(h.PercentileNs(0.90)),
-      NsToUs(h.PercentileNs(0.99)), NsToUs(h.PercentileNs(0.999)),
-      NsToUs(h.max_ns()), h.mean_ns() / 1000.0);
-}
-
 // The power-of-2 distribution as the kernel benchmark shows it:
 // "[8, 16)   123456 |@@@@@@@@".
 void AppendPow2Chart(const LatencyHistogram& h, std::string* out) {
@@ -68,25 +58,6 @@ std::string HoldMaxText(const std::optional<double>& us) {
   return us.has_value() ? absl::StrFormat("%.1f us", *us) : "n/a";
 }
 
-void WriteLatency(JsonWriter& w, const LatencyHistogram& h) {
-  w.BeginObject();
-  w.Key("count").Uint(h.count());
-  w.Key("p50_us").Double(NsToUs(h.PercentileNs(0.50)));
-  w.Key("p90_us").Double(NsToUs(h.PercentileNs(0.90)));
-  w.Key("p99_us").Double(NsToUs(h.PercentileNs(0.99)));
-  w.Key("p99_9_us").Double(NsToUs(h.PercentileNs(0.999)));
-  w.Key("max_us").Double(NsToUs(h.max_ns()));
-  w.Key("mean_us").Double(h.mean_ns() / 1000.0);
-  w.Key("mode_pow2_us").Uint(h.Pow2ModeUs());
-  w.Key("pow2_buckets").BeginArray();
-  for (const Pow2Bucket& b : h.Pow2Buckets()) {
-    w.BeginObject().Key("lower_us").Uint(b.lower_us).Key("count").Uint(b.count);
-    w.EndObject();
-  }
-  w.EndArray();
-  w.EndObject();
-}
-
 void OptionalDouble(JsonWriter& w, const std::optional<double>& v) {
   if (v.has_value()) {
     w.Double(*v);
@@ -96,6 +67,38 @@ void OptionalDouble(JsonWriter& w, const std::optional<double>& v) {
 }
 
 }  // namespace
+
+std::string LatencyLine(const LatencyHistogram& h) {
+  if (h.count() == 0) return "no samples";
+  return absl::StrFormat(
+      "p50 %.1f  p90 %.1f  p99 %.1f  p99.9 %.1f  max %.1f  (mean %.1f)",
+      NsToUs(h.PercentileNs(0.50)), NsToUs(h.PercentileNs(0.90)),
+      NsToUs(h.PercentileNs(0.99)), NsToUs(h.PercentileNs(0.999)),
+      NsToUs(h.max_ns()), h.mean_ns() / 1000.0);
+}
+
+void WriteLatencyJson(JsonWriter& w, const LatencyHistogram& h,
+                      bool pow2_buckets) {
+  w.BeginObject();
+  w.Key("count").Uint(h.count());
+  w.Key("p50_us").Double(NsToUs(h.PercentileNs(0.50)));
+  w.Key("p90_us").Double(NsToUs(h.PercentileNs(0.90)));
+  w.Key("p99_us").Double(NsToUs(h.PercentileNs(0.99)));
+  w.Key("p99_9_us").Double(NsToUs(h.PercentileNs(0.999)));
+  w.Key("max_us").Double(NsToUs(h.max_ns()));
+  w.Key("mean_us").Double(h.mean_ns() / 1000.0);
+  w.Key("mode_pow2_us").Uint(h.Pow2ModeUs());
+  if (pow2_buckets) {
+    w.Key("pow2_buckets").BeginArray();
+    for (const Pow2Bucket& b : h.Pow2Buckets()) {
+      w.BeginObject().Key("lower_us").Uint(b.lower_us).Key("count").Uint(
+          b.count);
+      w.EndObject();
+    }
+    w.EndArray();
+  }
+  w.EndObject();
+}
 
 std::string FormatLoadReportTable(const LoadReport& r) {
   std::string out = "cgacct-load report\n";
@@ -188,7 +191,7 @@ std::string LoadReportJson(const LoadReport& r) {
   w.Key("per_s").Double(PerSecond(r.reads, r.elapsed));
   w.Key("errors").Uint(r.read_errors);
   w.Key("latency");
-  WriteLatency(w, r.read_latency);
+  WriteLatencyJson(w, r.read_latency, /*pow2_buckets=*/true);
   w.EndObject();
 
   w.Key("charges").BeginObject();
@@ -204,7 +207,7 @@ std::string LoadReportJson(const LoadReport& r) {
   w.Key("reparented_pages").Uint(r.reparented_pages);
   w.Key("hog_groups_left").Int(r.hog_groups_left);
   w.Key("latency");
-  WriteLatency(w, r.charge_latency);
+  WriteLatencyJson(w, r.charge_latency, /*pow2_buckets=*/true);
   w.EndObject();
 
   w.Key("server").BeginObject();

@@ -12,6 +12,7 @@
 
 #include "absl/time/time.h"
 #include "client/histogram.h"
+#include "client/json_writer.h"
 
 namespace cgacct::client {
 
@@ -64,6 +65,16 @@ struct LoadReport {
   // The first unexpected RPC error, for the report ("" if none).
   std::string first_error;
 };
+
+// "p50 62.1  p90 80.3  p99 ...  max ...  (mean ...)", microseconds, or "no
+// samples". Shared by every cgacct-load scenario's table.
+std::string LatencyLine(const LatencyHistogram& h);
+
+// Writes `h` as a JSON object: count, p50_us, p90_us, p99_us, p99_9_us,
+// max_us, mean_us, mode_pow2_us and, if pow2_buckets, the power-of-2
+// buckets ([{lower_us, count}]). Shared by every scenario's --json.
+void WriteLatencyJson(JsonWriter& w, const LatencyHistogram& h,
+                      bool pow2_buckets);
 
 // Renders the report as an aligned, human-readable table ending in '\n'.
 std::string FormatLoadReportTable(const LoadReport& report);

@@ -27,6 +27,7 @@
 #include "client/grpc_util.h"
 #include "client/histogram.h"
 #include "client/json_writer.h"
+#include "client/load_report.h"
 
 // Shared with the other scenarios (client/load_main.cc).
 ABSL_DECLARE_FLAG(std::string, target);
@@ -368,8 +369,6 @@ void RunStream(v1::Accounting::Stub& stub, const NetperfOptions& o,
   }
 }
 
-double NsToUs(uint64_t ns) { return static_cast<double>(ns) / 1000.0; }
-
 struct NetperfReport {
   double elapsed_s = 0;
   uint64_t ops = 0;
@@ -411,14 +410,10 @@ std::string FormatTable(const NetperfOptions& o, const NetperfReport& r) {
   const LatencyHistogram& h = r.latency;
   row("latency/message (us)",
       h.count() == 0
-          ? std::string("no samples")
-          : absl::StrFormat(
-                "p50 %.1f  p90 %.1f  p99 %.1f  p99.9 %.1f  max "
-                "%.1f  (mean %.1f, mode [%d, %d))",
-                NsToUs(h.PercentileNs(0.5)), NsToUs(h.PercentileNs(0.9)),
-                NsToUs(h.PercentileNs(0.99)), NsToUs(h.PercentileNs(0.999)),
-                NsToUs(h.max_ns()), h.mean_ns() / 1000.0, h.Pow2ModeUs(),
-                std::max<uint64_t>(1, 2 * h.Pow2ModeUs())));
+          ? LatencyLine(h)
+          : absl::StrFormat("%s  mode [%d, %d)", LatencyLine(h),
+                            h.Pow2ModeUs(),
+                            std::max<uint64_t>(1, 2 * h.Pow2ModeUs())));
   row("op errors", absl::StrCat(r.op_errors));
   row("rpc errors", absl::StrCat(r.rpc_errors));
   row("anon pages left",
@@ -449,16 +444,8 @@ std::string FormatJson(const NetperfOptions& o, const NetperfReport& r) {
   w.Key("messages").Uint(r.messages);
   w.Key("messages_per_s")
       .Double(r.elapsed_s > 0 ? r.messages / r.elapsed_s : 0);
-  w.Key("latency").BeginObject();
-  w.Key("count").Uint(h.count());
-  w.Key("p50_us").Double(NsToUs(h.PercentileNs(0.5)));
-  w.Key("p90_us").Double(NsToUs(h.PercentileNs(0.9)));
-  w.Key("p99_us").Double(NsToUs(h.PercentileNs(0.99)));
-  w.Key("p99_9_us").Double(NsToUs(h.PercentileNs(0.999)));
-  w.Key("max_us").Double(NsToUs(h.max_ns()));
-  w.Key("mean_us").Double(h.mean_ns() / 1000.0);
-  w.Key("mode_pow2_us").Uint(h.Pow2ModeUs());
-  w.EndObject();
+  w.Key("latency");
+  WriteLatencyJson(w, h, /*pow2_buckets=*/false);
   w.Key("op_errors").Uint(r.op_errors);
   w.Key("rpc_errors").Uint(r.rpc_errors);
   w.Key("anon_pages_left");
