@@ -314,7 +314,9 @@ class EngineImpl {
       const uint64_t reclaimed = ReclaimPages(over, nr_pages, cpu);
       if (over->memory.Margin() >= nr_pages) continue;
       if (!drained) {
-        stock_.DrainAll(&over->memory);
+        // Waits for a concurrent drain (the kernel's trylock would skip
+        // it): stocked pages must not turn into a premature OOM.
+        stock_.DrainAll(&over->memory, /*wait=*/true);
         drained = true;
         continue;
       }
@@ -451,7 +453,7 @@ class EngineImpl {
     if (limits.high_pages && g->memory.Read() > g->memory.high()) {
       // memory_high_write(): drain once, then reclaim the excess until it
       // fits or 16 reclaims found nothing; never OOM.
-      stock_.DrainAll(&g->memory);
+      stock_.DrainAll(&g->memory, /*wait=*/true);
       int nr_retries = kMaxReclaimRetries;
       for (uint64_t usage; (usage = g->memory.Read()) > g->memory.high();) {
         if (ReclaimPages(g, usage - g->memory.high(), cpu) == 0 &&
@@ -462,7 +464,7 @@ class EngineImpl {
     if (limits.max_pages && g->memory.Read() > g->memory.max()) {
       // memory_max_write(): drain once, reclaim, and if usage still cannot
       // get under the new max, `oom` (cgroup v2 accepts the limit anyway).
-      stock_.DrainAll(&g->memory);
+      stock_.DrainAll(&g->memory, /*wait=*/true);
       int nr_reclaims = kMaxReclaimRetries;
       while (g->memory.Read() > g->memory.max()) {
         if (nr_reclaims > 0) {
@@ -655,7 +657,7 @@ class EngineImpl {
     PercpuReaderLock l(&tree_lock_, CurrentCpu(nr_cpus_));
     // Unlike the kernel's best-effort drain, callers of this entry point
     // want the stocks empty: wait for a concurrent drain and go again.
-    while (!stock_.DrainAll(nullptr)) absl::SleepFor(absl::Microseconds(50));
+    stock_.DrainAll(nullptr, /*wait=*/true);
   }
 
   EngineInfo GetInfo() const {

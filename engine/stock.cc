@@ -242,8 +242,12 @@ bool MemcgStock::HoldsLocked(const Cpu& stock, const PageCounter* root) const {
   return false;
 }
 
-bool MemcgStock::DrainAll(const PageCounter* root) {
-  if (!drain_mu_.TryLock()) return false;
+bool MemcgStock::DrainAll(const PageCounter* root, bool wait) {
+  if (wait) {
+    drain_mu_.Lock();
+  } else if (!drain_mu_.TryLock()) {
+    return false;
+  }
   for (int cpu = 0; cpu < nr_cpus_; ++cpu) {
     Cpu& stock = cpus_[cpu];
     SpinLockHolder l(&stock.mu);

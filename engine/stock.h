@@ -98,10 +98,15 @@ class MemcgStock {
   void Refill(int cpu, PageCounter* counter, uint64_t nr_pages);
 
   // drain_all_stock(root): drains every CPU whose stock holds pages of
-  // `root` or a descendant (root == nullptr: every CPU), and the pool's
-  // buckets of those groups, to the counters. Best effort: returns false
-  // without draining if another DrainAll is in progress.
-  bool DrainAll(const PageCounter* root);
+  // `root` or a descendant (root == nullptr: every CPU), slots and victim
+  // table, and the pool's buckets of those groups, to the counters. With
+  // wait == false, best effort like the kernel's: returns false without
+  // draining if another DrainAll is in progress. With wait == true it waits
+  // for that drain and then drains (always returns true): the charge path
+  // and limit writes use it, so pages parked in stocks (many more than the
+  // kernel's 7 x batch per CPU with the victim table) cannot make a charge
+  // fail just because another group's drain was running.
+  bool DrainAll(const PageCounter* root, bool wait = false);
 
   // Drains every slot owned by `counter` on every CPU, and its bucket,
   // waiting for a concurrent DrainAll if needed. For group removal: no

@@ -199,6 +199,76 @@ TEST_P(ConcurrencyTest, ExactReadsSeeEverythingAcknowledgedBefore) {
   EXPECT_EQ(Stat(*s, "file"), uint64_t{kWriters} * 4000 * 4096);
 }
 
+// A charge that fits once the stocks are drained never fails, even while
+// another group's OOMs keep a drain running: the charge path waits for that
+// drain instead of skipping its own (the kernel's drain_all_stock() is a
+// trylock). /p's 40 children park pages in slots and victim ways on CPUs
+// 0..3; /q's children hit /q's max from CPUs 4..7 over and over.
+TEST(StockDrainConcurrencyTest, NoOomWhileAnotherGroupDrains) {
+  EngineOptions options;
+  options.nr_cpus = 8;
+  options.periodic_flush_interval = absl::ZeroDuration();
+  auto engine = std::move(*Engine::Create(options));
+  LimitsUpdate limits;
+  limits.max_pages = 1000;
+  ASSERT_TRUE(engine->CreateGroup("/p", limits).ok());
+  limits.max_pages = 50;
+  ASSERT_TRUE(engine->CreateGroup("/q", limits).ok());
+  constexpr int kChildren = 40;
+  for (int i = 0; i < kChildren; ++i) {
+    ASSERT_TRUE(engine->CreateGroup(absl::StrCat("/p/g", i), {}).ok());
+    ASSERT_TRUE(engine->CreateGroup(absl::StrCat("/q/g", i), {}).ok());
+  }
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> hammers;
+  for (int t = 0; t < 2; ++t) {
+    hammers.emplace_back([&, t] {
+      std::mt19937 rng(100 + t);
+      std::vector<uint64_t> held(kChildren);
+      while (!stop.load()) {
+        const int g = rng() % kChildren;
+        const std::string path = absl::StrCat("/q/g", g);
+        const int cpu = 4 + rng() % 4;
+        if (held[g] > 0 && rng() % 2) {
+          ASSERT_TRUE(engine->Uncharge(path, held[g], PageKind::kAnon, cpu).ok());
+          held[g] = 0;
+        } else if (engine->Charge(path, 10, PageKind::kAnon, cpu).ok()) {
+          held[g] += 10;
+        }
+      }
+    });
+  }
+  std::vector<uint64_t> held(kChildren);
+  uint64_t total = 0;
+  std::mt19937 rng(1);
+  for (int i = 0; i < 20000; ++i) {
+    const int g = rng() % kChildren;
+    const std::string path = absl::StrCat("/p/g", g);
+    const int cpu = rng() % 4;
+    const uint64_t n = 1 + rng() % 20;
+    if (total + n > 990 || (rng() % 2 == 0 && held[g] >= n)) {
+      if (held[g] >= n) {
+        ASSERT_TRUE(engine->Uncharge(path, n, PageKind::kAnon, cpu).ok());
+        held[g] -= n;
+        total -= n;
+      }
+      continue;
+    }
+    auto charged = engine->Charge(path, n, PageKind::kAnon, cpu);
+    ASSERT_TRUE(charged.ok()) << "holding " << total << " of 1000 pages, +"
+                              << n << ": " << charged.status();
+    held[g] += n;
+    total += n;
+  }
+  stop = true;
+  for (auto& t : hammers) t.join();
+  engine->DrainAllStock();
+  auto p = engine->GetStats("/p");
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->memory_current_pages, total);
+  EXPECT_EQ(p->events.oom, 0u);
+}
+
 INSTANTIATE_TEST_SUITE_P(Policies, ConcurrencyTest,
                          ::testing::Values(FlushLockPolicy::kPerCpu,
                                            FlushLockPolicy::kWhole,
