@@ -2,9 +2,11 @@
 
 #include <algorithm>
 
+#include "absl/flags/usage_config.h"
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 
@@ -121,6 +123,16 @@ bool AbslParseFlag(absl::string_view text, ByteSize* out, std::string* error) {
 
 std::string AbslUnparseFlag(ByteSize size) {
   return FormatSizeBytes(size.bytes);
+}
+
+void ShowOwnFlagsInHelp() {
+  absl::FlagsUsageConfig config;
+  const auto own = [](absl::string_view file) {
+    return !absl::StrContains(file, "absl/");
+  };
+  config.contains_help_flags = own;
+  config.contains_helpshort_flags = own;
+  absl::SetFlagsUsageConfig(config);
 }
 
 }  // namespace cgacct::client

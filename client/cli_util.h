@@ -44,6 +44,12 @@ absl::StatusOr<uint64_t> ParseSizeBytes(absl::string_view text);
 // "max" for UINT64_MAX, the decimal byte count otherwise.
 std::string FormatSizeBytes(uint64_t bytes);
 
+// Makes --help and --helpshort list this program's own flags (Abseil's
+// default lists only flags defined in a file named after the program, which
+// none of ours is) and leaves Abseil's built-in flags to --helpfull. Call
+// before absl::ParseCommandLine().
+void ShowOwnFlagsInHelp();
+
 // A byte-size flag value: `ABSL_FLAG(ByteSize, hog_max_bytes, ...)` accepts
 // everything ParseSizeBytes does.
 struct ByteSize {

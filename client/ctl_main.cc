@@ -44,6 +44,7 @@ namespace {
 namespace v1 = ::cgacct::v1;
 
 constexpr char kUsage[] =
+    "command-line client for cgacctd.\n"
     "cgacctctl [--target=HOST:PORT] COMMAND\n"
     "  create PATH [--max=BYTES]\n"
     "  delete PATH\n"
@@ -332,6 +333,7 @@ class Ctl {
 
 int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(kUsage);
+  cgacct::client::ShowOwnFlagsInHelp();
   const std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   if (positional.size() < 2) return PrintUsageError("missing command");
   const std::vector<std::string> args(positional.begin() + 1, positional.end());

@@ -761,12 +761,14 @@ int Run(const Options& o) {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
+      "load generator for cgacctd.\n"
       "cgacct-load --scenario=stat-reader|hog|seed-rstat [--threads=N] "
       "[--hogs=N] [--duration=10s] [--json=FILE]\n"
       "cgacct-load --scenario=netperf [--streams=N] [--pages=3] [--batch=64] "
       "[--rpc=stream|batch|unary] [--hierarchy=root|deep]\n"
       "Closed-loop load against cgacctd (DESIGN.md §4.4); the report goes to "
       "stdout, progress to stderr.");
+  cgacct::client::ShowOwnFlagsInHelp();
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   if (positional.size() > 1) {
     std::cerr << "cgacct-load: unexpected argument \"" << positional[1]

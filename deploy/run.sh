@@ -5,7 +5,7 @@
 # "cgroup/rstat: avoid disabling irqs for O(num_cpu)"), prints its report and
 # stops the server.
 #
-# Environment: POLICY (per_cpu|whole, default per_cpu), CPUS (400),
+# Environment: POLICY (per_cpu|whole|batch:N|adaptive, default per_cpu), CPUS (400),
 # DURATION (10s), THREADS (8), HOGS (8), PORT (50051), METRICS_PORT (9464),
 # JSON (a file for the --json report; unset = none). Extra arguments go to
 # cgacct-load.

@@ -27,13 +27,15 @@ EngineOptions Options(FlushLockPolicy policy, int nr_cpus) {
   options.flush_lock_policy = policy;
   options.flush_batch_cpus = 3;
   options.periodic_flush_interval = absl::Milliseconds(5);  // races the readers
-  // A small victim table, so its sets fill and evict to the pool as well.
-  options.stock_victim_sets = 2;
   return options;
 }
 
-TEST_P(ConcurrencyTest, ChargesUnchargesAndFlushesConserveEveryPage) {
-  const EngineOptions options = Options(GetParam(), 8);
+// The body of the conservation tests: 4 threads charge and uncharge in
+// `kChildren` children of a tight /p from random CPU slots while readers
+// flush and a churner creates and deletes siblings. `ops_per_thread`
+// charges or uncharges per thread.
+void CheckConservation(const EngineOptions& options, const int kChildren,
+                       int ops_per_thread = 3000) {
   auto engine = std::move(*Engine::Create(options));
   LimitsUpdate parent_limits;
   parent_limits.max_pages = 2000;  // tight enough to force OOMs and drains
@@ -41,25 +43,25 @@ TEST_P(ConcurrencyTest, ChargesUnchargesAndFlushesConserveEveryPage) {
   parent_limits.low_pages = 600;
   ASSERT_TRUE(engine->CreateGroup("/p", parent_limits).ok());
   constexpr int kThreads = 4;
-  constexpr int kChildren = 10;  // > 7: evicted slots use the victim table
   for (int c = 0; c < kChildren; ++c)
     ASSERT_TRUE(engine->CreateGroup(absl::StrCat("/p/c", c), {}).ok());
 
   // Each thread keeps its own ledger of what it holds per child and kind
   // (FILE: charged minus uncharged; reclaim takes some, counted in pgsteal).
   struct Ledger {
-    int64_t anon[kChildren] = {};
-    int64_t file[kChildren] = {};
+    explicit Ledger(int n) : anon(n), file(n) {}
+    std::vector<int64_t> anon;
+    std::vector<int64_t> file;
     uint64_t ooms = 0;
   };
-  std::vector<Ledger> ledgers(kThreads);
+  std::vector<Ledger> ledgers(kThreads, Ledger(kChildren));
   std::atomic<bool> stop{false};
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       std::mt19937 rng(t);
       Ledger& ledger = ledgers[t];
-      for (int i = 0; i < 3000; ++i) {
+      for (int i = 0; i < ops_per_thread; ++i) {
         const int child = rng() % kChildren;
         const std::string path = absl::StrCat("/p/c", child);
         const int cpu = rng() % options.nr_cpus;
@@ -153,6 +155,20 @@ TEST_P(ConcurrencyTest, ChargesUnchargesAndFlushesConserveEveryPage) {
   EXPECT_EQ(engine->GetCounters().charges_oom, ooms);
 }
 
+TEST_P(ConcurrencyTest, ChargesUnchargesAndFlushesConserveEveryPage) {
+  CheckConservation(Options(GetParam(), 8), 3);
+}
+
+// The same with 10 children on 8 CPU slots (more than the 7 stock slots, so
+// evicted slots move to the victim table) and a 2-set table (so its sets
+// overflow and evict to the pool too). One policy: the stock does not depend
+// on it.
+TEST(StockVictimConcurrencyTest, ConserveEveryPageWithTheVictimTable) {
+  EngineOptions options = Options(FlushLockPolicy::kPerCpu, 8);
+  options.stock_victim_sets = 2;
+  CheckConservation(options, 10, /*ops_per_thread=*/1000);
+}
+
 // Exact reads: every charge acknowledged before a GetStats(kExact) began is
 // in it, whichever flushes (overlapping subtrees, the periodic flusher,
 // kAdaptive's lock-free skips) run at the same time.
@@ -241,7 +257,7 @@ TEST(StockDrainConcurrencyTest, NoOomWhileAnotherGroupDrains) {
   std::vector<uint64_t> held(kChildren);
   uint64_t total = 0;
   std::mt19937 rng(1);
-  for (int i = 0; i < 20000; ++i) {
+  for (int i = 0; i < 10000; ++i) {
     const int g = rng() % kChildren;
     const std::string path = absl::StrCat("/p/g", g);
     const int cpu = rng() % 4;
