@@ -775,9 +775,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
         absl::StrCat("stock_pool_buckets ", buckets,
                      " must be 0 or a power of two <= 65536"));
   const uint32_t sets = options.stock_victim_sets;
-  if (sets > 4096 || (sets & (sets - 1)) != 0)
+  if (sets > 1024 || (sets & (sets - 1)) != 0)
     return absl::InvalidArgumentError(absl::StrCat(
-        "stock_victim_sets ", sets, " must be 0 or a power of two <= 4096"));
+        "stock_victim_sets ", sets, " must be 0 or a power of two <= 1024"));
   const uint64_t ps = options.page_size_bytes;
   if (ps < 512 || (ps & (ps - 1)) != 0 || ps > (uint64_t{1} << 30))
     return absl::InvalidArgumentError(absl::StrCat(

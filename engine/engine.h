@@ -70,8 +70,11 @@ struct EngineOptions {
   uint32_t stock_pool_buckets = 1024;
   // Sets (4 ways each) of every CPU's victim table behind its 7 stock slots
   // (engine/stock.h): 0 = none (the kernel's 7 slots alone), else a power
-  // of two <= 4096. Lets one CPU serve far more than 7 groups from
+  // of two <= 1024. Lets one CPU serve far more than 7 groups from
   // pre-charged pages; a CPU may then park (7 + 4 x sets) x batch pages.
+  // Memory: nr_cpus x sets x 64 bytes, allocated at Create() (4 KiB per CPU
+  // at 64 sets; 256 MiB at the extremes, 4096 CPUs x 1024 sets), and a
+  // drain of a CPU with any way in use scans its sets under its lock.
   uint32_t stock_victim_sets = 64;
   // Not owned; may be null. Must outlive the engine.
   EngineObserver* observer = nullptr;

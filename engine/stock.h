@@ -72,7 +72,7 @@ class MemcgStock {
   // `batch_pages` <= 127 (slot counts are 8-bit). `pool_buckets`: 0 (no
   // pool: the kernel's behaviour) or a power of two (see the file comment).
   // `victim_sets`: 0 (no victim table: the kernel's 7 slots) or a power of
-  // two <= 4096 (see the file comment).
+  // two (the engine allows <= 1024; see the file comment).
   MemcgStock(int nr_cpus, uint32_t batch_pages = kChargeBatchPages,
              uint32_t pool_buckets = 0, uint32_t victim_sets = 0);
 

@@ -3,7 +3,9 @@
 // --metrics_listen, over one in-memory Engine.
 //
 // Exit codes: 0 after SIGINT/SIGTERM (clean shutdown); 1 when a port cannot
-// be bound; 2 for bad flags. Every failure is one line on stderr.
+// be bound, or when Abseil's flag parser rejects a value that is not of the
+// flag's type (e.g. --cpus=abc); 2 for flag values that parse but are out of
+// range or inconsistent. Every failure is one line on stderr.
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
@@ -57,7 +59,8 @@ ABSL_FLAG(uint32_t, stock_pool_buckets, 1024,
           "= the kernel's per-CPU stock alone");
 ABSL_FLAG(uint32_t, stock_victim_sets, 64,
           "sets (4 ways each) of every CPU's stock victim table, behind its 7 "
-          "slots (power of two <= 4096); 0 = the kernel's 7 slots alone");
+          "slots (power of two <= 1024; nr_cpus x sets x 64 bytes); 0 = the "
+          "kernel's 7 slots alone");
 ABSL_FLAG(int, metrics_group_depth, 2,
           "export cgacct_group_memory_current_bytes for groups down to this "
           "depth; 0 = off");
