@@ -224,13 +224,13 @@ void MemcgStock::Refill(int cpu, PageCounter* counter, uint64_t nr_pages) {
   stock.mu.Unlock();
 }
 
-bool MemcgStock::HoldsLocked(const Cpu& stock, const PageCounter* root) const {
+bool MemcgStock::HoldsLocked(int cpu, const Cpu& stock,
+                             const PageCounter* root) const {
   for (int i = 0; i < kNrStockSlots; ++i) {
     if (stock.owner[i] == nullptr || stock.nr_pages[i] == 0) continue;
     if (root == nullptr || stock.owner[i]->IsDescendantOf(root)) return true;
   }
   if (stock.nr_victim_ways == 0) return false;
-  const int cpu = static_cast<int>(&stock - cpus_.get());
   const VictimSet* sets = &victim_[static_cast<size_t>(cpu) * nr_victim_sets_];
   for (uint32_t s = 0; s < nr_victim_sets_; ++s) {
     for (int w = 0; w < VictimSet::kWays; ++w) {
@@ -253,7 +253,7 @@ bool MemcgStock::DrainAll(const PageCounter* root, bool wait) {
     SpinLockHolder l(&stock.mu);
     // Like drain_local_stock(): a CPU holding any of root's pages is
     // drained whole.
-    if (!HoldsLocked(stock, root)) continue;
+    if (!HoldsLocked(cpu, stock, root)) continue;
     for (int i = 0; i < kNrStockSlots; ++i) DrainSlotLocked(stock, i);
     for (uint32_t s = 0; s < nr_victim_sets_ && stock.nr_victim_ways > 0;
          ++s) {

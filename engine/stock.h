@@ -195,7 +195,9 @@ class MemcgStock {
   void MoveToVictimLocked(Cpu& stock, int cpu, PageCounter* owner,
                           uint8_t nr_pages)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(stock.mu);
-  bool HoldsLocked(const Cpu& stock, const PageCounter* root) const
+  // Whether `stock` (cpus_[cpu]) holds pages of `root` or below it, in a
+  // slot or a way.
+  bool HoldsLocked(int cpu, const Cpu& stock, const PageCounter* root) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(stock.mu);
 
   const int nr_cpus_;

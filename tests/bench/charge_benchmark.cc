@@ -732,78 +732,51 @@ void SetupRoundRobinPair(const benchmark::State& state) {
   paired = new RoundRobinPair(state);
 }
 
-BENCHMARK(BM_Paired)
-    ->Name("BM_PairedHierarchy")
-    ->ArgNames({"pattern", "pool"})
-    ->ArgsProduct({{0, 1}, {1024, 0}})
-    ->Setup(SetupHierarchyPair)
-    ->Teardown(TeardownPaired)
-    ->Threads(1)
-    ->Threads(2)
-    ->UseRealTime();
-// Part (C): batch 32 -> 64 and 1 -> 64, on the 3-level leaf.
-BENCHMARK(BM_Paired)
-    ->Name("BM_PairedBatch")
-    ->ArgNames({"hier", "pattern", "batch0", "pool0", "batch1", "pool1"})
-    ->Args({1, 0, 32, 1024, 64, 1024})
-    ->Args({1, 1, 32, 1024, 64, 1024})
-    ->Args({1, 0, 32, 0, 64, 0})
-    ->Args({1, 1, 32, 0, 64, 0})
-    ->Args({1, 0, 1, 1024, 64, 1024})
-    ->Args({1, 1, 1, 1024, 64, 1024})
-    ->Setup(SetupBatchPair)
-    ->Teardown(TeardownPaired)
-    ->Threads(1)
-    ->Threads(2)
-    ->UseRealTime();
-// The pool: kernel stock -> stock + pool.
-BENCHMARK(BM_Paired)
-    ->Name("BM_PairedPool")
-    ->ArgNames({"hier", "pattern", "batch0", "pool0", "batch1", "pool1"})
-    ->Args({0, 0, 64, 0, 64, 1024})
-    ->Args({0, 1, 64, 0, 64, 1024})
-    ->Args({1, 0, 64, 0, 64, 1024})
-    ->Args({1, 1, 64, 0, 64, 1024})
-    ->Setup(SetupPoolPair)
-    ->Teardown(TeardownPaired)
-    ->Threads(1)
-    ->Threads(2)
-    ->UseRealTime();
-BENCHMARK(BM_Paired)
-    ->Name("BM_PairedHandle")
-    ->ArgNames({"hier", "pattern"})
-    ->ArgsProduct({{0, 1}, {0, 1}})
-    ->Setup(SetupHandlePair)
-    ->Teardown(TeardownPaired)
-    ->Threads(1)
-    ->Threads(2)
-    ->UseRealTime();
-// Part (A).
-BENCHMARK(BM_Paired)
-    ->Name("BM_PairedReadBeforeXchg")
-    ->Setup(SetupReadBeforeXchgPair)
-    ->Teardown(TeardownPaired)
-    ->Threads(1)
-    ->Threads(2)
-    ->UseRealTime();
-// Part (B).
-BENCHMARK(BM_Paired)
-    ->Name("BM_PairedLayout")
-    ->ArgName("rbx")
-    ->Arg(1)
-    ->Arg(0)
-    ->Setup(SetupLayoutPair)
-    ->Teardown(TeardownPaired)
-    ->Threads(1)
-    ->Threads(2)
-    ->UseRealTime();
-BENCHMARK(BM_Paired)
-    ->Name("BM_PairedRoundRobin")
-    ->ArgNames({"groups", "stock"})
-    ->ArgsProduct({{7, 8, 64}, {0, 1, 2}})
-    ->Setup(SetupRoundRobinPair)
-    ->Teardown(TeardownPaired)
-    ->UseRealTime();
+// BM_Paired under `name`, built by `setup`: real time, 1 and (unless
+// one_thread) 2 threads. The caller adds the arguments.
+benchmark::internal::Benchmark* Paired(const char* name,
+                                       void (*setup)(const benchmark::State&),
+                                       bool one_thread = false) {
+  benchmark::internal::Benchmark* b =
+      benchmark::RegisterBenchmark(name, BM_Paired)
+          ->Setup(setup)
+          ->Teardown(TeardownPaired)
+          ->UseRealTime()
+          ->Threads(1);
+  return one_thread ? b : b->Threads(2);
+}
+
+void RegisterPairedBenchmarks() {
+  Paired("BM_PairedHierarchy", SetupHierarchyPair)
+      ->ArgNames({"pattern", "pool"})
+      ->ArgsProduct({{0, 1}, {1024, 0}});
+  // Part (C): batch 32 -> 64 and 1 -> 64, on the 3-level leaf.
+  Paired("BM_PairedBatch", SetupBatchPair)
+      ->ArgNames({"hier", "pattern", "batch0", "pool0", "batch1", "pool1"})
+      ->Args({1, 0, 32, 1024, 64, 1024})
+      ->Args({1, 1, 32, 1024, 64, 1024})
+      ->Args({1, 0, 32, 0, 64, 0})
+      ->Args({1, 1, 32, 0, 64, 0})
+      ->Args({1, 0, 1, 1024, 64, 1024})
+      ->Args({1, 1, 1, 1024, 64, 1024});
+  // The pool: kernel stock -> stock + pool.
+  Paired("BM_PairedPool", SetupPoolPair)
+      ->ArgNames({"hier", "pattern", "batch0", "pool0", "batch1", "pool1"})
+      ->Args({0, 0, 64, 0, 64, 1024})
+      ->Args({0, 1, 64, 0, 64, 1024})
+      ->Args({1, 0, 64, 0, 64, 1024})
+      ->Args({1, 1, 64, 0, 64, 1024});
+  Paired("BM_PairedHandle", SetupHandlePair)
+      ->ArgNames({"hier", "pattern"})
+      ->ArgsProduct({{0, 1}, {0, 1}});
+  // Part (A).
+  Paired("BM_PairedReadBeforeXchg", SetupReadBeforeXchgPair);
+  // Part (B).
+  Paired("BM_PairedLayout", SetupLayoutPair)->ArgName("rbx")->Arg(1)->Arg(0);
+  Paired("BM_PairedRoundRobin", SetupRoundRobinPair, /*one_thread=*/true)
+      ->ArgNames({"groups", "stock"})
+      ->ArgsProduct({{7, 8, 64}, {0, 1, 2}});
+}
 
 }  // namespace
 }  // namespace cgacct
@@ -812,6 +785,7 @@ int main(int argc, char** argv) {
   // As cgacctd does (server/main.cc): Debian's Abseil keeps the lock-order
   // graph on, which costs several times a nested lock pair.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  cgacct::RegisterPairedBenchmarks();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

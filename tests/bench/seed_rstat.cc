@@ -174,6 +174,18 @@ std::unique_ptr<Engine> MakeEngine(const std::string& policy_name,
   return engine;
 }
 
+// The flush-lock hold columns of `row`, from the engine and the observer.
+void FillHolds(const cgacct::Engine& engine, const HoldObserver& observer,
+               Row* row) {
+  const cgacct::EngineInfo info = engine.GetInfo();
+  row->hold_max_us = absl::ToDoubleMicroseconds(info.flush_lock_hold_max);
+  row->hold_wall_max_us =
+      absl::ToDoubleMicroseconds(info.flush_lock_hold_wall_max);
+  row->preempted_flushes = info.preempted_flushes;
+  row->hold_p99_us = static_cast<double>(observer.holds.Quantile(0.99)) / 1000;
+  row->holds = observer.holds.count();
+}
+
 Row RunSeed1(const std::string& policy, bool with_hogs, FlushMode mode) {
   HoldObserver observer;
   auto engine = MakeEngine(policy, &observer);
@@ -231,13 +243,7 @@ Row RunSeed1(const std::string& policy, bool with_hogs, FlushMode mode) {
   row.p99_us = all.Percentile(0.99) / 1000;
   row.mode_us = all.ModePow2Us();
   row.pow2_counts = all.Pow2Counts();
-  const cgacct::EngineInfo info = engine->GetInfo();
-  row.hold_max_us = absl::ToDoubleMicroseconds(info.flush_lock_hold_max);
-  row.hold_wall_max_us =
-      absl::ToDoubleMicroseconds(info.flush_lock_hold_wall_max);
-  row.preempted_flushes = info.preempted_flushes;
-  row.hold_p99_us = static_cast<double>(observer.holds.Quantile(0.99)) / 1000;
-  row.holds = observer.holds.count();
+  FillHolds(*engine, observer, &row);
   row.charges = charges.load();
   row.ooms = ooms.load();
   return row;
@@ -265,13 +271,7 @@ Row RunSeed2(const std::string& policy, FlushMode mode) {
   row.scenario = absl::StrCat(threads, "x", reads);
   row.reads = static_cast<uint64_t>(threads) * reads;
   row.seconds = absl::ToDoubleSeconds(absl::Now() - start);
-  const cgacct::EngineInfo info = engine->GetInfo();
-  row.hold_max_us = absl::ToDoubleMicroseconds(info.flush_lock_hold_max);
-  row.hold_wall_max_us =
-      absl::ToDoubleMicroseconds(info.flush_lock_hold_wall_max);
-  row.preempted_flushes = info.preempted_flushes;
-  row.hold_p99_us = static_cast<double>(observer.holds.Quantile(0.99)) / 1000;
-  row.holds = observer.holds.count();
+  FillHolds(*engine, observer, &row);
   return row;
 }
 
