@@ -1,4 +1,4 @@
-// cgacct-load: the load generator of DESIGN.md §4.4.
+// cgacct-load: the load generator (docs/DESIGN.md §6.2).
 //
 // Scenarios (closed loop, one blocking RPC at a time per worker thread):
 //   stat-reader  --threads readers call GetStats on --group until --duration.
@@ -766,8 +766,8 @@ int main(int argc, char** argv) {
       "[--hogs=N] [--duration=10s] [--json=FILE]\n"
       "cgacct-load --scenario=netperf [--streams=N] [--pages=3] [--batch=64] "
       "[--rpc=stream|batch|unary] [--hierarchy=root|deep]\n"
-      "Closed-loop load against cgacctd (DESIGN.md §4.4); the report goes to "
-      "stdout, progress to stderr.");
+      "Closed-loop load against cgacctd (docs/DESIGN.md §6.2); the report goes "
+      "to stdout, progress to stderr.");
   cgacct::client::ShowOwnFlagsInHelp();
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   if (positional.size() > 1) {

@@ -1,5 +1,6 @@
-// cgacct-load --scenario=netperf (DESIGN.md §4.4): the shape of the benchmark
-// behind "memcg: optimize charge codepath" (2022) through the service.
+// cgacct-load --scenario=netperf (docs/DESIGN.md §6.2): the shape of the
+// benchmark behind "memcg: optimize charge codepath" (2022) through the
+// service.
 //
 // --streams workers, each on its own connection, charge and uncharge
 // --pages ANON pages (3: a 10K send) in a closed loop, in

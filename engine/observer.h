@@ -1,5 +1,5 @@
 // The engine's instrumentation interface: how lock and flush timings leave the
-// engine without a metrics library inside it (DESIGN.md §2).
+// engine without a metrics library inside it (docs/DESIGN.md §2.1).
 //
 // Thread safety: implementations must be thread-safe; the engine calls them
 // from any thread, never while it holds the rstat flush lock, and expects them

@@ -1,6 +1,6 @@
 // Reclaim-cycle latency with many idle groups: partial walks on the shared
 // cursor against forced full walks, the scenario of "mm: vmscan: restore
-// incremental cgroup iteration" (Johannes Weiner, 2024; DESIGN.md §1).
+// incremental cgroup iteration" (Johannes Weiner, 2024; docs/DESIGN.md §1).
 //
 // A parent holds N idle children, each with leftover FILE cache, and one
 // busy child that keeps reading new files (charging FILE pages) past the

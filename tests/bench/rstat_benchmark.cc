@@ -1,4 +1,4 @@
-// rstat flush cost under the two flush-lock policies (DESIGN.md §4.3).
+// rstat flush cost under the two flush-lock policies (docs/DESIGN.md §9).
 //
 // BM_Flush: one reader flushes the root after `updates` stat updates spread
 // over `nr_cpus` CPUs, the shape of a memory.stat read on a big machine. The
