@@ -77,6 +77,29 @@ absl::Status ValidateGroupPath(absl::string_view path,
   return absl::OkStatus();
 }
 
+absl::Status ValidateNrPages(uint64_t nr_pages, uint64_t page_counter_max) {
+  if (nr_pages == 0) return absl::InvalidArgumentError("nr_pages must be > 0");
+  if (nr_pages > page_counter_max)
+    return absl::InvalidArgumentError(
+        absl::StrCat("nr_pages ", nr_pages, " exceeds PAGE_COUNTER_MAX (",
+                     page_counter_max, ")"));
+  return absl::OkStatus();
+}
+
+absl::Status ValidatePageKind(PageKind kind) {
+  if (kind != PageKind::kAnon && kind != PageKind::kFile)
+    return absl::InvalidArgumentError("kind must be ANON or FILE");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> ResolveCpu(std::optional<int> cpu, int nr_cpus) {
+  if (!cpu.has_value()) return CurrentCpu(nr_cpus);
+  if (*cpu < 0 || *cpu >= nr_cpus)
+    return absl::InvalidArgumentError(
+        absl::StrCat("cpu ", *cpu, " out of range [0, ", nr_cpus, ")"));
+  return *cpu;
+}
+
 namespace {
 
 absl::string_view ParentPath(absl::string_view path) {
@@ -176,11 +199,7 @@ class EngineImpl {
   // --- helpers -----------------------------------------------------------
 
   absl::StatusOr<int> ResolveCpu(std::optional<int> cpu) const {
-    if (!cpu.has_value()) return CurrentCpu(nr_cpus_);
-    if (*cpu < 0 || *cpu >= nr_cpus_)
-      return absl::InvalidArgumentError(
-          absl::StrCat("cpu ", *cpu, " out of range [0, ", nr_cpus_, ")"));
-    return *cpu;
+    return ::cgacct::ResolveCpu(cpu, nr_cpus_);
   }
 
   Group* Lookup(absl::string_view path) const ABSL_NO_THREAD_SAFETY_ANALYSIS {
@@ -703,15 +722,9 @@ class EngineImpl {
 
  private:
   absl::Status CheckPages(uint64_t nr_pages, PageKind kind) const {
-    if (nr_pages == 0)
-      return absl::InvalidArgumentError("nr_pages must be > 0");
-    if (nr_pages > page_counter_max_)
-      return absl::InvalidArgumentError(
-          absl::StrCat("nr_pages ", nr_pages, " exceeds PAGE_COUNTER_MAX (",
-                       page_counter_max_, ")"));
-    if (kind != PageKind::kAnon && kind != PageKind::kFile)
-      return absl::InvalidArgumentError("kind must be ANON or FILE");
-    return absl::OkStatus();
+    if (absl::Status s = ValidateNrPages(nr_pages, page_counter_max_); !s.ok())
+      return s;
+    return ValidatePageKind(kind);
   }
 
   absl::Status Reject(absl::Status status, int cpu = 0) {

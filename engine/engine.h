@@ -226,6 +226,20 @@ inline constexpr size_t kMaxPathBytes = 4096;
 absl::Status ValidateGroupPath(absl::string_view path,
                                absl::string_view field = "path");
 
+// The argument checks of Charge and Uncharge, exported so that callers (the
+// gRPC service) check with the engine's own code and words. Each returns
+// INVALID_ARGUMENT naming the field, or OK. Thread-safe (pure).
+//
+// nr_pages in [1, page_counter_max]: "nr_pages must be > 0",
+// "nr_pages N exceeds PAGE_COUNTER_MAX (M)".
+absl::Status ValidateNrPages(uint64_t nr_pages, uint64_t page_counter_max);
+// kind is kAnon or kFile: "kind must be ANON or FILE".
+absl::Status ValidatePageKind(PageKind kind);
+// The CPU slot an operation runs on: absent -> the calling thread's slot
+// (CurrentCpu(), or a ScopedCpuOverride's); present must be in
+// [0, nr_cpus): "cpu N out of range [0, nr_cpus)".
+absl::StatusOr<int> ResolveCpu(std::optional<int> cpu, int nr_cpus);
+
 }  // namespace cgacct
 
 #endif  // CGACCT_ENGINE_ENGINE_H_

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "server/status.h"
+#include "server/wire.h"
 
 namespace cgacct {
 namespace {
@@ -17,29 +18,23 @@ namespace v1 = ::cgacct::v1;
 
 constexpr uint64_t kMaxLimitBytes = std::numeric_limits<uint64_t>::max();
 
-grpc::Status InvalidArgument(std::string message) {
-  return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, std::move(message));
-}
-
-grpc::Status Unimplemented(absl::string_view method) {
-  return grpc::Status(
-      grpc::StatusCode::UNIMPLEMENTED,
+absl::Status Unimplemented(absl::string_view method) {
+  return absl::UnimplementedError(
       absl::StrCat(method,
                    " is not implemented by this cgacctd yet; use Charge and "
                    "Uncharge (or GetStats) instead"));
 }
 
-// cgacct.v1.PageKind wire value -> engine kind; nullopt for UNSPECIFIED and
-// values this server does not know.
-std::optional<PageKind> PageKindFromProto(int kind) {
-  switch (kind) {
-    case v1::PAGE_KIND_ANON:
-      return PageKind::kAnon;
-    case v1::PAGE_KIND_FILE:
-      return PageKind::kFile;
-    default:
-      return std::nullopt;
-  }
+// request_id: what only the service sees.
+absl::Status ValidateRequestId(const std::string& request_id) {
+  if (request_id.empty())
+    return absl::InvalidArgumentError(
+        "request_id must not be empty when present");
+  if (request_id.size() > kMaxRequestIdBytes)
+    return absl::InvalidArgumentError(
+        absl::StrCat("request_id is ", request_id.size(), " bytes; at most ",
+                     kMaxRequestIdBytes, " allowed"));
+  return absl::OkStatus();
 }
 
 std::optional<FlushMode> FlushModeFromProto(int mode) {
@@ -64,35 +59,21 @@ void EventsToProto(const MemoryEvents& events, v1::MemoryEvents* out) {
   out->set_oom_kill(events.oom_kill);
 }
 
-// Microseconds, clamped at 0; an infinite duration (e.g. the staleness of a
-// group never flushed) is UINT64_MAX.
-uint64_t DurationToMicros(absl::Duration d) {
-  if (d == absl::InfiniteDuration())
-    return std::numeric_limits<uint64_t>::max();
-  const int64_t us = absl::ToInt64Microseconds(d);
-  return us > 0 ? static_cast<uint64_t>(us) : 0;
-}
-
-DedupAnswer AnswerFromStatus(const absl::Status& status) {
+DedupAnswer AnswerWithStatus(absl::Status status) {
   DedupAnswer answer;
-  const grpc::Status grpc_status = ToGrpcStatus(status);
-  answer.code = grpc_status.error_code();
-  answer.message = grpc_status.error_message();
+  answer.status = std::move(status);
   return answer;
 }
 
-grpc::Status StatusFromAnswer(const DedupAnswer& answer) {
-  if (answer.code == grpc::StatusCode::OK) return grpc::Status::OK;
-  return grpc::Status(answer.code, answer.message);
-}
-
-// Runs `apply` (returning a DedupAnswer) at most once per live request_id.
-// Without a request_id it just runs it: no lock, no copy of the request.
+// Runs `apply` (returning a DedupAnswer) at most once per live request_id;
+// *replayed is set when the answer is a stored one. Without a request_id it
+// just runs it: no lock, no copy of the request.
 template <typename Apply>
 DedupAnswer ApplyOnce(RequestDedupCache& cache, const std::string* request_id,
                       DedupFingerprint::Method method, absl::string_view path,
                       uint64_t nr_pages, int kind, std::optional<uint32_t> cpu,
-                      Apply&& apply) {
+                      Apply&& apply, bool* replayed) {
+  *replayed = false;
   if (request_id == nullptr) return apply();
 
   DedupFingerprint fingerprint;
@@ -105,23 +86,16 @@ DedupAnswer ApplyOnce(RequestDedupCache& cache, const std::string* request_id,
       cache.Begin(*request_id, fingerprint);
   switch (begin.verdict) {
     case RequestDedupCache::Verdict::kReplay:
+      *replayed = true;
       return begin.answer;
-    case RequestDedupCache::Verdict::kMismatch: {
-      DedupAnswer answer;
-      answer.code = grpc::StatusCode::INVALID_ARGUMENT;
-      answer.message = absl::StrCat(
+    case RequestDedupCache::Verdict::kMismatch:
+      return AnswerWithStatus(absl::InvalidArgumentError(absl::StrCat(
           "request_id \"", *request_id,
           "\" was already used for a different request (method, path, "
-          "nr_pages, kind or cpu differ)");
-      return answer;
-    }
-    case RequestDedupCache::Verdict::kInFlight: {
-      DedupAnswer answer;
-      answer.code = grpc::StatusCode::ABORTED;
-      answer.message =
-          absl::StrCat("request_id \"", *request_id, "\" is in flight; retry");
-      return answer;
-    }
+          "nr_pages, kind or cpu differ)")));
+    case RequestDedupCache::Verdict::kInFlight:
+      return AnswerWithStatus(absl::AbortedError(absl::StrCat(
+          "request_id \"", *request_id, "\" is in flight; retry")));
     case RequestDedupCache::Verdict::kProceed:
       break;
   }
@@ -139,6 +113,17 @@ class FinishedWriteReactor final
 
 }  // namespace
 
+namespace {
+
+RequestDedupCache::Options DedupOptions(
+    const AccountingServiceOptions& options) {
+  RequestDedupCache::Options dedup = options.dedup;
+  if (dedup.clock == nullptr) dedup.clock = options.clock;
+  return dedup;
+}
+
+}  // namespace
+
 AccountingService::AccountingService(Engine& engine, RpcMetrics& rpc_metrics,
                                      AccountingServiceOptions options)
     : engine_(engine),
@@ -146,7 +131,8 @@ AccountingService::AccountingService(Engine& engine, RpcMetrics& rpc_metrics,
       page_size_bytes_(engine.page_size_bytes()),
       page_counter_max_(engine.page_counter_max()),
       nr_cpus_(engine.nr_cpus()),
-      dedup_(std::move(options.dedup)) {}
+      clock_(options.clock != nullptr ? *options.clock : Clock::Real()),
+      dedup_(DedupOptions(options)) {}
 
 // ---------------------------------------------------------------------------
 // Conversions
@@ -198,59 +184,37 @@ void AccountingService::GroupToProto(const GroupInfo& group,
 // ---------------------------------------------------------------------------
 // Plumbing
 
-void AccountingService::RecordRpc(RpcMethod method, Clock::time_point start,
+void AccountingService::RecordRpc(RpcMethod method, int64_t start_ns,
                                   grpc::StatusCode code) {
-  rpc_metrics_.Record(method, code, absl::FromChrono(Clock::now() - start));
+  rpc_metrics_.Record(method, code,
+                      absl::Nanoseconds(clock_.NowNs() - start_ns));
 }
 
 grpc::ServerUnaryReactor* AccountingService::FinishUnary(
-    grpc::CallbackServerContext* context, RpcMethod method,
-    Clock::time_point start, const grpc::Status& status) {
-  RecordRpc(method, start, status.error_code());
+    grpc::CallbackServerContext* context, RpcMethod method, int64_t start_ns,
+    const absl::Status& status) {
+  const grpc::Status answer = ToGrpcStatus(status);
+  RecordRpc(method, start_ns, answer.error_code());
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(status);
+  reactor->Finish(answer);
   return reactor;
 }
 
-grpc::Status AccountingService::ValidateChargeRequest(
-    absl::string_view path, uint64_t nr_pages, int kind,
-    std::optional<uint32_t> cpu, const std::string* request_id) const {
-  if (absl::Status s = ValidateGroupPath(path, "path"); !s.ok()) {
-    return ToGrpcStatus(s);
-  }
-  if (grpc::Status s = ValidateChargeArgs(nr_pages, kind, cpu); !s.ok()) {
-    return s;
-  }
-  if (request_id != nullptr) {
-    if (request_id->empty()) {
-      return InvalidArgument("request_id must not be empty when present");
-    }
-    if (request_id->size() > kMaxRequestIdBytes) {
-      return InvalidArgument(absl::StrCat("request_id is ", request_id->size(),
-                                          " bytes; at most ",
-                                          kMaxRequestIdBytes, " allowed"));
-    }
-  }
-  return grpc::Status::OK;
+void AccountingService::CountChargeAnswer(const absl::Status& status) {
+  if (!status.ok() && status.code() != absl::StatusCode::kResourceExhausted)
+    rpc_metrics_.RecordChargeRejected();
 }
 
-grpc::Status AccountingService::ValidateChargeArgs(
-    uint64_t nr_pages, int kind, std::optional<uint32_t> cpu) const {
-  if (nr_pages == 0) return InvalidArgument("nr_pages must be > 0");
-  if (nr_pages > page_counter_max_) {
-    return InvalidArgument(absl::StrCat("nr_pages ", nr_pages,
-                                        " exceeds PAGE_COUNTER_MAX (",
-                                        page_counter_max_, " pages)"));
-  }
-  if (!PageKindFromProto(kind).has_value()) {
-    return InvalidArgument(absl::StrCat(
-        "kind must be PAGE_KIND_ANON or PAGE_KIND_FILE (got ", kind, ")"));
-  }
-  if (cpu.has_value() && *cpu >= static_cast<uint32_t>(nr_cpus_)) {
-    return InvalidArgument(
-        absl::StrCat("cpu ", *cpu, " out of range [0, ", nr_cpus_, ")"));
-  }
-  return grpc::Status::OK;
+absl::Status AccountingService::ValidatePageArgs(
+    uint64_t nr_pages, PageKind kind, std::optional<uint32_t> cpu,
+    std::optional<int>* engine_cpu) const {
+  if (absl::Status s = ValidateNrPages(nr_pages, page_counter_max_); !s.ok())
+    return s;
+  if (absl::Status s = ValidatePageKind(kind); !s.ok()) return s;
+  absl::StatusOr<std::optional<int>> resolved = CpuFromProto(cpu, nr_cpus_);
+  if (!resolved.ok()) return resolved.status();
+  *engine_cpu = *resolved;
+  return absl::OkStatus();
 }
 
 // ---------------------------------------------------------------------------
@@ -259,55 +223,49 @@ grpc::Status AccountingService::ValidateChargeArgs(
 grpc::ServerUnaryReactor* AccountingService::CreateGroup(
     grpc::CallbackServerContext* context, const v1::CreateGroupRequest* request,
     v1::Group* response) {
-  const Clock::time_point start = Clock::now();
-  return FinishUnary(context, RpcMethod::kCreateGroup, start,
+  const int64_t start_ns = clock_.NowNs();
+  return FinishUnary(context, RpcMethod::kCreateGroup, start_ns,
                      DoCreateGroup(*request, response));
 }
 
-grpc::Status AccountingService::DoCreateGroup(
+absl::Status AccountingService::DoCreateGroup(
     const v1::CreateGroupRequest& request, v1::Group* response) {
-  if (request.path() == "/") {
-    // mkdir of the root is EEXIST in cgroupfs; here the root is not a name a
-    // client may create, so it is a bad path like any other.
-    return InvalidArgument(
-        "path \"/\" is the root group; it cannot be created");
-  }
   absl::StatusOr<GroupInfo> group =
       engine_.CreateGroup(request.path(), LimitsFromProto(request.limits()));
-  if (!group.ok()) return ToGrpcStatus(group.status());
+  if (!group.ok()) return group.status();
   GroupToProto(*group, response);
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
 grpc::ServerUnaryReactor* AccountingService::DeleteGroup(
     grpc::CallbackServerContext* context, const v1::DeleteGroupRequest* request,
     v1::DeleteGroupResponse* response) {
-  const Clock::time_point start = Clock::now();
-  return FinishUnary(context, RpcMethod::kDeleteGroup, start,
+  const int64_t start_ns = clock_.NowNs();
+  return FinishUnary(context, RpcMethod::kDeleteGroup, start_ns,
                      DoDeleteGroup(*request, response));
 }
 
-grpc::Status AccountingService::DoDeleteGroup(
+absl::Status AccountingService::DoDeleteGroup(
     const v1::DeleteGroupRequest& request, v1::DeleteGroupResponse* response) {
   absl::StatusOr<uint64_t> reparented = engine_.DeleteGroup(request.path());
-  if (!reparented.ok()) return ToGrpcStatus(reparented.status());
+  if (!reparented.ok()) return reparented.status();
   response->set_reparented_pages(*reparented);
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
 grpc::ServerUnaryReactor* AccountingService::ListGroups(
     grpc::CallbackServerContext* context, const v1::ListGroupsRequest* request,
     v1::ListGroupsResponse* response) {
-  const Clock::time_point start = Clock::now();
-  return FinishUnary(context, RpcMethod::kListGroups, start,
+  const int64_t start_ns = clock_.NowNs();
+  return FinishUnary(context, RpcMethod::kListGroups, start_ns,
                      DoListGroups(*request, response));
 }
 
-grpc::Status AccountingService::DoListGroups(
+absl::Status AccountingService::DoListGroups(
     const v1::ListGroupsRequest& request, v1::ListGroupsResponse* response) {
   absl::StatusOr<std::vector<std::string>> paths =
       engine_.ListGroups(request.path(), request.recursive());
-  if (!paths.ok()) return ToGrpcStatus(paths.status());
+  if (!paths.ok()) return paths.status();
   // The engine returns them sorted; the cursor below depends on it.
   if (!std::is_sorted(paths->begin(), paths->end())) {
     std::sort(paths->begin(), paths->end());
@@ -340,112 +298,112 @@ grpc::Status AccountingService::DoListGroups(
   if (last != paths->end()) {
     response->set_next_page_token(response->paths(response->paths_size() - 1));
   }
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
 grpc::ServerUnaryReactor* AccountingService::SetLimits(
     grpc::CallbackServerContext* context, const v1::SetLimitsRequest* request,
     v1::Group* response) {
-  const Clock::time_point start = Clock::now();
-  return FinishUnary(context, RpcMethod::kSetLimits, start,
+  const int64_t start_ns = clock_.NowNs();
+  return FinishUnary(context, RpcMethod::kSetLimits, start_ns,
                      DoSetLimits(*request, response));
 }
 
-grpc::Status AccountingService::DoSetLimits(const v1::SetLimitsRequest& request,
+absl::Status AccountingService::DoSetLimits(const v1::SetLimitsRequest& request,
                                             v1::Group* response) {
   absl::StatusOr<GroupInfo> group =
       engine_.SetLimits(request.path(), LimitsFromProto(request.limits()));
-  if (!group.ok()) return ToGrpcStatus(group.status());
+  if (!group.ok()) return group.status();
   GroupToProto(*group, response);
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
 grpc::ServerUnaryReactor* AccountingService::Charge(
     grpc::CallbackServerContext* context, const v1::ChargeRequest* request,
     v1::ChargeResponse* response) {
-  const Clock::time_point start = Clock::now();
-  return FinishUnary(context, RpcMethod::kCharge, start,
+  const int64_t start_ns = clock_.NowNs();
+  return FinishUnary(context, RpcMethod::kCharge, start_ns,
                      DoCharge(*request, response));
 }
 
 template <typename Request, typename Call>
-grpc::Status AccountingService::ApplyPageRequest(
-    const Request& request, DedupFingerprint::Method method, Call&& call,
-    DedupAnswer* answer, bool* invalid) {
+DedupAnswer AccountingService::ApplyPageRequest(const Request& request,
+                                                DedupFingerprint::Method method,
+                                                Call&& call, bool* replayed) {
+  *replayed = false;
   const std::optional<uint32_t> cpu =
       request.has_cpu() ? std::optional<uint32_t>(request.cpu()) : std::nullopt;
   const std::string* request_id =
       request.has_request_id() ? &request.request_id() : nullptr;
-  *invalid = false;
-  if (grpc::Status s = ValidateChargeRequest(request.path(), request.nr_pages(),
-                                             request.kind(), cpu, request_id);
-      !s.ok()) {
-    *invalid = true;
-    return s;
-  }
-  *answer = ApplyOnce(dedup_, request_id, method, request.path(),
-                      request.nr_pages(), request.kind(), cpu, [&]() {
-                        return call(request.path(), request.nr_pages(),
-                                    *PageKindFromProto(request.kind()),
-                                    cpu.has_value()
-                                        ? std::optional<int>(
-                                              static_cast<int>(*cpu))
-                                        : std::nullopt);
-                      });
-  return StatusFromAnswer(*answer);
+  const PageKind kind = PageKindFromProto(request.kind());
+  std::optional<int> engine_cpu;
+  // Checked here, before the de-duplication table, so that an invalid
+  // request never takes an entry; the engine's checks, in its words.
+  absl::Status valid = ValidateGroupPath(request.path());
+  if (valid.ok())
+    valid = ValidatePageArgs(request.nr_pages(), kind, cpu, &engine_cpu);
+  if (valid.ok() && request_id != nullptr)
+    valid = ValidateRequestId(*request_id);
+  if (!valid.ok()) return AnswerWithStatus(std::move(valid));
+  return ApplyOnce(
+      dedup_, request_id, method, request.path(), request.nr_pages(),
+      request.kind(), cpu,
+      [&]() {
+        return call(request.path(), request.nr_pages(), kind, engine_cpu);
+      },
+      replayed);
 }
 
-grpc::Status AccountingService::DoCharge(const v1::ChargeRequest& request,
+absl::Status AccountingService::DoCharge(const v1::ChargeRequest& request,
                                          v1::ChargeResponse* response) {
-  DedupAnswer answer;
-  bool invalid;
-  const grpc::Status status = ApplyPageRequest(
+  bool replayed;
+  DedupAnswer answer = ApplyPageRequest(
       request, DedupFingerprint::Method::kCharge,
       [&](absl::string_view path, uint64_t nr_pages, PageKind kind,
           std::optional<int> cpu) {
         absl::StatusOr<ChargeResult> result =
             engine_.Charge(path, nr_pages, kind, cpu);
-        if (!result.ok()) return AnswerFromStatus(result.status());
+        if (!result.ok()) return AnswerWithStatus(result.status());
         DedupAnswer ok;
         ok.nr_pages = result->nr_pages;
         ok.throttle_us = DurationToMicros(result->throttle);
         return ok;
       },
-      &answer, &invalid);
-  if (invalid) rpc_metrics_.RecordChargeRejected();
-  if (status.ok()) {
+      &replayed);
+  // A replay was counted when it was first answered.
+  if (!replayed) CountChargeAnswer(answer.status);
+  if (answer.status.ok()) {
     response->set_nr_pages(answer.nr_pages);
     response->set_throttle_us(answer.throttle_us);
   }
-  return status;
+  return std::move(answer.status);
 }
 
 grpc::ServerUnaryReactor* AccountingService::Uncharge(
     grpc::CallbackServerContext* context, const v1::UnchargeRequest* request,
     v1::UnchargeResponse* response) {
-  const Clock::time_point start = Clock::now();
-  return FinishUnary(context, RpcMethod::kUncharge, start,
+  const int64_t start_ns = clock_.NowNs();
+  return FinishUnary(context, RpcMethod::kUncharge, start_ns,
                      DoUncharge(*request, response));
 }
 
-grpc::Status AccountingService::DoUncharge(const v1::UnchargeRequest& request,
+absl::Status AccountingService::DoUncharge(const v1::UnchargeRequest& request,
                                            v1::UnchargeResponse* response) {
-  DedupAnswer answer;
-  bool invalid;
-  const grpc::Status status = ApplyPageRequest(
+  bool replayed;
+  DedupAnswer answer = ApplyPageRequest(
       request, DedupFingerprint::Method::kUncharge,
       [&](absl::string_view path, uint64_t nr_pages, PageKind kind,
           std::optional<int> cpu) {
         absl::StatusOr<UnchargeResult> result =
             engine_.Uncharge(path, nr_pages, kind, cpu);
-        if (!result.ok()) return AnswerFromStatus(result.status());
+        if (!result.ok()) return AnswerWithStatus(result.status());
         DedupAnswer ok;
         ok.nr_pages = result->nr_pages;
         return ok;
       },
-      &answer, &invalid);
-  if (status.ok()) response->set_nr_pages(answer.nr_pages);
-  return status;
+      &replayed);
+  if (answer.status.ok()) response->set_nr_pages(answer.nr_pages);
+  return std::move(answer.status);
 }
 
 // ChargeBatch and ChargeStream: server/charge_batch.cc.
@@ -453,22 +411,22 @@ grpc::Status AccountingService::DoUncharge(const v1::UnchargeRequest& request,
 grpc::ServerUnaryReactor* AccountingService::GetStats(
     grpc::CallbackServerContext* context, const v1::GetStatsRequest* request,
     v1::GroupStats* response) {
-  const Clock::time_point start = Clock::now();
-  return FinishUnary(context, RpcMethod::kGetStats, start,
+  const int64_t start_ns = clock_.NowNs();
+  return FinishUnary(context, RpcMethod::kGetStats, start_ns,
                      DoGetStats(*request, response));
 }
 
-grpc::Status AccountingService::DoGetStats(const v1::GetStatsRequest& request,
+absl::Status AccountingService::DoGetStats(const v1::GetStatsRequest& request,
                                            v1::GroupStats* response) {
   const std::optional<FlushMode> mode = FlushModeFromProto(request.flush());
   if (!mode.has_value()) {
-    return InvalidArgument(
+    return absl::InvalidArgumentError(
         absl::StrCat("flush must be FLUSH_MODE_EXACT, FLUSH_MODE_THRESHOLD or "
                      "FLUSH_MODE_NONE (got ",
                      request.flush(), ")"));
   }
   absl::StatusOr<GroupStats> stats = engine_.GetStats(request.path(), *mode);
-  if (!stats.ok()) return ToGrpcStatus(stats.status());
+  if (!stats.ok()) return stats.status();
   // Pages never exceed page_counter_max(), so pages * page_size fits.
   response->set_path(stats->path);
   response->set_memory_current_bytes(stats->memory_current_pages *
@@ -488,45 +446,46 @@ grpc::Status AccountingService::DoGetStats(const v1::GetStatsRequest& request,
   response->set_elow_bytes(stats->elow_pages * page_size_bytes_);
   response->set_flushed(stats->flushed);
   response->set_max_staleness_us(DurationToMicros(stats->max_staleness));
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
 grpc::ServerUnaryReactor* AccountingService::Reclaim(
     grpc::CallbackServerContext* context, const v1::ReclaimRequest* request,
     v1::ReclaimResponse* response) {
-  const Clock::time_point start = Clock::now();
-  return FinishUnary(context, RpcMethod::kReclaim, start,
+  const int64_t start_ns = clock_.NowNs();
+  return FinishUnary(context, RpcMethod::kReclaim, start_ns,
                      DoReclaim(*request, response));
 }
 
-grpc::Status AccountingService::DoReclaim(const v1::ReclaimRequest& request,
+absl::Status AccountingService::DoReclaim(const v1::ReclaimRequest& request,
                                           v1::ReclaimResponse* response) {
-  if (request.nr_bytes() == 0) return InvalidArgument("nr_bytes must be > 0");
+  if (request.nr_bytes() == 0)
+    return absl::InvalidArgumentError("nr_bytes must be > 0");
   // memory_reclaim(): bytes round down to pages (less than a page is 0
   // pages, which succeeds with nothing reclaimed).
   absl::StatusOr<uint64_t> reclaimed =
       engine_.Reclaim(request.path(), request.nr_bytes() / page_size_bytes_);
-  if (!reclaimed.ok()) return ToGrpcStatus(reclaimed.status());
+  if (!reclaimed.ok()) return reclaimed.status();
   response->set_reclaimed_bytes(*reclaimed * page_size_bytes_);
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
 grpc::ServerWriteReactor<v1::EventsUpdate>* AccountingService::WatchEvents(
     grpc::CallbackServerContext* context,
     const v1::WatchEventsRequest* request) {
-  const Clock::time_point start = Clock::now();
-  const grpc::Status status = Unimplemented("WatchEvents");
-  RecordRpc(RpcMethod::kWatchEvents, start, status.error_code());
+  const int64_t start_ns = clock_.NowNs();
+  const grpc::Status status = ToGrpcStatus(Unimplemented("WatchEvents"));
+  RecordRpc(RpcMethod::kWatchEvents, start_ns, status.error_code());
   return new FinishedWriteReactor(status);
 }
 
 grpc::ServerUnaryReactor* AccountingService::GetEngineInfo(
     grpc::CallbackServerContext* context,
     const v1::GetEngineInfoRequest* request, v1::EngineInfo* response) {
-  const Clock::time_point start = Clock::now();
+  const int64_t start_ns = clock_.NowNs();
   DoGetEngineInfo(response);
-  return FinishUnary(context, RpcMethod::kGetEngineInfo, start,
-                     grpc::Status::OK);
+  return FinishUnary(context, RpcMethod::kGetEngineInfo, start_ns,
+                     absl::OkStatus());
 }
 
 void AccountingService::DoGetEngineInfo(v1::EngineInfo* response) {

@@ -7,12 +7,17 @@
 //    above page_counter_max() pages, is "max" (passed to the engine as
 //    page_counter_max()); a limit equal to page_counter_max() is reported
 //    back as UINT64_MAX.
-//  - validation the engine cannot express (PageKind UNSPECIFIED, nr_pages
-//    that would overflow bytes, cpu range, empty request_id), with the
-//    offending field named in the INVALID_ARGUMENT message;
+//  - validation of what the engine cannot see (proto enum values, the uint32
+//    range of cpu, request_id, Reclaim's nr_bytes), with the offending field
+//    named in the INVALID_ARGUMENT message. Everything else is checked by
+//    the engine's own exported checks (ValidateGroupPath, ValidateNrPages,
+//    ValidatePageKind, ResolveCpu in engine/engine.h), so a client reads the
+//    engine's words whichever RPC it used;
 //  - request_id de-duplication for Charge/Uncharge (RequestDedupCache);
-//  - absl::Status -> grpc::Status (ToGrpcStatus, one place);
-//  - per-method/per-code RPC metrics (RpcMetrics, lock-free).
+//  - absl::Status -> grpc::Status: handlers work in absl::Status and convert
+//    once, when they answer (ToGrpcStatus, server/status.h);
+//  - per-method/per-code RPC metrics and the rejected-charge count
+//    (RpcMetrics, lock-free).
 // Every handler runs to completion on the gRPC callback thread and finishes
 // with the default unary reactor; nothing blocks except the engine call.
 //
@@ -24,12 +29,13 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include <chrono>
 #include <cstdint>
 #include <optional>
 
+#include "absl/status/status.h"
 #include "cgacct/v1/accounting.grpc.pb.h"
 #include "cgacct/v1/accounting.pb.h"
+#include "engine/clock.h"
 #include "engine/engine.h"
 #include "engine/types.h"
 #include "server/metrics.h"
@@ -48,8 +54,12 @@ inline constexpr size_t kMaxListGroupsPageBytes = size_t{1} << 20;
 inline constexpr size_t kMaxRequestIdBytes = 128;
 
 struct AccountingServiceOptions {
-  // request_id de-duplication: 65536 ids, 60 s window by default.
+  // request_id de-duplication: 65536 ids, 60 s window by default. Its clock
+  // is `clock` below unless set here.
   RequestDedupCache::Options dedup;
+  // Time source of RPC latencies and of the request_id window; null = the
+  // steady clock (Clock::Real()). Not owned; must outlive the service.
+  const Clock* clock = nullptr;
 };
 
 class AccountingService final : public cgacct::v1::Accounting::CallbackService {
@@ -61,8 +71,8 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
   AccountingService(const AccountingService&) = delete;
   AccountingService& operator=(const AccountingService&) = delete;
 
-  // Errors: INVALID_ARGUMENT bad path (the root included); NOT_FOUND parent;
-  // ALREADY_EXISTS.
+  // Errors: INVALID_ARGUMENT bad path; NOT_FOUND parent; ALREADY_EXISTS
+  // (the root included: the engine's answer, as mkdir's EEXIST).
   grpc::ServerUnaryReactor* CreateGroup(
       grpc::CallbackServerContext* context,
       const cgacct::v1::CreateGroupRequest* request,
@@ -91,11 +101,14 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
       const cgacct::v1::SetLimitsRequest* request,
       cgacct::v1::Group* response) override;
 
-  // Errors: INVALID_ARGUMENT (nr_pages 0 or > page_counter_max, kind not
-  // ANON/FILE, cpu >= nr_cpus, bad path, empty/too long request_id, or a
-  // request_id reused for a different request); NOT_FOUND; RESOURCE_EXHAUSTED
-  // (OOM, naming the limiting group); ABORTED (the same request_id is still
-  // in flight; retry).
+  // Checked in the order path, nr_pages, kind, cpu, request_id. Errors:
+  // INVALID_ARGUMENT (bad path, nr_pages 0 or > page_counter_max, kind not
+  // ANON/FILE, cpu >= nr_cpus, empty/too long request_id, or a request_id
+  // reused for a different request); NOT_FOUND; RESOURCE_EXHAUSTED (OOM,
+  // naming the limiting group); ABORTED (the same request_id is still in
+  // flight; retry). Every Charge answered with another error than
+  // RESOURCE_EXHAUSTED counts once as rejected (RpcMetrics; a replay of a
+  // stored answer is not counted again).
   grpc::ServerUnaryReactor* Charge(
       grpc::CallbackServerContext* context,
       const cgacct::v1::ChargeRequest* request,
@@ -111,7 +124,8 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
   // Applies every op in order with the semantics, validation and status codes
   // of Charge/Uncharge (no request_id), and answers one OpResult per op, in
   // order: partial success, the call itself is OK. A failed op's message is
-  // "ops[i]: " and the message Charge/Uncharge would give, naming the field.
+  // "ops[i]: " and the message Charge/Uncharge would give, naming the field;
+  // a failed charge op counts as rejected like a failed Charge.
   // Each distinct path is validated and resolved to a GroupHandle once per
   // call. Errors of the call: INVALID_ARGUMENT for more than kMaxBatchOps ops
   // (nothing is applied). Implemented in server/charge_batch.cc.
@@ -134,9 +148,10 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
   ChargeStream(grpc::CallbackServerContext* context) override;
 
   // memory.current/peak/stat/events of a group; FLUSH_MODE_UNSPECIFIED is
-  // EXACT. max_staleness_us is UINT64_MAX when the group's numbers were never
-  // flushed (unbounded staleness). Errors: NOT_FOUND; INVALID_ARGUMENT bad path
-  // or unknown flush.
+  // EXACT. max_staleness_us is the age of the newest flush covering the
+  // group (0 when this read flushed); a group no flush has covered yet
+  // reports the time since the engine was created (Engine::GetStats).
+  // Errors: NOT_FOUND; INVALID_ARGUMENT bad path or unknown flush.
   grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* context,
                                      const cgacct::v1::GetStatsRequest* request,
                                      cgacct::v1::GroupStats* response) override;
@@ -164,54 +179,57 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
       cgacct::v1::EngineInfo* response) override;
 
  private:
-  using Clock = std::chrono::steady_clock;
   // server/charge_batch.cc: applies ChargeOps with a GroupHandle cache, and
   // the ChargeStream reactor.
   class ChargeOpRunner;
   class ChargeStreamReactor;
 
-  // Records metrics for a finished unary call and finishes it.
+  // Converts `status` (ToGrpcStatus), records the call's metrics (latency
+  // since `start_ns` on clock_) and finishes it.
   grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context,
-                                        RpcMethod method,
-                                        Clock::time_point start,
-                                        const grpc::Status& status);
-  void RecordRpc(RpcMethod method, Clock::time_point start,
-                 grpc::StatusCode code);
+                                        RpcMethod method, int64_t start_ns,
+                                        const absl::Status& status);
+  void RecordRpc(RpcMethod method, int64_t start_ns, grpc::StatusCode code);
+  // Counts `status`, the answer to one charge (a Charge or a charge op), as
+  // rejected unless it is OK or RESOURCE_EXHAUSTED. The only place the
+  // service counts rejections (see RpcMetrics::RecordChargeRejected).
+  void CountChargeAnswer(const absl::Status& status);
 
-  grpc::Status DoCreateGroup(const cgacct::v1::CreateGroupRequest& request,
+  absl::Status DoCreateGroup(const cgacct::v1::CreateGroupRequest& request,
                              cgacct::v1::Group* response);
-  grpc::Status DoDeleteGroup(const cgacct::v1::DeleteGroupRequest& request,
+  absl::Status DoDeleteGroup(const cgacct::v1::DeleteGroupRequest& request,
                              cgacct::v1::DeleteGroupResponse* response);
-  grpc::Status DoListGroups(const cgacct::v1::ListGroupsRequest& request,
+  absl::Status DoListGroups(const cgacct::v1::ListGroupsRequest& request,
                             cgacct::v1::ListGroupsResponse* response);
-  grpc::Status DoSetLimits(const cgacct::v1::SetLimitsRequest& request,
+  absl::Status DoSetLimits(const cgacct::v1::SetLimitsRequest& request,
                            cgacct::v1::Group* response);
-  grpc::Status DoCharge(const cgacct::v1::ChargeRequest& request,
+  absl::Status DoCharge(const cgacct::v1::ChargeRequest& request,
                         cgacct::v1::ChargeResponse* response);
-  grpc::Status DoUncharge(const cgacct::v1::UnchargeRequest& request,
+  absl::Status DoUncharge(const cgacct::v1::UnchargeRequest& request,
                           cgacct::v1::UnchargeResponse* response);
-  grpc::Status DoGetStats(const cgacct::v1::GetStatsRequest& request,
+  absl::Status DoGetStats(const cgacct::v1::GetStatsRequest& request,
                           cgacct::v1::GroupStats* response);
-  grpc::Status DoReclaim(const cgacct::v1::ReclaimRequest& request,
+  absl::Status DoReclaim(const cgacct::v1::ReclaimRequest& request,
                          cgacct::v1::ReclaimResponse* response);
   void DoGetEngineInfo(cgacct::v1::EngineInfo* response);
 
-  // Checks path, nr_pages, kind, cpu and request_id of a Charge/Uncharge.
-  grpc::Status ValidateChargeRequest(absl::string_view path, uint64_t nr_pages,
-                                     int kind, std::optional<uint32_t> cpu,
-                                     const std::string* request_id) const;
-  // The body Charge and Uncharge share: validates the request (sets
-  // *invalid and returns the error), then runs `call(path, nr_pages, kind,
-  // cpu)` (the engine's Charge or Uncharge, returning a DedupAnswer) at most
-  // once per request_id (request_dedup.h), stores its answer in *answer and
-  // returns its status.
+  // The nr_pages, kind and cpu of a Charge, Uncharge or ChargeOp, checked in
+  // that order by the engine's exported checks (and CpuFromProto for the
+  // wire's uint32 cpu); on success *engine_cpu is the cpu to pass to the
+  // engine. The path is checked by the caller (ChargeBatch checks each
+  // distinct path once).
+  absl::Status ValidatePageArgs(uint64_t nr_pages, PageKind kind,
+                                std::optional<uint32_t> cpu,
+                                std::optional<int>* engine_cpu) const;
+  // The body Charge and Uncharge share: checks path, nr_pages, kind, cpu and
+  // request_id, then runs `call(path, nr_pages, kind, cpu)` (the engine's
+  // Charge or Uncharge, returning a DedupAnswer) at most once per request_id
+  // (request_dedup.h). Returns the answer; *replayed tells whether it was a
+  // stored one (nothing was applied).
   template <typename Request, typename Call>
-  grpc::Status ApplyPageRequest(const Request& request,
-                                DedupFingerprint::Method method, Call&& call,
-                                DedupAnswer* answer, bool* invalid);
-  // The nr_pages, kind and cpu part of ValidateChargeRequest.
-  grpc::Status ValidateChargeArgs(uint64_t nr_pages, int kind,
-                                  std::optional<uint32_t> cpu) const;
+  DedupAnswer ApplyPageRequest(const Request& request,
+                               DedupFingerprint::Method method, Call&& call,
+                               bool* replayed);
 
   // Wire limits (bytes) -> engine update (pages); see the file comment.
   LimitsUpdate LimitsFromProto(const cgacct::v1::Limits& limits) const;
@@ -227,6 +245,7 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
   const uint64_t page_size_bytes_;
   const uint64_t page_counter_max_;
   const int nr_cpus_;
+  const Clock& clock_;
 
   // Thread-safe on its own; only touched by calls carrying a request_id.
   RequestDedupCache dedup_;

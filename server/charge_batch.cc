@@ -24,6 +24,7 @@
 #include "engine/group_handle.h"
 #include "server/accounting_service.h"
 #include "server/status.h"
+#include "server/wire.h"
 
 namespace cgacct {
 
@@ -34,14 +35,8 @@ namespace {
 // (bounds the memory a client can make a stream hold).
 constexpr size_t kMaxCachedPaths = 4096;
 
-uint64_t ThrottleMicros(absl::Duration d) {
-  const int64_t us = absl::ToInt64Microseconds(d);
-  return us > 0 ? static_cast<uint64_t>(us) : 0;
-}
-
-grpc::Status TooManyOps(int nr_ops) {
-  return grpc::Status(
-      grpc::StatusCode::INVALID_ARGUMENT,
+absl::Status TooManyOps(int nr_ops) {
+  return absl::InvalidArgumentError(
       absl::StrCat("ops has ", nr_ops, " entries; at most ", kMaxBatchOps,
                    " per request (EngineInfo.max_batch_ops)"));
 }
@@ -72,10 +67,13 @@ class AccountingService::ChargeOpRunner {
   }
 
  private:
-  void Fail(int index, const grpc::Status& status, v1::OpResult* result) {
-    result->set_code(status.error_code());
-    result->set_message(
-        absl::StrCat("ops[", index, "]: ", status.error_message()));
+  // The op's answer is `status` (not OK); a failed charge op is counted as
+  // a failed Charge would be.
+  void Fail(int index, const v1::ChargeOp& op, const absl::Status& status,
+            v1::OpResult* result) {
+    if (!op.uncharge()) service_.CountChargeAnswer(status);
+    result->set_code(ToGrpcStatusCode(status));
+    result->set_message(absl::StrCat("ops[", index, "]: ", status.message()));
   }
 
   // The cached handle of `path`, or null.
@@ -108,62 +106,44 @@ class AccountingService::ChargeOpRunner {
     result->set_id(op.id());
     const absl::string_view path = op.path();
     const GroupHandle* handle = Find(path);
-    // Charge/Uncharge's validation order: path, nr_pages, kind, cpu; then
-    // the group.
+    // Charge/Uncharge's validation (the same checks, order and words):
+    // path (once per distinct path), nr_pages, kind, cpu; then the group.
     if (handle == nullptr) {
-      if (absl::Status s = ValidateGroupPath(path, "path"); !s.ok()) {
-        return Reject(index, op, ToGrpcStatus(s), result);
+      if (absl::Status s = ValidateGroupPath(path); !s.ok()) {
+        return Fail(index, op, s, result);
       }
     }
     const std::optional<uint32_t> cpu =
         op.has_cpu() ? std::optional<uint32_t>(op.cpu()) : std::nullopt;
-    // The common case without building a grpc::Status (two strings) per op;
-    // ValidateChargeArgs has the same conditions and says what is wrong.
-    const bool args_ok =
-        op.nr_pages() != 0 && op.nr_pages() <= service_.page_counter_max_ &&
-        (op.kind() == v1::PAGE_KIND_ANON || op.kind() == v1::PAGE_KIND_FILE) &&
-        (!cpu.has_value() || *cpu < static_cast<uint32_t>(service_.nr_cpus_));
-    if (!args_ok) {
-      return Reject(index, op,
-                    service_.ValidateChargeArgs(op.nr_pages(), op.kind(), cpu),
-                    result);
+    const PageKind kind = PageKindFromProto(op.kind());
+    std::optional<int> engine_cpu;
+    if (absl::Status s =
+            service_.ValidatePageArgs(op.nr_pages(), kind, cpu, &engine_cpu);
+        !s.ok()) {
+      return Fail(index, op, s, result);
     }
     if (handle == nullptr) {
       absl::StatusOr<GroupHandle> resolved =
           service_.engine_.ResolveGroup(path);
-      if (!resolved.ok()) {
-        return Fail(index, ToGrpcStatus(resolved.status()), result);
-      }
+      if (!resolved.ok()) return Fail(index, op, resolved.status(), result);
       handle = Insert(path, *resolved);
     }
-    const std::optional<int> engine_cpu =
-        cpu.has_value() ? std::optional<int>(static_cast<int>(*cpu))
-                        : std::nullopt;
-    absl::Status status = ApplyToEngine(*handle, op, engine_cpu, result);
+    absl::Status status = ApplyToEngine(*handle, op, kind, engine_cpu, result);
     if (status.code() == absl::StatusCode::kNotFound) {
       // The cached group was deleted: the path may name a new one.
       Forget();
       absl::StatusOr<GroupHandle> resolved =
           service_.engine_.ResolveGroup(path);
-      if (!resolved.ok()) {
-        return Fail(index, ToGrpcStatus(resolved.status()), result);
-      }
-      status = ApplyToEngine(*Insert(path, *resolved), op, engine_cpu, result);
+      if (!resolved.ok()) return Fail(index, op, resolved.status(), result);
+      status =
+          ApplyToEngine(*Insert(path, *resolved), op, kind, engine_cpu, result);
     }
-    if (!status.ok()) Fail(index, ToGrpcStatus(status), result);
-  }
-
-  // Validation failure: counted like a rejected unary Charge.
-  void Reject(int index, const v1::ChargeOp& op, const grpc::Status& status,
-              v1::OpResult* result) {
-    if (!op.uncharge()) service_.rpc_metrics_.RecordChargeRejected();
-    Fail(index, status, result);
+    if (!status.ok()) Fail(index, op, status, result);
   }
 
   absl::Status ApplyToEngine(GroupHandle handle, const v1::ChargeOp& op,
-                             std::optional<int> cpu, v1::OpResult* result) {
-    const PageKind kind =
-        op.kind() == v1::PAGE_KIND_ANON ? PageKind::kAnon : PageKind::kFile;
+                             PageKind kind, std::optional<int> cpu,
+                             v1::OpResult* result) {
     if (op.uncharge()) {
       absl::StatusOr<UnchargeResult> r =
           service_.engine_.Uncharge(handle, op.nr_pages(), kind, cpu);
@@ -175,7 +155,7 @@ class AccountingService::ChargeOpRunner {
         service_.engine_.Charge(handle, op.nr_pages(), kind, cpu);
     if (!r.ok()) return r.status();
     result->set_nr_pages(r->nr_pages);
-    result->set_throttle_us(ThrottleMicros(r->throttle));
+    result->set_throttle_us(DurationToMicros(r->throttle));
     return absl::OkStatus();
   }
 
@@ -189,14 +169,15 @@ class AccountingService::ChargeOpRunner {
 grpc::ServerUnaryReactor* AccountingService::ChargeBatch(
     grpc::CallbackServerContext* context, const v1::ChargeBatchRequest* request,
     v1::ChargeBatchResponse* response) {
-  const Clock::time_point start = Clock::now();
+  const int64_t start_ns = clock_.NowNs();
   if (request->ops_size() > static_cast<int>(kMaxBatchOps)) {
-    return FinishUnary(context, RpcMethod::kChargeBatch, start,
+    return FinishUnary(context, RpcMethod::kChargeBatch, start_ns,
                        TooManyOps(request->ops_size()));
   }
   ChargeOpRunner runner(*this);
   runner.Run(*request, response);
-  return FinishUnary(context, RpcMethod::kChargeBatch, start, grpc::Status::OK);
+  return FinishUnary(context, RpcMethod::kChargeBatch, start_ns,
+                     absl::OkStatus());
 }
 
 // The ChargeStream reactor. One read and one write may be outstanding at
@@ -225,7 +206,7 @@ class AccountingService::ChargeStreamReactor final
       : service_(service),
         context_(context),
         runner_(service),
-        start_(Clock::now()) {
+        start_ns_(service.clock_.NowNs()) {
     read_outstanding_ = true;
     StartRead(&request_);
   }
@@ -241,8 +222,7 @@ class AccountingService::ChargeStreamReactor final
         read_outstanding_ = false;
         reads_done_ = true;
         if (cancelled && status_.ok()) {
-          status_ = grpc::Status(grpc::StatusCode::CANCELLED,
-                                 "ChargeStream cancelled");
+          status_ = absl::CancelledError("ChargeStream cancelled");
         }
         finish = ShouldFinishLocked();
       }
@@ -304,8 +284,7 @@ class AccountingService::ChargeStreamReactor final
         ready_ = -1;
         if (!read_outstanding_) reads_done_ = true;
         if (status_.ok()) {
-          status_ = grpc::Status(grpc::StatusCode::CANCELLED,
-                                 "ChargeStream: write failed");
+          status_ = absl::CancelledError("ChargeStream: write failed");
         }
       } else if (ready_ >= 0) {
         buffer = writing_ = ready_;
@@ -324,8 +303,7 @@ class AccountingService::ChargeStreamReactor final
     absl::MutexLock l(&mu_);
     broken_ = true;
     if (status_.ok()) {
-      status_ =
-          grpc::Status(grpc::StatusCode::CANCELLED, "ChargeStream cancelled");
+      status_ = absl::CancelledError("ChargeStream cancelled");
     }
   }
 
@@ -345,17 +323,18 @@ class AccountingService::ChargeStreamReactor final
     grpc::Status status;
     {
       absl::MutexLock l(&mu_);
-      status = status_;
+      status = ToGrpcStatus(status_);
     }
     // Recorded before Finish so a client that sees the end sees it counted.
-    service_.RecordRpc(RpcMethod::kChargeStream, start_, status.error_code());
+    service_.RecordRpc(RpcMethod::kChargeStream, start_ns_,
+                       status.error_code());
     Finish(status);
   }
 
   AccountingService& service_;
   grpc::CallbackServerContext* const context_;
   ChargeOpRunner runner_;  // touched only by the thread applying a request
-  const Clock::time_point start_;
+  const int64_t start_ns_;                // service_.clock_
   v1::ChargeBatchRequest request_;        // owned by the outstanding read
   v1::ChargeBatchResponse responses_[2];  // see `writing_` and `ready_`
 
@@ -367,7 +346,7 @@ class AccountingService::ChargeStreamReactor final
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   int writing_ ABSL_GUARDED_BY(mu_) = 1;  // buffer last handed to StartWrite
   int ready_ ABSL_GUARDED_BY(mu_) = -1;   // built, waiting for the wire
-  grpc::Status status_ ABSL_GUARDED_BY(mu_);
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
 };
 
 grpc::ServerBidiReactor<v1::ChargeBatchRequest, v1::ChargeBatchResponse>*

@@ -392,15 +392,18 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
     MetricFamily charges = Family(
         "cgacct_charges_total",
         "Charge requests by result: ok, oom (RESOURCE_EXHAUSTED), rejected "
-        "(bad input or missing group).",
+        "(any other error: bad input, missing group, request_id conflict); "
+        "a request_id replay is not counted again.",
         MetricType::Counter);
     charges.metric.push_back(CounterMetric(
         static_cast<double>(counters.charges_ok), {{"result", "ok"}}));
     charges.metric.push_back(CounterMetric(
         static_cast<double>(counters.charges_oom), {{"result", "oom"}}));
+    // ok and oom are counted by the engine (once per charge it applies or
+    // refuses at a limit), rejected by the service alone (RpcMetrics): each
+    // charge request is in exactly one series.
     charges.metric.push_back(
-        CounterMetric(static_cast<double>(counters.charges_rejected +
-                                          rpc_.charges_rejected()),
+        CounterMetric(static_cast<double>(rpc_.charges_rejected()),
                       {{"result", "rejected"}}));
     out.push_back(std::move(charges));
   }

@@ -179,8 +179,8 @@ const char* RpcMethodName(RpcMethod method);
 const char* GrpcCodeName(grpc::StatusCode code);
 
 // Per-method, per-code handled counts and per-method handling latency of the
-// gRPC service, plus the charges the service rejects before they reach the
-// engine. Recorded by AccountingService on every call.
+// gRPC service, plus the charges it rejects. Recorded by AccountingService on
+// every call.
 //
 // Thread safety: thread-safe; Record*() are lock-free relaxed adds on the
 // calling thread's shard.
@@ -195,8 +195,13 @@ class RpcMetrics {
   // One finished call of `method` with final `code`, `latency` after the
   // handler was entered. Codes outside 0..16 count as UNKNOWN.
   void Record(RpcMethod method, grpc::StatusCode code, absl::Duration latency);
-  // A Charge refused by the service's own validation (never seen by the
-  // engine, so not in EngineCounters::charges_rejected).
+  // One charge (a Charge, or a charge op of ChargeBatch/ChargeStream) the
+  // service answered with an error other than RESOURCE_EXHAUSTED, whichever
+  // layer found it (the service's checks, which are the engine's exported
+  // ones, or the engine). The only count behind
+  // cgacct_charges_total{result="rejected"}: EngineCounters::charges_rejected
+  // is the engine's own view (it also counts the NOT_FOUND of a stale
+  // GroupHandle that the service retries) and is not added to it.
   void RecordChargeRejected();
 
   uint64_t handled(RpcMethod method, grpc::StatusCode code) const;
@@ -253,7 +258,7 @@ class MetricsCollector final : public prometheus::Collectable {
 std::string SerializeMetrics(const prometheus::Collectable& collectable);
 
 // Serves a collectable on http://HOST:PORT/metrics (prometheus-cpp pull
-// Exposer, 2 civetweb threads).
+// Exposer, 8 civetweb threads, 5 s request timeout).
 //
 // Thread safety: thread-safe after Start(); the destructor stops serving.
 class MetricsExposer {

@@ -1,27 +1,16 @@
 #include "server/request_dedup.h"
 
-#include <chrono>
 #include <utility>
 
 namespace cgacct {
-namespace {
-
-absl::Time SteadyNow() {
-  // A monotonic clock expressed as absl::Time so the window survives wall
-  // clock steps; only differences are ever used.
-  return absl::UnixEpoch() +
-         absl::FromChrono(std::chrono::steady_clock::now().time_since_epoch());
-}
-
-}  // namespace
 
 RequestDedupCache::RequestDedupCache(Options options)
     : capacity_(options.capacity > 0 ? options.capacity : 1),
-      window_(options.window),
-      clock_(options.clock ? std::move(options.clock) : SteadyNow) {}
+      window_ns_(absl::ToInt64Nanoseconds(options.window)),
+      clock_(options.clock != nullptr ? *options.clock : Clock::Real()) {}
 
-void RequestDedupCache::EvictLocked(absl::Time now) {
-  while (!arrivals_.empty() && (arrivals_.front().arrived + window_ <= now ||
+void RequestDedupCache::EvictLocked(int64_t now_ns) {
+  while (!arrivals_.empty() && (!LiveAt(arrivals_.front().arrived_ns, now_ns) ||
                                 arrivals_.size() >= capacity_)) {
     const Arrival& oldest = arrivals_.front();
     auto it = entries_.find(oldest.request_id);
@@ -34,11 +23,11 @@ void RequestDedupCache::EvictLocked(absl::Time now) {
 
 RequestDedupCache::BeginResult RequestDedupCache::Begin(
     const std::string& request_id, const DedupFingerprint& fingerprint) {
-  const absl::Time now = clock_();
+  const int64_t now_ns = clock_.NowNs();
   BeginResult result;
   absl::MutexLock l(&mu_);
   auto it = entries_.find(request_id);
-  if (it != entries_.end() && it->second.arrived + window_ > now) {
+  if (it != entries_.end() && LiveAt(it->second.arrived_ns, now_ns)) {
     const Entry& entry = it->second;
     if (entry.fingerprint != fingerprint) {
       result.verdict = Verdict::kMismatch;
@@ -52,11 +41,11 @@ RequestDedupCache::BeginResult RequestDedupCache::Begin(
   }
   // Absent or expired: this arrival is the first one. Make room before
   // inserting so the table never exceeds capacity_.
-  EvictLocked(now);
+  EvictLocked(now_ns);
   const uint64_t ticket = next_ticket_++;
   Entry& entry = entries_[request_id];
-  entry = Entry{fingerprint, ticket, now, /*in_flight=*/true, DedupAnswer()};
-  arrivals_.push_back(Arrival{request_id, ticket, now});
+  entry = Entry{fingerprint, ticket, now_ns, /*in_flight=*/true, DedupAnswer()};
+  arrivals_.push_back(Arrival{request_id, ticket, now_ns});
   result.verdict = Verdict::kProceed;
   result.ticket = ticket;
   return result;

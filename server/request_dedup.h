@@ -8,21 +8,20 @@
 #ifndef CGACCT_SERVER_REQUEST_DEDUP_H_
 #define CGACCT_SERVER_REQUEST_DEDUP_H_
 
-#include <grpcpp/support/status.h>
-
 #include <cstddef>
 #include <cstdint>
 #include <deque>
-#include <functional>
 #include <optional>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/hash/hash.h"
+#include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "engine/clock.h"
 
 namespace cgacct {
 
@@ -56,11 +55,11 @@ struct DedupFingerprint {
   }
 };
 
-// The final answer of a de-duplicated call: its status and the fields of its
-// response (ChargeResponse uses both, UnchargeResponse only nr_pages).
+// The final answer of a de-duplicated call: its status (converted to gRPC
+// once, when the call is answered) and the fields of its response
+// (ChargeResponse uses both, UnchargeResponse only nr_pages).
 struct DedupAnswer {
-  grpc::StatusCode code = grpc::StatusCode::OK;
-  std::string message;
+  absl::Status status;
   uint64_t nr_pages = 0;
   uint64_t throttle_us = 0;
 };
@@ -79,8 +78,9 @@ class RequestDedupCache {
   struct Options {
     size_t capacity = 65536;
     absl::Duration window = absl::Seconds(60);
-    // Monotonic time source; tests inject a fake. Default: steady clock.
-    std::function<absl::Time()> clock;
+    // Monotonic time source; tests inject a ManualClock. Null: the steady
+    // clock (Clock::Real()). Not owned; must outlive the cache.
+    const Clock* clock = nullptr;
   };
 
   enum class Verdict {
@@ -119,24 +119,29 @@ class RequestDedupCache {
   struct Entry {
     DedupFingerprint fingerprint;
     uint64_t ticket = 0;
-    absl::Time arrived;
+    int64_t arrived_ns = 0;  // clock_.NowNs() at the first arrival
     bool in_flight = true;
     DedupAnswer answer;
   };
   struct Arrival {
     std::string request_id;
     uint64_t ticket = 0;
-    absl::Time arrived;
+    int64_t arrived_ns = 0;
   };
 
+  // Whether an entry that arrived at `arrived_ns` is still inside the window
+  // at `now_ns`.
+  bool LiveAt(int64_t arrived_ns, int64_t now_ns) const {
+    return now_ns - arrived_ns < window_ns_;
+  }
   // Forgets entries older than the window, then the oldest ones until fewer
   // than `capacity_` arrivals remain.
-  void EvictLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EvictLocked(int64_t now_ns) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Constant after construction.
   const size_t capacity_;
-  const absl::Duration window_;
-  const std::function<absl::Time()> clock_;
+  const int64_t window_ns_;
+  const Clock& clock_;
 
   // State below is protected by mu_.
   mutable absl::Mutex mu_;

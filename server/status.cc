@@ -31,14 +31,17 @@ static_assert(static_cast<int>(absl::StatusCode::kUnauthenticated) ==
 
 }  // namespace
 
+grpc::StatusCode ToGrpcStatusCode(const absl::Status& status) {
+  const int code = status.raw_code();
+  return (code >= grpc::StatusCode::OK &&
+          code <= grpc::StatusCode::UNAUTHENTICATED)
+             ? static_cast<grpc::StatusCode>(code)
+             : grpc::StatusCode::UNKNOWN;
+}
+
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
-  const int code = status.raw_code();
-  const grpc::StatusCode grpc_code =
-      (code > grpc::StatusCode::OK && code <= grpc::StatusCode::UNAUTHENTICATED)
-          ? static_cast<grpc::StatusCode>(code)
-          : grpc::StatusCode::UNKNOWN;
-  return grpc::Status(grpc_code, std::string(status.message()));
+  return grpc::Status(ToGrpcStatusCode(status), std::string(status.message()));
 }
 
 }  // namespace cgacct

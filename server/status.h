@@ -1,5 +1,6 @@
-// The one place where engine errors (absl::Status) become gRPC errors
-// (DESIGN.md §2, STYLE.md habit 6).
+// The one place where absl::Status (the engine's errors and the service's
+// own) becomes a gRPC status (DESIGN.md §2, STYLE.md habit 6). The service
+// works in absl::Status throughout and converts once, when it answers.
 #ifndef CGACCT_SERVER_STATUS_H_
 #define CGACCT_SERVER_STATUS_H_
 
@@ -16,6 +17,10 @@ namespace cgacct {
 //
 // Thread safety: pure function, thread-safe.
 grpc::Status ToGrpcStatus(const absl::Status& status);
+
+// The code part of ToGrpcStatus(status), without copying the message (for
+// ChargeBatch's per-op results, which carry the code as a number).
+grpc::StatusCode ToGrpcStatusCode(const absl::Status& status);
 
 }  // namespace cgacct
 

@@ -9,7 +9,9 @@
 
 #include <chrono>
 #include <cstdint>
+#include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -19,6 +21,7 @@
 #include "engine/engine.h"
 #include "server/accounting_service.h"
 #include "server/metrics.h"
+#include "server/wire.h"
 #include "tests/server/in_process_server.h"
 
 namespace cgacct {
@@ -142,8 +145,9 @@ TEST_F(ChargeBatchTest, PartialSuccessInOrderWithTheFieldNamed) {
   EXPECT_EQ(DrainedCurrent("/a"), 0u);
   EXPECT_EQ(DrainedCurrent("/b"), 2u);
   EXPECT_EQ(engine_->GetCounters().charges_ok, 2u);
-  // Charges refused by validation are counted like unary ones (ops 1-4).
-  EXPECT_EQ(rpc_metrics_.charges_rejected(), 4u);
+  // Charge ops answered with an error other than OOM are counted like
+  // unary ones (ops 1-5; not the uncharge 6 nor the OOM 7).
+  EXPECT_EQ(rpc_metrics_.charges_rejected(), 5u);
   EXPECT_EQ(rpc_metrics_.handled(RpcMethod::kChargeBatch, grpc::StatusCode::OK),
             1u);
 }
@@ -163,6 +167,219 @@ TEST_F(ChargeBatchTest, SameAnswersAsUnaryCharge) {
   EXPECT_EQ(response.results(0).code(), unary.error_code());
   EXPECT_EQ(response.results(0).message(),
             absl::StrCat("ops[0]: ", unary.error_message()));
+}
+
+// One bad charge, and what every RPC must answer for it.
+struct BadCharge {
+  v1::ChargeOp op;
+  grpc::StatusCode code;
+  std::string message;  // exact, without ChargeBatch's "ops[i]: "
+  bool engine_sees_it;  // the engine can be given these arguments
+};
+
+std::vector<BadCharge> BadCharges(uint64_t page_counter_max) {
+  const uint64_t max = page_counter_max;
+  const uint64_t u64_max = std::numeric_limits<uint64_t>::max();
+  auto op = [](const std::string& path, uint64_t nr_pages, int kind,
+               std::optional<uint32_t> cpu) {
+    v1::ChargeOp op = Op(0, false, path, nr_pages,
+                         static_cast<v1::PageKind>(kind), /*cpu=*/-1);
+    if (cpu.has_value()) op.set_cpu(*cpu);
+    return op;
+  };
+  const grpc::StatusCode kInvalid = grpc::StatusCode::INVALID_ARGUMENT;
+  return {
+      {op("/a", 0, v1::PAGE_KIND_ANON, 0), kInvalid, "nr_pages must be > 0",
+       true},
+      {op("/a", max + 1, v1::PAGE_KIND_ANON, 0), kInvalid,
+       absl::StrCat("nr_pages ", max + 1, " exceeds PAGE_COUNTER_MAX (", max,
+                    ")"),
+       true},
+      {op("/a", u64_max, v1::PAGE_KIND_FILE, std::nullopt), kInvalid,
+       absl::StrCat("nr_pages ", u64_max, " exceeds PAGE_COUNTER_MAX (", max,
+                    ")"),
+       true},
+      {op("/a", 1, v1::PAGE_KIND_UNSPECIFIED, 0), kInvalid,
+       "kind must be ANON or FILE", true},
+      {op("/a", 1, 7, 0), kInvalid, "kind must be ANON or FILE", true},
+      {op("/a", 1, v1::PAGE_KIND_ANON, kCpus), kInvalid,
+       "cpu 4 out of range [0, 4)", true},
+      {op("/a", 1, v1::PAGE_KIND_ANON, 2147483648u), kInvalid,
+       "cpu 2147483648 out of range [0, 4)", false},
+      {op("/a", 1, v1::PAGE_KIND_ANON, std::numeric_limits<uint32_t>::max()),
+       kInvalid, "cpu 4294967295 out of range [0, 4)", false},
+      {op("a/", 1, v1::PAGE_KIND_ANON, 0), kInvalid,
+       std::string(ValidateGroupPath("a/").message()), true},
+      {op("/missing", 1, v1::PAGE_KIND_ANON, 0), grpc::StatusCode::NOT_FOUND,
+       "path \"/missing\": no such group", true},
+  };
+}
+
+v1::ChargeRequest AsCharge(const v1::ChargeOp& op) {
+  v1::ChargeRequest charge;
+  charge.set_path(op.path());
+  charge.set_nr_pages(op.nr_pages());
+  charge.set_kind(op.kind());
+  if (op.has_cpu()) charge.set_cpu(op.cpu());
+  return charge;
+}
+
+TEST_F(ChargeBatchTest,
+       SameWordsThroughChargeChargeBatchChargeStreamAndEngine) {
+  const std::vector<BadCharge> cases = BadCharges(engine_->page_counter_max());
+  v1::ChargeBatchRequest batch;
+  for (const BadCharge& c : cases) *batch.add_ops() = c.op;
+  v1::ChargeBatchResponse batch_response;
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(stub_->ChargeBatch(&context, batch, &batch_response).ok());
+  }
+  ASSERT_EQ(batch_response.results_size(), static_cast<int>(cases.size()));
+  grpc::ClientContext stream_context;
+  auto stream = stub_->ChargeStream(&stream_context);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const BadCharge& c = cases[i];
+    SCOPED_TRACE(c.op.ShortDebugString());
+    // Charge: the engine's words, exactly.
+    v1::ChargeResponse unary_response;
+    grpc::ClientContext context;
+    const grpc::Status unary =
+        stub_->Charge(&context, AsCharge(c.op), &unary_response);
+    EXPECT_EQ(unary.error_code(), c.code);
+    EXPECT_EQ(unary.error_message(), c.message);
+    // The engine itself, given the same arguments, says the same.
+    if (c.engine_sees_it) {
+      const absl::Status engine =
+          engine_
+              ->Charge(c.op.path(), c.op.nr_pages(),
+                       PageKindFromProto(c.op.kind()),
+                       c.op.has_cpu()
+                           ? std::optional<int>(static_cast<int>(c.op.cpu()))
+                           : std::nullopt)
+              .status();
+      EXPECT_EQ(engine.raw_code(), static_cast<int>(c.code));
+      EXPECT_EQ(engine.message(), c.message);
+    }
+    // ChargeBatch: "ops[i]: " and the same.
+    EXPECT_EQ(batch_response.results(static_cast<int>(i)).code(), c.code);
+    EXPECT_EQ(batch_response.results(static_cast<int>(i)).message(),
+              absl::StrCat("ops[", i, "]: ", c.message));
+    // ChargeStream: one op per request, so "ops[0]: ".
+    v1::ChargeBatchRequest request;
+    *request.add_ops() = c.op;
+    v1::ChargeBatchResponse response;
+    ASSERT_TRUE(stream->Write(request));
+    ASSERT_TRUE(stream->Read(&response));
+    ASSERT_EQ(response.results_size(), 1);
+    EXPECT_EQ(response.results(0).code(), c.code);
+    EXPECT_EQ(response.results(0).message(),
+              absl::StrCat("ops[0]: ", c.message));
+  }
+  ASSERT_TRUE(stream->WritesDone());
+  EXPECT_TRUE(stream->Finish().ok());
+  EXPECT_EQ(DrainedCurrent("/a"), 0u);
+}
+
+// Parses `name{labels} value` out of a metrics text; -1 when absent.
+double MetricValue(const std::string& text, const std::string& series) {
+  const std::string needle = series + " ";
+  const size_t pos = text.find("\n" + needle);
+  if (pos == std::string::npos) return -1;
+  return std::stod(text.substr(pos + 1 + needle.size()));
+}
+
+TEST_F(ChargeBatchTest, EveryChargeIsCountedOnceInChargesTotal) {
+  const std::vector<BadCharge> bad = BadCharges(engine_->page_counter_max());
+  uint64_t charges = 0;
+  // Charge: every bad one, one OOM, two ok.
+  for (const BadCharge& c : bad) {
+    v1::ChargeResponse response;
+    grpc::ClientContext context;
+    EXPECT_FALSE(stub_->Charge(&context, AsCharge(c.op), &response).ok());
+    ++charges;
+  }
+  {
+    v1::ChargeRequest charge = AsCharge(Op(0, false, "/a", 200));  // > max
+    v1::ChargeResponse response;
+    grpc::ClientContext context;
+    EXPECT_EQ(stub_->Charge(&context, charge, &response).error_code(),
+              grpc::StatusCode::RESOURCE_EXHAUSTED);
+    ++charges;
+    charge = AsCharge(Op(0, false, "/b", 1));
+    for (int i = 0; i < 2; ++i) {
+      grpc::ClientContext ok_context;
+      EXPECT_TRUE(stub_->Charge(&ok_context, charge, &response).ok());
+      ++charges;
+    }
+  }
+  // A rejected Charge retried with its request_id: one charge, one answer.
+  {
+    v1::ChargeRequest charge = AsCharge(Op(0, false, "/missing", 1));
+    charge.set_request_id("missing-1");
+    for (int i = 0; i < 3; ++i) {
+      v1::ChargeResponse response;
+      grpc::ClientContext context;
+      EXPECT_EQ(stub_->Charge(&context, charge, &response).error_code(),
+                grpc::StatusCode::NOT_FOUND);
+    }
+    ++charges;
+  }
+  // ChargeBatch: every bad one, an OOM, an ok, and a bad uncharge (not a
+  // charge: not counted).
+  {
+    std::vector<v1::ChargeOp> ops;
+    for (const BadCharge& c : bad) ops.push_back(c.op);
+    ops.push_back(Op(0, false, "/a", 200));
+    ops.push_back(Op(0, false, "/b", 1));
+    ops.push_back(Op(0, true, "/b", 0));
+    v1::ChargeBatchResponse response;
+    ASSERT_TRUE(Batch(ops, &response).ok());
+    charges += bad.size() + 2;
+  }
+  // ChargeStream: every bad one, then a charge through a handle whose group
+  // was deleted and re-created (the engine refuses the stale handle, the
+  // service re-resolves and applies it: one charge, ok).
+  {
+    grpc::ClientContext context;
+    auto stream = stub_->ChargeStream(&context);
+    v1::ChargeBatchRequest request;
+    for (const BadCharge& c : bad) *request.add_ops() = c.op;
+    *request.add_ops() = Op(0, false, "/b", 1);
+    v1::ChargeBatchResponse response;
+    ASSERT_TRUE(stream->Write(request));
+    ASSERT_TRUE(stream->Read(&response));
+    charges += bad.size() + 1;
+    engine_->DrainAllStock();
+    ASSERT_TRUE(engine_->DeleteGroup("/b").ok());
+    ASSERT_TRUE(engine_->CreateGroup("/b", {}).ok());
+    request.Clear();
+    *request.add_ops() = Op(0, false, "/b", 1);
+    ASSERT_TRUE(stream->Write(request));
+    ASSERT_TRUE(stream->Read(&response));
+    EXPECT_EQ(response.results(0).code(), grpc::StatusCode::OK)
+        << response.results(0).message();
+    ++charges;
+    ASSERT_TRUE(stream->WritesDone());
+    ASSERT_TRUE(stream->Finish().ok());
+  }
+
+  const uint64_t rejected = 3 * bad.size() + 1;  // + the request_id one
+  EXPECT_EQ(rpc_metrics_.charges_rejected(), rejected);
+  RstatFlushObserver flush_observer;
+  MetricsCollector collector(*engine_, flush_observer, rpc_metrics_);
+  const std::string text = SerializeMetrics(collector);
+  const double ok = MetricValue(text, "cgacct_charges_total{result=\"ok\"}");
+  const double oom = MetricValue(text, "cgacct_charges_total{result=\"oom\"}");
+  const double rejected_series =
+      MetricValue(text, "cgacct_charges_total{result=\"rejected\"}");
+  EXPECT_EQ(rejected_series, static_cast<double>(rejected)) << text;
+  EXPECT_EQ(oom, 2.0);
+  EXPECT_EQ(ok, 5.0);
+  // Each charge request is in exactly one series.
+  EXPECT_EQ(ok + oom + rejected_series, static_cast<double>(charges));
+  // The engine's own count also saw the stale handle it refused (and the
+  // direct NOT_FOUNDs): that is why the exported series does not add it.
+  EXPECT_GT(engine_->GetCounters().charges_rejected, 0u);
 }
 
 TEST_F(ChargeBatchTest, EmptyBatchAndCap) {

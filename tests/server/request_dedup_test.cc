@@ -4,7 +4,9 @@
 
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "engine/clock.h"
 
 namespace cgacct {
 namespace {
@@ -26,25 +28,17 @@ DedupAnswer Ok(uint64_t nr_pages) {
   return answer;
 }
 
-class FakeClock {
- public:
-  absl::Time Now() const { return now_; }
-  void Advance(absl::Duration d) { now_ += d; }
-
- private:
-  absl::Time now_ = absl::UnixEpoch() + absl::Hours(1);
-};
-
-RequestDedupCache::Options OptionsWith(FakeClock& clock, size_t capacity) {
+RequestDedupCache::Options OptionsWith(const ManualClock& clock,
+                                       size_t capacity) {
   RequestDedupCache::Options options;
   options.capacity = capacity;
   options.window = absl::Seconds(60);
-  options.clock = [&clock] { return clock.Now(); };
+  options.clock = &clock;
   return options;
 }
 
 TEST(RequestDedupCacheTest, FirstProceedsThenInFlightThenReplay) {
-  FakeClock clock;
+  ManualClock clock;
   RequestDedupCache cache(OptionsWith(clock, 16));
   const auto first = cache.Begin("r1", Fp(3));
   ASSERT_EQ(first.verdict, Verdict::kProceed);
@@ -52,12 +46,12 @@ TEST(RequestDedupCacheTest, FirstProceedsThenInFlightThenReplay) {
   cache.Complete("r1", first.ticket, Ok(3));
   const auto again = cache.Begin("r1", Fp(3));
   ASSERT_EQ(again.verdict, Verdict::kReplay);
-  EXPECT_EQ(again.answer.code, grpc::StatusCode::OK);
+  EXPECT_TRUE(again.answer.status.ok());
   EXPECT_EQ(again.answer.nr_pages, 3u);
 }
 
 TEST(RequestDedupCacheTest, DifferentFingerprintIsMismatchEvenInFlight) {
-  FakeClock clock;
+  ManualClock clock;
   RequestDedupCache cache(OptionsWith(clock, 16));
   const auto first = cache.Begin("r1", Fp(3));
   EXPECT_EQ(cache.Begin("r1", Fp(4)).verdict, Verdict::kMismatch);
@@ -72,21 +66,19 @@ TEST(RequestDedupCacheTest, DifferentFingerprintIsMismatchEvenInFlight) {
 }
 
 TEST(RequestDedupCacheTest, ErrorsAreStoredAndReplayed) {
-  FakeClock clock;
+  ManualClock clock;
   RequestDedupCache cache(OptionsWith(clock, 16));
   const auto first = cache.Begin("r1", Fp(3));
   DedupAnswer oom;
-  oom.code = grpc::StatusCode::RESOURCE_EXHAUSTED;
-  oom.message = "oom in /p";
+  oom.status = absl::ResourceExhaustedError("oom in /p");
   cache.Complete("r1", first.ticket, oom);
   const auto again = cache.Begin("r1", Fp(3));
   ASSERT_EQ(again.verdict, Verdict::kReplay);
-  EXPECT_EQ(again.answer.code, grpc::StatusCode::RESOURCE_EXHAUSTED);
-  EXPECT_EQ(again.answer.message, "oom in /p");
+  EXPECT_EQ(again.answer.status, absl::ResourceExhaustedError("oom in /p"));
 }
 
 TEST(RequestDedupCacheTest, EntriesExpireAfterTheWindow) {
-  FakeClock clock;
+  ManualClock clock;
   RequestDedupCache cache(OptionsWith(clock, 16));
   cache.Complete("r1", cache.Begin("r1", Fp(3)).ticket, Ok(3));
   clock.Advance(absl::Seconds(59));
@@ -98,7 +90,7 @@ TEST(RequestDedupCacheTest, EntriesExpireAfterTheWindow) {
 }
 
 TEST(RequestDedupCacheTest, InFlightEntryAlsoExpires) {
-  FakeClock clock;
+  ManualClock clock;
   RequestDedupCache cache(OptionsWith(clock, 16));
   const auto lost = cache.Begin("r1", Fp(3));
   clock.Advance(absl::Seconds(61));
@@ -106,15 +98,15 @@ TEST(RequestDedupCacheTest, InFlightEntryAlsoExpires) {
   ASSERT_EQ(fresh.verdict, Verdict::kProceed);
   // The stale completion must not overwrite the fresh entry.
   DedupAnswer stale;
-  stale.code = grpc::StatusCode::INTERNAL;
+  stale.status = absl::InternalError("stale");
   cache.Complete("r1", lost.ticket, stale);
   EXPECT_EQ(cache.Begin("r1", Fp(3)).verdict, Verdict::kInFlight);
   cache.Complete("r1", fresh.ticket, Ok(3));
-  EXPECT_EQ(cache.Begin("r1", Fp(3)).answer.code, grpc::StatusCode::OK);
+  EXPECT_TRUE(cache.Begin("r1", Fp(3)).answer.status.ok());
 }
 
 TEST(RequestDedupCacheTest, CapacityEvictsTheOldest) {
-  FakeClock clock;
+  ManualClock clock;
   RequestDedupCache cache(OptionsWith(clock, 3));
   for (const char* id : {"a", "b", "c", "d"}) {
     const auto begin = cache.Begin(id, Fp(1));
@@ -129,7 +121,7 @@ TEST(RequestDedupCacheTest, CapacityEvictsTheOldest) {
 }
 
 TEST(RequestDedupCacheTest, SizeStaysBoundedUnderManyIds) {
-  FakeClock clock;
+  ManualClock clock;
   RequestDedupCache cache(OptionsWith(clock, 100));
   for (int i = 0; i < 10000; ++i) {
     const std::string id = "id-" + std::to_string(i);

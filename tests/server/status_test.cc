@@ -42,5 +42,16 @@ TEST(ToGrpcStatusTest, NonCanonicalCodeBecomesUnknown) {
   EXPECT_EQ(out.error_message(), "odd");
 }
 
+TEST(ToGrpcStatusCodeTest, IsTheCodeOfToGrpcStatus) {
+  EXPECT_EQ(ToGrpcStatusCode(absl::OkStatus()), grpc::StatusCode::OK);
+  for (int code = 0; code <= 17; ++code) {
+    const absl::Status in(static_cast<absl::StatusCode>(code), "m");
+    EXPECT_EQ(ToGrpcStatusCode(in), ToGrpcStatus(in).error_code()) << code;
+  }
+  EXPECT_EQ(
+      ToGrpcStatusCode(absl::Status(static_cast<absl::StatusCode>(42), "odd")),
+      grpc::StatusCode::UNKNOWN);
+}
+
 }  // namespace
 }  // namespace cgacct
