@@ -11,7 +11,8 @@ PeriodicFlusher::PeriodicFlusher(absl::Duration interval, const Clock& clock,
       clock_(clock),
       flush_(std::move(flush)),
       last_flush_ns_(clock.NowNs()) {
-  if (interval_ > absl::ZeroDuration()) thread_ = std::thread([this] { Loop(); });
+  if (interval_ > absl::ZeroDuration())
+    thread_ = std::thread([this] { Loop(); });
 }
 
 PeriodicFlusher::~PeriodicFlusher() {

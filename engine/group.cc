@@ -14,14 +14,11 @@ Group::Group(std::string path, uint64_t id, Group* parent, Rstat* rstat,
     : path_(std::move(path)),
       id_(id),
       parent_(parent),
-      memory_(parent != nullptr ? &parent->memory_ : nullptr,
-              page_counter_max),
+      memory_(parent != nullptr ? &parent->memory_ : nullptr, page_counter_max),
       rstat_group_(rstat, parent != nullptr ? &parent->rstat_group_ : nullptr,
                    path_) {}
 
-absl::string_view Group::name() const {
-  return LeafName(path_);
-}
+absl::string_view Group::name() const { return LeafName(path_); }
 
 void Group::Charged(PageKind kind, uint64_t nr_pages) {
   PagesOf(kind).fetch_add(nr_pages, std::memory_order_relaxed);
@@ -41,8 +38,8 @@ absl::StatusOr<uint64_t> Group::Uncharging(PageKind kind, uint64_t nr_pages) {
     // Relaxed: the count is the only data; the page_counter uncharge that
     // follows is ordered by its own atomics. The same CAS as reclaim's
     // LruIsolatePages(), so a FILE page is reclaimed or uncharged, not both.
-  } while (!held.compare_exchange_weak(cur, cur - take,
-                                       std::memory_order_relaxed));
+  } while (
+      !held.compare_exchange_weak(cur, cur - take, std::memory_order_relaxed));
   return take;
 }
 

@@ -93,8 +93,8 @@ absl::StatusOr<Group*> GroupTree::Add(absl::string_view path) {
 }
 
 void GroupTree::Remove(Group* group) {
-  group->parent()->children_.erase(group->parent()->children_.find(
-      group->name()));
+  group->parent()->children_.erase(
+      group->parent()->children_.find(group->name()));
   RemoveHandleSlotLocked(group);
   groups_.erase(groups_.find(group->path()));
   nr_groups_.fetch_sub(1, std::memory_order_relaxed);

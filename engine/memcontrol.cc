@@ -34,11 +34,11 @@ MemoryController::MemoryController(int nr_cpus, const EngineOptions& options)
       page_counter_max_(static_cast<uint64_t>(LONG_MAX) /
                         options.page_size_bytes),
       clock_(options.clock != nullptr ? *options.clock : Clock::Real()),
-      rstat_(nr_cpus,
-             FlushLockConfig{options.flush_lock_policy,
-                             options.flush_batch_cpus,
-                             options.flush_hold_budget},
-             options.observer, clock_),
+      rstat_(
+          nr_cpus,
+          FlushLockConfig{options.flush_lock_policy, options.flush_batch_cpus,
+                          options.flush_hold_budget},
+          options.observer, clock_),
       tree_(nr_cpus, &rstat_, page_counter_max_),
       stock_(nr_cpus, options.charge_batch_pages, options.stock_pool_buckets,
              options.stock_victim_sets),
@@ -224,9 +224,9 @@ absl::Status MemoryController::TryChargeMemcg(Group* g, uint64_t nr_pages,
     // its counter, bounded by PAGE_COUNTER_MAX (so bytes never wrap).
     PageCounter* fail = nullptr;
     if (memory->TryCharge(nr_pages, &fail)) return absl::OkStatus();
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "PAGE_COUNTER_MAX of / reached: cannot charge ", nr_pages,
-        " pages (usage ", memory->Read(), " pages)"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("PAGE_COUNTER_MAX of / reached: cannot charge ", nr_pages,
+                     " pages (usage ", memory->Read(), " pages)"));
   }
   uint64_t batch = std::max<uint64_t>(stock_.batch_pages(), nr_pages);
   int retries = kMaxReclaimRetries;

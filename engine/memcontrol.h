@@ -132,10 +132,10 @@ class MemoryController {
   void ApplyLimits(Group* g, const LimitsUpdate& limits);
   void MemoryHighWrite(Group* g, int cpu)
       ABSL_SHARED_LOCKS_REQUIRED(tree_.lock())
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(limits_mu_);
+          ABSL_EXCLUSIVE_LOCKS_REQUIRED(limits_mu_);
   void MemoryMaxWrite(Group* g, int cpu)
       ABSL_SHARED_LOCKS_REQUIRED(tree_.lock())
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(limits_mu_);
+          ABSL_EXCLUSIVE_LOCKS_REQUIRED(limits_mu_);
 
   Limits LimitsOf(const Group& g) const;
   GroupInfo InfoOf(const Group& g) const;

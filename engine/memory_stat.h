@@ -23,9 +23,9 @@
 namespace cgacct {
 
 struct MemoryStat {
-  uint64_t anon = 0;  // bytes
-  uint64_t file = 0;  // bytes
-  uint64_t pgscan = 0;  // every reclaimer's pgscan_*
+  uint64_t anon = 0;     // bytes
+  uint64_t file = 0;     // bytes
+  uint64_t pgscan = 0;   // every reclaimer's pgscan_*
   uint64_t pgsteal = 0;  // every reclaimer's pgsteal_*
   uint64_t pgscan_kswapd = 0;
   uint64_t pgscan_direct = 0;

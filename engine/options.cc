@@ -34,10 +34,9 @@ absl::Status EngineOptions::Validate() const {
                      " out of range [1, ", kMaxCpus, "]"));
   if (flush_hold_budget <= absl::ZeroDuration() ||
       flush_hold_budget > absl::Seconds(1))
-    return absl::InvalidArgumentError(
-        absl::StrCat("flush_hold_budget ",
-                     absl::FormatDuration(flush_hold_budget),
-                     " must be in (0, 1s]"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "flush_hold_budget ", absl::FormatDuration(flush_hold_budget),
+        " must be in (0, 1s]"));
   if (periodic_flush_interval < absl::ZeroDuration())
     return absl::InvalidArgumentError("periodic_flush_interval must be >= 0");
   return absl::OkStatus();

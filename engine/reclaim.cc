@@ -68,16 +68,18 @@ void CalculateProtection(const Group* root, Group* memcg,
   const Group* parent = memcg->parent();
   if (parent == root) {
     memcg->memory().set_effective_protection(memcg->memory().min(),
-                                           memcg->memory().low());
+                                             memcg->memory().low());
     return;
   }
   const uint64_t parent_usage = parent->memory().Read();
   const uint64_t emin = EffectiveProtection(
       usage, parent_usage, memcg->memory().min(), parent->memory().emin(),
-      ProtectedSum(parent->memory().children_min_usage()), recursive_protection);
+      ProtectedSum(parent->memory().children_min_usage()),
+      recursive_protection);
   const uint64_t elow = EffectiveProtection(
       usage, parent_usage, memcg->memory().low(), parent->memory().elow(),
-      ProtectedSum(parent->memory().children_low_usage()), recursive_protection);
+      ProtectedSum(parent->memory().children_low_usage()),
+      recursive_protection);
   memcg->memory().set_effective_protection(emin, elow);
 }
 
@@ -336,8 +338,7 @@ void Reclaimer::ShrinkLruvec(Group* memcg, ScanControl& sc) {
   // (SCAN_FILE), lru_size >> priority, scaled by protection.
   // The protection scaling runs (and may set memcg_low_skipped) even for an
   // empty list, as the kernel's does for every evictable list.
-  const uint64_t lru_size =
-      memcg->nr_pages(PageKind::kFile);
+  const uint64_t lru_size = memcg->nr_pages(PageKind::kFile);
   uint64_t min, low;
   MemCgroupProtection(sc.target, memcg, &min, &low);
   uint64_t scan =

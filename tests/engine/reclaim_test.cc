@@ -132,7 +132,9 @@ TEST(HighDelayTest, ScalesWithTheChargeSize) {
 
 class Tree {
  public:
-  Tree() : rstat_(1, FlushLockConfig{}, nullptr), tree_(1, &rstat_, kPageCounterMax) {}
+  Tree()
+      : rstat_(1, FlushLockConfig{}, nullptr),
+        tree_(1, &rstat_, kPageCounterMax) {}
   Group* root() const { return tree_.root(); }
   Group* Add(const std::string& path) {
     PercpuWriterLock l(tree_.lock());
