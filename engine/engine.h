@@ -14,18 +14,33 @@
 // Thread safety: thread-safe. Every public method may be called concurrently
 // from any thread. Operations name a per-CPU slot (`cpu`); when absent, the
 // calling thread's sched_getcpu() (modulo nr_cpus) is used, or the override of
-// a ScopedCpuOverride on the calling thread.
+// a ScopedCpuOverride on the calling thread (engine/percpu.h).
+//
+// Where things live (each file states its invariants at the top):
+//   engine/options.h      EngineOptions and their validation
+//   engine/validate.h     the argument checks, exported for front ends
+//   engine/group_path.h   the path grammar
+//   engine/group.h        a group (struct mem_cgroup) and its page counts
+//   engine/group_tree.h   the registry, GroupHandle table, tree lock
+//   engine/memcontrol.h   charge, uncharge, limits, events (mm/memcontrol.c)
+//   engine/memory_stat.h  memory.stat
+//   engine/flusher.h      the periodic flusher
+//   engine/page_counter.h, stock.h, rstat.h, reclaim.h  the kernel's
+//                         page_counter, per-CPU stock, rstat and reclaim
 //
 // Errors (absl::Status codes, messages name the offending field):
 //   INVALID_ARGUMENT    bad path, nr_pages == 0, cpu >= nr_cpus, root where
 //                       the root is not allowed
 //   NOT_FOUND           the group (or the parent, for CreateGroup) is missing
-//   ALREADY_EXISTS      CreateGroup on an existing path
+//   ALREADY_EXISTS      CreateGroup on an existing path, "/" included (the
+//                       root always exists)
 //   FAILED_PRECONDITION DeleteGroup with children; Uncharge of more ANON pages
 //                       than the group holds
 //   RESOURCE_EXHAUSTED  Charge hit OOM; the message names the limiting group
 //   UNAVAILABLE         Reclaim could not reclaim the requested amount
-// A failed call changes nothing.
+// A failed call changes nothing. The argument checks are exported
+// (engine/validate.h: ValidateGroupPath, ValidateNrPages, ValidatePageKind,
+// ResolveCpu) so that a front end rejects with the same rules and words.
 #ifndef CGACCT_ENGINE_ENGINE_H_
 #define CGACCT_ENGINE_ENGINE_H_
 
@@ -38,65 +53,21 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "engine/clock.h"
 #include "engine/group_handle.h"
-#include "engine/observer.h"
+#include "engine/options.h"
 #include "engine/types.h"
+#include "engine/validate.h"
 
 namespace cgacct {
-
-struct EngineOptions {
-  // Per-CPU slots; 0 = the machine's online CPUs. At most kMaxCpus.
-  int nr_cpus = 0;
-  // Bytes per page; a power of two >= 512.
-  uint64_t page_size_bytes = 4096;
-  FlushLockPolicy flush_lock_policy = FlushLockPolicy::kPerCpu;
-  // kBatch: CPUs per lock hold, 1..4096.
-  int flush_batch_cpus = 8;
-  // kAdaptive: drop and retake the lock once a hold reaches this, > 0.
-  absl::Duration flush_hold_budget = absl::Microseconds(50);
-  // Background flush of the whole tree (the kernel's FLUSH_TIME, 2 s);
-  // zero disables the flusher thread.
-  absl::Duration periodic_flush_interval = absl::Seconds(2);
-  // Pages per per-CPU stock refill (MEMCG_CHARGE_BATCH), in [1, 127]: the
-  // first charge attempt's size and the most a stock slot parks. 1 turns the
-  // stock off (every charge and uncharge walks the page_counters). The rstat
-  // flush threshold stays at kChargeBatchPages.
-  uint32_t charge_batch_pages = kChargeBatchPages;
-  // Buckets of the stock's shared pool (engine/stock.h): 0 = no pool (the
-  // kernel's stock alone), else a power of two <= 65536. Pages moving
-  // between CPUs or between more than 7 groups on a CPU go through a
-  // group's bucket instead of walking the page_counters.
-  uint32_t stock_pool_buckets = 1024;
-  // Sets (4 ways each) of every CPU's victim table behind its 7 stock slots
-  // (engine/stock.h): 0 = none (the kernel's 7 slots alone), else a power
-  // of two <= 1024. Lets one CPU serve far more than 7 groups from
-  // pre-charged pages; a CPU may then park (7 + 4 x sets) x batch pages.
-  // Memory: nr_cpus x sets x 64 bytes, allocated at Create() (4 KiB per CPU
-  // at 64 sets; 256 MiB at the extremes, 4096 CPUs x 1024 sets), and a
-  // drain of a CPU with any way in use scans its sets under its lock.
-  uint32_t stock_victim_sets = 64;
-  // Not owned; may be null. Must outlive the engine.
-  EngineObserver* observer = nullptr;
-  // The cgroup2 mount option memory_recursiveprot: a group's memory.min/low
-  // left unclaimed by its children's settings protects the children in
-  // proportion to their unprotected usage (effective_protection()).
-  bool memory_recursiveprot = false;
-  // Every reclaim walk is a full walk of the target's subtree (as kswapd's
-  // are) instead of a partial walk on the target's shared cursor. For
-  // benchmarks: the baseline of "restore incremental cgroup iteration".
-  bool memcg_full_walk = false;
-  // Time source for flush bookkeeping; null = steady clock. Not owned.
-  const Clock* clock = nullptr;
-};
 
 class EngineImpl;
 
 class Engine {
  public:
-  static constexpr int kMaxCpus = 4096;
+  static constexpr int kMaxCpus = EngineOptions::kMaxCpus;
 
-  // Errors: INVALID_ARGUMENT for options out of range.
+  // Errors: INVALID_ARGUMENT for options out of range
+  // (EngineOptions::Validate()).
   static absl::StatusOr<std::unique_ptr<Engine>> Create(
       const EngineOptions& options);
   ~Engine();
@@ -168,8 +139,11 @@ class Engine {
 
   // Charge(path, ...) on a resolved group: same semantics, results and
   // errors, except NOT_FOUND means the handle's group was deleted (or the
-  // handle is empty). Thread-safe; the fast path takes only the calling
-  // CPU's tree reader lock and the CPU's stock lock.
+  // handle is empty). Thread-safe; the fast path (a charge the CPU's stock
+  // serves) takes the calling CPU's tree reader slot, the CPU's stock lock,
+  // and, only when the group is not yet on that CPU's rstat updated tree
+  // (its first update on the CPU since a flush took it off), that CPU's
+  // rstat tree lock (css_rstat_cpu_lock; engine/rstat.h Rstat::Update).
   absl::StatusOr<ChargeResult> Charge(GroupHandle group, uint64_t nr_pages,
                                       PageKind kind,
                                       std::optional<int> cpu = std::nullopt);
@@ -204,41 +178,6 @@ class Engine {
   explicit Engine(std::unique_ptr<EngineImpl> impl);
   std::unique_ptr<EngineImpl> impl_;
 };
-
-// Forces the CPU slot used by operations on this thread that name no cpu
-// (tests; TCMalloc's ScopedFakeCpuId). Nests; restores on destruction.
-class ScopedCpuOverride {
- public:
-  explicit ScopedCpuOverride(int cpu);
-  ~ScopedCpuOverride();
-  ScopedCpuOverride(const ScopedCpuOverride&) = delete;
-  ScopedCpuOverride& operator=(const ScopedCpuOverride&) = delete;
-
- private:
-  int previous_;
-};
-
-// Longest accepted path, in bytes (PATH_MAX).
-inline constexpr size_t kMaxPathBytes = 4096;
-
-// Validates a cgroup v2 path ("/" or "/a/b", at most kMaxPathBytes);
-// INVALID_ARGUMENT names `field`.
-absl::Status ValidateGroupPath(absl::string_view path,
-                               absl::string_view field = "path");
-
-// The argument checks of Charge and Uncharge, exported so that callers (the
-// gRPC service) check with the engine's own code and words. Each returns
-// INVALID_ARGUMENT naming the field, or OK. Thread-safe (pure).
-//
-// nr_pages in [1, page_counter_max]: "nr_pages must be > 0",
-// "nr_pages N exceeds PAGE_COUNTER_MAX (M)".
-absl::Status ValidateNrPages(uint64_t nr_pages, uint64_t page_counter_max);
-// kind is kAnon or kFile: "kind must be ANON or FILE".
-absl::Status ValidatePageKind(PageKind kind);
-// The CPU slot an operation runs on: absent -> the calling thread's slot
-// (CurrentCpu(), or a ScopedCpuOverride's); present must be in
-// [0, nr_cpus): "cpu N out of range [0, nr_cpus)".
-absl::StatusOr<int> ResolveCpu(std::optional<int> cpu, int nr_cpus);
 
 }  // namespace cgacct
 

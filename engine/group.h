@@ -1,16 +1,35 @@
 // Group: one node of the engine's hierarchy (struct mem_cgroup).
 //
-// Thread safety: the tree links (parent, children) and the group's lifetime
-// are protected by the engine's group-tree lock (readers may use a group
-// while holding it); counters are atomics or guarded as their classes say.
+// Invariants:
+//   - path, id and parent never change; a group's path is valid
+//     (engine/group_path.h) and its id is engine-unique, never reused.
+//   - The tree links (children, the handle slot) are written only by
+//     GroupTree (engine/group_tree.h), under the writer side of its lock;
+//     readers follow them holding a reader slot.
+//   - Own pages by kind (nr_anon/nr_file): exact and synchronous (unlike
+//     rstat). Charged() is called after the page_counter charge succeeded,
+//     Uncharging() before the page_counter uncharge, so memory.current never
+//     falls below them; Uncharging() refuses more ANON than is held before
+//     any counter moves. nr_file is also the FILE LRU (engine/lru.h).
+//   - Deleting a group hands its own pages to its parent (ReparentPages()):
+//     the page_counters already include them hierarchically.
+//   - memory.events: an event counts once locally and once in the group and
+//     each ancestor below the root (CountEvent()).
+//
+// Thread safety: thread-safe as described above: the page counts, events and
+// counters are atomics or guarded as their classes say; the tree links and
+// the group's lifetime belong to the group tree's lock.
 #ifndef CGACCT_ENGINE_GROUP_H_
 #define CGACCT_ENGINE_GROUP_H_
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "engine/lru.h"
 #include "engine/page_counter.h"
 #include "engine/rstat.h"
@@ -18,45 +37,94 @@
 
 namespace cgacct {
 
-struct Group {
-  Group(std::string path_in, uint64_t id_in, Group* parent_in, Rstat* rstat,
-        uint64_t page_counter_max)
-      : path(std::move(path_in)),
-        id(id_in),
-        parent(parent_in),
-        memory(parent_in ? &parent_in->memory : nullptr, page_counter_max),
-        rstat_group(rstat, parent_in ? &parent_in->rstat_group : nullptr,
-                    path) {
-    memory.set_owner(this);
+class Group {
+ public:
+  // Children by name, sorted (heterogeneous lookup by string_view).
+  using Children = std::map<std::string, Group*, std::less<>>;
+
+  // `parent` is null for the root only. `rstat` must outlive the group.
+  Group(std::string path, uint64_t id, Group* parent, Rstat* rstat,
+        uint64_t page_counter_max);
+  Group(const Group&) = delete;
+  Group& operator=(const Group&) = delete;
+
+  const std::string& path() const { return path_; }
+  // The last path segment: the key in the parent's children ("" for root).
+  absl::string_view name() const;
+  uint64_t id() const { return id_; }
+  Group* parent() const { return parent_; }
+  bool is_root() const { return parent_ == nullptr; }
+  // Caller holds a tree reader slot (or the writer side).
+  const Children& children() const { return children_; }
+
+  PageCounter& memory() { return memory_; }  // memory.current/max/high/...
+  const PageCounter& memory() const { return memory_; }
+  RstatGroup& rstat_group() { return rstat_group_; }
+  const RstatGroup& rstat_group() const { return rstat_group_; }
+  // Shared cursor of reclaim walks that target this group (engine/lru.h).
+  MemcgReclaimIter& reclaim_iter() { return reclaim_iter_; }
+
+  // --- Own pages by kind ------------------------------------------------
+
+  // Pages of `kind` charged to this group itself (not its descendants).
+  uint64_t nr_pages(PageKind kind) const {
+    return PagesOf(kind).load(std::memory_order_relaxed);
+  }
+  // After a successful page_counter charge of nr_pages of `kind`.
+  void Charged(PageKind kind, uint64_t nr_pages);
+  // Before uncharging: takes nr_pages of `kind` off the group's own count and
+  // returns how many the caller must uncharge. ANON: all of nr_pages, or
+  // FAILED_PRECONDITION (nothing taken) if the group holds fewer. FILE: what
+  // is left of nr_pages (reclaim may have taken some), possibly 0.
+  absl::StatusOr<uint64_t> Uncharging(PageKind kind, uint64_t nr_pages);
+  // isolate_lru_folios() on the FILE LRU: takes up to nr_to_scan FILE pages
+  // off the list for reclaim, which then uncharges them. Lock-free.
+  uint64_t IsolateLruPages(uint64_t nr_to_scan) {
+    return LruIsolatePages(nr_file_pages_, nr_to_scan);
+  }
+  // On removal (the writer side held, no concurrent charges to the group):
+  // the parent takes over this group's own pages.
+  void ReparentPages();
+
+  // --- memory.events ----------------------------------------------------
+
+  // memcg_memory_event()'s counting: `event` once in memory.events.local,
+  // and in memory.events of this group and each ancestor below the root.
+  void CountEvent(MemoryEvent event);
+  MemoryEvents events() const;        // hierarchical (memory.events)
+  MemoryEvents events_local() const;  // memory.events.local
+
+ private:
+  friend class GroupTree;  // the tree links
+
+  std::atomic<uint64_t>& PagesOf(PageKind kind) {
+    return kind == PageKind::kAnon ? nr_anon_pages_ : nr_file_pages_;
+  }
+  const std::atomic<uint64_t>& PagesOf(PageKind kind) const {
+    return kind == PageKind::kAnon ? nr_anon_pages_ : nr_file_pages_;
   }
 
-  bool is_root() const { return parent == nullptr; }
-
   // Constant after construction.
-  const std::string path;
-  const uint64_t id;
-  Group* const parent;
+  const std::string path_;
+  const uint64_t id_;
+  Group* const parent_;
 
-  // Guarded by the engine's group-tree lock (written under its writer side).
-  std::map<std::string, Group*> children;  // by name, sorted
-  uint32_t handle_slot = 0;  // index in the engine's GroupHandle table
+  // Tree links, written by GroupTree under its writer lock.
+  Children children_;
+  uint32_t handle_slot_ = 0;  // index in the tree's GroupHandle table
 
-  PageCounter memory;  // memory.current / max / high / min / low
-  RstatGroup rstat_group;
+  PageCounter memory_;
+  RstatGroup rstat_group_;
 
   // memory.events (hierarchical) and memory.events.local; relaxed atomics.
-  std::atomic<uint64_t> events[kNrMemoryEvents] = {};
-  std::atomic<uint64_t> events_local[kNrMemoryEvents] = {};
+  std::atomic<uint64_t> events_[kNrMemoryEvents] = {};
+  std::atomic<uint64_t> events_local_[kNrMemoryEvents] = {};
 
-  // Pages charged to this group itself, by kind: exact and synchronous (unlike
-  // rstat), so Uncharge can refuse more ANON than is held before any counter
-  // moves. Incremented after the page_counter charge, decremented before the
-  // uncharge, so usage never falls below them. Own cache line.
-  alignas(kCacheLineBytes) std::atomic<uint64_t> nr_anon_pages{0};
-  std::atomic<uint64_t> nr_file_pages{0};  // also the FILE LRU (engine/lru.h)
+  // Own pages by kind (see the invariants above). Own cache line.
+  alignas(kCacheLineBytes) std::atomic<uint64_t> nr_anon_pages_{0};
+  std::atomic<uint64_t> nr_file_pages_{0};  // also the FILE LRU
 
-  // Shared cursor of reclaim walks that target this group (engine/lru.h).
-  MemcgReclaimIter reclaim_iter;
+  MemcgReclaimIter reclaim_iter_;
 };
 
 }  // namespace cgacct

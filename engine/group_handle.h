@@ -39,7 +39,7 @@ class GroupHandle {
   }
 
  private:
-  friend class EngineImpl;
+  friend class GroupTree;
   GroupHandle(uint32_t slot, uint64_t id) : slot_(slot), id_(id) {}
 
   uint32_t slot_ = 0;

@@ -2,7 +2,7 @@
 // reclaim cursor of walks that target it.
 //
 // LRU model. The engine has no pages, only counts, so a group's LRU is the
-// number of FILE pages charged to the group itself: Group::nr_file_pages, the
+// number of FILE pages charged to the group itself: Group::nr_pages(kFile), the
 // same exact count Uncharge takes FILE pages from. It is one list (the
 // kernel's inactive file list); there is no active list because the engine
 // sees no accesses that would promote a page (mark_page_accessed()). Every
@@ -20,9 +20,9 @@
 
 namespace cgacct {
 
-struct Group;
+class Group;
 
-// Takes up to nr_to_scan pages off `lru` (a group's nr_file_pages) and
+// Takes up to nr_to_scan pages off `lru` (a group's FILE page count) and
 // returns how many it took: isolate_lru_folios() for a list of counts.
 // Racing Uncharge calls take from the same count with the same CAS, so a page
 // is either reclaimed or uncharged, never both. Lock-free.
@@ -34,7 +34,7 @@ inline uint64_t LruIsolatePages(std::atomic<uint64_t>& lru,
     take = std::min(cur, nr_to_scan);
     if (take == 0) return 0;
     // Relaxed: the count is the only data; the page_counter uncharge that
-    // follows is ordered by its own atomics (as in Engine::Uncharge).
+    // follows is ordered by its own atomics (as in Group::Uncharging).
   } while (
       !lru.compare_exchange_weak(cur, cur - take, std::memory_order_relaxed));
   return take;

@@ -112,10 +112,6 @@ class PageCounter {
   }
 
   PageCounter* parent() const { return parent_; }
-  // The object that owns this counter (the engine's group), for
-  // container_of()-style lookups; set once right after construction.
-  void* owner() const { return owner_; }
-  void set_owner(void* owner) { owner_ = owner; }
   // True if this counter is `ancestor` or below it
   // (mem_cgroup_is_descendant()).
   bool IsDescendantOf(const PageCounter* ancestor) const;
@@ -161,7 +157,6 @@ class PageCounter {
   const uint64_t page_counter_max_;
   const bool protection_support_;
   bool read_before_xchg_ = true;  // constant after construction
-  void* owner_ = nullptr;         // constant after construction
 };
 
 static_assert(sizeof(PageCounter) == 3 * kCacheLineBytes,

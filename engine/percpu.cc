@@ -2,8 +2,6 @@
 
 #include <sched.h>
 
-#include "engine/engine.h"
-
 namespace cgacct {
 namespace {
 thread_local int cpu_override = -1;
@@ -27,11 +25,11 @@ ScopedCpuOverride::~ScopedCpuOverride() { cpu_override = previous_; }
 PercpuRwLock::PercpuRwLock(int nr_cpus)
     : nr_cpus_(nr_cpus), slots_(new Slot[nr_cpus]) {}
 
-void PercpuRwLock::WriterLock() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+void PercpuRwLock::WriterLock() {
   for (int cpu = 0; cpu < nr_cpus_; ++cpu) slots_[cpu].mu.Lock();
 }
 
-void PercpuRwLock::WriterUnlock() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+void PercpuRwLock::WriterUnlock() {
   for (int cpu = nr_cpus_ - 1; cpu >= 0; --cpu) slots_[cpu].mu.Unlock();
 }
 

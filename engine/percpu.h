@@ -4,7 +4,11 @@
 // The engine models `nr_cpus` CPUs (possibly more than the machine has, to
 // model a big machine). An operation names its slot or gets the calling
 // thread's sched_getcpu() modulo nr_cpus; tests force it with
-// ScopedCpuOverride (engine/engine.h).
+// ScopedCpuOverride (below).
+//
+// Invariants: a thread holds at most one reader slot of a PercpuRwLock at a
+// time; a writer holds every slot, taken in slot order and released in
+// reverse, so a writer excludes every reader and every other writer.
 #ifndef CGACCT_ENGINE_PERCPU_H_
 #define CGACCT_ENGINE_PERCPU_H_
 
@@ -20,6 +24,20 @@ namespace cgacct {
 // else sched_getcpu() % nr_cpus. Thread-safe.
 int CurrentCpu(int nr_cpus);
 
+// Forces the CPU slot used by operations on this thread that name no cpu
+// (tests; TCMalloc's ScopedFakeCpuId). Nests; restores on destruction.
+// Thread-compatible: affects only the constructing thread.
+class ScopedCpuOverride {
+ public:
+  explicit ScopedCpuOverride(int cpu);
+  ~ScopedCpuOverride();
+  ScopedCpuOverride(const ScopedCpuOverride&) = delete;
+  ScopedCpuOverride& operator=(const ScopedCpuOverride&) = delete;
+
+ private:
+  int previous_;
+};
+
 // PercpuRwLock: a reader/writer lock with one reader lock per CPU slot, the
 // userspace counterpart of percpu_rw_semaphore (kernel/locking/percpu-rwsem.c).
 // Readers take only their slot's lock, so operations on different CPUs never
@@ -28,14 +46,16 @@ int CurrentCpu(int nr_cpus);
 // write it.
 //
 // Thread safety: thread-safe. A thread must hold at most one reader slot at a
-// time (a second one can deadlock against a waiting writer).
+// time (a second one can deadlock against a waiting writer). For clang's
+// thread-safety analysis the capability is the whole lock: ReaderLock(cpu)
+// acquires it shared, WriterLock() exclusive.
 class ABSL_LOCKABLE PercpuRwLock {
  public:
   explicit PercpuRwLock(int nr_cpus);
-  void ReaderLock(int cpu) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  void ReaderLock(int cpu) ABSL_SHARED_LOCK_FUNCTION() {
     slots_[cpu].mu.ReaderLock();
   }
-  void ReaderUnlock(int cpu) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  void ReaderUnlock(int cpu) ABSL_UNLOCK_FUNCTION() {
     slots_[cpu].mu.ReaderUnlock();
   }
   void WriterLock() ABSL_EXCLUSIVE_LOCK_FUNCTION();

@@ -22,15 +22,10 @@ uint64_t ProtectedSum(uint64_t value) {
   return static_cast<int64_t>(value) < 0 ? 0 : value;
 }
 
-// The last path segment: the group's key in its parent's children map.
-std::string NameOf(const Group* g) {
-  return g->path.substr(g->path.rfind('/') + 1);
-}
-
 // The deepest last descendant of g (g itself if it has no children): the
 // last group of g's subtree in pre-order.
 Group* LastDescendant(Group* g) {
-  while (!g->children.empty()) g = g->children.rbegin()->second;
+  while (!g->children().empty()) g = g->children().rbegin()->second;
   return g;
 }
 
@@ -68,22 +63,24 @@ void CalculateProtection(const Group* root, Group* memcg,
   // The target's own values are never used (mem_cgroup_protection()), so
   // they are not computed and may be stale.
   if (memcg == root) return;
-  const uint64_t usage = memcg->memory.Read();
+  const uint64_t usage = memcg->memory().Read();
   if (usage == 0) return;
-  const Group* parent = memcg->parent;
+  const Group* parent = memcg->parent();
   if (parent == root) {
-    memcg->memory.set_effective_protection(memcg->memory.min(),
-                                           memcg->memory.low());
+    memcg->memory().set_effective_protection(memcg->memory().min(),
+                                             memcg->memory().low());
     return;
   }
-  const uint64_t parent_usage = parent->memory.Read();
+  const uint64_t parent_usage = parent->memory().Read();
   const uint64_t emin = EffectiveProtection(
-      usage, parent_usage, memcg->memory.min(), parent->memory.emin(),
-      ProtectedSum(parent->memory.children_min_usage()), recursive_protection);
+      usage, parent_usage, memcg->memory().min(), parent->memory().emin(),
+      ProtectedSum(parent->memory().children_min_usage()),
+      recursive_protection);
   const uint64_t elow = EffectiveProtection(
-      usage, parent_usage, memcg->memory.low(), parent->memory.elow(),
-      ProtectedSum(parent->memory.children_low_usage()), recursive_protection);
-  memcg->memory.set_effective_protection(emin, elow);
+      usage, parent_usage, memcg->memory().low(), parent->memory().elow(),
+      ProtectedSum(parent->memory().children_low_usage()),
+      recursive_protection);
+  memcg->memory().set_effective_protection(emin, elow);
 }
 
 namespace {
@@ -100,20 +97,20 @@ void MemCgroupProtection(const Group* root, const Group* memcg, uint64_t* min,
                          uint64_t* low) {
   *min = *low = 0;
   if (root == memcg) return;
-  *min = memcg->memory.emin();
-  *low = memcg->memory.elow();
+  *min = memcg->memory().emin();
+  *low = memcg->memory().elow();
 }
 
 }  // namespace
 
 bool BelowMin(const Group* target, const Group* memcg) {
   if (Unprotected(target, memcg)) return false;
-  return memcg->memory.emin() >= memcg->memory.Read();
+  return memcg->memory().emin() >= memcg->memory().Read();
 }
 
 bool BelowLow(const Group* target, const Group* memcg) {
   if (Unprotected(target, memcg)) return false;
-  return memcg->memory.elow() >= memcg->memory.Read();
+  return memcg->memory().elow() >= memcg->memory().Read();
 }
 
 uint64_t ApplyProportionalProtection(uint64_t scan, uint64_t min, uint64_t low,
@@ -141,11 +138,11 @@ uint64_t ApplyProportionalProtection(uint64_t scan, uint64_t min, uint64_t low,
 
 Group* NextDescendantPre(const Group* pos, const Group* root) {
   if (pos == nullptr) return const_cast<Group*>(root);
-  if (!pos->children.empty()) return pos->children.begin()->second;
+  if (!pos->children().empty()) return pos->children().begin()->second;
   while (pos != root) {
-    const Group* parent = pos->parent;
-    auto next = parent->children.upper_bound(NameOf(pos));
-    if (next != parent->children.end()) return next->second;
+    const Group* parent = pos->parent();
+    auto next = parent->children().upper_bound(pos->name());
+    if (next != parent->children().end()) return next->second;
     pos = parent;
   }
   return nullptr;
@@ -153,7 +150,7 @@ Group* NextDescendantPre(const Group* pos, const Group* root) {
 
 Group* MemCgroupIter(Group* root, Group* prev, ReclaimCookie* cookie) {
   if (cookie == nullptr) return NextDescendantPre(prev, root);
-  MemcgReclaimIter& iter = root->reclaim_iter;
+  MemcgReclaimIter& iter = root->reclaim_iter();
   for (;;) {
     // On start, join the current round; stop when another walker has
     // completed the round this walker joined.
@@ -183,15 +180,15 @@ void InvalidateReclaimIterators(Group* dead) {
   // dead is a leaf (groups with children cannot be deleted), so its
   // pre-order predecessor is the last group of its previous sibling's
   // subtree, or its parent. Both are inside every ancestor's subtree.
-  Group* parent = dead->parent;
+  Group* parent = dead->parent();
   if (parent == nullptr) return;
-  auto it = parent->children.find(NameOf(dead));
+  auto it = parent->children().find(dead->name());
   Group* predecessor = parent;
-  if (it != parent->children.begin() && it != parent->children.end())
+  if (it != parent->children().begin() && it != parent->children().end())
     predecessor = LastDescendant(std::prev(it)->second);
-  for (Group* a = parent; a != nullptr; a = a->parent) {
+  for (Group* a = parent; a != nullptr; a = a->parent()) {
     Group* expected = dead;
-    a->reclaim_iter.position.compare_exchange_strong(expected, predecessor);
+    a->reclaim_iter().position.compare_exchange_strong(expected, predecessor);
   }
 }
 
@@ -216,8 +213,8 @@ uint64_t CalculateHighDelay(uint64_t nr_pages, uint64_t max_overage) {
 }
 
 bool MemoryHighExceeded(const Group* memcg) {
-  for (const Group* m = memcg; m != nullptr; m = m->parent)
-    if (m->memory.Read() > m->memory.high()) return true;
+  for (const Group* m = memcg; m != nullptr; m = m->parent())
+    if (m->memory().Read() > m->memory().high()) return true;
   return false;
 }
 
@@ -227,9 +224,9 @@ namespace {
 // below the root.
 uint64_t MemFindMaxOverage(const Group* memcg) {
   uint64_t max_overage = 0;
-  for (const Group* m = memcg; m != nullptr && !m->is_root(); m = m->parent)
+  for (const Group* m = memcg; m != nullptr && !m->is_root(); m = m->parent())
     max_overage = std::max(
-        max_overage, CalculateOverage(m->memory.Read(), m->memory.high()));
+        max_overage, CalculateOverage(m->memory().Read(), m->memory().high()));
   return max_overage;
 }
 
@@ -341,12 +338,11 @@ void Reclaimer::ShrinkLruvec(Group* memcg, ScanControl& sc) {
   // (SCAN_FILE), lru_size >> priority, scaled by protection.
   // The protection scaling runs (and may set memcg_low_skipped) even for an
   // empty list, as the kernel's does for every evictable list.
-  const uint64_t lru_size =
-      memcg->nr_file_pages.load(std::memory_order_relaxed);
+  const uint64_t lru_size = memcg->nr_pages(PageKind::kFile);
   uint64_t min, low;
   MemCgroupProtection(sc.target, memcg, &min, &low);
   uint64_t scan =
-      ApplyProportionalProtection(lru_size, min, low, memcg->memory.Read(),
+      ApplyProportionalProtection(lru_size, min, low, memcg->memory().Read(),
                                   sc.memcg_low_reclaim, &sc.memcg_low_skipped);
   if (lru_size == 0) return;
   scan >>= sc.priority;
@@ -360,7 +356,7 @@ void Reclaimer::ShrinkLruvec(Group* memcg, ScanControl& sc) {
     scan -= nr_to_scan;
     // shrink_inactive_list(): every isolated page is clean, unreferenced
     // page cache here, so it is freed.
-    const uint64_t taken = LruIsolatePages(memcg->nr_file_pages, nr_to_scan);
+    const uint64_t taken = memcg->IsolateLruPages(nr_to_scan);
     nr_scanned += taken;
     nr_reclaimed += taken;
     if (taken < nr_to_scan) break;  // the list ran dry
@@ -368,7 +364,7 @@ void Reclaimer::ShrinkLruvec(Group* memcg, ScanControl& sc) {
   }
   if (nr_scanned == 0) return;
   // Freeing the folios uncharges them directly (not through the stock).
-  memcg->memory.Uncharge(nr_reclaimed);
+  memcg->memory().Uncharge(nr_reclaimed);
   int64_t deltas[kNrStatItems] = {};
   deltas[kStatFile] = -static_cast<int64_t>(nr_reclaimed);
   const bool proactive = sc.mode == ReclaimMode::kProactive;
@@ -376,7 +372,7 @@ void Reclaimer::ShrinkLruvec(Group* memcg, ScanControl& sc) {
       static_cast<int64_t>(nr_scanned);
   deltas[proactive ? kStatPgstealProactive : kStatPgstealDirect] =
       static_cast<int64_t>(nr_reclaimed);
-  rstat_->Update(&memcg->rstat_group, sc.cpu, deltas,
+  rstat_->Update(&memcg->rstat_group(), sc.cpu, deltas,
                  2 * nr_reclaimed + nr_scanned);
   sc.nr_reclaimed += nr_reclaimed;
   sc.nr_scanned += nr_scanned;
@@ -393,7 +389,7 @@ absl::StatusOr<uint64_t> Reclaimer::MemoryReclaim(Group* memcg,
         TryToFreeMemCgroupPages(memcg, batch, ReclaimMode::kProactive, cpu);
     if (reclaimed == 0 && nr_retries-- == 0)
       return absl::UnavailableError(absl::StrCat(
-          "memory.reclaim of ", memcg->path, ": reclaimed ", nr_reclaimed,
+          "memory.reclaim of ", memcg->path(), ": reclaimed ", nr_reclaimed,
           " of ", nr_pages, " pages; nothing more is reclaimable now"));
     nr_reclaimed += reclaimed;
   }
@@ -402,8 +398,8 @@ absl::StatusOr<uint64_t> Reclaimer::MemoryReclaim(Group* memcg,
 
 uint64_t Reclaimer::ReclaimHigh(Group* memcg, uint64_t nr_pages, int cpu) {
   uint64_t nr_reclaimed = 0;
-  for (Group* m = memcg; m != nullptr && !m->is_root(); m = m->parent) {
-    if (m->memory.Read() <= m->memory.high()) continue;
+  for (Group* m = memcg; m != nullptr && !m->is_root(); m = m->parent()) {
+    if (m->memory().Read() <= m->memory().high()) continue;
     raise_event_(m, MemoryEvent::kHigh, cpu);
     nr_reclaimed +=
         TryToFreeMemCgroupPages(m, nr_pages, ReclaimMode::kDirect, cpu);

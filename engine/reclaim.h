@@ -131,7 +131,7 @@ struct ReclaimCookie {
 // mem_cgroup_iter(): the next group of a reclaim walk rooted at `root`.
 // Without a cookie, a full walk: root, then its descendants in pre-order,
 // then null. With a cookie, a partial walk on root's shared cursor
-// (root->reclaim_iter): a walker starting (prev == null) joins the current
+// (root->reclaim_iter()): a walker starting (prev == null) joins the current
 // round and resumes where the last walker stopped; a walker whose round was
 // completed by someone else gets null; a lost compare-and-swap on the cursor
 // restarts the step instead of handing a group out twice; the walker that

@@ -1,5 +1,6 @@
 #include "engine/engine.h"
 
+#include "engine/percpu.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

@@ -12,6 +12,8 @@
 #include "absl/synchronization/mutex.h"
 #include "engine/engine.h"
 #include "engine/group.h"
+#include "engine/group_tree.h"
+#include "engine/percpu.h"
 #include "engine/rstat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -130,43 +132,32 @@ TEST(HighDelayTest, ScalesWithTheChargeSize) {
 
 class Tree {
  public:
-  Tree() : rstat_(1, FlushLockConfig{}, nullptr) {
-    auto root = std::make_unique<Group>("/", next_id_++, nullptr, &rstat_,
-                                        kPageCounterMax);
-    root_ = root.get();
-    groups_["/"] = std::move(root);
-  }
-  Group* root() const { return root_; }
+  Tree()
+      : rstat_(1, FlushLockConfig{}, nullptr),
+        tree_(1, &rstat_, kPageCounterMax) {}
+  Group* root() const { return tree_.root(); }
   Group* Add(const std::string& path) {
-    const size_t slash = path.rfind('/');
-    Group* parent =
-        slash == 0 ? root_ : groups_.at(path.substr(0, slash)).get();
-    auto g = std::make_unique<Group>(path, next_id_++, parent, &rstat_,
-                                     kPageCounterMax);
-    parent->children.emplace(path.substr(slash + 1), g.get());
-    Group* raw = g.get();
-    groups_[path] = std::move(g);
-    return raw;
+    PercpuWriterLock l(tree_.lock());
+    return *tree_.Add(path);
   }
   Group* operator[](const std::string& path) const {
-    return groups_.at(path).get();
+    PercpuReaderLock l(tree_.lock(), 0);
+    return tree_.Lookup(path);
   }
   // What DeleteGroup does to the tree (under the writer lock there).
   void Remove(const std::string& path) {
-    Group* g = groups_.at(path).get();
+    PercpuWriterLock l(tree_.lock());
+    Group* g = tree_.Lookup(path);
     InvalidateReclaimIterators(g);
-    g->parent->children.erase(path.substr(path.rfind('/') + 1));
-    groups_.erase(path);
+    tree_.Remove(g);
   }
 
  private:
   Rstat rstat_;
-  std::map<std::string, std::unique_ptr<Group>> groups_;
-  Group* root_;
-  uint64_t next_id_ = 1;
+  GroupTree tree_;
 };
 
-std::string PathOf(const Group* g) { return g == nullptr ? "null" : g->path; }
+std::string PathOf(const Group* g) { return g == nullptr ? "null" : g->path(); }
 
 TEST(MemCgroupIterTest, FullWalkIsPreOrderRootFirst) {
   Tree t;
@@ -178,14 +169,14 @@ TEST(MemCgroupIterTest, FullWalkIsPreOrderRootFirst) {
   std::vector<std::string> seen;
   for (Group* g = MemCgroupIter(t.root(), nullptr, nullptr); g != nullptr;
        g = MemCgroupIter(t.root(), g, nullptr))
-    seen.push_back(g->path);
+    seen.push_back(g->path());
   EXPECT_THAT(seen,
               ::testing::ElementsAre("/", "/a", "/a/x", "/a/y", "/b", "/b/z"));
   // A walk rooted lower stays in its subtree.
   seen.clear();
   for (Group* g = MemCgroupIter(t["/a"], nullptr, nullptr); g != nullptr;
        g = MemCgroupIter(t["/a"], g, nullptr))
-    seen.push_back(g->path);
+    seen.push_back(g->path());
   EXPECT_THAT(seen, ::testing::ElementsAre("/a", "/a/x", "/a/y"));
 }
 
@@ -201,7 +192,7 @@ TEST(MemCgroupIterTest, PartialWalksShareTheCursorAcrossWalkers) {
   EXPECT_EQ(PathOf(g), "/p");
   g = MemCgroupIter(p, g, &w1);
   EXPECT_EQ(PathOf(g), "/p/a");
-  EXPECT_EQ(p->reclaim_iter.position.load(), t["/p/a"]);
+  EXPECT_EQ(p->reclaim_iter().position.load(), t["/p/a"]);
   // Walker 2 goes on where walker 1 stopped, in the same round.
   ReclaimCookie w2;
   g = MemCgroupIter(p, nullptr, &w2);
@@ -212,7 +203,7 @@ TEST(MemCgroupIterTest, PartialWalksShareTheCursorAcrossWalkers) {
   Group* g3 = MemCgroupIter(p, nullptr, &w3);
   EXPECT_EQ(PathOf(g3), "/p/c");
   EXPECT_EQ(MemCgroupIter(p, g3, &w3), nullptr);
-  EXPECT_EQ(p->reclaim_iter.generation.load(), 1);
+  EXPECT_EQ(p->reclaim_iter().generation.load(), 1);
   // Walker 2's round was completed by someone else: it stops.
   EXPECT_EQ(MemCgroupIter(p, g, &w2), nullptr);
   // A new walker starts the next round at the root of the walk.
@@ -250,11 +241,11 @@ TEST(MemCgroupIterTest, DeletingTheCursorGroupGoesOnAtTheNextSibling) {
     Group* g = nullptr;
     while ((g = MemCgroupIter(root, g, &w)) != t["/p/b"]) ASSERT_NE(g, nullptr);
   }
-  ASSERT_EQ(p->reclaim_iter.position.load(), t["/p/b"]);
-  ASSERT_EQ(t.root()->reclaim_iter.position.load(), t["/p/b"]);
+  ASSERT_EQ(p->reclaim_iter().position.load(), t["/p/b"]);
+  ASSERT_EQ(t.root()->reclaim_iter().position.load(), t["/p/b"]);
   t.Remove("/p/b");
   // Moved back to the pre-order predecessor (the last group under /p/a) ...
-  EXPECT_EQ(p->reclaim_iter.position.load(), t["/p/a/x"]);
+  EXPECT_EQ(p->reclaim_iter().position.load(), t["/p/a/x"]);
   // ... so both walks go on at the following sibling, in the same round.
   ReclaimCookie w;
   EXPECT_EQ(PathOf(MemCgroupIter(p, nullptr, &w)), "/p/c");
@@ -272,13 +263,13 @@ TEST(MemCgroupIterTest, DeletingTheCursorGroupGoesOnAtTheNextSibling) {
   g = MemCgroupIter(q, g, &v);
   ASSERT_EQ(PathOf(g), "/q/a");
   t2.Remove("/q/a");
-  EXPECT_EQ(q->reclaim_iter.position.load(), q);
+  EXPECT_EQ(q->reclaim_iter().position.load(), q);
   ReclaimCookie v2;
   EXPECT_EQ(PathOf(MemCgroupIter(q, nullptr, &v2)), "/q/b");
   // A cursor pointing elsewhere is left alone.
   t2.Add("/q/c");
   t2.Remove("/q/c");
-  EXPECT_EQ(q->reclaim_iter.position.load(), t2["/q/b"]);
+  EXPECT_EQ(q->reclaim_iter().position.load(), t2["/q/b"]);
 }
 
 // --- mem_cgroup_calculate_protection()
@@ -294,25 +285,25 @@ TEST(CalculateProtectionTest, WorkedExample) {
   Group* d = t.Add("/A/B/D");
   Group* e = t.Add("/A/B/E");
   Group* f = t.Add("/A/B/F");
-  b->memory.SetLow(MB(50));
-  c->memory.SetLow(MB(75));
-  d->memory.SetLow(MB(25));
-  f->memory.SetLow(MB(500));
-  for (Group* g : {c, d, e}) g->memory.Charge(MB(50));
-  f->memory.set_effective_protection(7, 7);  // stale, must stay
-  ASSERT_EQ(b->memory.children_low_usage(), MB(75));
+  b->memory().SetLow(MB(50));
+  c->memory().SetLow(MB(75));
+  d->memory().SetLow(MB(25));
+  f->memory().SetLow(MB(500));
+  for (Group* g : {c, d, e}) g->memory().Charge(MB(50));
+  f->memory().set_effective_protection(7, 7);  // stale, must stay
+  ASSERT_EQ(b->memory().children_low_usage(), MB(75));
   for (Group* g = MemCgroupIter(a, nullptr, nullptr); g != nullptr;
        g = MemCgroupIter(a, g, nullptr))
     CalculateProtection(a, g, /*recursive_protection=*/false);
-  EXPECT_EQ(b->memory.elow(), MB(50));  // first level: the setting
-  EXPECT_EQ(c->memory.elow(), MB(50) * MB(50) / MB(75));  // 33.3M
-  EXPECT_EQ(d->memory.elow(), MB(25) * MB(50) / MB(75));  // 16.7M
-  EXPECT_EQ(e->memory.elow(), 0u);
-  EXPECT_EQ(f->memory.elow(), 7u);  // empty: not updated
-  EXPECT_EQ(a->memory.elow(), 0u);  // the target: not updated
-  EXPECT_NEAR(static_cast<double>(c->memory.elow() * 4096) / (1 << 20), 33.3,
+  EXPECT_EQ(b->memory().elow(), MB(50));  // first level: the setting
+  EXPECT_EQ(c->memory().elow(), MB(50) * MB(50) / MB(75));  // 33.3M
+  EXPECT_EQ(d->memory().elow(), MB(25) * MB(50) / MB(75));  // 16.7M
+  EXPECT_EQ(e->memory().elow(), 0u);
+  EXPECT_EQ(f->memory().elow(), 7u);  // empty: not updated
+  EXPECT_EQ(a->memory().elow(), 0u);  // the target: not updated
+  EXPECT_NEAR(static_cast<double>(c->memory().elow() * 4096) / (1 << 20), 33.3,
               0.05);
-  EXPECT_NEAR(static_cast<double>(d->memory.elow() * 4096) / (1 << 20), 16.7,
+  EXPECT_NEAR(static_cast<double>(d->memory().elow() * 4096) / (1 << 20), 16.7,
               0.05);
   // Protection checks: the empty F is below min (0 >= 0), D below its low
   // only if its usage drops to 16.7M; the target never.
@@ -329,20 +320,20 @@ TEST(CalculateProtectionTest, RecursiveProtectionFlowsToUnprotectedChildren) {
   Group* b = t.Add("/A/B");
   Group* c = t.Add("/A/B/C");
   Group* d = t.Add("/A/B/D");
-  b->memory.SetLow(1000);
-  c->memory.Charge(1000);
-  d->memory.Charge(3000);
+  b->memory().SetLow(1000);
+  c->memory().Charge(1000);
+  d->memory().Charge(3000);
   for (bool recursive : {false, true}) {
     for (Group* g = MemCgroupIter(a, nullptr, nullptr); g != nullptr;
          g = MemCgroupIter(a, g, nullptr))
       CalculateProtection(a, g, recursive);
     if (!recursive) {
-      EXPECT_EQ(c->memory.elow(), 0u);
-      EXPECT_EQ(d->memory.elow(), 0u);
+      EXPECT_EQ(c->memory().elow(), 0u);
+      EXPECT_EQ(d->memory().elow(), 0u);
     } else {
       // 1000 unclaimed, shared 1:3 by unprotected usage.
-      EXPECT_EQ(c->memory.elow(), 250u);
-      EXPECT_EQ(d->memory.elow(), 750u);
+      EXPECT_EQ(c->memory().elow(), 250u);
+      EXPECT_EQ(d->memory().elow(), 750u);
     }
   }
 }

@@ -1,0 +1,45 @@
+// Group paths: the cgroup v2 path grammar and how paths appear in messages.
+//
+// Invariants:
+//   - A valid path is "/" (the root) or "/seg/seg/..." with each segment of
+//     1 to 255 characters from [A-Za-z0-9._-], not "." or "..", no trailing
+//     '/', at most kMaxPathBytes bytes in all. Every path the engine stores
+//     passed ValidateGroupPath().
+//   - A path in an error message is at most 128 bytes plus a short suffix
+//     (ShortPath()), so that a status never outgrows a client's trailers.
+//
+// Thread safety: pure functions, thread-safe.
+#ifndef CGACCT_ENGINE_GROUP_PATH_H_
+#define CGACCT_ENGINE_GROUP_PATH_H_
+
+#include <cstddef>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+
+namespace cgacct {
+
+// Longest accepted path, in bytes (PATH_MAX).
+inline constexpr size_t kMaxPathBytes = 4096;
+
+// Validates a cgroup v2 path ("/" or "/a/b", at most kMaxPathBytes);
+// INVALID_ARGUMENT names `field` ("path \"/a/\" must not end with '/'").
+absl::Status ValidateGroupPath(absl::string_view path,
+                               absl::string_view field = "path");
+
+// `path` for an error message: unchanged up to 128 bytes, else its first 128
+// bytes and "... (N bytes)" (gRPC's 8 KiB metadata limit).
+std::string ShortPath(absl::string_view path);
+// ShortPath() in double quotes.
+std::string QuotePath(absl::string_view path);
+
+// The parent of a valid non-root path ("/a/b" -> "/a", "/a" -> "/").
+absl::string_view ParentPath(absl::string_view path);
+// The last segment of a valid non-root path ("/a/b" -> "b"): the group's key
+// in its parent's children.
+absl::string_view LeafName(absl::string_view path);
+
+}  // namespace cgacct
+
+#endif  // CGACCT_ENGINE_GROUP_PATH_H_

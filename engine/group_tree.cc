@@ -1,0 +1,119 @@
+#include "engine/group_tree.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "engine/group_path.h"
+
+namespace cgacct {
+
+GroupTree::GroupTree(int nr_cpus, Rstat* rstat, uint64_t page_counter_max)
+    : nr_cpus_(nr_cpus),
+      rstat_(rstat),
+      page_counter_max_(page_counter_max),
+      lock_(nr_cpus) {
+  auto root = std::make_unique<Group>("/", next_id_++, nullptr, rstat_,
+                                      page_counter_max_);
+  root_ = root.get();
+  AddHandleSlotLocked(root_);
+  groups_.emplace("/", std::move(root));
+  nr_groups_.store(1, std::memory_order_relaxed);
+}
+
+Group* GroupTree::Lookup(absl::string_view path) const {
+  auto it = groups_.find(path);
+  return it == groups_.end() ? nullptr : it->second.get();
+}
+
+absl::StatusOr<Group*> GroupTree::Find(absl::string_view path) const {
+  if (absl::Status s = ValidateGroupPath(path); !s.ok()) return s;
+  Group* g = Lookup(path);
+  if (g == nullptr)
+    return absl::NotFoundError(
+        absl::StrCat("path ", QuotePath(path), ": no such group"));
+  return g;
+}
+
+absl::StatusOr<Group*> GroupTree::Find(GroupHandle handle) const {
+  // The id check makes a reused slot harmless: ids are never reused.
+  Group* g = handle.slot_ < handle_slots_.size() ? handle_slots_[handle.slot_]
+                                                 : nullptr;
+  if (g == nullptr || g->id() != handle.id_)
+    return absl::NotFoundError(
+        absl::StrCat("group id ", handle.id_,
+                     ": no such group (deleted, or an empty handle)"));
+  return g;
+}
+
+absl::StatusOr<GroupHandle> GroupTree::Resolve(absl::string_view path) const {
+  PercpuReaderLock l(&lock_, CurrentCpu(nr_cpus_));
+  absl::StatusOr<Group*> g = Find(path);
+  if (!g.ok()) return g.status();
+  return GroupHandle((*g)->handle_slot_, (*g)->id());
+}
+
+absl::StatusOr<std::vector<std::string>> GroupTree::ListGroups(
+    absl::string_view path, bool recursive) const {
+  PercpuReaderLock l(&lock_, CurrentCpu(nr_cpus_));
+  absl::StatusOr<Group*> g = Find(path);
+  if (!g.ok()) return g.status();
+  std::vector<std::string> paths;
+  std::vector<const Group*> stack = {*g};
+  while (!stack.empty()) {
+    const Group* pos = stack.back();
+    stack.pop_back();
+    for (const auto& [name, child] : pos->children()) {
+      paths.push_back(child->path());
+      if (recursive) stack.push_back(child);
+    }
+  }
+  std::sort(paths.begin(), paths.end());
+  return paths;
+}
+
+absl::StatusOr<Group*> GroupTree::Add(absl::string_view path) {
+  if (Lookup(path) != nullptr)
+    return absl::AlreadyExistsError(
+        absl::StrCat("path ", QuotePath(path), " already exists"));
+  Group* parent = Lookup(ParentPath(path));
+  if (parent == nullptr)
+    return absl::NotFoundError(absl::StrCat("path ", QuotePath(path),
+                                            ": parent \"", ParentPath(path),
+                                            "\" does not exist"));
+  auto group = std::make_unique<Group>(std::string(path), next_id_++, parent,
+                                       rstat_, page_counter_max_);
+  Group* g = group.get();
+  AddHandleSlotLocked(g);
+  parent->children_.emplace(std::string(g->name()), g);
+  groups_.emplace(std::string(path), std::move(group));
+  nr_groups_.fetch_add(1, std::memory_order_relaxed);
+  return g;
+}
+
+void GroupTree::Remove(Group* group) {
+  group->parent()->children_.erase(
+      group->parent()->children_.find(group->name()));
+  RemoveHandleSlotLocked(group);
+  groups_.erase(groups_.find(group->path()));
+  nr_groups_.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void GroupTree::AddHandleSlotLocked(Group* g) {
+  if (free_handle_slots_.empty()) {
+    g->handle_slot_ = static_cast<uint32_t>(handle_slots_.size());
+    handle_slots_.push_back(g);
+  } else {
+    g->handle_slot_ = free_handle_slots_.back();
+    free_handle_slots_.pop_back();
+    handle_slots_[g->handle_slot_] = g;
+  }
+}
+
+void GroupTree::RemoveHandleSlotLocked(Group* g) {
+  handle_slots_[g->handle_slot_] = nullptr;
+  free_handle_slots_.push_back(g->handle_slot_);
+}
+
+}  // namespace cgacct

@@ -1,0 +1,456 @@
+#include "engine/memcontrol.h"
+
+#include <algorithm>
+#include <climits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "engine/group_path.h"
+#include "engine/memory_stat.h"
+#include "engine/percpu.h"
+#include "engine/validate.h"
+
+namespace cgacct {
+namespace {
+
+void Bump(std::atomic<uint64_t>& counter) {
+  counter.fetch_add(1, std::memory_order_relaxed);
+}
+
+// mem_cgroup_from_counter(): the group whose memory counter is `counter`,
+// found among `g` and its ancestors (page_counter_try_charge() fails at one
+// of them). Only the charge path's failure branch asks.
+Group* GroupOfCounter(Group* g, const PageCounter* counter) {
+  Group* pos = g;
+  while (&pos->memory() != counter) pos = pos->parent();
+  return pos;
+}
+
+}  // namespace
+
+MemoryController::MemoryController(int nr_cpus, const EngineOptions& options)
+    : nr_cpus_(nr_cpus),
+      page_size_bytes_(options.page_size_bytes),
+      page_counter_max_(static_cast<uint64_t>(LONG_MAX) /
+                        options.page_size_bytes),
+      clock_(options.clock != nullptr ? *options.clock : Clock::Real()),
+      rstat_(
+          nr_cpus,
+          FlushLockConfig{options.flush_lock_policy, options.flush_batch_cpus,
+                          options.flush_hold_budget},
+          options.observer, clock_),
+      tree_(nr_cpus, &rstat_, page_counter_max_),
+      stock_(nr_cpus, options.charge_batch_pages, options.stock_pool_buckets,
+             options.stock_victim_sets),
+      counters_(new CpuCounters[nr_cpus]),
+      reclaimer_(&rstat_, options.observer, options.memory_recursiveprot,
+                 options.memcg_full_walk,
+                 [this](Group* g, MemoryEvent event, int cpu) {
+                   MemcgMemoryEvent(g, event, cpu);
+                 }) {}
+
+// --- helpers ---------------------------------------------------------------
+
+absl::Status MemoryController::Reject(absl::Status status, int cpu) {
+  Bump(counters_[cpu].charges_rejected);
+  return status;
+}
+
+absl::StatusOr<int> MemoryController::CheckArgs(uint64_t nr_pages,
+                                                PageKind kind,
+                                                std::optional<int> cpu_arg,
+                                                bool charge) {
+  absl::StatusOr<int> cpu = ResolveCpu(cpu_arg, nr_cpus_);
+  if (!cpu.ok()) return charge ? Reject(cpu.status()) : cpu.status();
+  absl::Status s = ValidateNrPages(nr_pages, page_counter_max_);
+  if (s.ok()) s = ValidatePageKind(kind);
+  if (!s.ok()) return charge ? Reject(s, *cpu) : s;
+  return cpu;
+}
+
+Limits MemoryController::LimitsOf(const Group& g) const {
+  Limits l;
+  l.max_pages = g.memory().max();
+  l.high_pages = g.memory().high();
+  l.min_pages = g.memory().min();
+  l.low_pages = g.memory().low();
+  return l;
+}
+
+GroupInfo MemoryController::InfoOf(const Group& g) const {
+  return GroupInfo{g.path(), g.id(), LimitsOf(g)};
+}
+
+// memcg_memory_event(): local count on `g`, hierarchical counts on `g` and
+// its ancestors below the root.
+void MemoryController::MemcgMemoryEvent(Group* g, MemoryEvent event, int cpu) {
+  g->CountEvent(event);
+  if (event == MemoryEvent::kOom) Bump(counters_[cpu].oom_events);
+}
+
+// Direct reclaim from `over` (try_to_free_mem_cgroup_pages(),
+// engine/reclaim.h). Returns pages reclaimed.
+uint64_t MemoryController::ReclaimPages(Group* over, uint64_t nr_pages,
+                                        int cpu) {
+  return reclaimer_.TryToFreeMemCgroupPages(over, nr_pages,
+                                            ReclaimMode::kDirect, cpu);
+}
+
+void MemoryController::UpdateStats(Group* g, int cpu, PageKind kind,
+                                   int64_t nr_pages, bool charge) {
+  int64_t deltas[kNrStatItems] = {};
+  deltas[kind == PageKind::kAnon ? kStatAnon : kStatFile] = nr_pages;
+  deltas[charge ? kStatPgpgin : kStatPgpgout] = 1;
+  rstat_.Update(&g->rstat_group(), cpu, deltas,
+                static_cast<uint64_t>(nr_pages < 0 ? -nr_pages : nr_pages) + 1);
+}
+
+// --- group online/offline --------------------------------------------------
+
+absl::StatusOr<GroupInfo> MemoryController::CreateGroup(
+    absl::string_view path, const LimitsUpdate& limits) {
+  if (absl::Status s = ValidateGroupPath(path); !s.ok()) return s;
+  if (path == "/")
+    return absl::AlreadyExistsError("path \"/\": the root always exists");
+  PercpuWriterLock l(tree_.lock());
+  absl::StatusOr<Group*> g = tree_.Add(path);
+  if (!g.ok()) return g.status();
+  ApplyLimits(*g, limits);
+  return InfoOf(**g);
+}
+
+absl::StatusOr<uint64_t> MemoryController::DeleteGroup(absl::string_view path) {
+  if (absl::Status s = ValidateGroupPath(path); !s.ok()) return s;
+  if (path == "/")
+    return absl::InvalidArgumentError("path \"/\": the root cannot be deleted");
+  PercpuWriterLock l(tree_.lock());
+  absl::StatusOr<Group*> found = tree_.Find(path);
+  if (!found.ok()) return found.status();
+  Group* g = *found;
+  if (!g->children().empty())
+    return absl::FailedPreconditionError(
+        absl::StrCat("path ", QuotePath(path), " has ", g->children().size(),
+                     " child group(s); delete them first"));
+  // css offline/release: drain the stocks holding it, reset protection,
+  // fold its stats into the parent, and hand what is still charged to the
+  // parent (the counters already include it hierarchically).
+  stock_.DrainOwner(&g->memory());
+  InvalidateReclaimIterators(g);
+  g->memory().SetMin(0);
+  g->memory().SetLow(0);
+  rstat_.FlushForRemoval(&g->rstat_group());
+  const uint64_t reparented = g->memory().Read();
+  g->ReparentPages();
+  tree_.Remove(g);
+  return reparented;
+}
+
+// --- memory.min/low/high/max writes -----------------------------------------
+
+void MemoryController::ApplyLimits(Group* g, const LimitsUpdate& limits) {
+  auto clamp = [this](uint64_t pages) {
+    return std::min(pages, page_counter_max_);
+  };
+  PageCounter& memory = g->memory();
+  if (limits.min_pages) memory.SetMin(clamp(*limits.min_pages));
+  if (limits.low_pages) memory.SetLow(clamp(*limits.low_pages));
+  if (limits.high_pages) memory.SetHigh(clamp(*limits.high_pages));
+  if (limits.max_pages) memory.SetMax(clamp(*limits.max_pages));
+}
+
+// memory_high_write(): drain once, then reclaim the excess until it fits or
+// 16 reclaims found nothing; never OOM.
+void MemoryController::MemoryHighWrite(Group* g, int cpu) {
+  PageCounter& memory = g->memory();
+  stock_.DrainAll(&memory, /*wait=*/true);
+  int nr_retries = kMaxReclaimRetries;
+  for (uint64_t usage; (usage = memory.Read()) > memory.high();) {
+    if (ReclaimPages(g, usage - memory.high(), cpu) == 0 && nr_retries-- == 0)
+      break;
+  }
+}
+
+// memory_max_write(): drain once, reclaim, and if usage still cannot get
+// under the new max, `oom` (cgroup v2 accepts the limit anyway).
+void MemoryController::MemoryMaxWrite(Group* g, int cpu) {
+  PageCounter& memory = g->memory();
+  stock_.DrainAll(&memory, /*wait=*/true);
+  int nr_reclaims = kMaxReclaimRetries;
+  while (memory.Read() > memory.max()) {
+    if (nr_reclaims > 0) {
+      if (ReclaimPages(g, memory.Read() - memory.max(), cpu) == 0)
+        --nr_reclaims;
+      continue;
+    }
+    MemcgMemoryEvent(g, MemoryEvent::kOom, cpu);
+    break;
+  }
+}
+
+absl::StatusOr<GroupInfo> MemoryController::SetLimits(
+    absl::string_view path, const LimitsUpdate& limits) {
+  const int cpu = CurrentCpu(nr_cpus_);
+  PercpuReaderLock l(tree_.lock(), cpu);
+  absl::StatusOr<Group*> found = tree_.Find(path);
+  if (!found.ok()) return found.status();
+  Group* g = *found;
+  if (g->is_root())
+    return absl::InvalidArgumentError(
+        "path \"/\": the root has no limits to set");
+  MutexLock setter(&limits_mu_);
+  ApplyLimits(g, limits);
+  if (limits.high_pages && g->memory().Read() > g->memory().high())
+    MemoryHighWrite(g, cpu);
+  if (limits.max_pages && g->memory().Read() > g->memory().max())
+    MemoryMaxWrite(g, cpu);
+  return InfoOf(*g);
+}
+
+// --- charge -----------------------------------------------------------------
+
+// try_charge_memcg(), mm/memcontrol.c. Differences: no task context, so
+// no PF_MEMALLOC force-charge, no OOM killer to wait for; the failed
+// request itself is the OOM victim (oom_kill is raised on `g`). On
+// success *nr_pages_over_high is the batch charged if the charge left `g`
+// or an ancestor over memory.high (current->memcg_nr_pages_over_high),
+// else 0; a charge served from the stock checks nothing, as in the kernel.
+absl::Status MemoryController::TryChargeMemcg(Group* g, uint64_t nr_pages,
+                                              int cpu,
+                                              uint64_t* nr_pages_over_high) {
+  *nr_pages_over_high = 0;
+  PageCounter* const memory = &g->memory();
+  if (g->is_root()) {
+    // The root has no limit and no stock; its own pages go straight to
+    // its counter, bounded by PAGE_COUNTER_MAX (so bytes never wrap).
+    PageCounter* fail = nullptr;
+    if (memory->TryCharge(nr_pages, &fail)) return absl::OkStatus();
+    return absl::ResourceExhaustedError(
+        absl::StrCat("PAGE_COUNTER_MAX of / reached: cannot charge ", nr_pages,
+                     " pages (usage ", memory->Read(), " pages)"));
+  }
+  uint64_t batch = std::max<uint64_t>(stock_.batch_pages(), nr_pages);
+  int retries = kMaxReclaimRetries;
+  bool drained = false;
+  Group* over = nullptr;
+  for (;;) {
+    if (stock_.Consume(cpu, memory, nr_pages)) return absl::OkStatus();
+    // The stock's pool: pages this group parked from another CPU's slot.
+    if (const uint64_t pooled = stock_.TakePooled(memory, nr_pages)) {
+      if (pooled > nr_pages) stock_.Refill(cpu, memory, pooled - nr_pages);
+      return absl::OkStatus();
+    }
+    PageCounter* fail = nullptr;
+    if (memory->TryCharge(batch, &fail)) {
+      if (batch > nr_pages) stock_.Refill(cpu, memory, batch - nr_pages);
+      if (MemoryHighExceeded(g)) *nr_pages_over_high = batch;
+      return absl::OkStatus();
+    }
+    over = GroupOfCounter(g, fail);
+    if (batch > nr_pages) {
+      // Retry the exact amount before any reclaim or event.
+      batch = nr_pages;
+      continue;
+    }
+    MemcgMemoryEvent(over, MemoryEvent::kMax, cpu);
+    const uint64_t reclaimed = ReclaimPages(over, nr_pages, cpu);
+    if (over->memory().Margin() >= nr_pages) continue;
+    if (!drained) {
+      // Waits for a concurrent drain (the kernel's trylock would skip
+      // it): stocked pages must not turn into a premature OOM.
+      stock_.DrainAll(&over->memory(), /*wait=*/true);
+      drained = true;
+      continue;
+    }
+    // Progress on a small charge does not consume a retry.
+    if (reclaimed > 0 && nr_pages <= 8) continue;
+    if (retries-- > 0) continue;
+    break;
+  }
+  // mem_cgroup_oom(): `oom` on the limiting group; the charging request is
+  // the victim.
+  MemcgMemoryEvent(over, MemoryEvent::kOom, cpu);
+  MemcgMemoryEvent(g, MemoryEvent::kOomKill, cpu);
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "memory.max of ", ShortPath(over->path()), " reached: cannot charge ",
+      nr_pages, " pages to ", ShortPath(g->path()), " (",
+      ShortPath(over->path()), " usage ", over->memory().Read(), " of max ",
+      over->memory().max(), " pages)"));
+}
+
+absl::StatusOr<ChargeResult> MemoryController::ChargeLocked(
+    absl::StatusOr<Group*> found, uint64_t nr_pages, PageKind kind, int cpu) {
+  if (!found.ok()) return Reject(found.status(), cpu);
+  Group* g = *found;
+  uint64_t nr_pages_over_high = 0;
+  if (absl::Status s = TryChargeMemcg(g, nr_pages, cpu, &nr_pages_over_high);
+      !s.ok()) {
+    Bump(counters_[cpu].charges_oom);
+    return s;
+  }
+  g->Charged(kind, nr_pages);
+  UpdateStats(g, cpu, kind, static_cast<int64_t>(nr_pages), /*charge=*/true);
+  Bump(counters_[cpu].charges_ok);
+  ChargeResult result;
+  result.nr_pages = nr_pages;
+  // The request's return to user mode: mem_cgroup_handle_over_high().
+  result.throttle = reclaimer_.HandleOverHigh(g, nr_pages_over_high, cpu);
+  return result;
+}
+
+absl::StatusOr<ChargeResult> MemoryController::Charge(
+    absl::string_view path, uint64_t nr_pages, PageKind kind,
+    std::optional<int> cpu_arg) {
+  absl::StatusOr<int> cpu = CheckArgs(nr_pages, kind, cpu_arg, true);
+  if (!cpu.ok()) return cpu.status();
+  PercpuReaderLock l(tree_.lock(), *cpu);
+  return ChargeLocked(tree_.Find(path), nr_pages, kind, *cpu);
+}
+
+absl::StatusOr<ChargeResult> MemoryController::Charge(
+    GroupHandle group, uint64_t nr_pages, PageKind kind,
+    std::optional<int> cpu_arg) {
+  absl::StatusOr<int> cpu = CheckArgs(nr_pages, kind, cpu_arg, true);
+  if (!cpu.ok()) return cpu.status();
+  PercpuReaderLock l(tree_.lock(), *cpu);
+  return ChargeLocked(tree_.Find(group), nr_pages, kind, *cpu);
+}
+
+// --- uncharge ---------------------------------------------------------------
+
+// Uncharged pages go back through the per-CPU stock (refill_stock(), as
+// socket and kernel memory do); the root has no stock.
+absl::StatusOr<UnchargeResult> MemoryController::UnchargeLocked(
+    absl::StatusOr<Group*> found, uint64_t nr_pages, PageKind kind, int cpu) {
+  if (!found.ok()) return found.status();
+  Group* g = *found;
+  absl::StatusOr<uint64_t> take = g->Uncharging(kind, nr_pages);
+  if (!take.ok()) return take.status();
+  if (*take == 0) return UnchargeResult{0};
+  if (g->is_root()) {
+    g->memory().Uncharge(*take);
+  } else {
+    stock_.Refill(cpu, &g->memory(), *take);
+  }
+  UpdateStats(g, cpu, kind, -static_cast<int64_t>(*take), /*charge=*/false);
+  Bump(counters_[cpu].uncharges);
+  return UnchargeResult{*take};
+}
+
+absl::StatusOr<UnchargeResult> MemoryController::Uncharge(
+    absl::string_view path, uint64_t nr_pages, PageKind kind,
+    std::optional<int> cpu_arg) {
+  absl::StatusOr<int> cpu = CheckArgs(nr_pages, kind, cpu_arg, false);
+  if (!cpu.ok()) return cpu.status();
+  PercpuReaderLock l(tree_.lock(), *cpu);
+  return UnchargeLocked(tree_.Find(path), nr_pages, kind, *cpu);
+}
+
+absl::StatusOr<UnchargeResult> MemoryController::Uncharge(
+    GroupHandle group, uint64_t nr_pages, PageKind kind,
+    std::optional<int> cpu_arg) {
+  absl::StatusOr<int> cpu = CheckArgs(nr_pages, kind, cpu_arg, false);
+  if (!cpu.ok()) return cpu.status();
+  PercpuReaderLock l(tree_.lock(), *cpu);
+  return UnchargeLocked(tree_.Find(group), nr_pages, kind, *cpu);
+}
+
+// --- memory.reclaim, memory.stat, drains and flushes ------------------------
+
+absl::StatusOr<uint64_t> MemoryController::Reclaim(absl::string_view path,
+                                                   uint64_t nr_pages) {
+  const int cpu = CurrentCpu(nr_cpus_);
+  PercpuReaderLock l(tree_.lock(), cpu);
+  absl::StatusOr<Group*> g = tree_.Find(path);
+  if (!g.ok()) return g.status();
+  return reclaimer_.MemoryReclaim(*g, nr_pages, cpu);
+}
+
+absl::StatusOr<GroupStats> MemoryController::GetStats(absl::string_view path,
+                                                      FlushMode mode) {
+  PercpuReaderLock l(tree_.lock(), CurrentCpu(nr_cpus_));
+  absl::StatusOr<Group*> found = tree_.Find(path);
+  if (!found.ok()) return found.status();
+  Group* g = *found;
+  GroupStats stats;
+  stats.path = g->path();
+  if (mode == FlushMode::kExact ||
+      (mode == FlushMode::kThreshold && rstat_.NeedsFlush(&g->rstat_group()))) {
+    rstat_.Flush(&g->rstat_group());
+    stats.flushed = true;
+  }
+  if (!stats.flushed) {
+    // The newest flush that covered this group: its own or an ancestor's
+    // (the periodic flush covers every group). Never flushed: as old as
+    // the engine.
+    int64_t last = 0;
+    for (const Group* pos = g; pos != nullptr; pos = pos->parent())
+      last = std::max(last, pos->rstat_group().last_flush_ns());
+    if (last == 0) last = created_ns_;
+    stats.max_staleness =
+        absl::Nanoseconds(std::max<int64_t>(0, clock_.NowNs() - last));
+  }
+  const PageCounter& memory = g->memory();
+  stats.memory_current_pages = memory.Read();
+  stats.memory_peak_pages = memory.watermark();
+  stats.limits = LimitsOf(*g);
+  stats.failcnt = memory.failcnt();
+  stats.emin_pages = memory.emin();
+  stats.elow_pages = memory.elow();
+  stats.events = g->events();
+  stats.events_local = g->events_local();
+  stats.stat =
+      MemoryStatEntries(ReadMemoryStat(g->rstat_group(), page_size_bytes_));
+  return stats;
+}
+
+void MemoryController::DrainAllStock() {
+  PercpuReaderLock l(tree_.lock(), CurrentCpu(nr_cpus_));
+  // Unlike the kernel's best-effort drain, callers of this entry point
+  // want the stocks empty: wait for a concurrent drain and go again.
+  stock_.DrainAll(nullptr, /*wait=*/true);
+}
+
+void MemoryController::FlushAll() {
+  PercpuReaderLock l(tree_.lock(), CurrentCpu(nr_cpus_));
+  rstat_.Flush(&tree_.root()->rstat_group());
+}
+
+// --- engine-wide information ------------------------------------------------
+
+EngineInfo MemoryController::GetInfo() const {
+  EngineInfo info;
+  info.nr_cpus = nr_cpus_;
+  info.page_size_bytes = page_size_bytes_;
+  info.charge_batch_pages = stock_.batch_pages();
+  info.flush_lock_policy = rstat_.policy();
+  info.flush_lock_policy_name = FlushLockConfigName(rstat_.config());
+  info.flush_hold_budget = rstat_.config().hold_budget;
+  info.nr_stock_slots = kNrStockSlots;
+  info.nr_groups = tree_.nr_groups();
+  info.flush_lock_hold_max = rstat_.hold_max();
+  info.flush_lock_hold_wall_max = rstat_.hold_wall_max();
+  info.preempted_flushes = rstat_.preempted_flushes();
+  info.longest_flush_holds = rstat_.LongestHolds();
+  return info;
+}
+
+EngineCounters MemoryController::GetCounters() const {
+  EngineCounters c;
+  for (int cpu = 0; cpu < nr_cpus_; ++cpu) {
+    const CpuCounters& pc = counters_[cpu];
+    c.charges_ok += pc.charges_ok.load(std::memory_order_relaxed);
+    c.charges_oom += pc.charges_oom.load(std::memory_order_relaxed);
+    c.charges_rejected += pc.charges_rejected.load(std::memory_order_relaxed);
+    c.uncharges += pc.uncharges.load(std::memory_order_relaxed);
+    c.oom_total += pc.oom_events.load(std::memory_order_relaxed);
+  }
+  c.stock_hits = stock_.hits();
+  c.stock_victim_hits = stock_.victim_hits();
+  c.stock_pool_hits = stock_.pool_hits();
+  c.stock_drains = stock_.drains();
+  c.flushes = rstat_.flushes();
+  c.flush_cpus = rstat_.flush_cpus();
+  return c;
+}
+
+}  // namespace cgacct

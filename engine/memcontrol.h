@@ -1,0 +1,164 @@
+// MemoryController: the engine's memory controller proper, the part of
+// mm/memcontrol.c the engine models: group online/offline
+// (mem_cgroup_css_online()/offline()), the charge path (try_charge_memcg()),
+// uncharge through the per-CPU stock, memory.high/memory.max writes
+// (memory_high_write()/memory_max_write()), memory.events
+// (memcg_memory_event()), memory.stat reads, memory.reclaim, and the
+// engine-wide counters. Engine (engine/engine.h) forwards to it; its public
+// docstrings hold the contract of each operation.
+//
+// Invariants:
+//   - Lock order: the group tree lock (one reader slot, or all of them as
+//     writer) -> limits_mu_ -> the rstat flush lock -> the rstat per-CPU tree
+//     locks; stock locks are leaves (taken under any of the above).
+//   - A group's own page counts move only on the page_counter's side of
+//     them: Group::Charged() after the charge, Group::Uncharging() before
+//     the uncharge (engine/group.h).
+//   - A failed call changes nothing but counters and memory.events.
+//   - Every Charge is counted once: charges_ok, charges_oom (RESOURCE
+//     EXHAUSTED) or charges_rejected (bad argument, no such group).
+//
+// Thread safety: thread-safe; every public method may be called from any
+// thread. The writer side of the tree lock is taken only by CreateGroup and
+// DeleteGroup; everything else holds one reader slot (the operation's CPU).
+#ifndef CGACCT_ENGINE_MEMCONTROL_H_
+#define CGACCT_ENGINE_MEMCONTROL_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "engine/clock.h"
+#include "engine/group.h"
+#include "engine/group_handle.h"
+#include "engine/group_tree.h"
+#include "engine/mutex.h"
+#include "engine/options.h"
+#include "engine/reclaim.h"
+#include "engine/rstat.h"
+#include "engine/stock.h"
+#include "engine/types.h"
+
+namespace cgacct {
+
+class MemoryController {
+ public:
+  // `options` passed EngineOptions::Validate(); nr_cpus is resolved (> 0).
+  MemoryController(int nr_cpus, const EngineOptions& options);
+  MemoryController(const MemoryController&) = delete;
+  MemoryController& operator=(const MemoryController&) = delete;
+
+  // Group online/offline (Engine::CreateGroup/DeleteGroup).
+  absl::StatusOr<GroupInfo> CreateGroup(absl::string_view path,
+                                        const LimitsUpdate& limits);
+  absl::StatusOr<uint64_t> DeleteGroup(absl::string_view path);
+
+  // memory.min/low/high/max writes (Engine::SetLimits).
+  absl::StatusOr<GroupInfo> SetLimits(absl::string_view path,
+                                      const LimitsUpdate& limits);
+
+  // Engine::Charge/Uncharge, by path or by handle.
+  absl::StatusOr<ChargeResult> Charge(absl::string_view path, uint64_t nr_pages,
+                                      PageKind kind, std::optional<int> cpu);
+  absl::StatusOr<ChargeResult> Charge(GroupHandle group, uint64_t nr_pages,
+                                      PageKind kind, std::optional<int> cpu);
+  absl::StatusOr<UnchargeResult> Uncharge(absl::string_view path,
+                                          uint64_t nr_pages, PageKind kind,
+                                          std::optional<int> cpu);
+  absl::StatusOr<UnchargeResult> Uncharge(GroupHandle group, uint64_t nr_pages,
+                                          PageKind kind,
+                                          std::optional<int> cpu);
+
+  // memory.reclaim (Engine::Reclaim).
+  absl::StatusOr<uint64_t> Reclaim(absl::string_view path, uint64_t nr_pages);
+  // memory.current/peak/stat/events (Engine::GetStats).
+  absl::StatusOr<GroupStats> GetStats(absl::string_view path, FlushMode mode);
+  // drain_all_stock() for the root, waiting (Engine::DrainAllStock).
+  void DrainAllStock();
+  // Flushes the whole tree's stats (the periodic flusher's work).
+  void FlushAll();
+
+  // Engine::GetInfo() without periodic_flush_interval (the flusher's).
+  EngineInfo GetInfo() const;
+  EngineCounters GetCounters() const;
+
+  const GroupTree& tree() const { return tree_; }
+  const Clock& clock() const { return clock_; }
+  int nr_cpus() const { return nr_cpus_; }
+  uint64_t page_size_bytes() const { return page_size_bytes_; }
+  uint64_t page_counter_max() const { return page_counter_max_; }
+
+ private:
+  // Engine-wide counters kept per CPU slot; relaxed atomics, summed at read.
+  struct alignas(kCacheLineBytes) CpuCounters {
+    std::atomic<uint64_t> charges_ok{0};
+    std::atomic<uint64_t> charges_oom{0};
+    std::atomic<uint64_t> charges_rejected{0};
+    std::atomic<uint64_t> uncharges{0};
+    std::atomic<uint64_t> oom_events{0};
+  };
+
+  // The checks every Charge/Uncharge runs before taking the tree lock: the
+  // CPU slot (resolved), nr_pages and kind. A failed Charge check counts as
+  // rejected.
+  absl::StatusOr<int> CheckArgs(uint64_t nr_pages, PageKind kind,
+                                std::optional<int> cpu, bool charge);
+
+  absl::StatusOr<ChargeResult> ChargeLocked(absl::StatusOr<Group*> found,
+                                            uint64_t nr_pages, PageKind kind,
+                                            int cpu)
+      ABSL_SHARED_LOCKS_REQUIRED(tree_.lock());
+  absl::Status TryChargeMemcg(Group* g, uint64_t nr_pages, int cpu,
+                              uint64_t* nr_pages_over_high)
+      ABSL_SHARED_LOCKS_REQUIRED(tree_.lock());
+  absl::StatusOr<UnchargeResult> UnchargeLocked(absl::StatusOr<Group*> found,
+                                                uint64_t nr_pages,
+                                                PageKind kind, int cpu)
+      ABSL_SHARED_LOCKS_REQUIRED(tree_.lock());
+
+  void MemcgMemoryEvent(Group* g, MemoryEvent event, int cpu);
+  void UpdateStats(Group* g, int cpu, PageKind kind, int64_t nr_pages,
+                   bool charge);
+  uint64_t ReclaimPages(Group* over, uint64_t nr_pages, int cpu)
+      ABSL_SHARED_LOCKS_REQUIRED(tree_.lock());
+
+  // Stores the present limits, clamped to PAGE_COUNTER_MAX. Caller
+  // serialises setters: the writer side of the tree lock, or limits_mu_.
+  void ApplyLimits(Group* g, const LimitsUpdate& limits);
+  void MemoryHighWrite(Group* g, int cpu)
+      ABSL_SHARED_LOCKS_REQUIRED(tree_.lock())
+          ABSL_EXCLUSIVE_LOCKS_REQUIRED(limits_mu_);
+  void MemoryMaxWrite(Group* g, int cpu)
+      ABSL_SHARED_LOCKS_REQUIRED(tree_.lock())
+          ABSL_EXCLUSIVE_LOCKS_REQUIRED(limits_mu_);
+
+  Limits LimitsOf(const Group& g) const;
+  GroupInfo InfoOf(const Group& g) const;
+  absl::Status Reject(absl::Status status, int cpu = 0);
+
+  // Constant after construction.
+  const int nr_cpus_;
+  const uint64_t page_size_bytes_;
+  const uint64_t page_counter_max_;
+  const Clock& clock_;
+  const int64_t created_ns_ = clock_.NowNs();
+
+  // rstat_ before tree_: the groups (destroyed with tree_) return their
+  // rstat blocks to rstat_'s per-CPU pools.
+  Rstat rstat_;
+  GroupTree tree_;
+  // Serialises limit setters (the kernel's per-file write serialisation).
+  Mutex limits_mu_;
+  MemcgStock stock_;
+  std::unique_ptr<CpuCounters[]> counters_;  // per CPU slot
+  Reclaimer reclaimer_;
+};
+
+}  // namespace cgacct
+
+#endif  // CGACCT_ENGINE_MEMCONTROL_H_
