@@ -361,6 +361,7 @@ void Rstat::Flush(RstatGroup* root) {
   const int64_t start_ns = CycleClock::SteadyNowNs();
   const FlushLockPolicy policy = config_.policy;
   int total_groups = 0;
+  int cpus_walked = 0;  // CPUs whose updated tree this flush locked
   bool locked = false;
   HoldStart hold;
   int hold_cpus = 0;
@@ -382,6 +383,7 @@ void Rstat::Flush(RstatGroup* root) {
     }
     const int groups = FlushCpuLocked(root, cpu);
     ++hold_cpus;
+    ++cpus_walked;
     hold_groups += groups;
     total_groups += groups;
     if (cpu + 1 == nr_cpus_) break;
@@ -425,9 +427,9 @@ void Rstat::Flush(RstatGroup* root) {
   const int64_t end_ns = CycleClock::SteadyNowNs();
   root->last_flush_ns_.store(clock_.NowNs(), std::memory_order_relaxed);
   flushes_.fetch_add(1, std::memory_order_relaxed);
-  flush_cpus_.fetch_add(nr_cpus_, std::memory_order_relaxed);
+  flush_cpus_.fetch_add(cpus_walked, std::memory_order_relaxed);
   if (observer_ != nullptr)
-    observer_->OnFlushDone(absl::Nanoseconds(end_ns - start_ns), nr_cpus_,
+    observer_->OnFlushDone(absl::Nanoseconds(end_ns - start_ns), cpus_walked,
                            total_groups);
 }
 

@@ -231,6 +231,10 @@ class Rstat {
     return preempted_flushes_.load(std::memory_order_relaxed);
   }
   uint64_t flushes() const { return flushes_.load(std::memory_order_relaxed); }
+  // CPUs walked by all flushes so far: per flush, the CPUs whose updated
+  // tree it locked and unlinked (FlushCpuLocked()), with or without anything
+  // on it. kPerCpu, kWhole and kBatch walk all nr_cpus; kAdaptive does not
+  // count the clean CPUs it passes without the lock (CpuIsClean()).
   uint64_t flush_cpus() const {
     return flush_cpus_.load(std::memory_order_relaxed);
   }

@@ -19,9 +19,10 @@ class RecordingObserver : public EngineObserver {
   void OnFlushDone(absl::Duration, int cpus_walked,
                    int groups_folded) override {
     ++flushes;
+    flush_cpus += cpus_walked;
     folded += groups_folded;
   }
-  int holds = 0, cpus = 0, flushes = 0, folded = 0;
+  int holds = 0, cpus = 0, flushes = 0, flush_cpus = 0, folded = 0;
 };
 
 // A tree of RstatGroups (node: parent): 1:0 2:0 3:1 4:1 5:2 6:4.
@@ -185,6 +186,29 @@ TEST_P(RstatTest, ThresholdCountsPendingUpdateMagnitude) {
   rstat.Flush(tree.nodes[0].get());
   EXPECT_FALSE(rstat.NeedsFlush(tree.nodes[6].get()));
   EXPECT_FALSE(rstat.NeedsFlush(tree.nodes[0].get()));
+}
+
+// flush_cpus counts the CPUs a flush walked: every CPU under the lock-holding
+// policies, only the dirty ones under kAdaptive.
+TEST_P(RstatTest, FlushCpusCountsCpusWalked) {
+  constexpr int kCpus = 64;
+  RecordingObserver observer;
+  Rstat rstat(kCpus, GetParam(), &observer);
+  Tree tree(&rstat);
+  int64_t d[kNrStatItems] = {};
+  d[kStatAnon] = 1;
+  rstat.Update(tree.nodes[3].get(), 5, d, 1);  // a mostly idle tree:
+  rstat.Update(tree.nodes[6].get(), 40, d, 1);  // updates on 2 CPUs
+  rstat.Flush(tree.nodes[0].get());
+  const bool adaptive = GetParam().policy == FlushLockPolicy::kAdaptive;
+  EXPECT_EQ(rstat.flush_cpus(), adaptive ? 2u : uint64_t{kCpus});
+  EXPECT_EQ(observer.flush_cpus, adaptive ? 2 : kCpus);
+  EXPECT_EQ(observer.cpus, observer.flush_cpus);  // the holds' CPUs add up
+  EXPECT_EQ(tree.nodes[0]->total(kStatAnon), 2);
+  // Nothing updated since: kAdaptive walks no CPU at all.
+  rstat.Flush(tree.nodes[0].get());
+  EXPECT_EQ(rstat.flush_cpus(), adaptive ? 2u : uint64_t{2 * kCpus});
+  EXPECT_EQ(rstat.flushes(), 2u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, RstatTest,
