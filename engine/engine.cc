@@ -120,8 +120,8 @@ class EngineImpl {
                             options.flush_hold_budget},
             options.observer, clock_),
         counters_(new CpuCounters[nr_cpus]),
-        reclaimer_(&rstat_, options.observer, options.memory_recursiveprot,
-                   options.memcg_full_walk,
+        reclaimer_(&rstat_, options.observer, clock_,
+                   options.memory_recursiveprot, options.memcg_full_walk,
                    [this](Group* g, MemoryEvent event, int cpu) {
                      RaiseEvent(g, event, cpu);
                    }) {

@@ -44,12 +44,12 @@ void BasicPageCounter<Layout>::PropagateProtectedUsage(int64_t usage) {
   // The root's protection is never consumed (no parent to account it to).
   BasicPageCounter* const parent = f_.parent;
   if (parent == nullptr) return;
-  PropagateOne(usage,
-               static_cast<int64_t>(f_.min.load(std::memory_order_relaxed)),
-               f_.read_before_xchg, f_.min_usage, parent->f_.children_min_usage);
-  PropagateOne(usage,
-               static_cast<int64_t>(f_.low.load(std::memory_order_relaxed)),
-               f_.read_before_xchg, f_.low_usage, parent->f_.children_low_usage);
+  PropagateOne(
+      usage, static_cast<int64_t>(f_.min.load(std::memory_order_relaxed)),
+      f_.read_before_xchg, f_.min_usage, parent->f_.children_min_usage);
+  PropagateOne(
+      usage, static_cast<int64_t>(f_.low.load(std::memory_order_relaxed)),
+      f_.read_before_xchg, f_.low_usage, parent->f_.children_low_usage);
 }
 
 template <template <class> class Layout>

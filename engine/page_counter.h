@@ -68,10 +68,10 @@ struct CacheLinePaddedLayout {
   std::atomic<uint64_t> low{0};
   std::atomic<uint64_t> high{0};
   std::atomic<uint64_t> max{0};
-  Counter* parent = nullptr;       // constant after construction
-  uint64_t page_counter_max = 0;   // constant after construction
-  bool read_before_xchg = true;    // constant after construction
-  void* owner = nullptr;           // constant after construction
+  Counter* parent = nullptr;      // constant after construction
+  uint64_t page_counter_max = 0;  // constant after construction
+  bool read_before_xchg = true;   // constant after construction
+  void* owner = nullptr;          // constant after construction
 };
 
 // Benchmark only: the pre-2022 kernel field order (usage, min, low, high,
