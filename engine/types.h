@@ -45,7 +45,6 @@ enum class FlushLockPolicy : uint8_t {
   kAdaptive,  // hold while under a time budget and nobody waits; skip clean
               // CPUs
 };
-inline constexpr int kNrFlushLockPolicies = 4;
 
 // One of the longest flush-lock holds seen: what the holder was doing.
 struct FlushHoldRecord {
