@@ -14,14 +14,22 @@ int64_t CycleClock::SteadyNowNs() {
 }
 
 namespace {
-class SteadyClock final : public Clock {
+class RealClock final : public Clock {
  public:
   int64_t NowNs() const override { return CycleClock::SteadyNowNs(); }
+  int64_t NowCycles() const override { return CycleClock::Now(); }
+  int64_t CyclesToNs(int64_t cycles) const override {
+    return CycleClock::ToNs(cycles);
+  }
+  int64_t NsToCycles(int64_t ns) const override {
+    return CycleClock::FromNs(ns);
+  }
+  absl::Time WallNow() const override { return absl::Now(); }
 };
 }  // namespace
 
 const Clock& Clock::Real() {
-  static const SteadyClock clock;
+  static const RealClock clock;
   return clock;
 }
 

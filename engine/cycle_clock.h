@@ -1,4 +1,7 @@
-// CycleClock: a cheap monotonic clock for timing lock holds.
+// CycleClock: a cheap monotonic clock for timing lock holds; the
+// implementation of Clock::Real()'s NowCycles() (engine/clock.h). Engine code
+// reads time through its injected Clock, never from here; benchmarks may use
+// it directly.
 //
 // The flush-lock tracer takes two timestamps per hold, and the per_cpu policy
 // makes one hold per CPU: 800 timestamps per flush with 400 CPUs. Here

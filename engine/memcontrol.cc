@@ -43,8 +43,8 @@ MemoryController::MemoryController(int nr_cpus, const EngineOptions& options)
       stock_(nr_cpus, options.charge_batch_pages, options.stock_pool_buckets,
              options.stock_victim_sets),
       counters_(new CpuCounters[nr_cpus]),
-      reclaimer_(&rstat_, options.observer, options.memory_recursiveprot,
-                 options.memcg_full_walk,
+      reclaimer_(&rstat_, options.observer, clock_,
+                 options.memory_recursiveprot, options.memcg_full_walk,
                  [this](Group* g, MemoryEvent event, int cpu) {
                    MemcgMemoryEvent(g, event, cpu);
                  }) {}

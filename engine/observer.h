@@ -31,6 +31,8 @@ class EngineObserver {
   virtual void OnFlushLockHold(const FlushLockHold& hold) = 0;
 
   // One subtree flush (mirrors css_rstat_flush()), reported after it ends.
+  // `cpus_walked`: the CPUs whose updated tree it locked (see
+  // Rstat::flush_cpus()); `groups_folded`: groups folded, once per CPU folded.
   virtual void OnFlushDone(absl::Duration duration, int cpus_walked,
                            int groups_folded) = 0;
 

@@ -61,7 +61,8 @@ struct EngineOptions {
   // are) instead of a partial walk on the target's shared cursor. For
   // benchmarks: the baseline of "restore incremental cgroup iteration".
   bool memcg_full_walk = false;
-  // Time source for flush bookkeeping; null = steady clock. Not owned.
+  // Where the engine reads all time (engine/clock.h); null = Clock::Real().
+  // Not owned.
   const Clock* clock = nullptr;
 
   // INVALID_ARGUMENT naming the first field out of the ranges above

@@ -4,13 +4,14 @@
 
 namespace cgacct {
 
-PageCounter::PageCounter(PageCounter* parent, uint64_t page_counter_max,
-                         bool protection_support)
-    : high_(page_counter_max),
-      max_(page_counter_max),
-      parent_(parent),
-      page_counter_max_(page_counter_max),
-      protection_support_(protection_support) {}
+template <template <class> class Layout>
+BasicPageCounter<Layout>::BasicPageCounter(BasicPageCounter* parent,
+                                           uint64_t page_counter_max) {
+  f_.high.store(page_counter_max, std::memory_order_relaxed);
+  f_.max.store(page_counter_max, std::memory_order_relaxed);
+  f_.parent = parent;
+  f_.page_counter_max = page_counter_max;
+}
 
 namespace {
 
@@ -38,69 +39,77 @@ void PropagateOne(int64_t usage, int64_t setting, bool read_before_xchg,
 
 }  // namespace
 
-void PageCounter::PropagateProtectedUsage(int64_t usage) {
+template <template <class> class Layout>
+void BasicPageCounter<Layout>::PropagateProtectedUsage(int64_t usage) {
   // The root's protection is never consumed (no parent to account it to).
-  if (parent_ == nullptr || !protection_support_) return;
-  PropagateOne(usage,
-               static_cast<int64_t>(min_.load(std::memory_order_relaxed)),
-               read_before_xchg_, min_usage_, parent_->children_min_usage_);
-  PropagateOne(usage,
-               static_cast<int64_t>(low_.load(std::memory_order_relaxed)),
-               read_before_xchg_, low_usage_, parent_->children_low_usage_);
+  BasicPageCounter* const parent = f_.parent;
+  if (parent == nullptr) return;
+  PropagateOne(
+      usage, static_cast<int64_t>(f_.min.load(std::memory_order_relaxed)),
+      f_.read_before_xchg, f_.min_usage, parent->f_.children_min_usage);
+  PropagateOne(
+      usage, static_cast<int64_t>(f_.low.load(std::memory_order_relaxed)),
+      f_.read_before_xchg, f_.low_usage, parent->f_.children_low_usage);
 }
 
-void PageCounter::UpdateWatermarks(int64_t usage) {
+template <template <class> class Layout>
+void BasicPageCounter<Layout>::UpdateWatermarks(int64_t usage) {
   // Racy by design, as in the kernel: peaks only ever move up between
   // resets, and local_watermark <= watermark holds because local is checked
   // first.
   const uint64_t u = static_cast<uint64_t>(usage);
-  if (u > local_watermark_.load(std::memory_order_relaxed)) {
-    local_watermark_.store(u, std::memory_order_relaxed);
-    if (u > watermark_.load(std::memory_order_relaxed))
-      watermark_.store(u, std::memory_order_relaxed);
+  if (u > f_.local_watermark.load(std::memory_order_relaxed)) {
+    f_.local_watermark.store(u, std::memory_order_relaxed);
+    if (u > f_.watermark.load(std::memory_order_relaxed))
+      f_.watermark.store(u, std::memory_order_relaxed);
   }
 }
 
-void PageCounter::Cancel(uint64_t nr_pages) {
-  int64_t new_usage = usage_.fetch_sub(static_cast<int64_t>(nr_pages),
-                                       std::memory_order_relaxed) -
+template <template <class> class Layout>
+void BasicPageCounter<Layout>::Cancel(uint64_t nr_pages) {
+  int64_t new_usage = f_.usage.fetch_sub(static_cast<int64_t>(nr_pages),
+                                         std::memory_order_relaxed) -
                       static_cast<int64_t>(nr_pages);
   if (new_usage < 0) {
     // Kernel: WARN_ONCE("page_counter underflow") and force 0.
-    underflows_.fetch_add(1, std::memory_order_relaxed);
-    usage_.fetch_add(-new_usage, std::memory_order_relaxed);
+    f_.underflows.fetch_add(1, std::memory_order_relaxed);
+    f_.usage.fetch_add(-new_usage, std::memory_order_relaxed);
     new_usage = 0;
   }
   PropagateProtectedUsage(new_usage);
 }
 
-void PageCounter::Charge(uint64_t nr_pages) {
-  for (PageCounter* c = this; c != nullptr; c = c->parent_) {
+template <template <class> class Layout>
+void BasicPageCounter<Layout>::Charge(uint64_t nr_pages) {
+  for (BasicPageCounter* c = this; c != nullptr; c = c->f_.parent) {
     // memory_order_relaxed: the counters only need atomicity; callers that
     // need ordering against limit changes use TryCharge's full barrier.
-    int64_t new_usage = c->usage_.fetch_add(static_cast<int64_t>(nr_pages),
-                                            std::memory_order_relaxed) +
+    int64_t new_usage = c->f_.usage.fetch_add(static_cast<int64_t>(nr_pages),
+                                              std::memory_order_relaxed) +
                         static_cast<int64_t>(nr_pages);
     c->PropagateProtectedUsage(new_usage);
     c->UpdateWatermarks(new_usage);
   }
 }
 
-bool PageCounter::TryCharge(uint64_t nr_pages, PageCounter** fail) {
+template <template <class> class Layout>
+bool BasicPageCounter<Layout>::TryCharge(uint64_t nr_pages,
+                                         BasicPageCounter** fail) {
   const int64_t n = static_cast<int64_t>(nr_pages);
-  PageCounter* c;
-  for (c = this; c != nullptr; c = c->parent_) {
+  BasicPageCounter* c;
+  for (c = this; c != nullptr; c = c->f_.parent) {
     // Speculative add, no CAS loop (see the kernel comment): a large charge
     // that fails can transiently make a concurrent small one fail too; the
     // error is bounded by the larger charge. seq_cst: the kernel's
     // atomic_long_add_return() is a full barrier, ordering it against SetMax.
-    int64_t new_usage = c->usage_.fetch_add(n, std::memory_order_seq_cst) + n;
+    int64_t new_usage = c->f_.usage.fetch_add(n, std::memory_order_seq_cst) + n;
     if (static_cast<uint64_t>(new_usage) >
-        c->max_.load(std::memory_order_relaxed)) {
-      c->usage_.fetch_sub(n, std::memory_order_relaxed);
-      c->failcnt_.fetch_add(1, std::memory_order_relaxed);
+        c->f_.max.load(std::memory_order_relaxed)) {
+      c->f_.usage.fetch_sub(n, std::memory_order_relaxed);
+      c->f_.failcnt.fetch_add(1, std::memory_order_relaxed);
       *fail = c;
-      for (PageCounter* r = this; r != c; r = r->parent_) r->Cancel(nr_pages);
+      for (BasicPageCounter* r = this; r != c; r = r->f_.parent)
+        r->Cancel(nr_pages);
       return false;
     }
     c->PropagateProtectedUsage(new_usage);
@@ -109,47 +118,65 @@ bool PageCounter::TryCharge(uint64_t nr_pages, PageCounter** fail) {
   return true;
 }
 
-void PageCounter::Uncharge(uint64_t nr_pages) {
-  for (PageCounter* c = this; c != nullptr; c = c->parent_) c->Cancel(nr_pages);
+template <template <class> class Layout>
+void BasicPageCounter<Layout>::Uncharge(uint64_t nr_pages) {
+  for (BasicPageCounter* c = this; c != nullptr; c = c->f_.parent)
+    c->Cancel(nr_pages);
 }
 
-void PageCounter::SetMax(uint64_t nr_pages) {
+template <template <class> class Layout>
+void BasicPageCounter<Layout>::SetMax(uint64_t nr_pages) {
   // seq_cst pairs with TryCharge's full-barrier add.
-  max_.store(std::min(nr_pages, page_counter_max_), std::memory_order_seq_cst);
+  f_.max.store(std::min(nr_pages, f_.page_counter_max),
+               std::memory_order_seq_cst);
 }
 
-void PageCounter::SetHigh(uint64_t nr_pages) {
-  high_.store(std::min(nr_pages, page_counter_max_), std::memory_order_relaxed);
+template <template <class> class Layout>
+void BasicPageCounter<Layout>::SetHigh(uint64_t nr_pages) {
+  f_.high.store(std::min(nr_pages, f_.page_counter_max),
+                std::memory_order_relaxed);
 }
 
-void PageCounter::SetMin(uint64_t nr_pages) {
-  min_.store(std::min(nr_pages, page_counter_max_), std::memory_order_relaxed);
-  for (PageCounter* c = this; c != nullptr; c = c->parent_)
-    c->PropagateProtectedUsage(c->usage_.load(std::memory_order_relaxed));
+template <template <class> class Layout>
+void BasicPageCounter<Layout>::SetMin(uint64_t nr_pages) {
+  f_.min.store(std::min(nr_pages, f_.page_counter_max),
+               std::memory_order_relaxed);
+  for (BasicPageCounter* c = this; c != nullptr; c = c->f_.parent)
+    c->PropagateProtectedUsage(c->f_.usage.load(std::memory_order_relaxed));
 }
 
-void PageCounter::SetLow(uint64_t nr_pages) {
-  low_.store(std::min(nr_pages, page_counter_max_), std::memory_order_relaxed);
-  for (PageCounter* c = this; c != nullptr; c = c->parent_)
-    c->PropagateProtectedUsage(c->usage_.load(std::memory_order_relaxed));
+template <template <class> class Layout>
+void BasicPageCounter<Layout>::SetLow(uint64_t nr_pages) {
+  f_.low.store(std::min(nr_pages, f_.page_counter_max),
+               std::memory_order_relaxed);
+  for (BasicPageCounter* c = this; c != nullptr; c = c->f_.parent)
+    c->PropagateProtectedUsage(c->f_.usage.load(std::memory_order_relaxed));
 }
 
-uint64_t PageCounter::Margin() const {
-  uint64_t usage = Read();
-  uint64_t limit = max();
+template <template <class> class Layout>
+uint64_t BasicPageCounter<Layout>::Margin() const {
+  const uint64_t usage = Read();
+  const uint64_t limit = max();
   return usage < limit ? limit - usage : 0;
 }
 
-bool PageCounter::IsDescendantOf(const PageCounter* ancestor) const {
-  for (const PageCounter* c = this; c != nullptr; c = c->parent_)
+template <template <class> class Layout>
+bool BasicPageCounter<Layout>::IsDescendantOf(
+    const BasicPageCounter* ancestor) const {
+  for (const BasicPageCounter* c = this; c != nullptr; c = c->f_.parent)
     if (c == ancestor) return true;
   return false;
 }
 
-void PageCounter::ResetWatermark() {
-  uint64_t usage = Read();
-  local_watermark_.store(usage, std::memory_order_relaxed);
-  watermark_.store(usage, std::memory_order_relaxed);
+template <template <class> class Layout>
+void BasicPageCounter<Layout>::ResetWatermark() {
+  const uint64_t usage = Read();
+  f_.local_watermark.store(usage, std::memory_order_relaxed);
+  f_.watermark.store(usage, std::memory_order_relaxed);
 }
+
+// The engine's layout, and the pre-2022 one for the charge benchmark.
+template class BasicPageCounter<CacheLinePaddedLayout>;
+template class BasicPageCounter<PackedLayout>;
 
 }  // namespace cgacct

@@ -6,7 +6,6 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "engine/cycle_clock.h"
 #include "engine/lru.h"
 
 namespace cgacct {
@@ -248,18 +247,19 @@ struct Reclaimer::ScanControl {
   bool memcg_low_skipped = false;  // a group was spared for its low
 };
 
-Reclaimer::Reclaimer(Rstat* rstat, EngineObserver* observer,
+Reclaimer::Reclaimer(Rstat* rstat, EngineObserver* observer, const Clock& clock,
                      bool recursive_protection, bool memcg_full_walk,
                      RaiseEventFn raise_event)
     : rstat_(rstat),
       observer_(observer),
+      clock_(clock),
       recursive_protection_(recursive_protection),
       memcg_full_walk_(memcg_full_walk),
       raise_event_(std::move(raise_event)) {}
 
 uint64_t Reclaimer::TryToFreeMemCgroupPages(Group* target, uint64_t nr_pages,
                                             ReclaimMode mode, int cpu) {
-  const int64_t start_ns = CycleClock::SteadyNowNs();
+  const int64_t start_ns = clock_.NowNs();
   ScanControl sc;
   sc.target = target;
   sc.nr_to_reclaim = std::max(nr_pages, kSwapClusterMax);
@@ -269,9 +269,8 @@ uint64_t Reclaimer::TryToFreeMemCgroupPages(Group* target, uint64_t nr_pages,
   sc.memcg_full_walk = memcg_full_walk_;
   const uint64_t reclaimed = DoTryToFreePages(sc);
   if (observer_ != nullptr)
-    observer_->OnReclaimDone(
-        absl::Nanoseconds(CycleClock::SteadyNowNs() - start_ns), sc.nr_scanned,
-        reclaimed, sc.memcg_full_walk);
+    observer_->OnReclaimDone(absl::Nanoseconds(clock_.NowNs() - start_ns),
+                             sc.nr_scanned, reclaimed, sc.memcg_full_walk);
   return reclaimed;
 }
 

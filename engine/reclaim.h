@@ -52,6 +52,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "engine/clock.h"
 #include "engine/group.h"
 #include "engine/observer.h"
 #include "engine/rstat.h"
@@ -180,12 +181,14 @@ class Reclaimer {
   // memcg_memory_event()); it must be thread-safe.
   using RaiseEventFn = std::function<void(Group*, MemoryEvent, int)>;
 
-  // `rstat` and `observer` (may be null) must outlive the Reclaimer.
+  // `rstat`, `observer` (may be null) and `clock` (reclaim cycle timing)
+  // must outlive the Reclaimer.
   // recursive_protection: the memory_recursiveprot mount option.
   // memcg_full_walk: every walk is a full walk (kswapd's behaviour; the
   // benchmark baseline), so the full-walk retry rung is already taken.
-  Reclaimer(Rstat* rstat, EngineObserver* observer, bool recursive_protection,
-            bool memcg_full_walk, RaiseEventFn raise_event);
+  Reclaimer(Rstat* rstat, EngineObserver* observer, const Clock& clock,
+            bool recursive_protection, bool memcg_full_walk,
+            RaiseEventFn raise_event);
   Reclaimer(const Reclaimer&) = delete;
   Reclaimer& operator=(const Reclaimer&) = delete;
 
@@ -231,6 +234,7 @@ class Reclaimer {
   // Constant after construction.
   Rstat* const rstat_;
   EngineObserver* const observer_;
+  const Clock& clock_;
   const bool recursive_protection_;
   const bool memcg_full_walk_;
   const RaiseEventFn raise_event_;

@@ -3,13 +3,11 @@
 #include <sys/resource.h>
 
 #include <algorithm>
-#include <chrono>
 #include <new>
 #include <thread>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
-#include "engine/cycle_clock.h"
 
 namespace cgacct {
 
@@ -73,7 +71,7 @@ Rstat::Rstat(int nr_cpus, const FlushLockConfig& config,
       config_(config),
       config_name_(FlushLockConfigName(config)),
       hold_budget_ticks_(std::max<int64_t>(
-          1, CycleClock::FromNs(absl::ToInt64Nanoseconds(config.hold_budget)))),
+          1, clock.NsToCycles(absl::ToInt64Nanoseconds(config.hold_budget)))),
       observer_(observer),
       clock_(clock),
       cpu_locks_(new CpuLock[nr_cpus]),
@@ -278,14 +276,14 @@ Rstat::HoldStart Rstat::LockFlush() {
   // (the kernel's spin_needbreak()). Uncontended: one timestamp.
   HoldStart start;
   if (flush_mu_.TryLock()) {
-    start.acquired = CycleClock::Now();
+    start.acquired = clock_.NowCycles();
     return start;
   }
-  const int64_t before = CycleClock::Now();
+  const int64_t before = clock_.NowCycles();
   flush_waiters_.fetch_add(1, std::memory_order_relaxed);
   flush_mu_.Lock();
   flush_waiters_.fetch_sub(1, std::memory_order_relaxed);
-  start.acquired = CycleClock::Now();
+  start.acquired = clock_.NowCycles();
   start.wait_ticks = start.acquired - before;
   return start;
 }
@@ -313,12 +311,13 @@ int64_t Preemptions() {
 int64_t Rstat::UnlockFlush(const RstatGroup* root, const HoldStart& start,
                            int cpus, int groups) {
   flush_mu_.Unlock();
-  const int64_t hold_ns = CycleClock::ToNs(CycleClock::Now() - start.acquired);
+  const int64_t hold_ns =
+      clock_.CyclesToNs(clock_.NowCycles() - start.acquired);
   StoreMax(hold_wall_max_ns_, hold_ns);
   if (observer_ != nullptr) {
     FlushLockHold hold;
     hold.policy = config_.policy;
-    hold.wait = absl::Nanoseconds(CycleClock::ToNs(start.wait_ticks));
+    hold.wait = absl::Nanoseconds(clock_.CyclesToNs(start.wait_ticks));
     hold.hold = absl::Nanoseconds(hold_ns);
     hold.cpus_walked = cpus;
     hold.groups_folded = groups;
@@ -340,7 +339,7 @@ void Rstat::RecordHold(const RstatGroup* root, int64_t hold_ns, int cpus,
   record.cpus_walked = cpus;
   record.groups_folded = groups;
   record.hold = absl::Nanoseconds(hold_ns);
-  record.when = absl::Now();
+  record.when = clock_.WallNow();
   auto pos = std::upper_bound(
       longest_holds_.begin(), longest_holds_.end(), record.hold,
       [](absl::Duration d, const FlushHoldRecord& r) { return d > r.hold; });
@@ -358,9 +357,10 @@ std::vector<FlushHoldRecord> Rstat::LongestHolds() const {
 }
 
 void Rstat::Flush(RstatGroup* root) {
-  const int64_t start_ns = CycleClock::SteadyNowNs();
+  const int64_t start_ns = clock_.NowNs();
   const FlushLockPolicy policy = config_.policy;
   int total_groups = 0;
+  int cpus_walked = 0;  // CPUs whose updated tree this flush locked
   bool locked = false;
   HoldStart hold;
   int hold_cpus = 0;
@@ -382,6 +382,7 @@ void Rstat::Flush(RstatGroup* root) {
     }
     const int groups = FlushCpuLocked(root, cpu);
     ++hold_cpus;
+    ++cpus_walked;
     hold_groups += groups;
     total_groups += groups;
     if (cpu + 1 == nr_cpus_) break;
@@ -401,7 +402,8 @@ void Rstat::Flush(RstatGroup* root) {
         break;
       case FlushLockPolicy::kAdaptive:
         yield = flush_waiters_.load(std::memory_order_relaxed) > 0;
-        drop = yield || CycleClock::Now() - hold.acquired >= hold_budget_ticks_;
+        drop =
+            yield || clock_.NowCycles() - hold.acquired >= hold_budget_ticks_;
         break;
     }
     if (drop) {
@@ -422,12 +424,12 @@ void Rstat::Flush(RstatGroup* root) {
   } else if (preemptions_at_start >= 0) {
     preempted_flushes_.fetch_add(1, std::memory_order_relaxed);
   }
-  const int64_t end_ns = CycleClock::SteadyNowNs();
-  root->last_flush_ns_.store(clock_.NowNs(), std::memory_order_relaxed);
+  const int64_t end_ns = clock_.NowNs();
+  root->last_flush_ns_.store(end_ns, std::memory_order_relaxed);
   flushes_.fetch_add(1, std::memory_order_relaxed);
-  flush_cpus_.fetch_add(nr_cpus_, std::memory_order_relaxed);
+  flush_cpus_.fetch_add(cpus_walked, std::memory_order_relaxed);
   if (observer_ != nullptr)
-    observer_->OnFlushDone(absl::Nanoseconds(end_ns - start_ns), nr_cpus_,
+    observer_->OnFlushDone(absl::Nanoseconds(end_ns - start_ns), cpus_walked,
                            total_groups);
 }
 

@@ -186,7 +186,8 @@ class Rstat {
  public:
   static constexpr int kNrLongestHolds = 16;
 
-  // `observer` may be null; `clock` must outlive the Rstat.
+  // `observer` may be null; `clock` must outlive the Rstat, and is where it
+  // reads every time (hold timing, flush durations, last_flush_ns()).
   Rstat(int nr_cpus, const FlushLockConfig& config, EngineObserver* observer,
         const Clock& clock = Clock::Real());
   Rstat(const Rstat&) = delete;
@@ -213,7 +214,6 @@ class Rstat {
   int nr_cpus() const { return nr_cpus_; }
   FlushLockPolicy policy() const { return config_.policy; }
   const FlushLockConfig& config() const { return config_; }
-  const Clock& clock() const { return clock_; }
   // The longest holds seen, longest first.
   std::vector<FlushHoldRecord> LongestHolds() const;
   // The longest hold of a flush whose thread was not preempted (the
@@ -231,6 +231,10 @@ class Rstat {
     return preempted_flushes_.load(std::memory_order_relaxed);
   }
   uint64_t flushes() const { return flushes_.load(std::memory_order_relaxed); }
+  // CPUs walked by all flushes so far: per flush, the CPUs whose updated
+  // tree it locked and unlinked (FlushCpuLocked()), with or without anything
+  // on it. kPerCpu, kWhole and kBatch walk all nr_cpus; kAdaptive does not
+  // count the clean CPUs it passes without the lock (CpuIsClean()).
   uint64_t flush_cpus() const {
     return flush_cpus_.load(std::memory_order_relaxed);
   }
@@ -261,7 +265,7 @@ class Rstat {
                   int groups);
 
   // Flush lock with a waiter count, so a holder can yield on contention.
-  // Times are CycleClock ticks.
+  // Times are clock_ cycles (Clock::NowCycles()).
   struct HoldStart {
     int64_t acquired = 0;
     int64_t wait_ticks = 0;

@@ -126,8 +126,6 @@ class MemcgStock {
   uint64_t drains() const;     // slots drained with pages in them
 
   uint32_t batch_pages() const { return batch_pages_; }
-  uint32_t pool_buckets() const { return nr_buckets_; }
-  uint32_t victim_sets() const { return nr_victim_sets_; }
 
  private:
   struct alignas(kCacheLineBytes) Cpu {

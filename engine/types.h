@@ -45,7 +45,6 @@ enum class FlushLockPolicy : uint8_t {
   kAdaptive,  // hold while under a time budget and nobody waits; skip clean
               // CPUs
 };
-inline constexpr int kNrFlushLockPolicies = 4;
 
 // One of the longest flush-lock holds seen: what the holder was doing.
 struct FlushHoldRecord {
@@ -156,7 +155,10 @@ struct EngineCounters {
   uint64_t stock_drains = 0;     // stock slots drained (any reason)
   uint64_t oom_total = 0;        // oom events raised
   uint64_t flushes = 0;
-  uint64_t flush_cpus = 0;  // CPUs walked by flushes
+  // CPUs walked by flushes: per flush, those whose updated tree it locked
+  // (all nr_cpus, except under kAdaptive, which passes clean CPUs without
+  // the lock and does not count them). Rstat::flush_cpus().
+  uint64_t flush_cpus = 0;
 };
 
 // "per_cpu", "whole", "batch", "adaptive".

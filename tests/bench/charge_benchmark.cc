@@ -29,10 +29,11 @@
 // BM_PageCounterChain  the page_counter walk alone (try_charge + uncharge of
 //     3 pages at the leaf of root/t/m/leaf, min/low on t), i.e. what every
 //     charge costs without a stock:
-//       impl:0 engine PageCounter, impl:1 bench copy padded, impl:2 bench
-//       copy packed (tests/bench/page_counter_layouts.h);
+//       layout:0 the engine's PageCounter (CacheLinePaddedLayout),
+//       layout:1 the same code over the pre-2022 PackedLayout
+//       (BasicPageCounter in engine/page_counter.h);
 //       rbx:1 read before xchg (part (A)), rbx:0 the pre-2022 always-xchg.
-//     Part (A): impl:0 rbx:1 vs rbx:0. Part (B): impl:1 vs impl:2.
+//     Part (A): layout:0 rbx:1 vs rbx:0. Part (B): layout:0 vs layout:1.
 // BM_Paired*  every comparison above again, paired inside one benchmark
 //     (see "Paired benchmarks" below): the ratios RESULTS.md reports.
 // BM_StockWalks  not a timing: page_counter walks per 1000 charge/uncharge
@@ -59,7 +60,6 @@
 #include "engine/engine.h"
 #include "engine/page_counter.h"
 #include "engine/stock.h"
-#include "tests/bench/page_counter_layouts.h"
 
 namespace cgacct {
 namespace {
@@ -276,43 +276,36 @@ struct Chain {
   }
 };
 
-// The engine's PageCounter takes (parent, page_counter_max); same shape.
-struct EngineCounter : PageCounter {
-  EngineCounter(EngineCounter* parent, uint64_t max)
-      : PageCounter(parent, max) {
-    SetMax(max);
-  }
+// The engine's page counter code over one layout, with a TryCharge that
+// needs no failure out-parameter.
+template <template <class> class Layout>
+struct ChainCounter : BasicPageCounter<Layout> {
+  ChainCounter(ChainCounter* parent, uint64_t max)
+      : BasicPageCounter<Layout>(parent, max) {}
   bool TryCharge(uint64_t n) {
-    PageCounter* fail = nullptr;
-    return PageCounter::TryCharge(n, &fail);
+    BasicPageCounter<Layout>* fail = nullptr;
+    return BasicPageCounter<Layout>::TryCharge(n, &fail);
   }
 };
+using EngineCounter = ChainCounter<CacheLinePaddedLayout>;  // = PageCounter
+using PackedCounter = ChainCounter<PackedLayout>;
 
 Chain<EngineCounter>* engine_chain = nullptr;
-Chain<bench::PaddedPageCounter>* padded_chain = nullptr;
-Chain<bench::PackedPageCounter>* packed_chain = nullptr;
+Chain<PackedCounter>* packed_chain = nullptr;
 
 void SetupChain(const benchmark::State& state) {
   const bool rbx = state.range(1) != 0;
-  switch (state.range(0)) {
-    case 0:
-      engine_chain = new Chain<EngineCounter>(rbx);
-      break;
-    case 1:
-      padded_chain = new Chain<bench::PaddedPageCounter>(rbx);
-      break;
-    default:
-      packed_chain = new Chain<bench::PackedPageCounter>(rbx);
-      break;
+  if (state.range(0) == 0) {
+    engine_chain = new Chain<EngineCounter>(rbx);
+  } else {
+    packed_chain = new Chain<PackedCounter>(rbx);
   }
 }
 
 void TeardownChain(const benchmark::State&) {
   delete engine_chain;
-  delete padded_chain;
   delete packed_chain;
   engine_chain = nullptr;
-  padded_chain = nullptr;
   packed_chain = nullptr;
 }
 
@@ -328,28 +321,21 @@ void RunChain(benchmark::State& state, Chain<Counter>& chain) {
 }
 
 void BM_PageCounterChain(benchmark::State& state) {
-  switch (state.range(0)) {
-    case 0:
-      RunChain(state, *engine_chain);
-      break;
-    case 1:
-      RunChain(state, *padded_chain);
-      break;
-    default:
-      RunChain(state, *packed_chain);
-      break;
+  if (state.range(0) == 0) {
+    RunChain(state, *engine_chain);
+  } else {
+    RunChain(state, *packed_chain);
   }
   state.SetItemsProcessed(2 * state.iterations());
   if (state.thread_index() == 0) {
-    static const char* const kImpl[] = {"engine", "padded", "packed"};
-    state.SetLabel(absl::StrCat(kImpl[state.range(0)], "/",
+    state.SetLabel(absl::StrCat(state.range(0) == 0 ? "padded" : "packed", "/",
                                 state.range(1) ? "read-before-xchg" : "xchg"));
   }
 }
 
 BENCHMARK(BM_PageCounterChain)
-    ->ArgNames({"impl", "rbx"})
-    ->ArgsProduct({{0, 1, 2}, {1, 0}})
+    ->ArgNames({"layout", "rbx"})
+    ->ArgsProduct({{0, 1}, {1, 0}})
     ->Setup(SetupChain)
     ->Teardown(TeardownChain)
     ->Threads(1)
@@ -723,7 +709,7 @@ void SetupReadBeforeXchgPair(const benchmark::State& state) {
 }
 void SetupLayoutPair(const benchmark::State& state) {
   const bool rbx = state.range(0) != 0;
-  paired = new ChainPair<bench::PackedPageCounter, bench::PaddedPageCounter>(
+  paired = new ChainPair<PackedCounter, EngineCounter>(
       rbx, rbx,
       absl::StrCat("(B) packed -> padded, ",
                    rbx ? "read before xchg" : "always xchg"));

@@ -1,10 +1,12 @@
 #include "engine/rstat.h"
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <random>
 #include <vector>
 
+#include "engine/clock.h"
 #include "gtest/gtest.h"
 
 namespace cgacct {
@@ -19,12 +21,22 @@ class RecordingObserver : public EngineObserver {
   void OnFlushDone(absl::Duration, int cpus_walked,
                    int groups_folded) override {
     ++flushes;
+    flush_cpus += cpus_walked;
     folded += groups_folded;
   }
-  int holds = 0, cpus = 0, flushes = 0, folded = 0;
+  int holds = 0, cpus = 0, flushes = 0, flush_cpus = 0, folded = 0;
 };
 
 // A tree of RstatGroups (node: parent): 1:0 2:0 3:1 4:1 5:2 6:4.
+class HoldObserver : public EngineObserver {
+ public:
+  void OnFlushLockHold(const FlushLockHold& hold) override {
+    holds.push_back(hold);
+  }
+  void OnFlushDone(absl::Duration, int, int) override {}
+  std::vector<FlushLockHold> holds;
+};
+
 struct Tree {
   explicit Tree(Rstat* rstat) {
     const int parent[] = {-1, 0, 0, 1, 1, 2, 4};
@@ -43,6 +55,19 @@ struct Tree {
 };
 
 class RstatTest : public ::testing::TestWithParam<FlushLockConfig> {};
+
+// A clock whose cycle counter moves 1 us per read, so hold timing is exact.
+class TickingClock final : public Clock {
+ public:
+  int64_t NowNs() const override { return ns_.load(); }
+  int64_t NowCycles() const override { return ns_.fetch_add(1000); }
+  absl::Time WallNow() const override {
+    return absl::UnixEpoch() + absl::Nanoseconds(NowNs());
+  }
+
+ private:
+  mutable std::atomic<int64_t> ns_{1'000'000'000};
+};
 
 }  // namespace
 
@@ -185,6 +210,58 @@ TEST_P(RstatTest, ThresholdCountsPendingUpdateMagnitude) {
   rstat.Flush(tree.nodes[0].get());
   EXPECT_FALSE(rstat.NeedsFlush(tree.nodes[6].get()));
   EXPECT_FALSE(rstat.NeedsFlush(tree.nodes[0].get()));
+}
+
+// flush_cpus counts the CPUs a flush walked: every CPU under the lock-holding
+// policies, only the dirty ones under kAdaptive.
+TEST_P(RstatTest, FlushCpusCountsCpusWalked) {
+  constexpr int kCpus = 64;
+  RecordingObserver observer;
+  Rstat rstat(kCpus, GetParam(), &observer);
+  Tree tree(&rstat);
+  int64_t d[kNrStatItems] = {};
+  d[kStatAnon] = 1;
+  // A mostly idle tree: updates on 2 CPUs of 64.
+  rstat.Update(tree.nodes[3].get(), 5, d, 1);
+  rstat.Update(tree.nodes[6].get(), 40, d, 1);
+  rstat.Flush(tree.nodes[0].get());
+  const bool adaptive = GetParam().policy == FlushLockPolicy::kAdaptive;
+  EXPECT_EQ(rstat.flush_cpus(), adaptive ? 2u : uint64_t{kCpus});
+  EXPECT_EQ(observer.flush_cpus, adaptive ? 2 : kCpus);
+  EXPECT_EQ(observer.cpus, observer.flush_cpus);  // the holds' CPUs add up
+  EXPECT_EQ(tree.nodes[0]->total(kStatAnon), 2);
+  // Nothing updated since: kAdaptive walks no CPU at all.
+  rstat.Flush(tree.nodes[0].get());
+  EXPECT_EQ(rstat.flush_cpus(), adaptive ? 2u : uint64_t{2 * kCpus});
+  EXPECT_EQ(rstat.flushes(), 2u);
+}
+
+// Hold timing, the adaptive budget and flush bookkeeping read the injected
+// clock and nothing else.
+TEST(RstatClockTest, HoldsAndTheAdaptiveBudgetAreTimedOnTheInjectedClock) {
+  constexpr int kCpus = 64;
+  TickingClock clock;
+  HoldObserver observer;
+  FlushLockConfig config;
+  config.policy = FlushLockPolicy::kAdaptive;
+  config.hold_budget = absl::Microseconds(50);
+  Rstat rstat(kCpus, config, &observer, clock);
+  RstatGroup root(&rstat, nullptr, "/");
+  int64_t d[kNrStatItems] = {};
+  d[kStatAnon] = 1;
+  for (int cpu = 0; cpu < kCpus; ++cpu) rstat.Update(&root, cpu, d, 1);
+  rstat.Flush(&root);
+  // One clock read after each CPU but the last: the 50th read reaches the
+  // budget, so the first hold walks 50 CPUs and the second the other 14.
+  ASSERT_EQ(observer.holds.size(), 2u);
+  EXPECT_EQ(observer.holds[0].cpus_walked, 50);
+  EXPECT_EQ(observer.holds[0].hold, absl::Microseconds(51));
+  EXPECT_EQ(observer.holds[1].cpus_walked, 14);
+  EXPECT_EQ(rstat.hold_wall_max(), absl::Microseconds(51));
+  EXPECT_EQ(root.last_flush_ns(), clock.NowNs());
+  EXPECT_EQ(root.total(kStatAnon), kCpus);
+  for (const FlushHoldRecord& h : rstat.LongestHolds())
+    EXPECT_LT(h.when, absl::UnixEpoch() + absl::Hours(1));  // clock's wall time
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, RstatTest,
