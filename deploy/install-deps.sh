@@ -5,11 +5,16 @@
 #   - the libraries and code generators (gRPC, Protobuf, Abseil,
 #     prometheus-cpp, GoogleTest/GoogleMock, Google Benchmark);
 #   - cmake, g++, make: the build;
-#   - curl: the run command's readiness check of /metrics.
+#   - curl: the run command's readiness check of /metrics;
+#   - clang-14 and libclang-rt-14-dev: the test command compiles the engine,
+#     server and clients with clang too, whose -Wthread-safety analysis
+#     checks the lock annotations (g++ ignores them), and runs the engine's
+#     ThreadSanitizer build with clang (libclang-rt-14-dev is its TSan
+#     runtime).
 set -euo pipefail
 
 packages=(
-  cmake g++ make pkg-config curl
+  cmake g++ make pkg-config curl clang-14 libclang-rt-14-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev
 )

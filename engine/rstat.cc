@@ -3,11 +3,13 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <cassert>
 #include <new>
 #include <thread>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
+#include "engine/cycle_clock.h"
 
 namespace cgacct {
 
@@ -30,6 +32,10 @@ RstatGroup::~RstatGroup() {
     }
   }
   delete[] pcpu;
+}
+
+void RstatGroup::AssertFlushLocked(const Rstat* rstat) const {
+  assert(rstat == rstat_);
 }
 
 int64_t RstatGroup::total(StatItem item) const {
@@ -169,13 +175,17 @@ RstatGroup* Rstat::UpdatedListLocked(RstatGroup* root, int cpu) {
   // flush list (which doubles as the queue) and unlinking as we go; then
   // reverse it so that every child precedes its parent, as
   // css_rstat_updated_list() guarantees.
+  root->AssertFlushLocked(this);
   root->flush_next_ = nullptr;
   RstatGroup* tail = root;
   for (RstatGroup* pos = root; pos != nullptr; pos = pos->flush_next_) {
+    pos->AssertFlushLocked(this);
     RstatGroup::Cpu* pc = pos->GetCpu(cpu);
     RstatGroup* child = pc->updated_children;
     pc->updated_children = pos;
     while (child != pos) {
+      child->AssertFlushLocked(this);
+      tail->AssertFlushLocked(this);
       RstatGroup::Cpu* cc = child->GetCpu(cpu);
       RstatGroup* next = cc->updated_next.load(std::memory_order_relaxed);
       cc->updated_next.store(nullptr, std::memory_order_relaxed);
@@ -187,6 +197,7 @@ RstatGroup* Rstat::UpdatedListLocked(RstatGroup* root, int cpu) {
   }
   RstatGroup* head = nullptr;
   for (RstatGroup* pos = root; pos != nullptr;) {
+    pos->AssertFlushLocked(this);
     RstatGroup* next = pos->flush_next_;
     pos->flush_next_ = head;
     head = pos;
@@ -200,6 +211,7 @@ void Rstat::FlushOneLocked(RstatGroup* g, int cpu) {
   // pending contributions into the totals, and pass them up.
   RstatGroup::Cpu* c = g->GetCpu(cpu);
   RstatGroup* parent = g->parent_;
+  g->AssertFlushLocked(this);
   for (int i = 0; i < kNrStatItems; ++i) {
     int64_t delta = g->pending_[i];
     g->pending_[i] = 0;
@@ -213,7 +225,10 @@ void Rstat::FlushOneLocked(RstatGroup* g, int cpu) {
     if (delta != 0) {
       g->totals_[i].store(g->totals_[i].load(std::memory_order_relaxed) + delta,
                           std::memory_order_relaxed);
-      if (parent != nullptr) parent->pending_[i] += delta;
+      if (parent != nullptr) {
+        parent->AssertFlushLocked(this);
+        parent->pending_[i] += delta;
+      }
     }
   }
   c->stats_updates.store(0, std::memory_order_relaxed);
@@ -231,13 +246,14 @@ int Rstat::FlushCpuLocked(RstatGroup* root, int cpu) {
   std::atomic_thread_fence(std::memory_order_release);
   RstatGroup* list;
   {
-    MutexLock l(&cl.mu);
+    MutexLock l(&cpu_locks_[cpu].mu);
     list = UpdatedListLocked(root, cpu);
   }
   // Memory ordering: pairs with the fence in Update() (see header).
   std::atomic_thread_fence(std::memory_order_seq_cst);
   int groups = 0;
   for (RstatGroup* pos = list; pos != nullptr; pos = pos->flush_next_) {
+    pos->AssertFlushLocked(this);
     FlushOneLocked(pos, cpu);
     ++groups;
   }
@@ -270,24 +286,6 @@ bool Rstat::CpuIsClean(const RstatGroup* root, int cpu) const {
   return cl.flush_seq.load(std::memory_order_relaxed) == seq;
 }
 
-Rstat::HoldStart Rstat::LockFlush() {
-  // Count ourselves as a waiter only when the lock is taken, so a holder
-  // under the kWhole policy yields exactly when someone is spinning on it
-  // (the kernel's spin_needbreak()). Uncontended: one timestamp.
-  HoldStart start;
-  if (flush_mu_.TryLock()) {
-    start.acquired = clock_.NowCycles();
-    return start;
-  }
-  const int64_t before = clock_.NowCycles();
-  flush_waiters_.fetch_add(1, std::memory_order_relaxed);
-  flush_mu_.Lock();
-  flush_waiters_.fetch_sub(1, std::memory_order_relaxed);
-  start.acquired = clock_.NowCycles();
-  start.wait_ticks = start.acquired - before;
-  return start;
-}
-
 namespace {
 
 void StoreMax(std::atomic<int64_t>& max, int64_t value) {
@@ -308,22 +306,42 @@ int64_t Preemptions() {
 
 }  // namespace
 
-int64_t Rstat::UnlockFlush(const RstatGroup* root, const HoldStart& start,
-                           int cpus, int groups) {
-  flush_mu_.Unlock();
-  const int64_t hold_ns =
-      clock_.CyclesToNs(clock_.NowCycles() - start.acquired);
-  StoreMax(hold_wall_max_ns_, hold_ns);
-  if (observer_ != nullptr) {
-    FlushLockHold hold;
-    hold.policy = config_.policy;
-    hold.wait = absl::Nanoseconds(clock_.CyclesToNs(start.wait_ticks));
-    hold.hold = absl::Nanoseconds(hold_ns);
-    hold.cpus_walked = cpus;
-    hold.groups_folded = groups;
-    observer_->OnFlushLockHold(hold);
+Rstat::FlushHold::FlushHold(Rstat* rstat, LongestHold* longest)
+    : rstat_(rstat), longest_(longest) {
+  // Count ourselves as a waiter only when the lock is taken, so a holder
+  // under the kWhole policy yields exactly when someone is spinning on it
+  // (the kernel's spin_needbreak()). Uncontended: one timestamp.
+  if (rstat_->flush_mu_.TryLock()) {
+    acquired_ = rstat_->clock_.NowCycles();
+    return;
   }
-  return hold_ns;
+  const int64_t before = rstat_->clock_.NowCycles();
+  rstat_->flush_waiters_.fetch_add(1, std::memory_order_relaxed);
+  rstat_->flush_mu_.Lock();
+  rstat_->flush_waiters_.fetch_sub(1, std::memory_order_relaxed);
+  acquired_ = rstat_->clock_.NowCycles();
+  wait_ticks_ = acquired_ - before;
+}
+
+Rstat::FlushHold::~FlushHold() {
+  rstat_->flush_mu_.Unlock();
+  const Clock& clock = rstat_->clock_;
+  const int64_t hold_ns = clock.CyclesToNs(clock.NowCycles() - acquired_);
+  StoreMax(rstat_->hold_wall_max_ns_, hold_ns);
+  if (rstat_->observer_ != nullptr) {
+    FlushLockHold hold;
+    hold.policy = rstat_->config_.policy;
+    hold.wait = absl::Nanoseconds(clock.CyclesToNs(wait_ticks_));
+    hold.hold = absl::Nanoseconds(hold_ns);
+    hold.cpus_walked = cpus_;
+    hold.groups_folded = groups_;
+    rstat_->observer_->OnFlushLockHold(hold);
+  }
+  if (hold_ns > longest_->hold_ns) *longest_ = {hold_ns, cpus_, groups_};
+}
+
+int64_t Rstat::FlushHold::held_ticks() const {
+  return rstat_->clock_.NowCycles() - acquired_;
 }
 
 void Rstat::RecordHold(const RstatGroup* root, int64_t hold_ns, int cpus,
@@ -356,65 +374,58 @@ std::vector<FlushHoldRecord> Rstat::LongestHolds() const {
   return longest_holds_;
 }
 
+int Rstat::NextCpuToFlush(const RstatGroup* root, int cpu) const {
+  if (config_.policy == FlushLockPolicy::kAdaptive) {
+    while (cpu < nr_cpus_ && CpuIsClean(root, cpu)) ++cpu;
+  }
+  return cpu;
+}
+
+bool Rstat::ShouldDropFlushLock(const FlushHold& hold, bool* yield) const {
+  switch (config_.policy) {
+    case FlushLockPolicy::kPerCpu:
+      return true;  // the kernel then does cond_resched() or cpu_relax()
+    case FlushLockPolicy::kBatch:
+      return hold.cpus() >= config_.batch_cpus;
+    case FlushLockPolicy::kWhole:
+      // spin_needbreak(): someone is waiting for the lock.
+      *yield = flush_waiters_.load(std::memory_order_relaxed) > 0;
+      return *yield;
+    case FlushLockPolicy::kAdaptive:
+      *yield = flush_waiters_.load(std::memory_order_relaxed) > 0;
+      return *yield || hold.held_ticks() >= hold_budget_ticks_;
+  }
+  return true;
+}
+
 void Rstat::Flush(RstatGroup* root) {
   const int64_t start_ns = clock_.NowNs();
-  const FlushLockPolicy policy = config_.policy;
   int total_groups = 0;
   int cpus_walked = 0;  // CPUs whose updated tree this flush locked
-  bool locked = false;
-  HoldStart hold;
-  int hold_cpus = 0;
-  int hold_groups = 0;
   // The longest hold of this flush, and whether this thread was preempted
   // while flushing (see "Holds and preemption" in rstat.h).
   int64_t preemptions_at_start = -1;
   LongestHold longest;
-  auto unlock = [&] {
-    const int64_t hold_ns = UnlockFlush(root, hold, hold_cpus, hold_groups);
-    if (hold_ns > longest.hold_ns) longest = {hold_ns, hold_cpus, hold_groups};
-  };
-  for (int cpu = 0; cpu < nr_cpus_; ++cpu) {
-    if (policy == FlushLockPolicy::kAdaptive && CpuIsClean(root, cpu)) continue;
-    if (!locked) {
-      if (preemptions_at_start < 0) preemptions_at_start = Preemptions();
-      hold = LockFlush();
-      locked = true;
-    }
-    const int groups = FlushCpuLocked(root, cpu);
-    ++hold_cpus;
-    ++cpus_walked;
-    hold_groups += groups;
-    total_groups += groups;
-    if (cpu + 1 == nr_cpus_) break;
-    // Whether to drop the lock before the next CPU, per policy.
-    bool drop = false;
+  // Each pass of the outer loop is one hold of the flush lock: from the next
+  // CPU that needs it to the policy's drop point (ShouldDropFlushLock()) or
+  // the last CPU. kAdaptive passes clean CPUs without taking the lock, and
+  // a flush of an all-clean subtree takes it not at all.
+  int cpu = 0;
+  while ((cpu = NextCpuToFlush(root, cpu)) < nr_cpus_) {
+    if (preemptions_at_start < 0) preemptions_at_start = Preemptions();
     bool yield = false;
-    switch (policy) {
-      case FlushLockPolicy::kPerCpu:
-        drop = true;  // the kernel then does cond_resched() or cpu_relax()
-        break;
-      case FlushLockPolicy::kBatch:
-        drop = hold_cpus >= config_.batch_cpus;
-        break;
-      case FlushLockPolicy::kWhole:
-        // spin_needbreak(): someone is waiting for the lock.
-        drop = yield = flush_waiters_.load(std::memory_order_relaxed) > 0;
-        break;
-      case FlushLockPolicy::kAdaptive:
-        yield = flush_waiters_.load(std::memory_order_relaxed) > 0;
-        drop =
-            yield || clock_.NowCycles() - hold.acquired >= hold_budget_ticks_;
-        break;
+    {
+      FlushHold hold(this, &longest);
+      do {
+        const int groups = FlushCpuLocked(root, cpu++);
+        hold.AddCpu(groups);
+        ++cpus_walked;
+        total_groups += groups;
+        if (cpu == nr_cpus_ || ShouldDropFlushLock(hold, &yield)) break;
+      } while ((cpu = NextCpuToFlush(root, cpu)) < nr_cpus_);
     }
-    if (drop) {
-      unlock();
-      locked = false;
-      hold_cpus = 0;
-      hold_groups = 0;
-      if (yield) std::this_thread::yield();
-    }
+    if (yield) std::this_thread::yield();
   }
-  if (locked) unlock();
   if (preemptions_at_start >= 0 && Preemptions() == preemptions_at_start) {
     // Not preempted: every hold of this flush was on-CPU time, the
     // irqs-off tracer's view.

@@ -102,75 +102,7 @@ enum StatItem : uint8_t {
   kNrStatItems
 };
 
-class Rstat;
-
-// One group's rstat state. Owned by the group; constructed with its parent's.
-class RstatGroup {
- public:
-  // `path` names the group in hold records; it must outlive the RstatGroup.
-  RstatGroup(Rstat* rstat, RstatGroup* parent, absl::string_view path = {});
-  ~RstatGroup();
-  RstatGroup(const RstatGroup&) = delete;
-  RstatGroup& operator=(const RstatGroup&) = delete;
-
-  // Hierarchical total of `item` as of the last flush that reached this
-  // group, clamped at 0 like memcg_page_state(). Lock-free.
-  int64_t total(StatItem item) const;
-  // Pending update magnitude of this subtree (vmstats->stats_updates), in
-  // pages/events: what FLUSH_MODE_THRESHOLD compares with 64 x nr_cpus.
-  uint64_t pending_updates() const {
-    return stats_updates_.load(std::memory_order_relaxed);
-  }
-  // Engine-clock ns of the end of the last flush rooted at this group;
-  // 0 = never.
-  int64_t last_flush_ns() const {
-    return last_flush_ns_.load(std::memory_order_relaxed);
-  }
-  RstatGroup* parent() const { return parent_; }
-  absl::string_view path() const { return path_; }
-
- private:
-  friend class Rstat;
-
-  // Per (group, CPU) block: css_rstat_cpu + memcg_vmstats_percpu.
-  struct alignas(kCacheLineBytes) Cpu {
-    // Updated tree links, guarded by the CPU's tree lock. updated_children
-    // == owner means empty; updated_next == nullptr means "not on the tree"
-    // (read racily, hence atomic); the root points to itself when on it.
-    RstatGroup* updated_children;
-    std::atomic<RstatGroup*> updated_next{nullptr};
-    // Pending update magnitude on this CPU; moved to stats_updates_ in
-    // batches. Written by updaters (relaxed), reset by flushes.
-    std::atomic<int64_t> stats_updates{0};
-    // Monotone per-CPU accumulators, written by updaters (relaxed adds).
-    std::atomic<int64_t> state[kNrStatItems] = {};
-    // Values seen at the last flush; guarded by the flush lock.
-    int64_t prev[kNrStatItems] = {};
-  };
-
-  Cpu* GetCpu(int cpu) const {
-    // Acquire pairs with the release CASes in GetOrCreateCpu(): a reader of
-    // a pointer sees what it points to initialised.
-    std::atomic<Cpu*>* pcpu = pcpu_.load(std::memory_order_acquire);
-    return pcpu == nullptr ? nullptr
-                           : pcpu[cpu].load(std::memory_order_acquire);
-  }
-  Cpu* GetOrCreateCpu(int cpu);
-
-  Rstat* const rstat_;
-  RstatGroup* const parent_;
-  const absl::string_view path_;
-  // nr_cpus pointers, allocated on the first update (null while idle).
-  std::atomic<std::atomic<Cpu*>*> pcpu_{nullptr};
-  // Aggregates (memcg_vmstats). Guarded by the flush lock; totals are
-  // atomics so readers need no lock.
-  std::atomic<int64_t> totals_[kNrStatItems] = {};
-  int64_t local_[kNrStatItems] = {};    // flush lock
-  int64_t pending_[kNrStatItems] = {};  // flush lock; from children
-  RstatGroup* flush_next_ = nullptr;    // flush lock; scratch list link
-  std::atomic<uint64_t> stats_updates_{0};
-  std::atomic<int64_t> last_flush_ns_{0};
-};
+class RstatGroup;
 
 // How the flush lock is taken (engine/types.h FlushLockPolicy).
 struct FlushLockConfig {
@@ -252,8 +184,12 @@ class Rstat {
   void* AllocCpuBlock(int cpu) { return cpu_blocks_.Alloc(cpu); }
   void FreeCpuBlock(int cpu, void* block) { cpu_blocks_.Free(cpu, block); }
 
-  void UpdatedLocked(RstatGroup* group, int cpu);
-  RstatGroup* UpdatedListLocked(RstatGroup* root, int cpu);
+  // The CPU's updated tree: link `group` and its missing ancestors, and
+  // pop `root`'s updated subtree (children before parents).
+  void UpdatedLocked(RstatGroup* group, int cpu)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(cpu_locks_[cpu].mu);
+  RstatGroup* UpdatedListLocked(RstatGroup* root, int cpu)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(flush_mu_, cpu_locks_[cpu].mu);
   void FlushOneLocked(RstatGroup* group, int cpu)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(flush_mu_);
   int FlushCpuLocked(RstatGroup* root, int cpu)
@@ -261,24 +197,52 @@ class Rstat {
   // kAdaptive: true if `cpu` provably has nothing for `root` and no flush of
   // it is in progress, so it can be passed without the lock.
   bool CpuIsClean(const RstatGroup* root, int cpu) const;
+  // The first CPU from `cpu` on that the flush must visit: `cpu` itself,
+  // except that kAdaptive passes clean CPUs; nr_cpus_ when none is left.
+  int NextCpuToFlush(const RstatGroup* root, int cpu) const;
   void RecordHold(const RstatGroup* root, int64_t hold_ns, int cpus,
                   int groups);
 
-  // Flush lock with a waiter count, so a holder can yield on contention.
-  // Times are clock_ cycles (Clock::NowCycles()).
-  struct HoldStart {
-    int64_t acquired = 0;
-    int64_t wait_ticks = 0;
-  };
-  HoldStart LockFlush() ABSL_EXCLUSIVE_LOCK_FUNCTION(flush_mu_);
-  // Returns the hold in nanoseconds.
-  int64_t UnlockFlush(const RstatGroup* root, const HoldStart& start, int cpus,
-                      int groups) ABSL_UNLOCK_FUNCTION(flush_mu_);
+  // The longest hold of one flush.
   struct LongestHold {
     int64_t hold_ns = 0;
     int cpus = 0;
     int groups = 0;
   };
+
+  // One hold of the flush lock, as a scoped object the thread-safety
+  // analysis follows: the constructor takes flush_mu_ (counting itself a
+  // waiter while it blocks, so a holder can yield on contention), the
+  // destructor drops it, times the hold (wall clock), reports it to the
+  // observer and keeps it in `*longest` if it is the flush's longest.
+  class ABSL_SCOPED_LOCKABLE FlushHold {
+   public:
+    FlushHold(Rstat* rstat, LongestHold* longest)
+        ABSL_EXCLUSIVE_LOCK_FUNCTION(rstat->flush_mu_);
+    ~FlushHold() ABSL_UNLOCK_FUNCTION();
+    FlushHold(const FlushHold&) = delete;
+    FlushHold& operator=(const FlushHold&) = delete;
+
+    // Counts one CPU walked and the groups folded on it.
+    void AddCpu(int groups) {
+      ++cpus_;
+      groups_ += groups;
+    }
+    int cpus() const { return cpus_; }
+    // Clock::NowCycles() ticks since the lock was taken.
+    int64_t held_ticks() const;
+
+   private:
+    Rstat* const rstat_;
+    LongestHold* const longest_;
+    int64_t acquired_ = 0;    // Clock::NowCycles() ticks
+    int64_t wait_ticks_ = 0;  // blocked before acquiring
+    int cpus_ = 0;
+    int groups_ = 0;
+  };
+  // Whether `hold` ends before the next CPU, per policy; sets *yield when
+  // another thread waits for the lock (then the holder also yields the CPU).
+  bool ShouldDropFlushLock(const FlushHold& hold, bool* yield) const;
 
   const int nr_cpus_;
   const FlushLockConfig config_;
@@ -289,6 +253,8 @@ class Rstat {
   std::unique_ptr<CpuLock[]> cpu_locks_;
   PercpuArena cpu_blocks_;  // RstatGroup::Cpu blocks, per CPU
 
+  // The flush lock (css_rstat_lock): guards every group's aggregates
+  // (RstatGroup::local_, pending_, flush_next_, and Cpu::prev).
   Mutex flush_mu_;
   std::atomic<int> flush_waiters_{0};
   std::atomic<int64_t> hold_max_ns_{0};
@@ -302,6 +268,89 @@ class Rstat {
   std::atomic<int64_t> hold_record_floor_ns_{0};
   mutable Mutex holds_mu_;
   std::vector<FlushHoldRecord> longest_holds_ ABSL_GUARDED_BY(holds_mu_);
+};
+
+// One group's rstat state. Owned by the group; constructed with its parent's.
+class RstatGroup {
+ public:
+  // `path` names the group in hold records; it must outlive the RstatGroup.
+  RstatGroup(Rstat* rstat, RstatGroup* parent, absl::string_view path = {});
+  ~RstatGroup();
+  RstatGroup(const RstatGroup&) = delete;
+  RstatGroup& operator=(const RstatGroup&) = delete;
+
+  // Hierarchical total of `item` as of the last flush that reached this
+  // group, clamped at 0 like memcg_page_state(). Lock-free.
+  int64_t total(StatItem item) const;
+  // Pending update magnitude of this subtree (vmstats->stats_updates), in
+  // pages/events: what FLUSH_MODE_THRESHOLD compares with 64 x nr_cpus.
+  uint64_t pending_updates() const {
+    return stats_updates_.load(std::memory_order_relaxed);
+  }
+  // Engine-clock ns of the end of the last flush rooted at this group;
+  // 0 = never.
+  int64_t last_flush_ns() const {
+    return last_flush_ns_.load(std::memory_order_relaxed);
+  }
+  RstatGroup* parent() const { return parent_; }
+  absl::string_view path() const { return path_; }
+
+ private:
+  friend class Rstat;
+
+  // Per (group, CPU) block: css_rstat_cpu + memcg_vmstats_percpu. Its
+  // fields cannot carry ABSL_GUARDED_BY (a block knows neither its Rstat nor
+  // its CPU); what guards each is stated below, and only functions that
+  // require that lock (the ...Locked ones of Rstat) touch the plain ones.
+  struct alignas(kCacheLineBytes) Cpu {
+    // Updated tree links, guarded by the CPU's tree lock (Rstat::cpu_locks_
+    // [cpu].mu). updated_children == owner means empty; updated_next ==
+    // nullptr means "not on the tree" (read racily, hence atomic); the root
+    // points to itself when on it.
+    RstatGroup* updated_children;
+    std::atomic<RstatGroup*> updated_next{nullptr};
+    // Pending update magnitude on this CPU; moved to stats_updates_ in
+    // batches. Written by updaters (relaxed), reset by flushes.
+    std::atomic<int64_t> stats_updates{0};
+    // Monotone per-CPU accumulators, written by updaters (relaxed adds).
+    std::atomic<int64_t> state[kNrStatItems] = {};
+    // Values seen at the last flush; guarded by the flush lock (read and
+    // written only by Rstat::FlushOneLocked()).
+    int64_t prev[kNrStatItems] = {};
+  };
+
+  Cpu* GetCpu(int cpu) const {
+    // Acquire pairs with the release CASes in GetOrCreateCpu(): a reader of
+    // a pointer sees what it points to initialised.
+    std::atomic<Cpu*>* pcpu = pcpu_.load(std::memory_order_acquire);
+    return pcpu == nullptr ? nullptr
+                           : pcpu[cpu].load(std::memory_order_acquire);
+  }
+  Cpu* GetOrCreateCpu(int cpu);
+
+  // `rstat` (this group's) holds its flush lock, so this group's flush-side
+  // state is guarded: tells the analysis that rstat->flush_mu_ is
+  // rstat_->flush_mu_ (lockdep_assert_held() in kernel terms; assert() checks
+  // the identity in debug builds).
+  void AssertFlushLocked(const Rstat* rstat) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(rstat->flush_mu_)
+          ABSL_ASSERT_EXCLUSIVE_LOCK(rstat_->flush_mu_);
+
+  Rstat* const rstat_;
+  RstatGroup* const parent_;
+  const absl::string_view path_;
+  // nr_cpus pointers, allocated on the first update (null while idle).
+  std::atomic<std::atomic<Cpu*>*> pcpu_{nullptr};
+  // Aggregates (memcg_vmstats), guarded by the flush lock. Totals are
+  // atomics written under it, so readers need no lock.
+  std::atomic<int64_t> totals_[kNrStatItems] = {};
+  int64_t local_[kNrStatItems] ABSL_GUARDED_BY(rstat_->flush_mu_) = {};
+  // From children, folded into this group by its next flush.
+  int64_t pending_[kNrStatItems] ABSL_GUARDED_BY(rstat_->flush_mu_) = {};
+  // Scratch link of the flush list UpdatedListLocked() builds.
+  RstatGroup* flush_next_ ABSL_GUARDED_BY(rstat_->flush_mu_) = nullptr;
+  std::atomic<uint64_t> stats_updates_{0};
+  std::atomic<int64_t> last_flush_ns_{0};
 };
 
 }  // namespace cgacct

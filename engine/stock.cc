@@ -14,7 +14,11 @@ MemcgStock::MemcgStock(int nr_cpus, uint32_t batch_pages, uint32_t pool_buckets,
       victim_(victim_sets > 0
                   ? new VictimSet[static_cast<size_t>(nr_cpus) * victim_sets]
                   : nullptr),
-      buckets_(pool_buckets > 0 ? new Bucket[pool_buckets] : nullptr) {}
+      buckets_(pool_buckets > 0 ? new Bucket[pool_buckets] : nullptr) {
+  if (victim_ == nullptr) return;
+  for (int cpu = 0; cpu < nr_cpus; ++cpu)
+    cpus_[cpu].sets = &victim_[static_cast<size_t>(cpu) * victim_sets];
+}
 
 namespace {
 // Counters are cache-line aligned: drop those bits, then a multiplicative
@@ -25,12 +29,12 @@ uint64_t HashCounter(const PageCounter* counter) {
 }
 }  // namespace
 
-MemcgStock::VictimSet* MemcgStock::SetOf(int cpu,
-                                         const PageCounter* counter) const {
+MemcgStock::VictimSet* MemcgStock::SetOfLocked(
+    const Cpu& stock, const PageCounter* counter) const {
   if (nr_victim_sets_ == 0) return nullptr;
   // Bits 40.. of the hash: independent of the pool's bucket index (bits 32..).
   const uint64_t index = (HashCounter(counter) >> 40) & (nr_victim_sets_ - 1);
-  return &victim_[static_cast<size_t>(cpu) * nr_victim_sets_ + index];
+  return &stock.sets[index];
 }
 
 void MemcgStock::DrainEntryLocked(Cpu& stock, PageCounter*& owner,
@@ -55,9 +59,9 @@ void MemcgStock::DrainWayLocked(Cpu& stock, VictimSet& set, int way,
   --stock.nr_victim_ways;
 }
 
-void MemcgStock::MoveToVictimLocked(Cpu& stock, int cpu, PageCounter* owner,
+void MemcgStock::MoveToVictimLocked(Cpu& stock, PageCounter* owner,
                                     uint8_t nr_pages) {
-  VictimSet& set = *SetOf(cpu, owner);
+  VictimSet& set = *SetOfLocked(stock, owner);
   int free_way = -1;
   for (int w = 0; w < VictimSet::kWays; ++w) {
     // The owner was in a slot, so it has no way here (one place per CPU).
@@ -96,7 +100,7 @@ bool MemcgStock::Consume(int cpu, PageCounter* counter, uint64_t nr_pages) {
     break;
   }
   if (!found) {
-    if (VictimSet* set = SetOf(cpu, counter)) {
+    if (VictimSet* set = SetOfLocked(stock, counter)) {
       for (int w = 0; w < VictimSet::kWays; ++w) {
         if (set->owner[w] != counter) continue;
         if (set->nr_pages[w] >= nr_pages) {
@@ -195,7 +199,7 @@ void MemcgStock::Refill(int cpu, PageCounter* counter, uint64_t nr_pages) {
     }
     if (empty < 0 && stock.owner[i] == nullptr) empty = i;
   }
-  if (VictimSet* set = SetOf(cpu, counter)) {
+  if (VictimSet* set = SetOfLocked(stock, counter)) {
     for (int w = 0; w < VictimSet::kWays; ++w) {
       if (set->owner[w] != counter) continue;
       set->nr_pages[w] = static_cast<uint8_t>(set->nr_pages[w] + nr_pages);
@@ -211,8 +215,7 @@ void MemcgStock::Refill(int cpu, PageCounter* counter, uint64_t nr_pages) {
     stock.evict_cursor =
         static_cast<uint8_t>((stock.evict_cursor + 1) % kNrStockSlots);
     if (nr_victim_sets_ > 0 && stock.nr_pages[empty] > 0) {
-      MoveToVictimLocked(stock, cpu, stock.owner[empty],
-                         stock.nr_pages[empty]);
+      MoveToVictimLocked(stock, stock.owner[empty], stock.nr_pages[empty]);
       stock.owner[empty] = nullptr;
       stock.nr_pages[empty] = 0;
     } else {
@@ -224,18 +227,16 @@ void MemcgStock::Refill(int cpu, PageCounter* counter, uint64_t nr_pages) {
   stock.mu.Unlock();
 }
 
-bool MemcgStock::HoldsLocked(int cpu, const Cpu& stock,
-                             const PageCounter* root) const {
+bool MemcgStock::HoldsLocked(const Cpu& stock, const PageCounter* root) const {
   for (int i = 0; i < kNrStockSlots; ++i) {
     if (stock.owner[i] == nullptr || stock.nr_pages[i] == 0) continue;
     if (root == nullptr || stock.owner[i]->IsDescendantOf(root)) return true;
   }
   if (stock.nr_victim_ways == 0) return false;
-  const VictimSet* sets = &victim_[static_cast<size_t>(cpu) * nr_victim_sets_];
   for (uint32_t s = 0; s < nr_victim_sets_; ++s) {
     for (int w = 0; w < VictimSet::kWays; ++w) {
-      const PageCounter* owner = sets[s].owner[w];
-      if (owner == nullptr || sets[s].nr_pages[w] == 0) continue;
+      const PageCounter* owner = stock.sets[s].owner[w];
+      if (owner == nullptr || stock.sets[s].nr_pages[w] == 0) continue;
       if (root == nullptr || owner->IsDescendantOf(root)) return true;
     }
   }
@@ -253,13 +254,11 @@ bool MemcgStock::DrainAll(const PageCounter* root, bool wait) {
     SpinLockHolder l(&stock.mu);
     // Like drain_local_stock(): a CPU holding any of root's pages is
     // drained whole.
-    if (!HoldsLocked(cpu, stock, root)) continue;
+    if (!HoldsLocked(stock, root)) continue;
     for (int i = 0; i < kNrStockSlots; ++i) DrainSlotLocked(stock, i);
-    for (uint32_t s = 0; s < nr_victim_sets_ && stock.nr_victim_ways > 0;
-         ++s) {
-      VictimSet& set = victim_[static_cast<size_t>(cpu) * nr_victim_sets_ + s];
+    for (uint32_t s = 0; s < nr_victim_sets_ && stock.nr_victim_ways > 0; ++s) {
       for (int w = 0; w < VictimSet::kWays; ++w)
-        DrainWayLocked(stock, set, w, /*to_pool=*/false);
+        DrainWayLocked(stock, stock.sets[s], w, /*to_pool=*/false);
     }
   }
   for (uint32_t b = 0; b < nr_buckets_; ++b) {
@@ -276,7 +275,7 @@ void MemcgStock::DrainOwner(const PageCounter* counter) {
     SpinLockHolder l(&stock.mu);
     for (int i = 0; i < kNrStockSlots; ++i)
       if (stock.owner[i] == counter) DrainSlotLocked(stock, i);
-    if (VictimSet* set = SetOf(cpu, counter)) {
+    if (VictimSet* set = SetOfLocked(stock, counter)) {
       for (int w = 0; w < VictimSet::kWays; ++w)
         if (set->owner[w] == counter)
           DrainWayLocked(stock, *set, w, /*to_pool=*/false);
@@ -291,7 +290,7 @@ uint64_t MemcgStock::StockedPages(int cpu, const PageCounter* counter) const {
   SpinLockHolder l(&stock.mu);
   for (int i = 0; i < kNrStockSlots; ++i)
     if (stock.owner[i] == counter) return stock.nr_pages[i];
-  if (const VictimSet* set = SetOf(cpu, counter)) {
+  if (const VictimSet* set = SetOfLocked(stock, counter)) {
     for (int w = 0; w < VictimSet::kWays; ++w)
       if (set->owner[w] == counter) return set->nr_pages[w];
   }
@@ -301,7 +300,7 @@ uint64_t MemcgStock::StockedPages(int cpu, const PageCounter* counter) const {
 uint64_t MemcgStock::VictimPages(int cpu, const PageCounter* counter) const {
   Cpu& stock = cpus_[cpu];
   SpinLockHolder l(&stock.mu);
-  if (const VictimSet* set = SetOf(cpu, counter)) {
+  if (const VictimSet* set = SetOfLocked(stock, counter)) {
     for (int w = 0; w < VictimSet::kWays; ++w)
       if (set->owner[w] == counter) return set->nr_pages[w];
   }

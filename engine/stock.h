@@ -11,9 +11,13 @@
 //     userspace stand-in for local_lock/local_trylock); several threads may
 //     share a slot, and any thread may drain any slot.
 //   - DrainAll() drains remote CPUs synchronously instead of queueing work on
-//     them, so when it returns the pages are back in the counters. Like the
-//     kernel it is best effort: if another DrainAll is running it returns at
-//     once (the kernel's mutex_trylock(&percpu_charge_mutex)).
+//     them, so when it returns the pages are back in the counters. And every
+//     engine caller (the charge path's retry, memory.high/max writes,
+//     Engine::DrainAllStock) waits for a DrainAll already running instead of
+//     returning at once as the kernel's mutex_trylock(&percpu_charge_mutex)
+//     does: with the victim table a CPU parks far more than 7 x batch pages,
+//     and another group's drain must not turn them into a failed charge. The
+//     kernel's best-effort mode (wait == false) is kept for tests.
 //   - Slots hold no reference on their owner: the engine drains every slot
 //     of a group (DrainOwner) before the group is freed.
 //   - The per-CPU lock is a SpinLock (engine/spinlock.h): one exchange to
@@ -102,10 +106,11 @@ class MemcgStock {
   // table, and the pool's buckets of those groups, to the counters. With
   // wait == false, best effort like the kernel's: returns false without
   // draining if another DrainAll is in progress. With wait == true it waits
-  // for that drain and then drains (always returns true): the charge path
-  // and limit writes use it, so pages parked in stocks (many more than the
-  // kernel's 7 x batch per CPU with the victim table) cannot make a charge
-  // fail just because another group's drain was running.
+  // for that drain and then drains (always returns true): every engine
+  // caller (the charge path, limit writes, DrainAllStock) uses it, so pages
+  // parked in stocks (many more than the kernel's 7 x batch per CPU with the
+  // victim table) cannot make a charge fail just because another group's drain
+  // was running.
   bool DrainAll(const PageCounter* root, bool wait = false);
 
   // Drains every slot owned by `counter` on every CPU, and its bucket,
@@ -122,12 +127,13 @@ class MemcgStock {
 
   uint64_t hits() const;         // Consume() calls served by a slot
   uint64_t victim_hits() const;  // Consume() calls served by the victim table
-  uint64_t pool_hits() const;  // successful TakePooled() calls
-  uint64_t drains() const;     // slots drained with pages in them
+  uint64_t pool_hits() const;    // successful TakePooled() calls
+  uint64_t drains() const;       // slots drained with pages in them
 
   uint32_t batch_pages() const { return batch_pages_; }
 
  private:
+  struct VictimSet;
   struct alignas(kCacheLineBytes) Cpu {
     mutable SpinLock mu;
     PageCounter* owner[kNrStockSlots] ABSL_GUARDED_BY(mu) = {};
@@ -136,6 +142,10 @@ class MemcgStock {
     // Ways of this CPU's victim table with an owner: DrainAll skips the
     // table's scan when 0.
     uint32_t nr_victim_ways ABSL_GUARDED_BY(mu) = 0;
+    // This CPU's nr_victim_sets_ sets (a slice of victim_), guarded by `mu`;
+    // null without a victim table. Every access to a set goes through this
+    // pointer, so the analysis checks the lock.
+    VictimSet* sets ABSL_PT_GUARDED_BY(mu) = nullptr;
     // Statistics, read at scrape. Written only under `mu`, so a relaxed
     // load + store (no read-modify-write) loses nothing; atomics so the
     // lock-free reader is not a data race.
@@ -146,7 +156,9 @@ class MemcgStock {
   static_assert(alignof(Cpu) == kCacheLineBytes, "per-CPU stock is aligned");
 
   // One set of a CPU's victim table: one cache line, guarded by the owning
-  // CPU's Cpu::mu (not annotated: the guarding lock is another object's).
+  // CPU's Cpu::mu through Cpu::sets (ABSL_PT_GUARDED_BY; the fields cannot
+  // name a lock in another object). SetOfLocked() hands out a set only to a
+  // caller that holds that lock.
   struct alignas(kCacheLineBytes) VictimSet {
     static constexpr int kWays = 4;
     PageCounter* owner[kWays] = {};
@@ -182,29 +194,26 @@ class MemcgStock {
                         bool to_pool) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stock.mu);
   void DrainSlotLocked(Cpu& stock, int slot, bool to_pool = false)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(stock.mu);
-  // `cpu`'s set for `counter`; nullptr without a victim table. Caller holds
-  // cpus_[cpu].mu.
-  VictimSet* SetOf(int cpu, const PageCounter* counter) const;
+  // `stock`'s set for `counter`; nullptr without a victim table.
+  VictimSet* SetOfLocked(const Cpu& stock, const PageCounter* counter) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(stock.mu);
   // Drains way `way` of `set` (to the pool if to_pool and there is one).
   void DrainWayLocked(Cpu& stock, VictimSet& set, int way, bool to_pool)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(stock.mu);
-  // Moves an evicted slot's pages into its owner's set of `cpu` (`stock` is
-  // cpus_[cpu]).
-  void MoveToVictimLocked(Cpu& stock, int cpu, PageCounter* owner,
-                          uint8_t nr_pages)
+  // Moves an evicted slot's pages into its owner's set of `stock`.
+  void MoveToVictimLocked(Cpu& stock, PageCounter* owner, uint8_t nr_pages)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(stock.mu);
-  // Whether `stock` (cpus_[cpu]) holds pages of `root` or below it, in a
-  // slot or a way.
-  bool HoldsLocked(int cpu, const Cpu& stock, const PageCounter* root) const
+  // Whether `stock` holds pages of `root` or below it, in a slot or a way.
+  bool HoldsLocked(const Cpu& stock, const PageCounter* root) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(stock.mu);
 
   const int nr_cpus_;
   const uint32_t batch_pages_;
-  const uint32_t nr_buckets_;  // 0: no pool; else a power of two
+  const uint32_t nr_buckets_;      // 0: no pool; else a power of two
   const uint32_t nr_victim_sets_;  // per CPU; 0: no victim table
   std::unique_ptr<Cpu[]> cpus_;
-  // nr_cpus_ x nr_victim_sets_ sets, CPU-major; a CPU's sets are guarded by
-  // that CPU's Cpu::mu.
+  // nr_cpus_ x nr_victim_sets_ sets, CPU-major; owns what the Cpu::sets
+  // pointers point to (touched only through them).
   std::unique_ptr<VictimSet[]> victim_;
   std::unique_ptr<Bucket[]> buckets_;
   // Serialises DrainAll/DrainOwner (percpu_charge_mutex).

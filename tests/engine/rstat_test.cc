@@ -184,6 +184,54 @@ TEST_P(RstatTest, FlushOfASubtreeLeavesOthersPendingUntilTheirFlush) {
   EXPECT_EQ(tree.nodes[0]->total(kStatFile), 14);
 }
 
+// Each hold of the flush lock is one scoped object: one OnFlushLockHold per
+// hold, every CPU the flush walks inside exactly one hold, and the lock free
+// again after every flush (a leaked hold would hang the next Flush()).
+TEST_P(RstatTest, HoldsFollowThePolicyAndAlwaysEnd) {
+  constexpr int kCpus = 8;
+  RecordingObserver observer;
+  Rstat rstat(kCpus, GetParam(), &observer);
+  Tree tree(&rstat);
+  int64_t d[kNrStatItems] = {};
+  d[kStatAnon] = 1;
+  rstat.Update(tree.nodes[3].get(), 2, d, 1);
+  rstat.Update(tree.nodes[6].get(), 5, d, 1);
+  rstat.Flush(tree.nodes[0].get());
+  EXPECT_EQ(tree.nodes[0]->total(kStatAnon), 2);
+  switch (GetParam().policy) {
+    case FlushLockPolicy::kPerCpu:
+      EXPECT_EQ(observer.holds, kCpus);
+      EXPECT_EQ(observer.cpus, kCpus);
+      break;
+    case FlushLockPolicy::kWhole:
+      EXPECT_EQ(observer.holds, 1);
+      EXPECT_EQ(observer.cpus, kCpus);
+      break;
+    case FlushLockPolicy::kBatch:  // batch:3
+      EXPECT_EQ(observer.holds, 3);
+      EXPECT_EQ(observer.cpus, kCpus);
+      break;
+    case FlushLockPolicy::kAdaptive:
+      // Only the two dirty CPUs are walked: one hold, or two if the budget
+      // ran out between them.
+      EXPECT_GE(observer.holds, 1);
+      EXPECT_LE(observer.holds, 2);
+      EXPECT_EQ(observer.cpus, 2);
+      break;
+  }
+  // Nothing updated since: kAdaptive takes no hold at all.
+  const int holds_before = observer.holds;
+  rstat.Flush(tree.nodes[0].get());
+  if (GetParam().policy == FlushLockPolicy::kAdaptive) {
+    EXPECT_EQ(observer.holds, holds_before);
+  }
+  rstat.Update(tree.nodes[6].get(), kCpus - 1, d, 1);
+  rstat.Flush(tree.nodes[4].get());
+  rstat.Flush(tree.nodes[0].get());
+  EXPECT_EQ(tree.nodes[0]->total(kStatAnon), 3);
+  EXPECT_EQ(observer.flushes, 4);
+}
+
 TEST_P(RstatTest, NegativeTotalsReadAsZero) {
   Rstat rstat(2, GetParam(), nullptr);
   Tree tree(&rstat);
