@@ -1,5 +1,5 @@
-// Reclaim: the memory controller's reclaim machinery (memcg-semantics.md
-// §1.6, §2.6, §2.7 and §4).
+// Reclaim: the memory controller's reclaim machinery (docs/DESIGN.md
+// §10).
 //
 // Mirrors, in mm/vmscan.c: try_to_free_mem_cgroup_pages(),
 // do_try_to_free_pages() with its retry ladder, shrink_node_memcgs(),
@@ -43,7 +43,8 @@
 // tree must be called with a reader slot of the engine's tree lock held (the
 // tree cannot change under it); InvalidateReclaimIterators() needs the
 // writer side. Effective protection (emin/elow) is written racily by
-// concurrent walks with different targets, as in the kernel (§4.5).
+// concurrent walks with different targets, as in the kernel
+// (docs/DESIGN.md §10.1).
 #ifndef CGACCT_ENGINE_RECLAIM_H_
 #define CGACCT_ENGINE_RECLAIM_H_
 
@@ -75,7 +76,7 @@ inline constexpr uint64_t kMemcgMaxHighDelayJiffies = 2 * kHz;
 inline constexpr int kMemcgDelayPrecisionShift = 20;
 inline constexpr int kMemcgDelayScalingShift = 14;
 
-// --- Effective protection (§1.6, §4.5) -------------------------------------
+// --- Effective protection (docs/DESIGN.md §10.2) -----------------------------
 
 // effective_protection() (mm/page_counter.c): the protection (pages) a group
 // gets from its declared `setting` (min or low), given its usage, its
@@ -117,7 +118,7 @@ uint64_t ApplyProportionalProtection(uint64_t scan, uint64_t min, uint64_t low,
                                      bool memcg_low_reclaim,
                                      bool* memcg_low_skipped);
 
-// --- The hierarchy walk (§4.1, §4.2) ----------------------------------------
+// --- The hierarchy walk (docs/DESIGN.md §10.1) -------------------------------
 
 // css_next_descendant_pre(): the group after `pos` in pre-order under
 // `root` (root first when pos is null); null at the end. Children are visited
@@ -147,7 +148,7 @@ Group* MemCgroupIter(Group* root, Group* prev, ReclaimCookie* cookie);
 // Caller holds the tree lock's writer side, before unlinking `dead`.
 void InvalidateReclaimIterators(Group* dead);
 
-// --- memory.high (§2.6) ------------------------------------------------------
+// --- memory.high (docs/DESIGN.md §10.3) --------------------------------------
 
 // calculate_overage(): how far usage is over high, as a fixed-point ratio
 // (<< kMemcgDelayPrecisionShift); 0 when usage <= high. Pure.

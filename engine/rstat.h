@@ -18,7 +18,7 @@
 // (css_rstat_cpu_lock) protects that CPU's updated tree. Totals are atomics
 // written under the flush lock and read without it.
 //
-// Flush lock policies (DESIGN.md §4.3). The lock is global, and a hold is
+// Flush lock policies (docs/DESIGN.md §9). The lock is global, and a hold is
 // what the kernel's irqs-off tracer sees (the kernel takes it with IRQs
 // off), so the policies trade the longest hold against acquisitions:
 //   kPerCpu    take and drop the flush lock around every CPU (Linux 6.15+,

@@ -37,7 +37,7 @@
 //     pages, like stocked ones: memory.current includes them (at most
 //     2 x batch per group more than the kernel's bound), and DrainAll /
 //     DrainOwner drain the pool too. No kernel counterpart: the closest is
-//     the per-page_counter stock RFC (memcg-semantics.md §7.3).
+//     the per-page_counter stock RFC (an RFC, not merged).
 //   - Optional per-CPU victim table (victim_sets > 0; the engine's default
 //     is 64 sets): behind each CPU's 7 slots, `victim_sets` sets of 4
 //     (owner, nr_pages) ways, found by a hash of the owner and guarded by

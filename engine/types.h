@@ -30,14 +30,14 @@ enum class PageKind : uint8_t {
   kFile = 2,  // page cache, reclaimable
 };
 
-// How fresh a stats read must be (DESIGN.md §3).
+// How fresh a stats read must be (docs/DESIGN.md §3.5).
 enum class FlushMode : uint8_t {
   kExact,      // flush the subtree first
   kThreshold,  // flush only past 64 x nr_cpus pending updates
   kNone,       // last flushed values
 };
 
-// Which flush-lock policy rstat uses (DESIGN.md §4.3, engine/rstat.h).
+// Which flush-lock policy rstat uses (docs/DESIGN.md §9, engine/rstat.h).
 enum class FlushLockPolicy : uint8_t {
   kPerCpu,  // drop and retake the lock for every CPU (Linux 6.15+)
   kWhole,   // hold across the CPU loop, yield only when someone waits (<= 6.14)

@@ -1,4 +1,4 @@
-// AccountingService: the cgacct.v1.Accounting gRPC service (DESIGN.md §4.1)
+// AccountingService: the cgacct.v1.Accounting gRPC service (docs/DESIGN.md §4)
 // on top of the Engine, on the gRPC callback API.
 //
 // The service owns the wire conventions and nothing else:

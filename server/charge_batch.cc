@@ -1,4 +1,4 @@
-// ChargeBatch and ChargeStream (DESIGN.md §4.1): many charges and uncharges
+// ChargeBatch and ChargeStream (docs/DESIGN.md §4.6): many charges and uncharges
 // per message, tuned for throughput.
 //
 // Per op the semantics are Charge/Uncharge's exactly (same validation order

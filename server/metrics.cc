@@ -294,7 +294,7 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
   const EngineInfo info = engine_.GetInfo();
   std::vector<MetricFamily> out;
 
-  // rstat flush lock (the irqs-off tracer's view, DESIGN.md §1).
+  // rstat flush lock (the irqs-off tracer's view, docs/DESIGN.md §9.3).
   {
     MetricFamily hold = Family("cgacct_rstat_flush_lock_hold_seconds",
                                "Time the rstat flush lock was held, per hold.",
@@ -348,7 +348,7 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
     out.push_back(std::move(duration));
   }
 
-  // Reclaim ("restore incremental cgroup iteration", DESIGN.md §1).
+  // Reclaim ("restore incremental cgroup iteration", docs/DESIGN.md §10.1).
   {
     MetricFamily cycles = Family(
         "cgacct_reclaim_cycle_seconds",

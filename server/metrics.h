@@ -1,4 +1,4 @@
-// Prometheus metrics of cgacctd (DESIGN.md §4.2).
+// Prometheus metrics of cgacctd (docs/DESIGN.md §5).
 //
 // Two halves, after Envoy's stats model and prometheus-cpp's Collectable:
 //  - Recording (hot path): LatencyHistogram, RstatFlushObserver and RpcMetrics

@@ -1,4 +1,4 @@
-// request_id de-duplication for Charge and Uncharge (DESIGN.md §4.1): a retry
+// request_id de-duplication for Charge and Uncharge (docs/DESIGN.md §4.4): a retry
 // carrying the same request_id inside the window is answered from the first
 // result and applied once.
 //

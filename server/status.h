@@ -1,5 +1,5 @@
 // The one place where absl::Status (the engine's errors and the service's
-// own) becomes a gRPC status (DESIGN.md §2, STYLE.md habit 6). The service
+// own) becomes a gRPC status (docs/DESIGN.md §4.3). The service
 // works in absl::Status throughout and converts once, when it answers.
 #ifndef CGACCT_SERVER_STATUS_H_
 #define CGACCT_SERVER_STATUS_H_

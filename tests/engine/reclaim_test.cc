@@ -275,7 +275,7 @@ TEST(MemCgroupIterTest, DeletingTheCursorGroupGoesOnAtTheNextSibling) {
 // --- mem_cgroup_calculate_protection()
 // ------------------------------------------
 
-// §1.6's worked example: A is the reclaim target, B (low 50M, usage 150M)
+// The worked example of docs/DESIGN.md §10.2: A is the reclaim target, B (low 50M, usage 150M)
 // its child; C (low 75M, 50M), D (25M, 50M), E (0, 50M), F (500M, empty).
 TEST(CalculateProtectionTest, WorkedExample) {
   Tree t;
@@ -565,7 +565,7 @@ TEST_F(ReclaimEngineTest, MinIsNeverBreachedAndEmptyGroupsGetNoLowEvents) {
   EXPECT_EQ(Stats("/p").events.oom, 1u);
 }
 
-// The worked example of §1.6, through the engine: the values computed by
+// The worked example of docs/DESIGN.md §10.2, through the engine: the values computed by
 // the walk of a 32-page reclaim of A (they move by a few pages as it goes).
 TEST_F(ReclaimEngineTest, WorkedExampleEffectiveLow) {
   Create("/A", Max(MB(200)));

@@ -1,6 +1,6 @@
 // Reclaim through the service: the Reclaim RPC, Charge's throttle_us, the
 // reclaim metrics, and ports of the kernel's memcg selftests
-// (tools/testing/selftests/cgroup/test_memcontrol.c, memcg-semantics.md §5)
+// (tools/testing/selftests/cgroup/test_memcontrol.c; docs/DESIGN.md §10.5)
 // that apply without swap, with the same values_close() tolerances.
 //
 // How the selftests map onto the service (a real Engine behind a real
@@ -364,7 +364,7 @@ TEST_F(ReclaimServiceTest, MetricsExportReclaimCyclesAndPages) {
 
 // --- Kernel selftests --------------------------------------------------------
 
-// test_memcg_current_peak (§5.2). Not ported: the fd-local memory.peak
+// test_memcg_current_peak. Not ported: the fd-local memory.peak
 // steps (open/reset/close of several memory.peak fds), which the service
 // does not model.
 TEST_F(ReclaimServiceTest, SelftestCurrentPeak) {
@@ -378,7 +378,7 @@ TEST_F(ReclaimServiceTest, SelftestCurrentPeak) {
   EXPECT_GE(Peak(memcg), MB(50));
 }
 
-// test_memcg_high (§5.4).
+// test_memcg_high.
 TEST_F(ReclaimServiceTest, SelftestHigh) {
   const std::string memcg = "/memcg_test";
   ASSERT_TRUE(Ok(Create(memcg)));
@@ -395,7 +395,7 @@ TEST_F(ReclaimServiceTest, SelftestHigh) {
   EXPECT_EQ(Stats(memcg).events().oom(), 0u);
 }
 
-// test_memcg_max (§5.6).
+// test_memcg_max.
 TEST_F(ReclaimServiceTest, SelftestMax) {
   const std::string memcg = "/memcg_test";
   ASSERT_TRUE(Ok(Create(memcg)));
@@ -413,7 +413,7 @@ TEST_F(ReclaimServiceTest, SelftestMax) {
   EXPECT_GT(Stats(memcg).events().max(), 0u);
 }
 
-// test_memcg_reclaim (§5.7), without swap: 50M of page cache, then
+// test_memcg_reclaim, without swap: 50M of page cache, then
 // memory.reclaim down to 30M.
 TEST_F(ReclaimServiceTest, SelftestReclaim) {
   const std::string memcg = "/memcg_test";
@@ -428,8 +428,8 @@ TEST_F(ReclaimServiceTest, SelftestReclaim) {
               Current(memcg) < MB(30));
 }
 
-// test_memcg_min and test_memcg_low (the protection selftest, not in §5's
-// list): A (max 200M) / B (min or low 50M) / C (75M), D (25M), E (0), F
+// test_memcg_min and test_memcg_low (the protection selftests, beyond the
+// list of docs/DESIGN.md §10.5): A (max 200M) / B (min or low 50M) / C (75M), D (25M), E (0), F
 // (500M), with 50M of page cache in each of C, D and E; then A/G allocates
 // 148M of ANON. The kernel expects B ~ 50M, C ~ 29M, D ~ 21M, F empty (the
 // model in memcg_protection.m), then: a 170M allocation in G is OOM-killed
