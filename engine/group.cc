@@ -24,23 +24,10 @@ void Group::Charged(PageKind kind, uint64_t nr_pages) {
   PagesOf(kind).fetch_add(nr_pages, std::memory_order_relaxed);
 }
 
-absl::StatusOr<uint64_t> Group::Uncharging(PageKind kind, uint64_t nr_pages) {
-  std::atomic<uint64_t>& held = PagesOf(kind);
-  uint64_t cur = held.load(std::memory_order_relaxed);
-  uint64_t take;
-  do {
-    if (kind == PageKind::kAnon && nr_pages > cur)
-      return absl::FailedPreconditionError(
-          absl::StrCat("nr_pages ", nr_pages, ": path ", QuotePath(path_),
-                       " holds only ", cur, " ANON pages"));
-    take = std::min(nr_pages, cur);
-    if (take == 0) return 0;
-    // Relaxed: the count is the only data; the page_counter uncharge that
-    // follows is ordered by its own atomics. The same CAS as reclaim's
-    // LruIsolatePages(), so a FILE page is reclaimed or uncharged, not both.
-  } while (
-      !held.compare_exchange_weak(cur, cur - take, std::memory_order_relaxed));
-  return take;
+absl::Status Group::AnonUnderflow(uint64_t nr_pages, uint64_t held) const {
+  return absl::FailedPreconditionError(
+      absl::StrCat("nr_pages ", nr_pages, ": path ", QuotePath(path_),
+                   " holds only ", held, " ANON pages"));
 }
 
 void Group::ReparentPages() {

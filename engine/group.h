@@ -22,12 +22,15 @@
 #ifndef CGACCT_ENGINE_GROUP_H_
 #define CGACCT_ENGINE_GROUP_H_
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <string>
 
+#include "absl/base/optimization.h"
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "engine/lru.h"
@@ -76,7 +79,23 @@ class Group {
   // returns how many the caller must uncharge. ANON: all of nr_pages, or
   // FAILED_PRECONDITION (nothing taken) if the group holds fewer. FILE: what
   // is left of nr_pages (reclaim may have taken some), possibly 0.
-  absl::StatusOr<uint64_t> Uncharging(PageKind kind, uint64_t nr_pages);
+  // Inline: on every uncharge.
+  absl::StatusOr<uint64_t> Uncharging(PageKind kind, uint64_t nr_pages) {
+    std::atomic<uint64_t>& held = PagesOf(kind);
+    uint64_t cur = held.load(std::memory_order_relaxed);
+    uint64_t take;
+    do {
+      if (ABSL_PREDICT_FALSE(kind == PageKind::kAnon && nr_pages > cur))
+        return AnonUnderflow(nr_pages, cur);
+      take = std::min(nr_pages, cur);
+      if (take == 0) return 0;
+      // Relaxed: the count is the only data; the page_counter uncharge that
+      // follows is ordered by its own atomics. The same CAS as reclaim's
+      // LruIsolatePages(), so a FILE page is reclaimed or uncharged, not both.
+    } while (!held.compare_exchange_weak(cur, cur - take,
+                                         std::memory_order_relaxed));
+    return take;
+  }
   // isolate_lru_folios() on the FILE LRU: takes up to nr_to_scan FILE pages
   // off the list for reclaim, which then uncharges them. Lock-free.
   uint64_t IsolateLruPages(uint64_t nr_to_scan) {
@@ -95,6 +114,8 @@ class Group {
   MemoryEvents events_local() const;  // memory.events.local
 
  private:
+  // Uncharging()'s FAILED_PRECONDITION, built out of line.
+  absl::Status AnonUnderflow(uint64_t nr_pages, uint64_t held) const;
   friend class GroupTree;  // the tree links
 
   std::atomic<uint64_t>& PagesOf(PageKind kind) {

@@ -36,15 +36,10 @@ absl::StatusOr<Group*> GroupTree::Find(absl::string_view path) const {
   return g;
 }
 
-absl::StatusOr<Group*> GroupTree::Find(GroupHandle handle) const {
-  // The id check makes a reused slot harmless: ids are never reused.
-  Group* g = handle.slot_ < handle_slots_.size() ? handle_slots_[handle.slot_]
-                                                 : nullptr;
-  if (g == nullptr || g->id() != handle.id_)
-    return absl::NotFoundError(
-        absl::StrCat("group id ", handle.id_,
-                     ": no such group (deleted, or an empty handle)"));
-  return g;
+absl::Status GroupTree::HandleNotFound(GroupHandle handle) {
+  return absl::NotFoundError(
+      absl::StrCat("group id ", handle.id_,
+                   ": no such group (deleted, or an empty handle)"));
 }
 
 absl::StatusOr<GroupHandle> GroupTree::Resolve(absl::string_view path) const {

@@ -4,6 +4,8 @@
 #include <climits>
 #include <utility>
 
+#include "absl/base/attributes.h"
+#include "absl/base/optimization.h"
 #include "absl/strings/str_cat.h"
 #include "engine/group_path.h"
 #include "engine/memory_stat.h"
@@ -56,16 +58,15 @@ absl::Status MemoryController::Reject(absl::Status status, int cpu) {
   return status;
 }
 
-absl::StatusOr<int> MemoryController::CheckArgs(uint64_t nr_pages,
-                                                PageKind kind,
-                                                std::optional<int> cpu_arg,
-                                                bool charge) {
+absl::Status MemoryController::RejectArgs(uint64_t nr_pages, PageKind kind,
+                                          std::optional<int> cpu_arg,
+                                          bool charge) {
   absl::StatusOr<int> cpu = ResolveCpu(cpu_arg, nr_cpus_);
   if (!cpu.ok()) return charge ? Reject(cpu.status()) : cpu.status();
   absl::Status s = ValidateNrPages(nr_pages, page_counter_max_);
   if (s.ok()) s = ValidatePageKind(kind);
-  if (!s.ok()) return charge ? Reject(s, *cpu) : s;
-  return cpu;
+  if (charge) return Reject(s, *cpu);
+  return s;
 }
 
 Limits MemoryController::LimitsOf(const Group& g) const {
@@ -125,7 +126,7 @@ absl::StatusOr<uint64_t> MemoryController::DeleteGroup(absl::string_view path) {
     return absl::InvalidArgumentError("path \"/\": the root cannot be deleted");
   PercpuWriterLock l(tree_.lock());
   absl::StatusOr<Group*> found = tree_.Find(path);
-  if (!found.ok()) return found.status();
+  if (ABSL_PREDICT_FALSE(!found.ok())) return found.status();
   Group* g = *found;
   if (!g->children().empty())
     return absl::FailedPreconditionError(
@@ -192,7 +193,7 @@ absl::StatusOr<GroupInfo> MemoryController::SetLimits(
   const int cpu = CurrentCpu(nr_cpus_);
   PercpuReaderLock l(tree_.lock(), cpu);
   absl::StatusOr<Group*> found = tree_.Find(path);
-  if (!found.ok()) return found.status();
+  if (ABSL_PREDICT_FALSE(!found.ok())) return found.status();
   Group* g = *found;
   if (g->is_root())
     return absl::InvalidArgumentError(
@@ -277,9 +278,11 @@ absl::Status MemoryController::TryChargeMemcg(Group* g, uint64_t nr_pages,
       over->memory().max(), " pages)"));
 }
 
-absl::StatusOr<ChargeResult> MemoryController::ChargeLocked(
-    absl::StatusOr<Group*> found, uint64_t nr_pages, PageKind kind, int cpu) {
-  if (!found.ok()) return Reject(found.status(), cpu);
+// Inlined into both callers (path and handle): the fast path.
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline absl::StatusOr<ChargeResult>
+MemoryController::ChargeLocked(const absl::StatusOr<Group*>& found,
+                               uint64_t nr_pages, PageKind kind, int cpu) {
+  if (ABSL_PREDICT_FALSE(!found.ok())) return Reject(found.status(), cpu);
   Group* g = *found;
   uint64_t nr_pages_over_high = 0;
   if (absl::Status s = TryChargeMemcg(g, nr_pages, cpu, &nr_pages_over_high);
@@ -319,9 +322,11 @@ absl::StatusOr<ChargeResult> MemoryController::Charge(
 
 // Uncharged pages go back through the per-CPU stock (refill_stock(), as
 // socket and kernel memory do); the root has no stock.
-absl::StatusOr<UnchargeResult> MemoryController::UnchargeLocked(
-    absl::StatusOr<Group*> found, uint64_t nr_pages, PageKind kind, int cpu) {
-  if (!found.ok()) return found.status();
+// Inlined into both callers (path and handle): the fast path.
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline absl::StatusOr<UnchargeResult>
+MemoryController::UnchargeLocked(const absl::StatusOr<Group*>& found,
+                                 uint64_t nr_pages, PageKind kind, int cpu) {
+  if (ABSL_PREDICT_FALSE(!found.ok())) return found.status();
   Group* g = *found;
   absl::StatusOr<uint64_t> take = g->Uncharging(kind, nr_pages);
   if (!take.ok()) return take.status();
@@ -369,7 +374,7 @@ absl::StatusOr<GroupStats> MemoryController::GetStats(absl::string_view path,
                                                       FlushMode mode) {
   PercpuReaderLock l(tree_.lock(), CurrentCpu(nr_cpus_));
   absl::StatusOr<Group*> found = tree_.Find(path);
-  if (!found.ok()) return found.status();
+  if (ABSL_PREDICT_FALSE(!found.ok())) return found.status();
   Group* g = *found;
   GroupStats stats;
   stats.path = g->path();
