@@ -157,6 +157,12 @@ class Engine {
   absl::StatusOr<GroupStats> GetStats(absl::string_view path,
                                       FlushMode mode = FlushMode::kExact);
 
+  // memory.events and memory.events.local of a resolved group, read without
+  // a flush (events are exact counters, not rstat). Thread-safe; takes the
+  // calling CPU's tree reader slot. Errors: NOT_FOUND (deleted, or empty
+  // handle). Changes are announced by EngineObserver::OnMemoryEvents.
+  absl::StatusOr<GroupEvents> GetEvents(GroupHandle group) const;
+
   // Drains every CPU's stock (drain_all_stock() for the root), synchronously.
   void DrainAllStock();
 

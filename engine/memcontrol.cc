@@ -36,6 +36,7 @@ MemoryController::MemoryController(int nr_cpus, const EngineOptions& options)
       page_counter_max_(static_cast<uint64_t>(LONG_MAX) /
                         options.page_size_bytes),
       clock_(options.clock != nullptr ? *options.clock : Clock::Real()),
+      observer_(options.observer),
       rstat_(
           nr_cpus,
           FlushLockConfig{options.flush_lock_policy, options.flush_batch_cpus,
@@ -86,6 +87,11 @@ GroupInfo MemoryController::InfoOf(const Group& g) const {
 // its ancestors below the root.
 void MemoryController::MemcgMemoryEvent(Group* g, MemoryEvent event, int cpu) {
   g->CountEvent(event);
+  // cgroup_file_notify() on memory.events(.local) of g and its ancestors.
+  if (observer_ != nullptr) {
+    for (Group* pos = g; pos != nullptr && !pos->is_root(); pos = pos->parent())
+      observer_->OnMemoryEvents(pos->id());
+  }
   if (event == MemoryEvent::kOom) Bump(counters_[cpu].oom_events);
 }
 
@@ -142,7 +148,9 @@ absl::StatusOr<uint64_t> MemoryController::DeleteGroup(absl::string_view path) {
   rstat_.FlushForRemoval(&g->rstat_group());
   const uint64_t reparented = g->memory().Read();
   g->ReparentPages();
+  const uint64_t id = g->id();
   tree_.Remove(g);
+  if (observer_ != nullptr) observer_->OnGroupDeleted(id);
   return reparented;
 }
 
@@ -368,6 +376,15 @@ absl::StatusOr<uint64_t> MemoryController::Reclaim(absl::string_view path,
   absl::StatusOr<Group*> g = tree_.Find(path);
   if (!g.ok()) return g.status();
   return reclaimer_.MemoryReclaim(*g, nr_pages, cpu);
+}
+
+absl::StatusOr<GroupEvents> MemoryController::GetEvents(
+    GroupHandle group) const {
+  PercpuReaderLock l(tree_.lock(), CurrentCpu(nr_cpus_));
+  absl::StatusOr<Group*> found = tree_.Find(group);
+  if (!found.ok()) return found.status();
+  const Group* g = *found;
+  return GroupEvents{g->path(), g->id(), g->events(), g->events_local()};
 }
 
 absl::StatusOr<GroupStats> MemoryController::GetStats(absl::string_view path,

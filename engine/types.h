@@ -124,6 +124,14 @@ struct GroupStats {
   absl::Duration max_staleness = absl::ZeroDuration();
 };
 
+// memory.events and memory.events.local of one group (Engine::GetEvents).
+struct GroupEvents {
+  std::string path;
+  uint64_t id = 0;              // GroupInfo::id
+  MemoryEvents events;          // hierarchical
+  MemoryEvents events_local;
+};
+
 struct EngineInfo {
   int nr_cpus = 0;
   uint64_t page_size_bytes = 0;
