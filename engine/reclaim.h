@@ -122,7 +122,8 @@ uint64_t ApplyProportionalProtection(uint64_t scan, uint64_t min, uint64_t low,
 
 // css_next_descendant_pre(): the group after `pos` in pre-order under
 // `root` (root first when pos is null); null at the end. Children are visited
-// in name order. Caller holds a tree reader slot.
+// in creation order, as the kernel's parent->children list. Caller holds a
+// tree reader slot.
 Group* NextDescendantPre(const Group* pos, const Group* root);
 
 // mem_cgroup_reclaim_cookie: a walker's round.
