@@ -7,7 +7,9 @@
 //   2. reclaim walks siblings in creation order;
 //   3. the root is never charged directly;
 //   4. memory.stat is cgroup v2's, in Linux 6.16's order;
-//   5. memory.events has every line of the kernel's file.
+//   5. memory.events has every line of the kernel's file;
+//   6. (a README statement, pinned) the memory.high delay is computed in 128
+//      bits where the kernel's 64-bit product wraps.
 #include <map>
 #include <memory>
 #include <string>
@@ -349,6 +351,41 @@ TEST_F(FidelityTest, EventsTheEngineNeverRaisesStayZero) {
   EXPECT_EQ(s.events.sock_throttled, 0u);  // no sockets
   EXPECT_EQ(s.events_local.oom_group_kill, 0u);
   EXPECT_EQ(s.events_local.sock_throttled, 0u);
+}
+
+// --- 6. What the README states: the memory.high delay's arithmetic ---------
+
+// calculate_high_delay() multiplies max_overage * max_overage * HZ in an
+// unsigned long, which wraps once usage passes about 130 x memory.high; the
+// engine multiplies in 128 bits (README's kernel table), so the delay of a
+// group far over high is the exact formula's, and is capped at 2 s by the
+// caller. This pins the documented behaviour (it is not a change: it
+// passes on 95068c6 too).
+TEST(HighDelayArithmeticTest, NoWrapWhereTheKernels64BitProductWraps) {
+  const uint64_t high = 100, usage = 100 * 200;
+  const uint64_t overage = CalculateOverage(usage, high);
+  // The kernel's product wraps here.
+  const unsigned __int128 exact =
+      static_cast<unsigned __int128>(overage) * overage * kHz;
+  ASSERT_GT(exact, static_cast<unsigned __int128>(UINT64_MAX));
+  const uint64_t want = static_cast<uint64_t>(
+      (exact >> kMemcgDelayPrecisionShift >> kMemcgDelayScalingShift) *
+      kChargeBatchPages / kChargeBatchPages);
+  EXPECT_EQ(CalculateHighDelay(kChargeBatchPages, overage), want);
+  EXPECT_GT(CalculateHighDelay(kChargeBatchPages, overage),
+            kMemcgMaxHighDelayJiffies);
+  // Through a charge: the throttle is the 2 s cap.
+  EngineOptions options;
+  options.nr_cpus = 2;
+  auto engine = std::move(*Engine::Create(options));
+  LimitsUpdate l;
+  l.high_pages = high;
+  ASSERT_TRUE(engine->CreateGroup("/g", {}).ok());
+  ASSERT_TRUE(engine->Charge("/g", usage, PageKind::kAnon, 0).ok());
+  ASSERT_TRUE(engine->SetLimits("/g", l).ok());
+  auto r = engine->Charge("/g", kChargeBatchPages, PageKind::kAnon, 0);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->throttle, absl::Seconds(2));
 }
 
 }  // namespace
