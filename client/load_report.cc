@@ -135,10 +135,10 @@ std::string FormatLoadReportTable(const LoadReport& r) {
                         r.charge_errors));
     // A refused 64-page charge is not an OOM in the kernel (order > 3 fails
     // with ENOMEM, memory.events `max` only): counted apart.
-    Row(&out, "OOM kills / costly ENOMEMs",
-        absl::StrFormat("%d / %d (charges of <= %d / > %d pages refused; "
-                        "%.1f/s in all)",
-                        r.ooms, r.costly_enomems, kCostlyChargePages,
+    Row(&out, "refused charges",
+        absl::StrFormat("%d OOM kills (<= %d pages), %d costly ENOMEMs "
+                        "(> %d pages, no OOM); %.1f/s",
+                        r.ooms, kCostlyChargePages, r.costly_enomems,
                         kCostlyChargePages,
                         PerSecond(r.ooms + r.costly_enomems, r.elapsed)));
     Row(&out, "hog cycles",

@@ -48,8 +48,9 @@ TEST(LoadReportTest, TableShowsTheHeadlineNumbers) {
   EXPECT_TRUE(Contains(table, "p99.9")) << table;
   EXPECT_TRUE(Contains(table, "8 usec (power-of-2 bucket lower bound)"))
       << table;
-  EXPECT_TRUE(Contains(table, "OOM kills / costly ENOMEMs")) << table;
-  EXPECT_TRUE(Contains(table, "0 / 7 (charges of <= 8 / > 8 pages refused"))
+  EXPECT_TRUE(Contains(table,
+                       "0 OOM kills (<= 8 pages), 7 costly ENOMEMs (> 8 "
+                       "pages, no OOM)"))
       << table;
   EXPECT_TRUE(Contains(table, "hog cycles")) << table;
   EXPECT_TRUE(Contains(table,
