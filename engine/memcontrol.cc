@@ -214,10 +214,11 @@ absl::StatusOr<GroupInfo> MemoryController::SetLimits(
 // no PF_MEMALLOC force-charge, no OOM killer to wait for; the failed
 // request itself is the OOM victim (oom_kill is raised on `g`), unless it
 // is costly (more than kCostlyChargePages pages), which the kernel fails
-// without an OOM. The root is never charged here (ChargeLocked refuses it). On
-// success *nr_pages_over_high is the batch charged if the charge left `g`
-// or an ancestor over memory.high (current->memcg_nr_pages_over_high),
-// else 0; a charge served from the stock checks nothing, as in the kernel.
+// without an OOM. The root is never charged here (ChargeLocked refuses
+// it). On success *nr_pages_over_high is the batch charged if the charge
+// left `g` or an ancestor over memory.high
+// (current->memcg_nr_pages_over_high), else 0; a charge served from the
+// stock checks nothing, as in the kernel.
 absl::Status MemoryController::TryChargeMemcg(Group* g, uint64_t nr_pages,
                                               int cpu,
                                               uint64_t* nr_pages_over_high) {
@@ -250,8 +251,10 @@ absl::Status MemoryController::TryChargeMemcg(Group* g, uint64_t nr_pages,
     const uint64_t reclaimed = ReclaimPages(over, nr_pages, cpu);
     if (over->memory().Margin() >= nr_pages) continue;
     if (!drained) {
-      // Waits for a concurrent drain (the kernel's trylock would skip
-      // it): stocked pages must not turn into a premature OOM.
+      // Once per charge, as the kernel's drain_all_stock(), but waiting
+      // for a concurrent drain where the kernel's trylock skips it. Pages
+      // a concurrent charge or uncharge parks after this drain stay parked
+      // for the rest of the retries (README's kernel table).
       stock_.DrainAll(&over->memory(), /*wait=*/true);
       drained = true;
       continue;
