@@ -135,8 +135,7 @@ class MemoryController {
       int cpu) ABSL_SHARED_LOCKS_REQUIRED(tree_.lock());
 
   void MemcgMemoryEvent(Group* g, MemoryEvent event, int cpu);
-  void UpdateStats(Group* g, int cpu, PageKind kind, int64_t nr_pages,
-                   bool charge);
+  void UpdateStats(Group* g, int cpu, PageKind kind, int64_t nr_pages);
   uint64_t ReclaimPages(Group* over, uint64_t nr_pages, int cpu)
       ABSL_SHARED_LOCKS_REQUIRED(tree_.lock());
 
