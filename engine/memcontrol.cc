@@ -282,9 +282,9 @@ absl::Status MemoryController::TryChargeMemcg(Group* g, uint64_t nr_pages,
   // PAGE_ALLOC_COSTLY_ORDER: a costly charge fails with ENOMEM and `max`
   // events only (its caller falls back to smaller charges).
   if (nr_pages > kCostlyChargePages)
-    return absl::ResourceExhaustedError(absl::StrCat(
-        failed, "; a charge of more than ", kCostlyChargePages,
-        " pages fails without OOM"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat(failed, "; a charge of more than ", kCostlyChargePages,
+                     " pages fails without OOM"));
   // mem_cgroup_oom(): `oom` on the limiting group; the charging request is
   // the victim.
   MemcgMemoryEvent(over, MemoryEvent::kOom, cpu);

@@ -165,8 +165,8 @@ struct GroupStats {
 // memory.events and memory.events.local of one group (Engine::GetEvents).
 struct GroupEvents {
   std::string path;
-  uint64_t id = 0;              // GroupInfo::id
-  MemoryEvents events;          // hierarchical
+  uint64_t id = 0;      // GroupInfo::id
+  MemoryEvents events;  // hierarchical
   MemoryEvents events_local;
 };
 
@@ -195,11 +195,11 @@ struct EngineCounters {
   uint64_t charges_oom = 0;       // failed with RESOURCE_EXHAUSTED
   uint64_t charges_rejected = 0;  // bad input / not found
   uint64_t uncharges = 0;
-  uint64_t stock_hits = 0;       // charges served from a per-CPU stock slot
+  uint64_t stock_hits = 0;         // charges served from a per-CPU stock slot
   uint64_t stock_victim_hits = 0;  // ... from a per-CPU stock's victim table
-  uint64_t stock_pool_hits = 0;  // stock misses served from the stock's pool
-  uint64_t stock_drains = 0;     // stock slots drained (any reason)
-  uint64_t oom_total = 0;        // oom events raised
+  uint64_t stock_pool_hits = 0;    // stock misses served from the stock's pool
+  uint64_t stock_drains = 0;       // stock slots drained (any reason)
+  uint64_t oom_total = 0;          // oom events raised
   uint64_t flushes = 0;
   // CPUs walked by flushes: per flush, those whose updated tree it locked
   // (all nr_cpus, except under kAdaptive, which passes clean CPUs without

@@ -704,7 +704,8 @@ TEST_F(AccountingServiceTest, ChargesToTheRootAreRefusedBeforeDedup) {
 TEST_F(AccountingServiceTest, MemoryEventsHaveEveryKernelLine) {
   const google::protobuf::Descriptor* d = v1::MemoryEvents::descriptor();
   std::vector<std::string> names;
-  for (int i = 0; i < d->field_count(); ++i) names.push_back(d->field(i)->name());
+  for (int i = 0; i < d->field_count(); ++i)
+    names.push_back(d->field(i)->name());
   EXPECT_THAT(names, ElementsAre("low", "high", "max", "oom", "oom_kill",
                                  "oom_group_kill", "sock_throttled"));
   ASSERT_OK(CreateGroup("/g", MaxBytes(4 * kPage)));
@@ -892,7 +893,7 @@ TEST_F(AccountingServiceTest, GetStatsErrors) {
   EXPECT_THAT(bad_mode.error_message(), HasSubstr("flush"));
 }
 
-// --- GetEngineInfo, unimplemented RPCs, health ------------------------------
+// --- GetEngineInfo, WatchEvents without a hub, health ----------------------
 
 TEST_F(AccountingServiceTest, GetEngineInfo) {
   ASSERT_OK(CreateGroup("/a"));
@@ -938,18 +939,18 @@ TEST_F(AccountingServiceTest, GetEngineInfoListsTheLongestFlushHolds) {
 
 // ChargeBatch and ChargeStream: charge_batch_test.cc.
 // Reclaim: reclaim_service_test.cc.
-TEST_F(AccountingServiceTest, UnimplementedRpcsSaySo) {
-  {
-    grpc::ClientContext context;
-    v1::WatchEventsRequest request;
-    request.set_path("/");
-    auto reader = stub_->WatchEvents(&context, request);
-    v1::EventsUpdate update;
-    EXPECT_FALSE(reader->Read(&update));
-    const grpc::Status s = reader->Finish();
-    EXPECT_CODE(s, UNIMPLEMENTED);
-    EXPECT_THAT(s.error_message(), HasSubstr("WatchEvents"));
-  }
+// WatchEvents itself: watch_events_test.cc. A service built without an
+// events hub says so instead of pretending to watch.
+TEST_F(AccountingServiceTest, WatchEventsWithoutAHubIsUnavailable) {
+  grpc::ClientContext context;
+  v1::WatchEventsRequest request;
+  request.set_path("/");
+  auto reader = stub_->WatchEvents(&context, request);
+  v1::EventsUpdate update;
+  EXPECT_FALSE(reader->Read(&update));
+  const grpc::Status s = reader->Finish();
+  EXPECT_CODE(s, UNAVAILABLE);
+  EXPECT_THAT(s.error_message(), HasSubstr("events hub"));
 }
 
 TEST_F(AccountingServiceTest, HealthCheckServing) {
