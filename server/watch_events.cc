@@ -22,7 +22,6 @@
 
 namespace cgacct {
 
-namespace v1 = ::cgacct::v1;
 
 namespace {
 
