@@ -258,6 +258,21 @@ void RpcMetrics::RecordChargeRejected() {
       1, std::memory_order_relaxed);
 }
 
+void RpcMetrics::RecordShed(ShedReason reason) {
+  shards_[ThisThreadMetricShard()]
+      .shed[static_cast<int>(reason)]
+      .fetch_add(1, std::memory_order_relaxed);
+}
+
+uint64_t RpcMetrics::shed(ShedReason reason) const {
+  uint64_t total = 0;
+  for (const HandledShard& shard : shards_) {
+    total += shard.shed[static_cast<int>(reason)].load(
+        std::memory_order_relaxed);
+  }
+  return total;
+}
+
 uint64_t RpcMetrics::handled(RpcMethod method, grpc::StatusCode code) const {
   const int m = static_cast<int>(method);
   const int c = CodeSlot(code);
@@ -460,6 +475,21 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
     }
     out.push_back(std::move(handled));
     out.push_back(std::move(seconds));
+  }
+  {
+    MetricFamily shed = Family(
+        "cgacct_shed_total",
+        "Calls shed with RESOURCE_EXHAUSTED by a per-identity limit, by "
+        "reason (streams_per_identity, in_flight_per_identity); memory.max "
+        "OOMs are cgacct_charges_total{result=\"oom\"}, never here.",
+        MetricType::Counter);
+    for (int r = 0; r < kNrShedReasons; ++r) {
+      const ShedReason reason = static_cast<ShedReason>(r);
+      shed.metric.push_back(
+          CounterMetric(static_cast<double>(rpc_.shed(reason)),
+                        {{"reason", ShedReasonName(reason)}}));
+    }
+    out.push_back(std::move(shed));
   }
 
   if (options_.group_depth > 0) CollectGroups(out);

@@ -36,6 +36,7 @@
 #include "engine/observer.h"
 #include "engine/types.h"
 #include "prometheus/collectable.h"
+#include "server/limits.h"
 #include "prometheus/metric_family.h"
 
 namespace prometheus {
@@ -203,8 +204,12 @@ class RpcMetrics {
   // is the engine's own view (it also counts the NOT_FOUND of a stale
   // GroupHandle that the service retries) and is not added to it.
   void RecordChargeRejected();
+  // One call shed by a per-identity limit (server/limits.h); the only count
+  // behind cgacct_shed_total{reason}.
+  void RecordShed(ShedReason reason);
 
   uint64_t handled(RpcMethod method, grpc::StatusCode code) const;
+  uint64_t shed(ShedReason reason) const;
   LatencyHistogram::Snapshot latency(RpcMethod method) const;
   uint64_t charges_rejected() const;
 
@@ -212,6 +217,7 @@ class RpcMetrics {
   struct alignas(kCacheLineBytes) HandledShard {
     std::atomic<uint64_t> handled[kNrRpcMethods][kNrCodes];
     std::atomic<uint64_t> charges_rejected;
+    std::atomic<uint64_t> shed[kNrShedReasons];
   };
   static_assert(sizeof(HandledShard) % kCacheLineBytes == 0,
                 "shards must not share cache lines");
