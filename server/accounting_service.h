@@ -207,6 +207,9 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
       grpc::CallbackServerContext* context,
       const cgacct::v1::WatchEventsRequest* request) override;
 
+  // The per-identity limiter, for tests (which hold permits to saturate it).
+  CallLimiter& limiter() { return limiter_; }
+
   // Never fails.
   grpc::ServerUnaryReactor* GetEngineInfo(
       grpc::CallbackServerContext* context,
