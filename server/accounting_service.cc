@@ -133,17 +133,6 @@ class FinishedWriteReactor final
   void OnDone() override { delete this; }
 };
 
-// A unary reactor that holds the call's in-flight permit until gRPC is done
-// with the call (the response sent, or the call cancelled).
-class PermitUnaryReactor final : public grpc::ServerUnaryReactor {
- public:
-  explicit PermitUnaryReactor(CallLimiter::Permit permit)
-      : permit_(std::move(permit)) {}
-  void OnDone() override { delete this; }
-
- private:
-  CallLimiter::Permit permit_;
-};
 
 }  // namespace
 
@@ -257,9 +246,10 @@ grpc::ServerUnaryReactor* AccountingService::FinishUnary(
     const absl::Status& status, CallLimiter::Permit permit) {
   const grpc::Status answer = ToGrpcStatus(status);
   RecordRpc(method, start_ns, answer.error_code());
-  grpc::ServerUnaryReactor* reactor =
-      permit.held() ? new PermitUnaryReactor(std::move(permit))
-                    : context->DefaultReactor();
+  // Given back before Finish: a client that has its answer may call again
+  // at once without meeting its own previous call's permit.
+  permit.Release();
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(answer);
   return reactor;
 }

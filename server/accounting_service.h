@@ -226,9 +226,9 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
   // until authentication exists.
   static std::string CallerKey(const grpc::ServerContextBase* context);
 
-  // Admits one in-flight message of the caller (Permit, held until gRPC is
-  // done with the call), runs `body` (returning absl::Status) and finishes
-  // the call; a shed call finishes at once without running it.
+  // Admits one in-flight message of the caller (a Permit held while `body`
+  // runs), runs `body` (returning absl::Status) and finishes the call; a
+  // shed call finishes at once without running it.
   template <typename Body>
   grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* context,
                                   RpcMethod method, Body&& body) {
@@ -254,7 +254,7 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
 
   // Converts `status` (ToGrpcStatus), records the call's metrics (latency
   // since `start_ns` on clock_) and finishes it.
-  // A held `permit` is given back when gRPC is done with the call (OnDone).
+  // A held `permit` is given back before the call is finished.
   grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context,
                                         RpcMethod method, int64_t start_ns,
                                         const absl::Status& status,

@@ -10,10 +10,11 @@
 // What is counted:
 //  - streams: ChargeStream calls from the handler's start to the reactor's
 //    OnDone (WatchEvents, which is not served, is not counted);
-//  - in-flight messages: a unary call from its handler's start until gRPC
-//    is done with it (the response sent or the call cancelled: OnDone), and
-//    a ChargeStream request from the moment it is read until its response
-//    has been written. A stream holds at most two (docs/DESIGN.md §4.6).
+//  - in-flight messages: a unary call while its handler runs (the handlers
+//    run to completion; the response is at most 1 MiB, ListGroups), and a
+//    ChargeStream request from the moment it is read until its response has
+//    been written, so a client that does not read its responses holds its
+//    permits. A stream holds at most two (docs/DESIGN.md §4.6).
 //    GetEngineInfo is never shed (readiness probes use it).
 //
 // The identity is the caller's (CallerKey() in accounting_service.cc): ""
