@@ -263,15 +263,22 @@ class MetricsCollector final : public prometheus::Collectable {
 // what /metrics serves. Thread-safe if the collectable is.
 std::string SerializeMetrics(const prometheus::Collectable& collectable);
 
+// civetweb worker threads of the /metrics server, and how long one waits for
+// a client's request before dropping the connection.
+inline constexpr int kMetricsHttpThreads = 32;
+inline constexpr int kMetricsHttpRequestTimeoutMs = 2000;
+
 // Serves a collectable on http://HOST:PORT/metrics (prometheus-cpp pull
-// Exposer, 8 civetweb threads, 5 s request timeout).
+// Exposer, kMetricsHttpThreads civetweb threads, each connection dropped
+// after kMetricsHttpRequestTimeoutMs without a complete request).
 //
 // Thread safety: thread-safe after Start(); the destructor stops serving.
 class MetricsExposer {
  public:
   // Binds `listen` ("HOST:PORT"; port 0 picks a free one) and registers
   // `collectable` on /metrics. Errors: UNAVAILABLE naming the address when
-  // it cannot be bound (prometheus::Exposer throws; this catches it).
+  // it cannot be bound and why ("address already in use"), in one line
+  // (prometheus::Exposer throws; this catches it).
   static absl::StatusOr<std::unique_ptr<MetricsExposer>> Start(
       const std::string& listen,
       std::shared_ptr<prometheus::Collectable> collectable);
