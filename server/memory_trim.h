@@ -34,7 +34,7 @@ class MemoryTrimmer {
   struct Options {
     absl::Duration interval = absl::Seconds(1);  // > 0
     // Trim only when at least this much is free in malloc's arenas.
-    size_t min_free_bytes = size_t{32} << 20;
+    size_t min_free_bytes = size_t{4} << 20;
   };
 
   // Starts the thread.
