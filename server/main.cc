@@ -87,7 +87,7 @@ ABSL_FLAG(uint32_t, max_concurrent_streams_per_connection, 100,
           "HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS of every connection, >= 1");
 ABSL_FLAG(absl::Duration, memory_trim_interval, absl::Seconds(1),
           "how often to give malloc's free heap back to the kernel when more "
-          "than 32 MiB of it is free; 0 = never");
+          "than 4 MiB of it is free; 0 = never");
 
 namespace {
 
