@@ -353,6 +353,7 @@ void Rstat::RecordHold(const RstatGroup* root, int64_t hold_ns, int cpus,
   }
   FlushHoldRecord record;
   record.policy = config_name_;
+  record.preempt_model = config_.preempt_model;
   record.root_path = std::string(root->path());
   record.cpus_walked = cpus;
   record.groups_folded = groups;
@@ -388,6 +389,8 @@ bool Rstat::ShouldDropFlushLock(const FlushHold& hold, bool* yield) const {
     case FlushLockPolicy::kBatch:
       return hold.cpus() >= config_.batch_cpus;
     case FlushLockPolicy::kWhole:
+      // Without CONFIG_PREEMPTION spin_needbreak() is 0: never drop mid-loop.
+      if (config_.preempt_model == FlushPreemptModel::kNone) return false;
       // spin_needbreak(): someone is waiting for the lock.
       *yield = flush_waiters_.load(std::memory_order_relaxed) > 0;
       return *yield;
