@@ -5,7 +5,9 @@
 # "cgroup/rstat: avoid disabling irqs for O(num_cpu)"), prints its report and
 # stops the server.
 #
-# Environment: POLICY (per_cpu|whole|batch:N|adaptive, default per_cpu), CPUS (400),
+# Environment: POLICY (per_cpu|whole|batch:N|adaptive, default per_cpu),
+# PREEMPT (the flush preempt model, none|full, default none: whole holds the
+# flush lock across every CPU), CPUS (400),
 # DURATION (10s), THREADS (8), HOGS (8), PORT (50051), METRICS_PORT (9464),
 # JSON (a file for the --json report; unset = none). Extra arguments go to
 # cgacct-load.
@@ -16,6 +18,7 @@ deploy/install-deps.sh
 BUILD_TARGETS="cgacctd cgacct-load" deploy/build.sh
 
 POLICY=${POLICY:-per_cpu}
+PREEMPT=${PREEMPT:-none}
 CPUS=${CPUS:-400}
 DURATION=${DURATION:-10s}
 THREADS=${THREADS:-8}
@@ -28,7 +31,7 @@ METRICS_PORT=${METRICS_PORT:-9464}
 # the server after it.
 setsid build/server/cgacctd --listen=127.0.0.1:"$PORT" \
   --metrics_listen=127.0.0.1:"$METRICS_PORT" --cpus="$CPUS" \
-  --flush_lock_policy="$POLICY" &
+  --flush_lock_policy="$POLICY" --flush_preempt_model="$PREEMPT" &
 server=$!
 trap 'kill -TERM $server 2>/dev/null; wait $server 2>/dev/null || true' EXIT
 
