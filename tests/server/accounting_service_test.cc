@@ -955,6 +955,16 @@ TEST_F(AccountingServiceTest, MetricsTextHasEveryFamily) {
   EXPECT_THAT(text,
               HasSubstr("cgacct_rstat_flush_lock_hold_seconds_bucket{policy="
                         "\"per_cpu\",le=\"+Inf\"}"));
+  // Hold buckets start at 50 ns (1-2-5 series), RPC buckets at 1 µs.
+  EXPECT_THAT(text,
+              HasSubstr("cgacct_rstat_flush_lock_hold_seconds_bucket{policy="
+                        "\"per_cpu\",le=\"5e-08\"}"));
+  EXPECT_THAT(text,
+              HasSubstr("cgacct_rstat_flush_lock_hold_seconds_bucket{policy="
+                        "\"per_cpu\",le=\"0.001\"}"));
+  EXPECT_THAT(text, ::testing::Not(HasSubstr(
+                        "cgacct_rstat_flush_lock_hold_seconds_bucket{policy="
+                        "\"per_cpu\",le=\"1.048576\"}")));
   // Groups down to depth 2.
   EXPECT_THAT(text, HasSubstr("cgacct_group_memory_current_bytes{path=\"/\"}"));
   EXPECT_THAT(text,
