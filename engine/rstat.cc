@@ -324,9 +324,14 @@ Rstat::FlushHold::FlushHold(Rstat* rstat, LongestHold* longest)
 }
 
 Rstat::FlushHold::~FlushHold() {
-  rstat_->flush_mu_.Unlock();
+  // The hold ends where the lock is released: read the clock first. An
+  // Unlock() with waiters also wakes one (a futex syscall, on a VM maybe an
+  // IPI exit) after the lock word is free; a kernel spin_unlock_irq() is a
+  // store, so that wake-up is no part of the irqs-off time.
   const Clock& clock = rstat_->clock_;
-  const int64_t hold_ns = clock.CyclesToNs(clock.NowCycles() - acquired_);
+  const int64_t released = clock.NowCycles();
+  rstat_->flush_mu_.Unlock();
+  const int64_t hold_ns = clock.CyclesToNs(released - acquired_);
   StoreMax(rstat_->hold_wall_max_ns_, hold_ns);
   if (rstat_->observer_ != nullptr) {
     FlushLockHold hold;

@@ -223,6 +223,7 @@ struct Row {
   double hold_max_us = 0;       // not preempted (the irqs-off view)
   double hold_wall_max_us = 0;  // wall clock, preemption included
   double hold_p99_us = 0;       // wall clock
+  double hold_p999_us = 0;      // wall clock
   int hold_cpus = 0;     // CPUs walked inside the hold_max_us hold
   int hold_entries = 0;  // (group, CPU) entries folded inside it
   int max_entries = 0;   // the most entries any hold folded
@@ -259,6 +260,8 @@ void FillHolds(const cgacct::Engine& engine, const HoldObserver& observer,
       absl::ToDoubleMicroseconds(info.flush_lock_hold_wall_max);
   row->preempted_flushes = info.preempted_flushes;
   row->hold_p99_us = static_cast<double>(observer.holds.Quantile(0.99)) / 1000;
+  row->hold_p999_us =
+      static_cast<double>(observer.holds.Quantile(0.999)) / 1000;
   row->holds = observer.holds.count();
   if (!info.longest_flush_holds.empty()) {
     row->hold_cpus = info.longest_flush_holds[0].cpus_walked;
@@ -409,18 +412,20 @@ int main(int argc, char** argv) {
           ? "every read flushes its subtree"
           : "the kernel's 64 x nr_cpus threshold");
   std::printf(
-      "%-12s %-13s %9s %8s %8s %7s %11s %9s %9s %8s %11s %11s %9s %7s %7s\n",
+      "%-12s %-13s %9s %8s %8s %7s %11s %9s %9s %8s %11s %12s %11s %9s %7s "
+      "%7s\n",
       "policy", "scenario", "reads", "p50_us", "p99_us", "mode_us",
       "hold_max_us", "hold_cpus", "hold_ents", "max_ents", "hold_p99_us",
-      "wall_max_us", "holds", "preempt", "seconds");
+      "hold_p999_us", "wall_max_us", "holds", "preempt", "seconds");
   auto print = [](const Row& r) {
     std::printf(
-        "%-12s %-13s %9llu %8.1f %8.1f %7lld %11.1f %9d %9d %8d %11.2f %11.1f "
-        "%9llu %7llu %7.2f\n",
+        "%-12s %-13s %9llu %8.1f %8.1f %7lld %11.1f %9d %9d %8d %11.2f "
+        "%12.2f %11.1f %9llu %7llu %7.2f\n",
         r.policy.c_str(), r.scenario.c_str(),
         static_cast<unsigned long long>(r.reads), r.p50_us, r.p99_us,
         static_cast<long long>(r.mode_us), r.hold_max_us, r.hold_cpus,
-        r.hold_entries, r.max_entries, r.hold_p99_us, r.hold_wall_max_us,
+        r.hold_entries, r.max_entries, r.hold_p99_us, r.hold_p999_us,
+        r.hold_wall_max_us,
         static_cast<unsigned long long>(r.holds),
         static_cast<unsigned long long>(r.preempted_flushes), r.seconds);
     std::fflush(stdout);
@@ -447,14 +452,15 @@ int main(int argc, char** argv) {
           "\"p50_us\": %.2f, \"p99_us\": %.2f, \"mode_us\": %d, "
           "\"hold_max_us\": %.2f, \"hold_cpus\": %d, \"hold_entries\": %d, "
           "\"max_entries\": %d, "
-          "\"hold_wall_max_us\": %.2f, \"hold_p99_us\": %.3f, \"holds\": %d, "
+          "\"hold_wall_max_us\": %.2f, \"hold_p99_us\": %.3f, "
+          "\"hold_p999_us\": %.3f, \"holds\": %d, "
           "\"preempted_flushes\": %d, \"charges\": %d, \"ooms\": %d, "
           "\"seconds\": %.3f, "
           "\"pow2_counts\": [%s]}%s\n",
           r.policy, r.scenario, flush, absl::GetFlag(FLAGS_hog_cpus), r.reads,
           r.p50_us, r.p99_us, r.mode_us, r.hold_max_us, r.hold_cpus,
           r.hold_entries, r.max_entries, r.hold_wall_max_us, r.hold_p99_us,
-          r.holds, r.preempted_flushes, r.charges, r.ooms, r.seconds,
+          r.hold_p999_us, r.holds, r.preempted_flushes, r.charges, r.ooms, r.seconds,
           absl::StrJoin(r.pow2_counts, ", "), i + 1 < rows.size() ? "," : "");
     }
     out << "]\n";
