@@ -25,7 +25,8 @@
 // engine with --cpus modelled CPUs per policy and scenario.
 //
 //   seed_rstat [--cpus=400] [--duration=10s] [--readers=8] [--hogs=8]
-//              [--hog_cpus=all|N] [--flush_preempt_model=none|full]
+//              [--hog_cpus=all|N] [--hog_chunk_pages=64]
+//              [--flush_preempt_model=none|full]
 //              [--policies=per_cpu,whole(none),whole(full),batch:8,adaptive]
 //              [--flush=exact] [--seed2_threads=10] [--seed2_reads=10000]
 //              [--json=FILE]
@@ -61,6 +62,9 @@ ABSL_FLAG(std::string, hog_cpus, "all",
 ABSL_FLAG(std::string, flush_preempt_model, "none",
           "preempt model of policies that do not name one: none or full");
 ABSL_FLAG(uint64_t, hog_max_pages, 16384, "memory.max of the hogs' parent");
+ABSL_FLAG(uint64_t, hog_chunk_pages, 64,
+          "ANON pages per hog charge (1 = a faulting process's page at a "
+          "time: 64x the rstat updates per page)");
 ABSL_FLAG(std::string, policies,
           "per_cpu,whole(none),whole(full),batch:8,adaptive",
           "policies to run; POLICY(none|full) sets the preempt model");
@@ -275,6 +279,7 @@ Row RunSeed1(const PolicySpec& policy, bool with_hogs, FlushMode mode) {
   auto engine = MakeEngine(policy, &observer);
   const int nr_cpus = engine->nr_cpus();
   const int hog_cpus = HogCpus(nr_cpus);
+  const uint64_t chunk = absl::GetFlag(FLAGS_hog_chunk_pages);
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> charges{0}, ooms{0};
   std::vector<std::thread> hogs;
@@ -294,8 +299,8 @@ Row RunSeed1(const PolicySpec& policy, bool with_hogs, FlushMode mode) {
                                    hog_cpus);
             slot = (slot + n) % hog_cpus;
           }
-          if (engine->Charge(path, 64, PageKind::kAnon, cpu).ok()) {
-            held += 64;
+          if (engine->Charge(path, chunk, PageKind::kAnon, cpu).ok()) {
+            held += chunk;
             charges.fetch_add(1, std::memory_order_relaxed);
           } else {
             ooms.fetch_add(1, std::memory_order_relaxed);
@@ -387,6 +392,12 @@ int main(int argc, char** argv) {
                  absl::GetFlag(FLAGS_hog_cpus).c_str(), nr_cpus);
     return 2;
   }
+  if (absl::GetFlag(FLAGS_hog_chunk_pages) < 1 ||
+      absl::GetFlag(FLAGS_hog_chunk_pages) > absl::GetFlag(FLAGS_hog_max_pages)) {
+    std::fprintf(stderr,
+                 "seed_rstat: --hog_chunk_pages must be in 1..--hog_max_pages\n");
+    return 2;
+  }
   std::vector<cgacct::PolicySpec> policies;
   for (absl::string_view text :
        absl::StrSplit(absl::GetFlag(FLAGS_policies), ',')) {
@@ -402,10 +413,11 @@ int main(int argc, char** argv) {
   }
   std::vector<Row> rows;
   std::printf(
-      "seed_rstat: cpus=%d readers=%d hogs=%d hog_cpus=%s duration=%s "
-      "reads=%s (%s)\n",
+      "seed_rstat: cpus=%d readers=%d hogs=%d hog_cpus=%s hog_chunk_pages=%d "
+      "duration=%s reads=%s (%s)\n",
       nr_cpus, absl::GetFlag(FLAGS_readers), absl::GetFlag(FLAGS_hogs),
       absl::GetFlag(FLAGS_hog_cpus).c_str(),
+      static_cast<int>(absl::GetFlag(FLAGS_hog_chunk_pages)),
       absl::FormatDuration(absl::GetFlag(FLAGS_duration)).c_str(),
       flush.c_str(),
       mode == cgacct::FlushMode::kExact
