@@ -179,10 +179,11 @@ std::string FormatLoadReportTable(const LoadReport& r) {
     for (size_t i = 0; i < r.longest_holds.size() && i < kShown; ++i) {
       const FlushHoldLine& h = r.longest_holds[i];
       Row(&out, absl::StrCat("  #", i + 1),
-          absl::StrFormat("%.1f us, %d CPUs walked, %d entries folded (%s, "
+          absl::StrFormat("%.1f us, %d CPU%s walked, %d entries folded (%s, "
                           "root %s)",
-                          h.hold_us, h.cpus_walked, h.groups_folded, h.policy,
-                          h.root_path));
+                          h.hold_us, h.cpus_walked,
+                          h.cpus_walked == 1 ? "" : "s", h.groups_folded,
+                          h.policy, h.root_path));
     }
   }
   if (!r.first_error.empty()) Row(&out, "first RPC error", r.first_error);
