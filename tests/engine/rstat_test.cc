@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "engine/clock.h"
+#include "engine/mutex.h"
 #include "gtest/gtest.h"
 
 namespace cgacct {
@@ -364,11 +364,11 @@ TEST_P(RstatPreemptModelTest, WholeDropsTheLockForAWaiterOnlyUnderFull) {
   constexpr int kCpus = 64;
   struct ThreadHolds final : public EngineObserver {
     void OnFlushLockHold(const FlushLockHold& hold) override {
-      absl::MutexLock l(&mu);
+      MutexLock l(&mu);
       holds.emplace_back(std::this_thread::get_id(), hold);
     }
     void OnFlushDone(absl::Duration, int, int) override {}
-    absl::Mutex mu;
+    Mutex mu;  // engine/mutex.h: visible to TSan, unlike absl::Mutex here
     std::vector<std::pair<std::thread::id, FlushLockHold>> holds
         ABSL_GUARDED_BY(mu);
   } observer;
@@ -395,7 +395,7 @@ TEST_P(RstatPreemptModelTest, WholeDropsTheLockForAWaiterOnlyUnderFull) {
   waiter.join();
   EXPECT_EQ(root.total(kStatAnon), kCpus);
   const std::thread::id me = std::this_thread::get_id();
-  absl::MutexLock l(&observer.mu);
+  MutexLock l(&observer.mu);
   std::vector<FlushLockHold> mine;
   for (const auto& [tid, hold] : observer.holds)
     if (tid == me) mine.push_back(hold);
