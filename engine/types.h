@@ -40,7 +40,8 @@ enum class FlushMode : uint8_t {
 // Which flush-lock policy rstat uses (docs/DESIGN.md §9, engine/rstat.h).
 enum class FlushLockPolicy : uint8_t {
   kPerCpu,  // drop and retake the lock for every CPU (Linux 6.15+)
-  kWhole,   // hold across the CPU loop, yield only when someone waits (<= 6.14)
+  kWhole,   // hold across the CPU loop (<= 6.14); FlushPreemptModel says
+            // whether it yields to a waiter
   kBatch,   // drop and retake every N CPUs ("batch:N")
   kAdaptive,  // hold while under a time budget and nobody waits; skip clean
               // CPUs
