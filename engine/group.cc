@@ -24,28 +24,37 @@ void Group::Charged(PageKind kind, uint64_t nr_pages) {
   PagesOf(kind).fetch_add(nr_pages, std::memory_order_relaxed);
 }
 
-absl::StatusOr<uint64_t> Group::Uncharging(PageKind kind, uint64_t nr_pages) {
-  std::atomic<uint64_t>& held = PagesOf(kind);
-  uint64_t cur = held.load(std::memory_order_relaxed);
-  uint64_t take;
-  do {
-    if (kind == PageKind::kAnon && nr_pages > cur)
-      return absl::FailedPreconditionError(
-          absl::StrCat("nr_pages ", nr_pages, ": path ", QuotePath(path_),
-                       " holds only ", cur, " ANON pages"));
-    take = std::min(nr_pages, cur);
-    if (take == 0) return 0;
-    // Relaxed: the count is the only data; the page_counter uncharge that
-    // follows is ordered by its own atomics. The same CAS as reclaim's
-    // LruIsolatePages(), so a FILE page is reclaimed or uncharged, not both.
-  } while (
-      !held.compare_exchange_weak(cur, cur - take, std::memory_order_relaxed));
-  return take;
+absl::Status Group::AnonUnderflow(uint64_t nr_pages, uint64_t held) const {
+  return absl::FailedPreconditionError(
+      absl::StrCat("nr_pages ", nr_pages, ": path ", QuotePath(path_),
+                   " holds only ", held, " ANON pages"));
 }
 
 void Group::ReparentPages() {
   for (PageKind kind : {PageKind::kAnon, PageKind::kFile})
     parent_->PagesOf(kind).fetch_add(nr_pages(kind), std::memory_order_relaxed);
+}
+
+void Group::LinkChild(Group* child) {
+  child->prev_sibling_ = last_child_;
+  child->next_sibling_ = nullptr;
+  if (last_child_ != nullptr) {
+    last_child_->next_sibling_ = child;
+  } else {
+    first_child_ = child;
+  }
+  last_child_ = child;
+  ++nr_children_;
+}
+
+void Group::UnlinkFromParent() {
+  Group* parent = parent_;
+  (prev_sibling_ != nullptr ? prev_sibling_->next_sibling_
+                            : parent->first_child_) = next_sibling_;
+  (next_sibling_ != nullptr ? next_sibling_->prev_sibling_
+                            : parent->last_child_) = prev_sibling_;
+  prev_sibling_ = next_sibling_ = nullptr;
+  --parent->nr_children_;
 }
 
 void Group::CountEvent(MemoryEvent event) {
@@ -59,11 +68,8 @@ namespace {
 
 MemoryEvents ReadEvents(const std::atomic<uint64_t> (&e)[kNrMemoryEvents]) {
   MemoryEvents out;
-  out.low = e[0].load(std::memory_order_relaxed);
-  out.high = e[1].load(std::memory_order_relaxed);
-  out.max = e[2].load(std::memory_order_relaxed);
-  out.oom = e[3].load(std::memory_order_relaxed);
-  out.oom_kill = e[4].load(std::memory_order_relaxed);
+  for (int i = 0; i < kNrMemoryEvents; ++i)
+    out.*kMemoryEventFields[i].value = e[i].load(std::memory_order_relaxed);
   return out;
 }
 

@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <climits>
+#include <string>
 #include <utility>
 
+#include "absl/base/attributes.h"
+#include "absl/base/optimization.h"
 #include "absl/strings/str_cat.h"
 #include "engine/group_path.h"
 #include "engine/memory_stat.h"
@@ -57,16 +60,15 @@ absl::Status MemoryController::Reject(absl::Status status, int cpu) {
   return status;
 }
 
-absl::StatusOr<int> MemoryController::CheckArgs(uint64_t nr_pages,
-                                                PageKind kind,
-                                                std::optional<int> cpu_arg,
-                                                bool charge) {
+absl::Status MemoryController::RejectArgs(uint64_t nr_pages, PageKind kind,
+                                          std::optional<int> cpu_arg,
+                                          bool charge) {
   absl::StatusOr<int> cpu = ResolveCpu(cpu_arg, nr_cpus_);
   if (!cpu.ok()) return charge ? Reject(cpu.status()) : cpu.status();
   absl::Status s = ValidateNrPages(nr_pages, page_counter_max_);
   if (s.ok()) s = ValidatePageKind(kind);
-  if (!s.ok()) return charge ? Reject(s, *cpu) : s;
-  return cpu;
+  if (charge) return Reject(s, *cpu);
+  return s;
 }
 
 Limits MemoryController::LimitsOf(const Group& g) const {
@@ -97,11 +99,12 @@ uint64_t MemoryController::ReclaimPages(Group* over, uint64_t nr_pages,
                                             ReclaimMode::kDirect, cpu);
 }
 
+// mod_memcg_state() of the charged kind. cgroup v2 counts no pgpgin/pgpgout
+// (v1 items), so a charge or uncharge moves one state item.
 void MemoryController::UpdateStats(Group* g, int cpu, PageKind kind,
-                                   int64_t nr_pages, bool charge) {
+                                   int64_t nr_pages) {
   int64_t deltas[kNrStatItems] = {};
   deltas[kind == PageKind::kAnon ? kStatAnon : kStatFile] = nr_pages;
-  deltas[charge ? kStatPgpgin : kStatPgpgout] = 1;
   rstat_.Update(&g->rstat_group(), cpu, deltas,
                 static_cast<uint64_t>(nr_pages < 0 ? -nr_pages : nr_pages) + 1);
 }
@@ -126,11 +129,11 @@ absl::StatusOr<uint64_t> MemoryController::DeleteGroup(absl::string_view path) {
     return absl::InvalidArgumentError("path \"/\": the root cannot be deleted");
   PercpuWriterLock l(tree_.lock());
   absl::StatusOr<Group*> found = tree_.Find(path);
-  if (!found.ok()) return found.status();
+  if (ABSL_PREDICT_FALSE(!found.ok())) return found.status();
   Group* g = *found;
-  if (!g->children().empty())
+  if (g->has_children())
     return absl::FailedPreconditionError(
-        absl::StrCat("path ", QuotePath(path), " has ", g->children().size(),
+        absl::StrCat("path ", QuotePath(path), " has ", g->nr_children(),
                      " child group(s); delete them first"));
   // css offline/release: drain the stocks holding it, reset protection,
   // fold its stats into the parent, and hand what is still charged to the
@@ -193,7 +196,7 @@ absl::StatusOr<GroupInfo> MemoryController::SetLimits(
   const int cpu = CurrentCpu(nr_cpus_);
   PercpuReaderLock l(tree_.lock(), cpu);
   absl::StatusOr<Group*> found = tree_.Find(path);
-  if (!found.ok()) return found.status();
+  if (ABSL_PREDICT_FALSE(!found.ok())) return found.status();
   Group* g = *found;
   if (g->is_root())
     return absl::InvalidArgumentError(
@@ -211,24 +214,18 @@ absl::StatusOr<GroupInfo> MemoryController::SetLimits(
 
 // try_charge_memcg(), mm/memcontrol.c. Differences: no task context, so
 // no PF_MEMALLOC force-charge, no OOM killer to wait for; the failed
-// request itself is the OOM victim (oom_kill is raised on `g`). On
-// success *nr_pages_over_high is the batch charged if the charge left `g`
-// or an ancestor over memory.high (current->memcg_nr_pages_over_high),
-// else 0; a charge served from the stock checks nothing, as in the kernel.
+// request itself is the OOM victim (oom_kill is raised on `g`), unless it
+// is costly (more than kCostlyChargePages pages), which the kernel fails
+// without an OOM. The root is never charged here (ChargeLocked refuses
+// it). On success *nr_pages_over_high is the batch charged if the charge
+// left `g` or an ancestor over memory.high
+// (current->memcg_nr_pages_over_high), else 0; a charge served from the
+// stock checks nothing, as in the kernel.
 absl::Status MemoryController::TryChargeMemcg(Group* g, uint64_t nr_pages,
                                               int cpu,
                                               uint64_t* nr_pages_over_high) {
   *nr_pages_over_high = 0;
   PageCounter* const memory = &g->memory();
-  if (g->is_root()) {
-    // The root has no limit and no stock; its own pages go straight to
-    // its counter, bounded by PAGE_COUNTER_MAX (so bytes never wrap).
-    PageCounter* fail = nullptr;
-    if (memory->TryCharge(nr_pages, &fail)) return absl::OkStatus();
-    return absl::ResourceExhaustedError(
-        absl::StrCat("PAGE_COUNTER_MAX of / reached: cannot charge ", nr_pages,
-                     " pages (usage ", memory->Read(), " pages)"));
-  }
   uint64_t batch = std::max<uint64_t>(stock_.batch_pages(), nr_pages);
   int retries = kMaxReclaimRetries;
   bool drained = false;
@@ -256,32 +253,47 @@ absl::Status MemoryController::TryChargeMemcg(Group* g, uint64_t nr_pages,
     const uint64_t reclaimed = ReclaimPages(over, nr_pages, cpu);
     if (over->memory().Margin() >= nr_pages) continue;
     if (!drained) {
-      // Waits for a concurrent drain (the kernel's trylock would skip
-      // it): stocked pages must not turn into a premature OOM.
+      // Once per charge, as the kernel's drain_all_stock(), but waiting
+      // for a concurrent drain where the kernel's trylock skips it. Pages
+      // a concurrent charge or uncharge parks after this drain stay parked
+      // for the rest of the retries (README's kernel table).
       stock_.DrainAll(&over->memory(), /*wait=*/true);
       drained = true;
       continue;
     }
     // Progress on a small charge does not consume a retry.
-    if (reclaimed > 0 && nr_pages <= 8) continue;
+    if (reclaimed > 0 && nr_pages <= kCostlyChargePages) continue;
     if (retries-- > 0) continue;
     break;
   }
+  const std::string failed = absl::StrCat(
+      "memory.max of ", ShortPath(over->path()), " reached: cannot charge ",
+      nr_pages, " pages to ", ShortPath(g->path()), " (",
+      ShortPath(over->path()), " usage ", over->memory().Read(), " of max ",
+      over->memory().max(), " pages)");
+  // mem_cgroup_oom() returns before counting MEMCG_OOM for an order above
+  // PAGE_ALLOC_COSTLY_ORDER: a costly charge fails with ENOMEM and `max`
+  // events only (its caller falls back to smaller charges).
+  if (nr_pages > kCostlyChargePages)
+    return absl::ResourceExhaustedError(absl::StrCat(
+        failed, "; a charge of more than ", kCostlyChargePages,
+        " pages fails without OOM"));
   // mem_cgroup_oom(): `oom` on the limiting group; the charging request is
   // the victim.
   MemcgMemoryEvent(over, MemoryEvent::kOom, cpu);
   MemcgMemoryEvent(g, MemoryEvent::kOomKill, cpu);
-  return absl::ResourceExhaustedError(absl::StrCat(
-      "memory.max of ", ShortPath(over->path()), " reached: cannot charge ",
-      nr_pages, " pages to ", ShortPath(g->path()), " (",
-      ShortPath(over->path()), " usage ", over->memory().Read(), " of max ",
-      over->memory().max(), " pages)"));
+  return absl::ResourceExhaustedError(failed);
 }
 
-absl::StatusOr<ChargeResult> MemoryController::ChargeLocked(
-    absl::StatusOr<Group*> found, uint64_t nr_pages, PageKind kind, int cpu) {
-  if (!found.ok()) return Reject(found.status(), cpu);
+// Inlined into both callers (path and handle): the fast path.
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline absl::StatusOr<ChargeResult>
+MemoryController::ChargeLocked(const absl::StatusOr<Group*>& found,
+                               uint64_t nr_pages, PageKind kind, int cpu) {
+  if (ABSL_PREDICT_FALSE(!found.ok())) return Reject(found.status(), cpu);
   Group* g = *found;
+  // A handle to the root (Charge(path) refused "/" on entry).
+  if (ABSL_PREDICT_FALSE(g->is_root()))
+    return Reject(RefuseRootCharge(g->path()), cpu);
   uint64_t nr_pages_over_high = 0;
   if (absl::Status s = TryChargeMemcg(g, nr_pages, cpu, &nr_pages_over_high);
       !s.ok()) {
@@ -289,7 +301,7 @@ absl::StatusOr<ChargeResult> MemoryController::ChargeLocked(
     return s;
   }
   g->Charged(kind, nr_pages);
-  UpdateStats(g, cpu, kind, static_cast<int64_t>(nr_pages), /*charge=*/true);
+  UpdateStats(g, cpu, kind, static_cast<int64_t>(nr_pages));
   Bump(counters_[cpu].charges_ok);
   ChargeResult result;
   result.nr_pages = nr_pages;
@@ -301,6 +313,9 @@ absl::StatusOr<ChargeResult> MemoryController::ChargeLocked(
 absl::StatusOr<ChargeResult> MemoryController::Charge(
     absl::string_view path, uint64_t nr_pages, PageKind kind,
     std::optional<int> cpu_arg) {
+  // The root first, as the service checks it with the path: before any
+  // other argument, and before the tree lock.
+  if (absl::Status s = RefuseRootCharge(path); !s.ok()) return Reject(s);
   absl::StatusOr<int> cpu = CheckArgs(nr_pages, kind, cpu_arg, true);
   if (!cpu.ok()) return cpu.status();
   PercpuReaderLock l(tree_.lock(), *cpu);
@@ -319,20 +334,19 @@ absl::StatusOr<ChargeResult> MemoryController::Charge(
 // --- uncharge ---------------------------------------------------------------
 
 // Uncharged pages go back through the per-CPU stock (refill_stock(), as
-// socket and kernel memory do); the root has no stock.
-absl::StatusOr<UnchargeResult> MemoryController::UnchargeLocked(
-    absl::StatusOr<Group*> found, uint64_t nr_pages, PageKind kind, int cpu) {
-  if (!found.ok()) return found.status();
+// socket and kernel memory do). The root holds no pages of its own.
+// Inlined into both callers (path and handle): the fast path.
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline absl::StatusOr<UnchargeResult>
+MemoryController::UnchargeLocked(const absl::StatusOr<Group*>& found,
+                                 uint64_t nr_pages, PageKind kind, int cpu) {
+  if (ABSL_PREDICT_FALSE(!found.ok())) return found.status();
   Group* g = *found;
+  if (ABSL_PREDICT_FALSE(g->is_root())) return RefuseRootCharge(g->path());
   absl::StatusOr<uint64_t> take = g->Uncharging(kind, nr_pages);
   if (!take.ok()) return take.status();
   if (*take == 0) return UnchargeResult{0};
-  if (g->is_root()) {
-    g->memory().Uncharge(*take);
-  } else {
-    stock_.Refill(cpu, &g->memory(), *take);
-  }
-  UpdateStats(g, cpu, kind, -static_cast<int64_t>(*take), /*charge=*/false);
+  stock_.Refill(cpu, &g->memory(), *take);
+  UpdateStats(g, cpu, kind, -static_cast<int64_t>(*take));
   Bump(counters_[cpu].uncharges);
   return UnchargeResult{*take};
 }
@@ -340,6 +354,7 @@ absl::StatusOr<UnchargeResult> MemoryController::UnchargeLocked(
 absl::StatusOr<UnchargeResult> MemoryController::Uncharge(
     absl::string_view path, uint64_t nr_pages, PageKind kind,
     std::optional<int> cpu_arg) {
+  if (absl::Status s = RefuseRootCharge(path); !s.ok()) return s;
   absl::StatusOr<int> cpu = CheckArgs(nr_pages, kind, cpu_arg, false);
   if (!cpu.ok()) return cpu.status();
   PercpuReaderLock l(tree_.lock(), *cpu);
@@ -370,7 +385,7 @@ absl::StatusOr<GroupStats> MemoryController::GetStats(absl::string_view path,
                                                       FlushMode mode) {
   PercpuReaderLock l(tree_.lock(), CurrentCpu(nr_cpus_));
   absl::StatusOr<Group*> found = tree_.Find(path);
-  if (!found.ok()) return found.status();
+  if (ABSL_PREDICT_FALSE(!found.ok())) return found.status();
   Group* g = *found;
   GroupStats stats;
   stats.path = g->path();

@@ -29,6 +29,7 @@
 #include <memory>
 #include <optional>
 
+#include "absl/base/optimization.h"
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -43,6 +44,7 @@
 #include "engine/rstat.h"
 #include "engine/stock.h"
 #include "engine/types.h"
+#include "engine/validate.h"
 
 namespace cgacct {
 
@@ -104,26 +106,34 @@ class MemoryController {
   };
 
   // The checks every Charge/Uncharge runs before taking the tree lock: the
-  // CPU slot (resolved), nr_pages and kind. A failed Charge check counts as
-  // rejected.
+  // CPU slot (resolved), nr_pages and kind (engine/validate.h). A failed
+  // Charge check counts as rejected. Inline, with the failure half out of
+  // line (RejectArgs): valid arguments cost three compares.
   absl::StatusOr<int> CheckArgs(uint64_t nr_pages, PageKind kind,
-                                std::optional<int> cpu, bool charge);
+                                std::optional<int> cpu, bool charge) {
+    if (ABSL_PREDICT_TRUE(NrPagesValid(nr_pages, page_counter_max_) &&
+                          PageKindValid(kind) && CpuValid(cpu, nr_cpus_)))
+      return cpu.has_value() ? *cpu : CurrentCpu(nr_cpus_);
+    return RejectArgs(nr_pages, kind, cpu, charge);
+  }
+  // CheckArgs' answer for arguments that fail: the first failing check's
+  // INVALID_ARGUMENT, in the order cpu, nr_pages, kind.
+  absl::Status RejectArgs(uint64_t nr_pages, PageKind kind,
+                          std::optional<int> cpu, bool charge);
 
-  absl::StatusOr<ChargeResult> ChargeLocked(absl::StatusOr<Group*> found,
+  absl::StatusOr<ChargeResult> ChargeLocked(const absl::StatusOr<Group*>& found,
                                             uint64_t nr_pages, PageKind kind,
                                             int cpu)
       ABSL_SHARED_LOCKS_REQUIRED(tree_.lock());
   absl::Status TryChargeMemcg(Group* g, uint64_t nr_pages, int cpu,
                               uint64_t* nr_pages_over_high)
       ABSL_SHARED_LOCKS_REQUIRED(tree_.lock());
-  absl::StatusOr<UnchargeResult> UnchargeLocked(absl::StatusOr<Group*> found,
-                                                uint64_t nr_pages,
-                                                PageKind kind, int cpu)
-      ABSL_SHARED_LOCKS_REQUIRED(tree_.lock());
+  absl::StatusOr<UnchargeResult> UnchargeLocked(
+      const absl::StatusOr<Group*>& found, uint64_t nr_pages, PageKind kind,
+      int cpu) ABSL_SHARED_LOCKS_REQUIRED(tree_.lock());
 
   void MemcgMemoryEvent(Group* g, MemoryEvent event, int cpu);
-  void UpdateStats(Group* g, int cpu, PageKind kind, int64_t nr_pages,
-                   bool charge);
+  void UpdateStats(Group* g, int cpu, PageKind kind, int64_t nr_pages);
   uint64_t ReclaimPages(Group* over, uint64_t nr_pages, int cpu)
       ABSL_SHARED_LOCKS_REQUIRED(tree_.lock());
 

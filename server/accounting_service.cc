@@ -57,6 +57,8 @@ void EventsToProto(const MemoryEvents& events, v1::MemoryEvents* out) {
   out->set_max(events.max);
   out->set_oom(events.oom);
   out->set_oom_kill(events.oom_kill);
+  out->set_oom_group_kill(events.oom_group_kill);
+  out->set_sock_throttled(events.sock_throttled);
 }
 
 DedupAnswer AnswerWithStatus(absl::Status status) {
@@ -340,6 +342,8 @@ DedupAnswer AccountingService::ApplyPageRequest(const Request& request,
   // Checked here, before the de-duplication table, so that an invalid
   // request never takes an entry; the engine's checks, in its words.
   absl::Status valid = ValidateGroupPath(request.path());
+  // The root is charged only through its children (engine/group_path.h).
+  if (valid.ok()) valid = RefuseRootCharge(request.path());
   if (valid.ok())
     valid = ValidatePageArgs(request.nr_pages(), kind, cpu, &engine_cpu);
   if (valid.ok() && request_id != nullptr)
