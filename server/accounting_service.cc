@@ -542,7 +542,10 @@ void AccountingService::DoGetEngineInfo(v1::EngineInfo* response) {
     hold->set_hold_ns(
         static_cast<uint64_t>(absl::ToInt64Nanoseconds(record.hold)));
     hold->set_when_unix_us(absl::ToUnixMicros(record.when));
+    hold->set_preempt_model(FlushPreemptModelName(record.preempt_model));
   }
+  response->set_flush_preempt_model(
+      FlushPreemptModelName(info.flush_preempt_model));
   response->set_flush_lock_hold_wall_max_us(
       DurationToMicros(info.flush_lock_hold_wall_max));
   response->set_preempted_flushes(info.preempted_flushes);

@@ -44,8 +44,14 @@ ABSL_FLAG(int, cpus, 0,
           "per-CPU slots of the engine; 0 = the machine's online CPUs");
 ABSL_FLAG(std::string, flush_lock_policy, "per_cpu",
           "rstat flush lock policy: per_cpu (retake per CPU), whole (hold "
-          "across CPUs, yield to waiters), batch:N (retake every N CPUs) or "
-          "adaptive (hold up to --flush_hold_budget, skip clean CPUs)");
+          "across CPUs; see --flush_preempt_model), batch:N (retake every N "
+          "CPUs) or adaptive (hold up to --flush_hold_budget, skip clean "
+          "CPUs)");
+ABSL_FLAG(std::string, flush_preempt_model, "none",
+          "kernel preemption model of the flush-lock holder: none (whole "
+          "holds the lock across every CPU, as without CONFIG_PREEMPTION) or "
+          "full (whole drops it between CPUs for a waiting flusher, as with "
+          "CONFIG_PREEMPT); other policies are the same under both");
 ABSL_FLAG(absl::Duration, flush_hold_budget, absl::Microseconds(50),
           "adaptive policy: longest planned flush-lock hold");
 ABSL_FLAG(absl::Duration, periodic_flush_interval, absl::Seconds(2),
@@ -115,6 +121,7 @@ int main(int argc, char** argv) {
       "userspace memory-cgroup accounting service.\n"
       "  cgacctd [--listen=HOST:PORT] [--metrics_listen=HOST:PORT] [--cpus=N]\n"
       "          [--flush_lock_policy=per_cpu|whole|batch:N|adaptive]\n"
+      "          [--flush_preempt_model=none|full]\n"
       "          [--flush_hold_budget=50us] [--periodic_flush_interval=2s]\n"
       "          [--page_size=4096]\n"
       "          [--metrics_group_depth=2] [--memory_recursiveprot]\n"
@@ -149,6 +156,14 @@ int main(int argc, char** argv) {
                 absl::StrCat("--flush_lock_policy=\"", policy_name,
                              "\" is not per_cpu, whole, adaptive or batch:N "
                              "(1 <= N <= 4096)"));
+  }
+  const std::string preempt_name = absl::GetFlag(FLAGS_flush_preempt_model);
+  const std::optional<cgacct::FlushPreemptModel> preempt_model =
+      cgacct::ParseFlushPreemptModel(preempt_name);
+  if (!preempt_model.has_value()) {
+    return Fail(kExitUsage, absl::StrCat("--flush_preempt_model=\"",
+                                         preempt_name,
+                                         "\" is not none or full"));
   }
   const int cpus = absl::GetFlag(FLAGS_cpus);
   if (cpus < 0 || cpus > cgacct::Engine::kMaxCpus) {
@@ -199,6 +214,7 @@ int main(int argc, char** argv) {
   engine_options.page_size_bytes = absl::GetFlag(FLAGS_page_size);
   engine_options.flush_lock_policy = *policy;
   engine_options.flush_batch_cpus = batch_cpus;
+  engine_options.flush_preempt_model = *preempt_model;
   engine_options.flush_hold_budget = absl::GetFlag(FLAGS_flush_hold_budget);
   engine_options.periodic_flush_interval =
       absl::GetFlag(FLAGS_periodic_flush_interval);
@@ -285,10 +301,12 @@ int main(int argc, char** argv) {
       exposer ? absl::StrCat("metrics on ", HostOf(metrics_listen), ":",
                              exposer->port())
               : std::string("metrics off");
-  std::printf("cgacctd listening on %s:%d (%s, cpus=%d, policy=%s)\n",
-              HostOf(listen).c_str(), port, metrics_where.c_str(),
-              (*engine)->nr_cpus(),
-              (*engine)->GetInfo().flush_lock_policy_name.c_str());
+  const cgacct::EngineInfo started = (*engine)->GetInfo();
+  std::printf(
+      "cgacctd listening on %s:%d (%s, cpus=%d, policy=%s, preempt=%s)\n",
+      HostOf(listen).c_str(), port, metrics_where.c_str(),
+      (*engine)->nr_cpus(), started.flush_lock_policy_name.c_str(),
+      cgacct::FlushPreemptModelName(started.flush_preempt_model));
   std::fflush(stdout);
 
   int signal_number = 0;

@@ -69,12 +69,12 @@ ClientMetric HistogramMetric(const LatencyHistogram::Snapshot& snapshot,
   metric.histogram.sample_sum =
       static_cast<double>(snapshot.sum_ns) / kNanosPerSecond;
   uint64_t cumulative = 0;
-  for (int i = 0; i < LatencyHistogram::kNrBuckets; ++i) {
+  for (int i = 0; i <= snapshot.nr_finite; ++i) {
     cumulative += snapshot.buckets[i];
     ClientMetric::Bucket bucket;
     bucket.cumulative_count = cumulative;
-    bucket.upper_bound = i < LatencyHistogram::kNrFiniteBuckets
-                             ? LatencyHistogram::UpperBoundSeconds(i)
+    bucket.upper_bound = i < snapshot.nr_finite
+                             ? snapshot.upper_bound_seconds(i)
                              : std::numeric_limits<double>::infinity();
     metric.histogram.bucket.push_back(bucket);
   }
@@ -144,6 +144,29 @@ double LatencyHistogram::UpperBoundSeconds(int i) {
   return static_cast<double>(uint64_t{1} << i) * 1e-6;
 }
 
+namespace {
+
+// kHoldNanos bounds: 1-2-5 from 50 ns to 1 s.
+constexpr uint64_t kHoldBoundsNs[LatencyHistogram::kNrHoldFiniteBuckets] = {
+    50,         100,        200,        500,        1'000,
+    2'000,      5'000,      10'000,     20'000,     50'000,
+    100'000,    200'000,    500'000,    1'000'000,  2'000'000,
+    5'000'000,  10'000'000, 20'000'000, 50'000'000, 100'000'000,
+    200'000'000, 500'000'000, 1'000'000'000};
+
+}  // namespace
+
+int LatencyHistogram::HoldBucketFor(uint64_t ns) {
+  // The first bound >= ns; a binary search of 23 (5 compares).
+  return static_cast<int>(std::lower_bound(std::begin(kHoldBoundsNs),
+                                           std::end(kHoldBoundsNs), ns) -
+                          std::begin(kHoldBoundsNs));
+}
+
+double LatencyHistogram::HoldUpperBoundSeconds(int i) {
+  return static_cast<double>(kHoldBoundsNs[i]) * 1e-9;
+}
+
 uint64_t LatencyHistogram::ToNanos(absl::Duration d) {
   const int64_t ns = absl::ToInt64Nanoseconds(d);
   return ns > 0 ? static_cast<uint64_t>(ns) : 0;
@@ -152,13 +175,17 @@ uint64_t LatencyHistogram::ToNanos(absl::Duration d) {
 void LatencyHistogram::RecordNanos(uint64_t ns) {
   Shard& shard = shards_[ThisThreadMetricShard()];
   // Relaxed: statistics (see the header's Memory ordering paragraph).
-  shard.buckets[BucketFor(ns)].fetch_add(1, std::memory_order_relaxed);
+  const int bucket = scale_ == HistogramScale::kHoldNanos ? HoldBucketFor(ns)
+                                                         : BucketFor(ns);
+  shard.buckets[bucket].fetch_add(1, std::memory_order_relaxed);
   shard.sum_ns.fetch_add(ns, std::memory_order_relaxed);
   AtomicMax(shard.max_ns, ns);
 }
 
 LatencyHistogram::Snapshot LatencyHistogram::Collect() const {
   Snapshot snapshot;
+  snapshot.scale = scale_;
+  snapshot.nr_finite = nr_finite_buckets();
   for (const Shard& shard : shards_) {
     for (int i = 0; i < kNrBuckets; ++i) {
       const uint64_t n = shard.buckets[i].load(std::memory_order_relaxed);

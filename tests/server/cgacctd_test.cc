@@ -129,7 +129,7 @@ struct StartLine {
 
 StartLine ParseStartLine(const std::string& line) {
   static const std::regex kLine(
-      R"(cgacctd listening on 127\.0\.0\.1:(\d+) \(metrics on 127\.0\.0\.1:(\d+), cpus=3, policy=whole\))");
+      R"(cgacctd listening on 127\.0\.0\.1:(\d+) \(metrics on 127\.0\.0\.1:(\d+), cpus=3, policy=whole, preempt=(none|full)\))");
   std::smatch m;
   if (!std::regex_match(line, m, kLine)) return {};
   return {std::stoi(m[1]), std::stoi(m[2])};
@@ -153,6 +153,7 @@ TEST(CgacctdTest, ServesPrintsRealPortsAndStopsOnSigterm) {
   ASSERT_TRUE(s.ok()) << s.error_message();
   EXPECT_EQ(info.nr_cpus(), 3u);
   EXPECT_EQ(info.flush_lock_policy(), "whole");
+  EXPECT_EQ(info.flush_preempt_model(), "none");  // the default
 
   const std::string metrics =
       test_util::HttpGet(ports.metrics_port, "/metrics");
@@ -318,6 +319,36 @@ TEST(CgacctdTest, BadPolicyExits2WithOneLine) {
   EXPECT_THAT(err, HasSubstr("--flush_lock_policy"));
   EXPECT_THAT(err, HasSubstr("sometimes"));
   EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+}
+
+TEST(CgacctdTest, BadPreemptModelExits2WithOneLine) {
+  Daemon daemon({"--listen=127.0.0.1:0", "--flush_preempt_model=voluntary"});
+  EXPECT_EQ(daemon.WaitExit(kTimeout), 2);
+  const std::string err = daemon.ReadStderr();
+  EXPECT_THAT(err, HasSubstr("--flush_preempt_model"));
+  EXPECT_THAT(err, HasSubstr("voluntary"));
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+}
+
+TEST(CgacctdTest, FullPreemptModelIsReported) {
+  Daemon daemon({"--listen=127.0.0.1:0", "--metrics_listen=", "--cpus=3",
+                 "--flush_lock_policy=whole", "--flush_preempt_model=full"});
+  const std::string line = daemon.ReadStdoutLine(kTimeout);
+  EXPECT_THAT(line, HasSubstr("policy=whole, preempt=full)")) << line;
+  static const std::regex kPort(R"(listening on 127\.0\.0\.1:(\d+) )");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(line, m, kPort)) << line;
+  auto stub = cgacct::v1::Accounting::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + m[1].str(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  cgacct::v1::EngineInfo info;
+  const grpc::Status s =
+      stub->GetEngineInfo(&context, cgacct::v1::GetEngineInfoRequest(), &info);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(info.flush_preempt_model(), "full");
+  stub.reset();  // closes the connection: no shutdown grace to wait out
+  daemon.Signal(SIGTERM);
+  EXPECT_EQ(daemon.WaitExit(kTimeout), 0) << daemon.ReadStderr();
 }
 
 TEST(CgacctdTest, TakenPortsExit1WithOneLine) {
