@@ -110,8 +110,6 @@ enum StatItem : uint8_t {
   kStatPgscanProactive,   // event
   kStatPgstealDirect,     // event
   kStatPgstealProactive,  // event
-  kStatPgpgin,            // event: charge operations
-  kStatPgpgout,           // event: uncharge operations
   kNrStatItems
 };
 

@@ -3,7 +3,9 @@
 //
 // Seed 1, "cgroup/rstat: avoid disabling irqs for O(num_cpu)" (400+ CPUs):
 // stat readers reading one group's memory.stat for 10 s, (i) alone and
-// (ii) with memory hogs charging until OOM, then uncharging and starting
+// (ii) with memory hogs charging until a charge is refused at memory.max (an
+// OOM kill for a chunk of <= 8 pages, a costly ENOMEM without OOM for a
+// larger one, as the kernel does), then uncharging and starting
 // again. The seed's 400 hogs ran on 400 CPUs, so every CPU's updated list was
 // non-empty when a flush walked it: with --hog_cpus=all (the default) each
 // hog moves to its next CPU after every charge, so the --hogs threads

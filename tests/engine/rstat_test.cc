@@ -116,7 +116,7 @@ TEST_P(RstatTest, AfterAFlushEveryAncestorEqualsItsSubtreeSum) {
       int64_t delta = static_cast<int64_t>(rng() % 100) - 30;
       int64_t deltas[kNrStatItems] = {};
       deltas[kStatAnon] = delta;
-      deltas[kStatPgpgin] = 1;
+      deltas[kStatPgscanDirect] = 1;
       rstat.Update(tree.nodes[node].get(), cpu, deltas, 1);
       own[node] += delta;
     }
@@ -132,7 +132,7 @@ TEST_P(RstatTest, AfterAFlushEveryAncestorEqualsItsSubtreeSum) {
           << "node " << root << " round " << round;
     }
   }
-  EXPECT_EQ(tree.nodes[0]->total(kStatPgpgin), 2500);
+  EXPECT_EQ(tree.nodes[0]->total(kStatPgscanDirect), 2500);
   EXPECT_EQ(observer.flushes, 10);
   switch (GetParam().policy) {
     case FlushLockPolicy::kPerCpu:
