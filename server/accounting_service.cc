@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/group_path.h"
 #include "absl/time/time.h"
 #include "server/status.h"
 #include "server/wire.h"
@@ -111,6 +112,7 @@ AccountingService::AccountingService(Engine& engine, RpcMetrics& rpc_metrics,
       nr_cpus_(engine.nr_cpus()),
       clock_(options.clock != nullptr ? *options.clock : Clock::Real()),
       events_hub_(options.events_hub),
+      authorizer_(options.authorizer),
       dedup_(DedupOptions(options)) {}
 
 // ---------------------------------------------------------------------------
@@ -179,6 +181,25 @@ grpc::ServerUnaryReactor* AccountingService::FinishUnary(
   return reactor;
 }
 
+absl::StatusOr<AuthCaller> AccountingService::AuthenticateCall(
+    const grpc::ServerContextBase& context) const {
+  if (authorizer_ == nullptr) return AuthCaller();
+  return authorizer_->Authenticate(context);
+}
+
+absl::Status AccountingService::AuthorizeCall(
+    const grpc::ServerContextBase& context, Access access,
+    const std::string& path, AuthCaller* caller) const {
+  if (authorizer_ == nullptr) return absl::OkStatus();
+  absl::StatusOr<AuthCaller> who = authorizer_->Authenticate(context);
+  if (!who.ok()) return who.status();
+  if (absl::Status s = ValidateGroupPath(path); !s.ok()) return s;
+  if (absl::Status s = authorizer_->Check(*who, access, path); !s.ok())
+    return s;
+  if (caller != nullptr) *caller = *std::move(who);
+  return absl::OkStatus();
+}
+
 void AccountingService::CountChargeAnswer(const absl::Status& status) {
   if (!status.ok() && status.code() != absl::StatusCode::kResourceExhausted)
     rpc_metrics_.RecordChargeRejected();
@@ -203,6 +224,11 @@ grpc::ServerUnaryReactor* AccountingService::CreateGroup(
     grpc::CallbackServerContext* context, const v1::CreateGroupRequest* request,
     v1::Group* response) {
   const int64_t start_ns = clock_.NowNs();
+  if (absl::Status s =
+          AuthorizeCall(*context, Access::kConfigure, request->path());
+      !s.ok()) {
+    return FinishUnary(context, RpcMethod::kCreateGroup, start_ns, s);
+  }
   return FinishUnary(context, RpcMethod::kCreateGroup, start_ns,
                      DoCreateGroup(*request, response));
 }
@@ -220,6 +246,11 @@ grpc::ServerUnaryReactor* AccountingService::DeleteGroup(
     grpc::CallbackServerContext* context, const v1::DeleteGroupRequest* request,
     v1::DeleteGroupResponse* response) {
   const int64_t start_ns = clock_.NowNs();
+  if (absl::Status s =
+          AuthorizeCall(*context, Access::kConfigure, request->path());
+      !s.ok()) {
+    return FinishUnary(context, RpcMethod::kDeleteGroup, start_ns, s);
+  }
   return FinishUnary(context, RpcMethod::kDeleteGroup, start_ns,
                      DoDeleteGroup(*request, response));
 }
@@ -236,15 +267,38 @@ grpc::ServerUnaryReactor* AccountingService::ListGroups(
     grpc::CallbackServerContext* context, const v1::ListGroupsRequest* request,
     v1::ListGroupsResponse* response) {
   const int64_t start_ns = clock_.NowNs();
+  absl::StatusOr<AuthCaller> caller = AuthenticateCall(*context);
+  if (!caller.ok())
+    return FinishUnary(context, RpcMethod::kListGroups, start_ns,
+                       caller.status());
   return FinishUnary(context, RpcMethod::kListGroups, start_ns,
-                     DoListGroups(*request, response));
+                     DoListGroups(*caller, *request, response));
 }
 
 absl::Status AccountingService::DoListGroups(
-    const v1::ListGroupsRequest& request, v1::ListGroupsResponse* response) {
+    const AuthCaller& caller, const v1::ListGroupsRequest& request,
+    v1::ListGroupsResponse* response) {
+  if (authorizer_ != nullptr) {
+    // Checked before the engine is asked: NOT_FOUND would tell a tenant
+    // whether a group outside its grants exists.
+    if (absl::Status s = ValidateGroupPath(request.path()); !s.ok()) return s;
+    if (absl::Status s = authorizer_->CheckList(caller, request.path());
+        !s.ok())
+      return s;
+  }
   absl::StatusOr<std::vector<std::string>> paths =
       engine_.ListGroups(request.path(), request.recursive());
   if (!paths.ok()) return paths.status();
+  // A tenant sees only what it may read (listing an ancestor of its grant
+  // shows the grant's subtree, nothing beside it). Filtered before paging,
+  // so page sizes and tokens work as without access control.
+  if (!caller.admin()) {
+    paths->erase(std::remove_if(paths->begin(), paths->end(),
+                                [&](const std::string& p) {
+                                  return !Authorizer::CanRead(caller, p);
+                                }),
+                 paths->end());
+  }
   // The engine returns them sorted; the cursor below depends on it.
   if (!std::is_sorted(paths->begin(), paths->end())) {
     std::sort(paths->begin(), paths->end());
@@ -284,6 +338,11 @@ grpc::ServerUnaryReactor* AccountingService::SetLimits(
     grpc::CallbackServerContext* context, const v1::SetLimitsRequest* request,
     v1::Group* response) {
   const int64_t start_ns = clock_.NowNs();
+  if (absl::Status s =
+          AuthorizeCall(*context, Access::kConfigure, request->path());
+      !s.ok()) {
+    return FinishUnary(context, RpcMethod::kSetLimits, start_ns, s);
+  }
   return FinishUnary(context, RpcMethod::kSetLimits, start_ns,
                      DoSetLimits(*request, response));
 }
@@ -301,6 +360,12 @@ grpc::ServerUnaryReactor* AccountingService::Charge(
     grpc::CallbackServerContext* context, const v1::ChargeRequest* request,
     v1::ChargeResponse* response) {
   const int64_t start_ns = clock_.NowNs();
+  if (absl::Status s =
+          AuthorizeCall(*context, Access::kWrite, request->path());
+      !s.ok()) {
+    CountChargeAnswer(s);  // a refused Charge is a rejected charge
+    return FinishUnary(context, RpcMethod::kCharge, start_ns, s);
+  }
   return FinishUnary(context, RpcMethod::kCharge, start_ns,
                      DoCharge(*request, response));
 }
@@ -364,6 +429,11 @@ grpc::ServerUnaryReactor* AccountingService::Uncharge(
     grpc::CallbackServerContext* context, const v1::UnchargeRequest* request,
     v1::UnchargeResponse* response) {
   const int64_t start_ns = clock_.NowNs();
+  if (absl::Status s =
+          AuthorizeCall(*context, Access::kWrite, request->path());
+      !s.ok()) {
+    return FinishUnary(context, RpcMethod::kUncharge, start_ns, s);
+  }
   return FinishUnary(context, RpcMethod::kUncharge, start_ns,
                      DoUncharge(*request, response));
 }
@@ -393,6 +463,11 @@ grpc::ServerUnaryReactor* AccountingService::GetStats(
     grpc::CallbackServerContext* context, const v1::GetStatsRequest* request,
     v1::GroupStats* response) {
   const int64_t start_ns = clock_.NowNs();
+  if (absl::Status s =
+          AuthorizeCall(*context, Access::kRead, request->path());
+      !s.ok()) {
+    return FinishUnary(context, RpcMethod::kGetStats, start_ns, s);
+  }
   return FinishUnary(context, RpcMethod::kGetStats, start_ns,
                      DoGetStats(*request, response));
 }
@@ -434,6 +509,11 @@ grpc::ServerUnaryReactor* AccountingService::Reclaim(
     grpc::CallbackServerContext* context, const v1::ReclaimRequest* request,
     v1::ReclaimResponse* response) {
   const int64_t start_ns = clock_.NowNs();
+  if (absl::Status s =
+          AuthorizeCall(*context, Access::kWrite, request->path());
+      !s.ok()) {
+    return FinishUnary(context, RpcMethod::kReclaim, start_ns, s);
+  }
   return FinishUnary(context, RpcMethod::kReclaim, start_ns,
                      DoReclaim(*request, response));
 }
@@ -455,12 +535,18 @@ grpc::ServerUnaryReactor* AccountingService::GetEngineInfo(
     grpc::CallbackServerContext* context,
     const v1::GetEngineInfoRequest* request, v1::EngineInfo* response) {
   const int64_t start_ns = clock_.NowNs();
-  DoGetEngineInfo(response);
+  absl::StatusOr<AuthCaller> caller = AuthenticateCall(*context);
+  if (!caller.ok())
+    return FinishUnary(context, RpcMethod::kGetEngineInfo, start_ns,
+                       caller.status());
+  DoGetEngineInfo(*caller, response);
   return FinishUnary(context, RpcMethod::kGetEngineInfo, start_ns,
                      absl::OkStatus());
 }
 
-void AccountingService::DoGetEngineInfo(v1::EngineInfo* response) {
+void AccountingService::DoGetEngineInfo(const AuthCaller& caller,
+                                        v1::EngineInfo* response) {
+  response->set_caller_identity(caller.identity());
   const EngineInfo info = engine_.GetInfo();
   response->set_nr_cpus(static_cast<uint32_t>(info.nr_cpus));
   response->set_page_size_bytes(info.page_size_bytes);
@@ -474,7 +560,9 @@ void AccountingService::DoGetEngineInfo(v1::EngineInfo* response) {
   for (const FlushHoldRecord& record : info.longest_flush_holds) {
     v1::FlushLockHold* hold = response->add_longest_flush_holds();
     hold->set_policy(record.policy);
-    hold->set_root_path(record.root_path);
+    // A flush-hold path outside the caller's grants is not its to see.
+    if (Authorizer::CanRead(caller, record.root_path))
+      hold->set_root_path(record.root_path);
     hold->set_cpus_walked(static_cast<uint32_t>(record.cpus_walked));
     hold->set_groups_folded(static_cast<uint32_t>(record.groups_folded));
     hold->set_hold_ns(

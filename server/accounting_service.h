@@ -18,6 +18,13 @@
 //    once, when they answer (ToGrpcStatus, server/status.h);
 //  - per-method/per-code RPC metrics and the rejected-charge count
 //    (RpcMetrics, lock-free).
+//  - access control (server/auth.h, when an Authorizer is given): every RPC
+//    first authenticates its caller (UNAUTHENTICATED), validates the path it
+//    names (INVALID_ARGUMENT) and checks the caller's grant on it
+//    (PERMISSION_DENIED) before anything can be found or changed; so a
+//    tenant learns nothing about groups outside its grants, not even whether
+//    they exist. ListGroups answers only paths the caller may read;
+//    GetEngineInfo hides flush-hold paths it may not read.
 // Every handler runs to completion on the gRPC callback thread and finishes
 // with the default unary reactor; nothing blocks except the engine call.
 //
@@ -38,6 +45,7 @@
 #include "engine/clock.h"
 #include "engine/engine.h"
 #include "engine/types.h"
+#include "server/auth.h"
 #include "server/events_watch.h"
 #include "server/metrics.h"
 #include "server/request_dedup.h"
@@ -65,6 +73,11 @@ struct AccountingServiceOptions {
   // Time source of RPC latencies and of the request_id window; null = the
   // steady clock (Clock::Real()). Not owned; must outlive the service.
   const Clock* clock = nullptr;
+  // Access control (server/auth.h): every RPC authenticates its caller and
+  // checks the path(s) it touches before anything else but the path's own
+  // validation. Null: no access control, every caller is admin. Not owned;
+  // must outlive the service.
+  const Authorizer* authorizer = nullptr;
 };
 
 class AccountingService final : public cgacct::v1::Accounting::CallbackService {
@@ -184,7 +197,7 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
       grpc::CallbackServerContext* context,
       const cgacct::v1::WatchEventsRequest* request) override;
 
-  // Never fails.
+  // Errors: only access control's (UNAUTHENTICATED, PERMISSION_DENIED).
   grpc::ServerUnaryReactor* GetEngineInfo(
       grpc::CallbackServerContext* context,
       const cgacct::v1::GetEngineInfoRequest* request,
@@ -213,7 +226,8 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
                              cgacct::v1::Group* response);
   absl::Status DoDeleteGroup(const cgacct::v1::DeleteGroupRequest& request,
                              cgacct::v1::DeleteGroupResponse* response);
-  absl::Status DoListGroups(const cgacct::v1::ListGroupsRequest& request,
+  absl::Status DoListGroups(const AuthCaller& caller,
+                            const cgacct::v1::ListGroupsRequest& request,
                             cgacct::v1::ListGroupsResponse* response);
   absl::Status DoSetLimits(const cgacct::v1::SetLimitsRequest& request,
                            cgacct::v1::Group* response);
@@ -225,7 +239,8 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
                           cgacct::v1::GroupStats* response);
   absl::Status DoReclaim(const cgacct::v1::ReclaimRequest& request,
                          cgacct::v1::ReclaimResponse* response);
-  void DoGetEngineInfo(cgacct::v1::EngineInfo* response);
+  void DoGetEngineInfo(const AuthCaller& caller,
+                       cgacct::v1::EngineInfo* response);
 
   // The nr_pages, kind and cpu of a Charge, Uncharge or ChargeOp, checked in
   // that order by the engine's exported checks (and CpuFromProto for the
@@ -245,6 +260,16 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
                                DedupFingerprint::Method method, Call&& call,
                                bool* replayed);
 
+  // The caller of `context` (an admin caller when there is no authorizer).
+  // Errors: UNAUTHENTICATED, PERMISSION_DENIED (Authorizer::Authenticate).
+  absl::StatusOr<AuthCaller> AuthenticateCall(
+      const grpc::ServerContextBase& context) const;
+  // AuthenticateCall(), then ValidateGroupPath(path), then the caller's
+  // `access` on `path`. *caller (if not null) gets the caller.
+  absl::Status AuthorizeCall(const grpc::ServerContextBase& context,
+                             Access access, const std::string& path,
+                             AuthCaller* caller = nullptr) const;
+
   // Wire limits (bytes) -> engine update (pages); see the file comment.
   LimitsUpdate LimitsFromProto(const cgacct::v1::Limits& limits) const;
   // Engine limits (pages) -> wire limits (bytes), all four fields set.
@@ -261,6 +286,7 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
   const int nr_cpus_;
   const Clock& clock_;
   EventsWatchHub* const events_hub_;  // may be null
+  const Authorizer* const authorizer_;  // may be null; thread-safe
 
   // Thread-safe on its own; only touched by calls carrying a request_id.
   RequestDedupCache dedup_;

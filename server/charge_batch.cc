@@ -35,6 +35,15 @@ namespace {
 // (bounds the memory a client can make a stream hold).
 constexpr size_t kMaxCachedPaths = 4096;
 
+// A stream refused before it started (access control): ends at once.
+class FinishedBidiReactor final
+    : public grpc::ServerBidiReactor<v1::ChargeBatchRequest,
+                                     v1::ChargeBatchResponse> {
+ public:
+  explicit FinishedBidiReactor(const grpc::Status& status) { Finish(status); }
+  void OnDone() override { delete this; }
+};
+
 absl::Status TooManyOps(int nr_ops) {
   return absl::InvalidArgumentError(
       absl::StrCat("ops has ", nr_ops, " entries; at most ", kMaxBatchOps,
@@ -52,7 +61,10 @@ absl::Status TooManyOps(int nr_ops) {
 // Thread safety: thread-compatible; one per call or stream.
 class AccountingService::ChargeOpRunner {
  public:
-  explicit ChargeOpRunner(AccountingService& service) : service_(service) {}
+  // `caller`: who sends the ops (each distinct path is checked for
+  // Access::kWrite once, when first resolved); must outlive the runner.
+  ChargeOpRunner(AccountingService& service, const AuthCaller& caller)
+      : service_(service), caller_(caller) {}
 
   // Fills `response` with one result per op of `request`, in order. The
   // caller has checked the op count against kMaxBatchOps.
@@ -112,6 +124,10 @@ class AccountingService::ChargeOpRunner {
     if (handle == nullptr) {
       absl::Status s = ValidateGroupPath(path);
       if (s.ok()) s = RefuseRootCharge(path);
+      // Access control before anything else can tell whether it exists;
+      // a path stays cached only once it passed.
+      if (s.ok() && service_.authorizer_ != nullptr)
+        s = service_.authorizer_->Check(caller_, Access::kWrite, path);
       if (!s.ok()) return Fail(index, op, s, result);
     }
     const std::optional<uint32_t> cpu =
@@ -161,6 +177,7 @@ class AccountingService::ChargeOpRunner {
   }
 
   AccountingService& service_;
+  const AuthCaller& caller_;
   absl::flat_hash_map<std::string, GroupHandle> cache_;
   // The entry of the previous op, so a run of ops on one path skips hashing.
   std::string last_path_;
@@ -175,7 +192,12 @@ grpc::ServerUnaryReactor* AccountingService::ChargeBatch(
     return FinishUnary(context, RpcMethod::kChargeBatch, start_ns,
                        TooManyOps(request->ops_size()));
   }
-  ChargeOpRunner runner(*this);
+  absl::StatusOr<AuthCaller> caller = AuthenticateCall(*context);
+  if (!caller.ok()) {
+    return FinishUnary(context, RpcMethod::kChargeBatch, start_ns,
+                       caller.status());
+  }
+  ChargeOpRunner runner(*this, *caller);
   runner.Run(*request, response);
   return FinishUnary(context, RpcMethod::kChargeBatch, start_ns,
                      absl::OkStatus());
@@ -203,10 +225,11 @@ class AccountingService::ChargeStreamReactor final
                                      v1::ChargeBatchResponse> {
  public:
   ChargeStreamReactor(AccountingService& service,
-                      grpc::CallbackServerContext* context)
+                      grpc::CallbackServerContext* context, AuthCaller caller)
       : service_(service),
         context_(context),
-        runner_(service),
+        caller_(std::move(caller)),
+        runner_(service, caller_),
         start_ns_(service.clock_.NowNs()) {
     read_outstanding_ = true;
     StartRead(&request_);
@@ -334,6 +357,7 @@ class AccountingService::ChargeStreamReactor final
 
   AccountingService& service_;
   grpc::CallbackServerContext* const context_;
+  const AuthCaller caller_;  // authenticated when the stream started
   ChargeOpRunner runner_;  // touched only by the thread applying a request
   const int64_t start_ns_;                // service_.clock_
   v1::ChargeBatchRequest request_;        // owned by the outstanding read
@@ -352,7 +376,14 @@ class AccountingService::ChargeStreamReactor final
 
 grpc::ServerBidiReactor<v1::ChargeBatchRequest, v1::ChargeBatchResponse>*
 AccountingService::ChargeStream(grpc::CallbackServerContext* context) {
-  return new ChargeStreamReactor(*this, context);
+  const int64_t start_ns = clock_.NowNs();
+  absl::StatusOr<AuthCaller> caller = AuthenticateCall(*context);
+  if (!caller.ok()) {
+    const grpc::Status status = ToGrpcStatus(caller.status());
+    RecordRpc(RpcMethod::kChargeStream, start_ns, status.error_code());
+    return new FinishedBidiReactor(status);
+  }
+  return new ChargeStreamReactor(*this, context, *std::move(caller));
 }
 
 }  // namespace cgacct

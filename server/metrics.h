@@ -257,6 +257,14 @@ class MetricsCollector final : public prometheus::Collectable {
 // what /metrics serves. Thread-safe if the collectable is.
 std::string SerializeMetrics(const prometheus::Collectable& collectable);
 
+struct MetricsExposerOptions {
+  // Served on /metrics after the main collectable (e.g. AuthMetrics).
+  std::vector<std::shared_ptr<prometheus::Collectable>> extra_collectables;
+  // Non-empty: /metrics requires HTTP basic auth with this password (any
+  // user name; compared in constant time); 401 otherwise.
+  std::string basic_auth_password;
+};
+
 // Serves a collectable on http://HOST:PORT/metrics (prometheus-cpp pull
 // Exposer, 8 civetweb threads, 5 s request timeout).
 //
@@ -268,7 +276,8 @@ class MetricsExposer {
   // it cannot be bound (prometheus::Exposer throws; this catches it).
   static absl::StatusOr<std::unique_ptr<MetricsExposer>> Start(
       const std::string& listen,
-      std::shared_ptr<prometheus::Collectable> collectable);
+      std::shared_ptr<prometheus::Collectable> collectable,
+      MetricsExposerOptions options = {});
 
   ~MetricsExposer();
   MetricsExposer(const MetricsExposer&) = delete;
@@ -279,12 +288,13 @@ class MetricsExposer {
 
  private:
   MetricsExposer(std::unique_ptr<prometheus::Exposer> exposer,
-                 std::shared_ptr<prometheus::Collectable> collectable,
+                 std::vector<std::shared_ptr<prometheus::Collectable>>
+                     collectables,
                  int port);
 
   std::unique_ptr<prometheus::Exposer> exposer_;
-  // The Exposer keeps only a weak_ptr; this keeps the collectable alive.
-  std::shared_ptr<prometheus::Collectable> collectable_;
+  // The Exposer keeps only weak_ptrs; this keeps the collectables alive.
+  std::vector<std::shared_ptr<prometheus::Collectable>> collectables_;
   int port_ = 0;
 };
 
