@@ -191,6 +191,17 @@ int main(int argc, char** argv) {
   // pay for it.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 
+  // SIGINT/SIGTERM/SIGHUP are taken by sigwait() below: block them before
+  // any thread exists (engine, gRPC, civetweb) so every thread inherits the
+  // mask. The first gRPC object (the credentials below) starts gRPC's
+  // threads, so this comes before it.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
   const std::string policy_name = absl::GetFlag(FLAGS_flush_lock_policy);
   int batch_cpus = 8;
   const std::optional<cgacct::FlushLockPolicy> policy =
@@ -282,14 +293,6 @@ int main(int argc, char** argv) {
   const bool serve_reflection =
       reflection == "on" || (reflection == "auto" && !access_control);
 
-  // SIGINT/SIGTERM are taken by sigwait() below: block them before any
-  // thread exists (engine, gRPC, civetweb) so every thread inherits the mask.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  sigaddset(&stop_signals, SIGHUP);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   // Declaration order is destruction order reversed: the server stops first,
   // then metrics, then the service, the engine and its observer.
