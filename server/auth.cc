@@ -1,4 +1,4 @@
-// Access control (server/auth.h, docs/DESIGN.md §4.10).
+// Access control (server/auth.h, docs/DESIGN.md §4.11).
 #include "server/auth.h"
 
 #include <fstream>

@@ -1,4 +1,4 @@
-// Access control of cgacctd (docs/DESIGN.md §4.10): who is calling
+// Access control of cgacctd (docs/DESIGN.md §4.11): who is calling
 // (authentication) and what they may touch (authorization).
 //
 //  - Identity: a bearer token ("authorization: Bearer TOKEN" metadata, looked

@@ -18,6 +18,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <climits>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
@@ -41,6 +42,8 @@
 #include "server/caller_identity.h"
 #include "server/tls.h"
 #include "server/events_watch.h"
+#include "server/limits.h"
+#include "server/memory_trim.h"
 #include "server/metrics.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
@@ -101,6 +104,27 @@ ABSL_FLAG(std::string, reflection, "auto",
 ABSL_FLAG(int, metrics_group_depth, 2,
           "export cgacct_group_memory_current_bytes for groups down to this "
           "depth; 0 = off");
+ABSL_FLAG(uint64_t, max_charge_pages, cgacct::kDefaultMaxChargePages,
+          "most pages one Charge (or the charge ops of one ChargeBatch / "
+          "ChargeStream message together) may charge; more is "
+          "INVALID_ARGUMENT; 0 = only PAGE_COUNTER_MAX");
+ABSL_FLAG(uint32_t, max_streams_per_identity,
+          cgacct::kDefaultMaxStreamsPerIdentity,
+          "concurrent ChargeStreams per caller identity; more are shed with "
+          "RESOURCE_EXHAUSTED; 0 = no limit");
+ABSL_FLAG(uint32_t, max_in_flight_per_identity,
+          cgacct::kDefaultMaxInFlightPerIdentity,
+          "concurrent in-flight messages (unary calls, stream requests not "
+          "yet answered) per caller identity; more are shed with "
+          "RESOURCE_EXHAUSTED; 0 = no limit");
+ABSL_FLAG(uint32_t, max_message_bytes, 4u << 20,
+          "largest gRPC request or response message in bytes, 4096 .. "
+          "2147483647 (gRPC answers RESOURCE_EXHAUSTED above it)");
+ABSL_FLAG(uint32_t, max_concurrent_streams_per_connection, 100,
+          "HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS of every connection, >= 1");
+ABSL_FLAG(absl::Duration, memory_trim_interval, absl::Seconds(1),
+          "how often to give malloc's free heap back to the kernel when more "
+          "than 4 MiB of it is free; 0 = never");
 
 namespace {
 
@@ -172,7 +196,12 @@ int main(int argc, char** argv) {
       "          [--page_size=4096]\n"
       "          [--metrics_group_depth=2] [--memory_recursiveprot]\n"
       "          [--charge_batch_pages=64] [--stock_pool_buckets=1024]\n"
-      "          [--stock_victim_sets=64]\n"
+      "          [--stock_victim_sets=64] [--max_charge_pages=1048576]\n"
+      "          [--max_streams_per_identity=256]\n"
+      "          [--max_in_flight_per_identity=1024]\n"
+      "          [--max_message_bytes=4194304]\n"
+      "          [--max_concurrent_streams_per_connection=100]\n"
+      "          [--memory_trim_interval=1s]\n"
       "          [--tls_cert=PEM --tls_key=PEM [--client_ca=PEM]]\n"
       "          [--tokens_file=FILE] [--authz_policy=FILE] [--insecure]\n"
       "          [--metrics_token_file=FILE] [--reflection=auto|on|off]");
@@ -221,6 +250,25 @@ int main(int argc, char** argv) {
   if (group_depth < 0) {
     return Fail(kExitUsage, absl::StrCat("--metrics_group_depth=", group_depth,
                                          " must be >= 0"));
+  }
+  const uint32_t max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  if (max_message_bytes < 4096 || max_message_bytes > INT_MAX) {
+    return Fail(kExitUsage,
+                absl::StrCat("--max_message_bytes=", max_message_bytes,
+                             " out of range [4096, ", INT_MAX, "]"));
+  }
+  const uint32_t streams_per_connection =
+      absl::GetFlag(FLAGS_max_concurrent_streams_per_connection);
+  if (streams_per_connection < 1 || streams_per_connection > INT_MAX) {
+    return Fail(kExitUsage,
+                absl::StrCat("--max_concurrent_streams_per_connection=",
+                             streams_per_connection, " out of range [1, ",
+                             INT_MAX, "]"));
+  }
+  const absl::Duration trim_interval =
+      absl::GetFlag(FLAGS_memory_trim_interval);
+  if (trim_interval < absl::ZeroDuration()) {
+    return Fail(kExitUsage, "--memory_trim_interval must be >= 0");
   }
 
   // Access control and transport security, all checked before anything
@@ -335,6 +383,14 @@ int main(int argc, char** argv) {
   cgacct::InstallCallerIdentitySource(authorizer.get());
   cgacct::AccountingServiceOptions service_options;
   service_options.events_hub = &events_hub;
+  service_options.max_charge_pages = absl::GetFlag(FLAGS_max_charge_pages);
+  service_options.limits.max_streams_per_identity =
+      absl::GetFlag(FLAGS_max_streams_per_identity);
+  service_options.limits.max_in_flight_per_identity =
+      absl::GetFlag(FLAGS_max_in_flight_per_identity);
+  service_options.max_message_bytes = max_message_bytes;
+  service_options.max_concurrent_streams_per_connection =
+      streams_per_connection;
   service_options.authorizer = authorizer.get();
   cgacct::AccountingService service(**engine, rpc_metrics, service_options);
 
@@ -363,9 +419,23 @@ int main(int argc, char** argv) {
   // gRPC sets SO_REUSEPORT by default: a second cgacctd on the same port
   // would start and split the traffic instead of failing.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // Server limits (docs/DESIGN.md §4.10). Debian's gRPC 1.51 has no limit on
+  // streams a client resets before they finish (the HTTP/2 "rapid reset"
+  // protection came with gRPC releases of late 2023); these bound what each
+  // connection and message can take.
+  builder.SetMaxReceiveMessageSize(static_cast<int>(max_message_bytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(max_message_bytes));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                             static_cast<int>(streams_per_connection));
   builder.AddListeningPort(listen, credentials, &port);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  std::optional<cgacct::MemoryTrimmer> trimmer;
+  if (trim_interval > absl::ZeroDuration()) {
+    cgacct::MemoryTrimmer::Options trim_options;
+    trim_options.interval = trim_interval;
+    trimmer.emplace(trim_options);
+  }
   if (server == nullptr || port == 0) {
     return Fail(kExitBind, absl::StrCat("cannot listen on ", listen,
                                         " (address in use or invalid)"));

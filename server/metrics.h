@@ -36,6 +36,7 @@
 #include "engine/observer.h"
 #include "engine/types.h"
 #include "prometheus/collectable.h"
+#include "server/limits.h"
 #include "prometheus/metric_family.h"
 
 namespace prometheus {
@@ -203,8 +204,12 @@ class RpcMetrics {
   // is the engine's own view (it also counts the NOT_FOUND of a stale
   // GroupHandle that the service retries) and is not added to it.
   void RecordChargeRejected();
+  // One call shed by a per-identity limit (server/limits.h); the only count
+  // behind cgacct_shed_total{reason}.
+  void RecordShed(ShedReason reason);
 
   uint64_t handled(RpcMethod method, grpc::StatusCode code) const;
+  uint64_t shed(ShedReason reason) const;
   LatencyHistogram::Snapshot latency(RpcMethod method) const;
   uint64_t charges_rejected() const;
 
@@ -212,6 +217,7 @@ class RpcMetrics {
   struct alignas(kCacheLineBytes) HandledShard {
     std::atomic<uint64_t> handled[kNrRpcMethods][kNrCodes];
     std::atomic<uint64_t> charges_rejected;
+    std::atomic<uint64_t> shed[kNrShedReasons];
   };
   static_assert(sizeof(HandledShard) % kCacheLineBytes == 0,
                 "shards must not share cache lines");
@@ -257,6 +263,11 @@ class MetricsCollector final : public prometheus::Collectable {
 // what /metrics serves. Thread-safe if the collectable is.
 std::string SerializeMetrics(const prometheus::Collectable& collectable);
 
+// civetweb worker threads of the /metrics server, and how long one waits for
+// a client's request before dropping the connection.
+inline constexpr int kMetricsHttpThreads = 32;
+inline constexpr int kMetricsHttpRequestTimeoutMs = 2000;
+
 struct MetricsExposerOptions {
   // Served on /metrics after the main collectable (e.g. AuthMetrics).
   std::vector<std::shared_ptr<prometheus::Collectable>> extra_collectables;
@@ -266,14 +277,16 @@ struct MetricsExposerOptions {
 };
 
 // Serves a collectable on http://HOST:PORT/metrics (prometheus-cpp pull
-// Exposer, 8 civetweb threads, 5 s request timeout).
+// Exposer, kMetricsHttpThreads civetweb threads, each connection dropped
+// after kMetricsHttpRequestTimeoutMs without a complete request).
 //
 // Thread safety: thread-safe after Start(); the destructor stops serving.
 class MetricsExposer {
  public:
   // Binds `listen` ("HOST:PORT"; port 0 picks a free one) and registers
   // `collectable` on /metrics. Errors: UNAVAILABLE naming the address when
-  // it cannot be bound (prometheus::Exposer throws; this catches it).
+  // it cannot be bound and why ("address already in use"), in one line
+  // (prometheus::Exposer throws; this catches it).
   static absl::StatusOr<std::unique_ptr<MetricsExposer>> Start(
       const std::string& listen,
       std::shared_ptr<prometheus::Collectable> collectable,

@@ -1,4 +1,4 @@
-// Transport security of cgacctd (docs/DESIGN.md §4.10): gRPC's own TLS
+// Transport security of cgacctd (docs/DESIGN.md §4.11): gRPC's own TLS
 // server credentials over files that are watched and reloaded.
 #ifndef CGACCT_SERVER_TLS_H_
 #define CGACCT_SERVER_TLS_H_
