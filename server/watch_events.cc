@@ -213,6 +213,9 @@ grpc::ServerWriteReactor<v1::EventsUpdate>* AccountingService::WatchEvents(
   if (events_hub_ == nullptr)
     return fail(absl::UnavailableError(
         "WatchEvents is not served by this server (no events hub)"));
+  if (absl::Status s = AuthorizeCall(*context, Access::kRead, request->path());
+      !s.ok())
+    return fail(s);
   absl::StatusOr<GroupHandle> group = engine_.ResolveGroup(request->path());
   if (!group.ok()) return fail(group.status());
   // A watch is a stream: it counts against the caller's streams.
