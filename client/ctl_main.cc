@@ -124,6 +124,8 @@ void PrintEvents(absl::string_view file, const v1::MemoryEvents& events) {
   Line(prefix + "max", events.max());
   Line(prefix + "oom", events.oom());
   Line(prefix + "oom_kill", events.oom_kill());
+  Line(prefix + "oom_group_kill", events.oom_group_kill());
+  Line(prefix + "sock_throttled", events.sock_throttled());
 }
 
 // Whether `args` (command first) names a command with the right number of
@@ -316,7 +318,7 @@ class Ctl {
     PrintLimits(stats.limits());
     Line("memory.emin", stats.emin_bytes());
     Line("memory.elow", stats.elow_bytes());
-    Line("memory.failcnt", stats.failcnt());
+    Line("memory.failcnt", stats.failcnt());  // the cgroup v1 file
     PrintEvents("memory.events", stats.events());
     PrintEvents("memory.events.local", stats.events_local());
     Line("flushed", stats.flushed() ? "1" : "0");

@@ -5,9 +5,13 @@
 //   hog          --hogs workers charge ANON pages in --hog_chunk_pages chunks
 //                into their own child group GROUP/hog-i until the group's
 //                memory.max (--hog_max_bytes) makes a charge fail with
-//                RESOURCE_EXHAUSTED (the OOM), then uncharge all they hold
-//                and start again (a "cycle"). Hog i charges through per-CPU
-//                slot i * nr_cpus / hogs, so the hogs spread over the slots.
+//                RESOURCE_EXHAUSTED, then uncharge all they hold and start
+//                again (a "cycle"). As in the kernel, a refused charge of
+//                at most 8 pages is an OOM kill of the hog, and a costlier
+//                one (the default 64-page chunk: order 6 > 3) is an ENOMEM
+//                without OOM (memory.events `max` only); the report counts
+//                the two apart. Hog i charges through per-CPU slot
+//                i * nr_cpus / hogs, so the hogs spread over the slots.
 //   seed-rstat   both at once: the shape of the kernel benchmark behind
 //                "cgroup/rstat: avoid disabling irqs for O(num_cpu)" (400
 //                stat readers + 400 hogs charging until OOM, 10 s).
@@ -73,7 +77,9 @@ ABSL_FLAG(std::string, group, "/cgacct-load",
 ABSL_FLAG(cgacct::client::ByteSize, hog_max_bytes,
           cgacct::client::ByteSize{64 << 20},
           "memory.max of --group for hog scenarios (\"max\", 64M, 1G ...)");
-ABSL_FLAG(uint64_t, hog_chunk_pages, 64, "ANON pages per hog Charge call");
+ABSL_FLAG(uint64_t, hog_chunk_pages, 64,
+          "ANON pages per hog Charge call; a refused charge of <= 8 pages "
+          "counts as an OOM kill, of more as a costly ENOMEM (no OOM)");
 ABSL_FLAG(std::string, flush, "exact",
           "GetStats flush mode: exact | threshold | none");
 ABSL_FLAG(int32_t, channels, 0,
@@ -202,7 +208,7 @@ absl::StatusOr<Options> OptionsFromFlags() {
 struct alignas(64) LiveCounters {
   std::atomic<uint64_t> reads{0};
   std::atomic<uint64_t> charges{0};
-  std::atomic<uint64_t> ooms{0};
+  std::atomic<uint64_t> ooms{0};  // refused charges: OOM kills + ENOMEMs
   std::atomic<uint64_t> errors{0};
 };
 static_assert(sizeof(LiveCounters) == 64, "one cache line per worker");
@@ -212,7 +218,8 @@ struct WorkerResult {
   LatencyHistogram latency;
   uint64_t ok = 0;  // reads or charges that succeeded
   uint64_t charged_pages = 0;
-  uint64_t ooms = 0;
+  uint64_t ooms = 0;            // refused charges of <= 8 pages (OOM kills)
+  uint64_t costly_enomems = 0;  // refused charges of > 8 pages (no OOM)
   uint64_t cycles = 0;
   uint64_t errors = 0;
   uint64_t throttle_us = 0;
@@ -348,9 +355,16 @@ class Hog {
         }
       } else if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
         result.latency.Record(ns);
-        ++result.ooms;
+        // A chunk of <= 8 pages: the kernel hog is OOM-killed. A costlier
+        // chunk: its allocation fails with ENOMEM (no OOM, only `max`),
+        // and the hog frees what it holds. Either way: uncharge all.
+        if (ClassifyRefusedCharge(o_.hog_chunk_pages) ==
+            HogRefusal::kOomKill) {
+          ++result.ooms;
+        } else {
+          ++result.costly_enomems;
+        }
         live.ooms.fetch_add(1, std::memory_order_relaxed);
-        // The kernel hog is OOM-killed and its memory freed: uncharge all.
         if (ReleaseAll(live, result)) ++result.cycles;
       } else {
         NoteError("Charge", status, live, result);
@@ -692,7 +706,7 @@ int Run(const Options& o) {
     }
     const double dt = std::chrono::duration<double>(now - last_tick).count();
     std::cerr << absl::StrFormat(
-        "cgacct-load: [%6.1fs] reads %9.0f/s  charges %9.0f/s  OOMs %d  "
+        "cgacct-load: [%6.1fs] reads %9.0f/s  charges %9.0f/s  refused %d  "
         "errors %d\n",
         std::chrono::duration<double>(now - start).count(),
         (reads - last_reads) / dt, (charges - last_charges) / dt, ooms, errors);
@@ -714,6 +728,7 @@ int Run(const Options& o) {
       report.charges += r.ok;
       report.charged_pages += r.charged_pages;
       report.ooms += r.ooms;
+      report.costly_enomems += r.costly_enomems;
       report.hog_cycles += r.cycles;
       report.charge_errors += r.errors;
       report.throttle_us += r.throttle_us;

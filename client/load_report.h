@@ -16,6 +16,20 @@
 
 namespace cgacct::client {
 
+// 1 << PAGE_ALLOC_COSTLY_ORDER: the largest charge, in pages, whose failure
+// OOMs in the kernel (and in cgacctd: mem_cgroup_oom() returns early for a
+// costlier one, which fails with ENOMEM and memory.events `max` only).
+inline constexpr uint64_t kCostlyChargePages = 8;
+
+// What a hog's refused charge (RESOURCE_EXHAUSTED) stands for, as the
+// kernel's callers see it: a charge of at most kCostlyChargePages pages (a
+// page fault) ends in the memcg OOM killer, which kills the hog; a costlier
+// one (a large allocation) fails with ENOMEM, and the hog, like a process
+// whose allocation failed, frees what it holds. Either way the hog then
+// uncharges everything and starts over.
+enum class HogRefusal { kOomKill, kCostlyEnomem };
+HogRefusal ClassifyRefusedCharge(uint64_t nr_pages);
+
 struct LoadReport {
   // What was run.
   std::string scenario;  // "stat-reader", "hog" or "seed-rstat"
@@ -34,14 +48,17 @@ struct LoadReport {
   uint64_t read_errors = 0;  // failed reads (any code)
   LatencyHistogram read_latency;
 
-  // Hogs: Charge calls of ANON pages until OOM, then uncharge and repeat.
+  // Hogs: Charge calls of ANON pages until refused, then uncharge and
+  // repeat. A refused charge is an OOM kill or a costly ENOMEM
+  // (ClassifyRefusedCharge(hog_chunk_pages)).
   uint64_t charges = 0;  // successful charges
   uint64_t charged_pages = 0;
-  uint64_t ooms = 0;                // charges refused with RESOURCE_EXHAUSTED
-  uint64_t hog_cycles = 0;          // OOM followed by a full uncharge
+  uint64_t ooms = 0;            // refused charges of <= 8 pages: OOM kills
+  uint64_t costly_enomems = 0;  // refused charges of > 8 pages: no OOM
+  uint64_t hog_cycles = 0;      // a refusal followed by a full uncharge
   uint64_t charge_errors = 0;       // other failures of Charge/Uncharge
   uint64_t throttle_us = 0;         // memory.high throttle honoured, summed
-  LatencyHistogram charge_latency;  // every Charge attempt, OOMs included
+  LatencyHistogram charge_latency;  // every Charge attempt, refusals included
   // Pages the server reparented when the hog groups were deleted at the end:
   // non-zero means the hogs' books and the server's disagree.
   uint64_t reparented_pages = 0;

@@ -80,6 +80,9 @@ absl::StatusOr<GroupStats> Engine::GetStats(absl::string_view path,
                                             FlushMode mode) {
   return impl_->memcg.GetStats(path, mode);
 }
+absl::StatusOr<GroupEvents> Engine::GetEvents(GroupHandle group) const {
+  return impl_->memcg.GetEvents(group);
+}
 void Engine::DrainAllStock() { impl_->memcg.DrainAllStock(); }
 bool Engine::MaybePeriodicFlush() { return impl_->flusher.MaybeFlush(); }
 EngineInfo Engine::GetInfo() const {

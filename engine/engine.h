@@ -105,9 +105,13 @@ class Engine {
   // Mirrors try_charge_memcg(): stock, then the page_counter with a batch of
   // 64, then the exact amount, then `max` on the group whose limit failed,
   // reclaim from it, drain all stocks once, retry (16 times without
-  // progress), then OOM (RESOURCE_EXHAUSTED naming the limiting group; `oom`
-  // is raised on it, `oom_kill` on the charging group as the "killed"
-  // request). A charge that leaves a level over memory.high then runs
+  // progress), then RESOURCE_EXHAUSTED naming the limiting group: for a
+  // charge of at most 8 pages an OOM (`oom` is raised on the limiting
+  // group, `oom_kill` on the charging group as the "killed" request); a
+  // costlier one fails with `max` events only, as mem_cgroup_oom() returns
+  // early above PAGE_ALLOC_COSTLY_ORDER. The root is never charged directly
+  // (try_charge() returns 0 for it): `path` "/" is INVALID_ARGUMENT, checked
+  // first. A charge that leaves a level over memory.high then runs
   // mem_cgroup_handle_over_high() (reclaim, `high` events) and returns the
   // throttle the kernel would sleep (0, or over 10 ms and at most 2 s).
   absl::StatusOr<ChargeResult> Charge(absl::string_view path, uint64_t nr_pages,
@@ -118,6 +122,7 @@ class Engine {
   // the per-CPU stock (refill_stock(), as socket and kernel memory do). ANON:
   // more than the group holds is FAILED_PRECONDITION. FILE: uncharges what is
   // left of nr_pages (reclaim may have taken some) and returns that number.
+  // The root holds no pages of its own: "/" is INVALID_ARGUMENT.
   absl::StatusOr<UnchargeResult> Uncharge(
       absl::string_view path, uint64_t nr_pages, PageKind kind,
       std::optional<int> cpu = std::nullopt);
@@ -156,6 +161,12 @@ class Engine {
   // memory.current/peak/stat/events of `path`, flushed per `mode`.
   absl::StatusOr<GroupStats> GetStats(absl::string_view path,
                                       FlushMode mode = FlushMode::kExact);
+
+  // memory.events and memory.events.local of a resolved group, read without
+  // a flush (events are exact counters, not rstat). Thread-safe; takes the
+  // calling CPU's tree reader slot. Errors: NOT_FOUND (deleted, or empty
+  // handle). Changes are announced by EngineObserver::OnMemoryEvents.
+  absl::StatusOr<GroupEvents> GetEvents(GroupHandle group) const;
 
   // Drains every CPU's stock (drain_all_stock() for the root), synchronously.
   void DrainAllStock();

@@ -35,6 +35,28 @@ void Group::ReparentPages() {
     parent_->PagesOf(kind).fetch_add(nr_pages(kind), std::memory_order_relaxed);
 }
 
+void Group::LinkChild(Group* child) {
+  child->prev_sibling_ = last_child_;
+  child->next_sibling_ = nullptr;
+  if (last_child_ != nullptr) {
+    last_child_->next_sibling_ = child;
+  } else {
+    first_child_ = child;
+  }
+  last_child_ = child;
+  ++nr_children_;
+}
+
+void Group::UnlinkFromParent() {
+  Group* parent = parent_;
+  (prev_sibling_ != nullptr ? prev_sibling_->next_sibling_
+                            : parent->first_child_) = next_sibling_;
+  (next_sibling_ != nullptr ? next_sibling_->prev_sibling_
+                            : parent->last_child_) = prev_sibling_;
+  prev_sibling_ = next_sibling_ = nullptr;
+  --parent->nr_children_;
+}
+
 void Group::CountEvent(MemoryEvent event) {
   const int e = static_cast<int>(event);
   events_local_[e].fetch_add(1, std::memory_order_relaxed);
@@ -46,11 +68,8 @@ namespace {
 
 MemoryEvents ReadEvents(const std::atomic<uint64_t> (&e)[kNrMemoryEvents]) {
   MemoryEvents out;
-  out.low = e[0].load(std::memory_order_relaxed);
-  out.high = e[1].load(std::memory_order_relaxed);
-  out.max = e[2].load(std::memory_order_relaxed);
-  out.oom = e[3].load(std::memory_order_relaxed);
-  out.oom_kill = e[4].load(std::memory_order_relaxed);
+  for (int i = 0; i < kNrMemoryEvents; ++i)
+    out.*kMemoryEventFields[i].value = e[i].load(std::memory_order_relaxed);
   return out;
 }
 

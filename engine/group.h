@@ -3,9 +3,14 @@
 // Invariants:
 //   - path, id and parent never change; a group's path is valid
 //     (engine/group_path.h) and its id is engine-unique, never reused.
-//   - The tree links (children, the handle slot) are written only by
-//     GroupTree (engine/group_tree.h), under the writer side of its lock;
+//   - The tree links (the children list, the handle slot) are written only
+//     by GroupTree (engine/group_tree.h), under the writer side of its lock;
 //     readers follow them holding a reader slot.
+//   - A group's children are a list in creation order, as the kernel's
+//     cgroup->children (css_create() appends with list_add_tail_rcu()):
+//     css_next_descendant_pre(), and so every reclaim walk, visits siblings
+//     in the order they were created, and a group created during a walk's
+//     round comes after every existing sibling.
 //   - Own pages by kind (nr_anon/nr_file): exact and synchronous (unlike
 //     rstat). Charged() is called after the page_counter charge succeeded,
 //     Uncharging() before the page_counter uncharge, so memory.current never
@@ -25,8 +30,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <functional>
-#include <map>
 #include <string>
 
 #include "absl/base/optimization.h"
@@ -42,9 +45,6 @@ namespace cgacct {
 
 class Group {
  public:
-  // Children by name, sorted (heterogeneous lookup by string_view).
-  using Children = std::map<std::string, Group*, std::less<>>;
-
   // `parent` is null for the root only. `rstat` must outlive the group.
   Group(std::string path, uint64_t id, Group* parent, Rstat* rstat,
         uint64_t page_counter_max);
@@ -52,13 +52,19 @@ class Group {
   Group& operator=(const Group&) = delete;
 
   const std::string& path() const { return path_; }
-  // The last path segment: the key in the parent's children ("" for root).
+  // The last path segment ("" for the root).
   absl::string_view name() const;
   uint64_t id() const { return id_; }
   Group* parent() const { return parent_; }
   bool is_root() const { return parent_ == nullptr; }
+  // The children list, in creation order (null when empty or at the end).
   // Caller holds a tree reader slot (or the writer side).
-  const Children& children() const { return children_; }
+  Group* first_child() const { return first_child_; }
+  Group* last_child() const { return last_child_; }
+  Group* next_sibling() const { return next_sibling_; }
+  Group* prev_sibling() const { return prev_sibling_; }
+  bool has_children() const { return first_child_ != nullptr; }
+  uint64_t nr_children() const { return nr_children_; }
 
   PageCounter& memory() { return memory_; }  // memory.current/max/high/...
   const PageCounter& memory() const { return memory_; }
@@ -105,6 +111,12 @@ class Group {
   // the parent takes over this group's own pages.
   void ReparentPages();
 
+  // The children list (GroupTree, under the writer side of its lock):
+  // appends `child` after the last child, and unlinks this group from its
+  // parent's list.
+  void LinkChild(Group* child);
+  void UnlinkFromParent();
+
   // --- memory.events ----------------------------------------------------
 
   // memcg_memory_event()'s counting: `event` once in memory.events.local,
@@ -130,8 +142,14 @@ class Group {
   const uint64_t id_;
   Group* const parent_;
 
-  // Tree links, written by GroupTree under its writer lock.
-  Children children_;
+  // Tree links, written by GroupTree under its writer lock (LinkChild,
+  // UnlinkFromParent), read under a reader slot: the children list in
+  // creation order (cgroup->children / ->sibling).
+  Group* first_child_ = nullptr;
+  Group* last_child_ = nullptr;
+  Group* prev_sibling_ = nullptr;
+  Group* next_sibling_ = nullptr;
+  uint64_t nr_children_ = 0;
   uint32_t handle_slot_ = 0;  // index in the tree's GroupHandle table
 
   PageCounter memory_;

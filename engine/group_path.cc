@@ -14,6 +14,16 @@ std::string QuotePath(absl::string_view path) {
   return absl::StrCat("\"", ShortPath(path), "\"");
 }
 
+absl::Status RefuseRootCharge(absl::string_view path,
+                              absl::string_view field) {
+  if (path != "/") return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      field,
+      " \"/\": the root cannot be charged or uncharged directly; its usage "
+      "is the sum of its children's (the kernel never charges the root "
+      "memcg itself)"));
+}
+
 absl::Status ValidateGroupPath(absl::string_view path,
                                absl::string_view field) {
   if (path.size() > kMaxPathBytes)

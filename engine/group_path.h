@@ -28,6 +28,15 @@ inline constexpr size_t kMaxPathBytes = 4096;
 absl::Status ValidateGroupPath(absl::string_view path,
                                absl::string_view field = "path");
 
+// The check every Charge/Uncharge (and every ChargeBatch/ChargeStream op)
+// runs right after ValidateGroupPath(): the root is never charged or
+// uncharged directly, because the kernel never charges the root's
+// page_counter itself (try_charge() returns 0 for the root memcg); the
+// root's usage is the sum of its children's. INVALID_ARGUMENT naming `field`
+// for "/", OK for any other path.
+absl::Status RefuseRootCharge(absl::string_view path,
+                              absl::string_view field = "path");
+
 // `path` for an error message: unchanged up to 128 bytes, else its first 128
 // bytes and "... (N bytes)" (gRPC's 8 KiB metadata limit).
 std::string ShortPath(absl::string_view path);

@@ -59,7 +59,8 @@ absl::StatusOr<std::vector<std::string>> GroupTree::ListGroups(
   while (!stack.empty()) {
     const Group* pos = stack.back();
     stack.pop_back();
-    for (const auto& [name, child] : pos->children()) {
+    for (const Group* child = pos->first_child(); child != nullptr;
+         child = child->next_sibling()) {
       paths.push_back(child->path());
       if (recursive) stack.push_back(child);
     }
@@ -81,15 +82,14 @@ absl::StatusOr<Group*> GroupTree::Add(absl::string_view path) {
                                        rstat_, page_counter_max_);
   Group* g = group.get();
   AddHandleSlotLocked(g);
-  parent->children_.emplace(std::string(g->name()), g);
+  parent->LinkChild(g);  // appended: siblings stay in creation order
   groups_.emplace(std::string(path), std::move(group));
   nr_groups_.fetch_add(1, std::memory_order_relaxed);
   return g;
 }
 
 void GroupTree::Remove(Group* group) {
-  group->parent()->children_.erase(
-      group->parent()->children_.find(group->name()));
+  group->UnlinkFromParent();
   RemoveHandleSlotLocked(group);
   groups_.erase(groups_.find(group->path()));
   nr_groups_.fetch_sub(1, std::memory_order_relaxed);

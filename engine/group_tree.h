@@ -6,7 +6,8 @@
 // Invariants:
 //   - The root "/" exists from construction to destruction; every other
 //     group's parent is in the tree, and `groups_`, the parents' children
-//     maps and the handle table always name the same set of groups.
+//     lists (creation order, Group::LinkChild) and the handle table always
+//     name the same set of groups.
 //   - Ids start at 1 and are never reused; a handle slot holds a live group
 //     or null (free), so (slot, id) names one group instance for ever
 //     (engine/group_handle.h).

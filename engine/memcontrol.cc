@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <string>
 #include <utility>
 
 #include "absl/base/attributes.h"
@@ -36,6 +37,7 @@ MemoryController::MemoryController(int nr_cpus, const EngineOptions& options)
       page_counter_max_(static_cast<uint64_t>(LONG_MAX) /
                         options.page_size_bytes),
       clock_(options.clock != nullptr ? *options.clock : Clock::Real()),
+      observer_(options.observer),
       rstat_(
           nr_cpus,
           FlushLockConfig{options.flush_lock_policy, options.flush_batch_cpus,
@@ -86,6 +88,11 @@ GroupInfo MemoryController::InfoOf(const Group& g) const {
 // its ancestors below the root.
 void MemoryController::MemcgMemoryEvent(Group* g, MemoryEvent event, int cpu) {
   g->CountEvent(event);
+  // cgroup_file_notify() on memory.events(.local) of g and its ancestors.
+  if (observer_ != nullptr) {
+    for (Group* pos = g; pos != nullptr && !pos->is_root(); pos = pos->parent())
+      observer_->OnMemoryEvents(pos->id());
+  }
   if (event == MemoryEvent::kOom) Bump(counters_[cpu].oom_events);
 }
 
@@ -97,11 +104,12 @@ uint64_t MemoryController::ReclaimPages(Group* over, uint64_t nr_pages,
                                             ReclaimMode::kDirect, cpu);
 }
 
+// mod_memcg_state() of the charged kind. cgroup v2 counts no pgpgin/pgpgout
+// (v1 items), so a charge or uncharge moves one state item.
 void MemoryController::UpdateStats(Group* g, int cpu, PageKind kind,
-                                   int64_t nr_pages, bool charge) {
+                                   int64_t nr_pages) {
   int64_t deltas[kNrStatItems] = {};
   deltas[kind == PageKind::kAnon ? kStatAnon : kStatFile] = nr_pages;
-  deltas[charge ? kStatPgpgin : kStatPgpgout] = 1;
   rstat_.Update(&g->rstat_group(), cpu, deltas,
                 static_cast<uint64_t>(nr_pages < 0 ? -nr_pages : nr_pages) + 1);
 }
@@ -128,9 +136,9 @@ absl::StatusOr<uint64_t> MemoryController::DeleteGroup(absl::string_view path) {
   absl::StatusOr<Group*> found = tree_.Find(path);
   if (ABSL_PREDICT_FALSE(!found.ok())) return found.status();
   Group* g = *found;
-  if (!g->children().empty())
+  if (g->has_children())
     return absl::FailedPreconditionError(
-        absl::StrCat("path ", QuotePath(path), " has ", g->children().size(),
+        absl::StrCat("path ", QuotePath(path), " has ", g->nr_children(),
                      " child group(s); delete them first"));
   // css offline/release: drain the stocks holding it, reset protection,
   // fold its stats into the parent, and hand what is still charged to the
@@ -142,7 +150,9 @@ absl::StatusOr<uint64_t> MemoryController::DeleteGroup(absl::string_view path) {
   rstat_.FlushForRemoval(&g->rstat_group());
   const uint64_t reparented = g->memory().Read();
   g->ReparentPages();
+  const uint64_t id = g->id();
   tree_.Remove(g);
+  if (observer_ != nullptr) observer_->OnGroupDeleted(id);
   return reparented;
 }
 
@@ -211,24 +221,18 @@ absl::StatusOr<GroupInfo> MemoryController::SetLimits(
 
 // try_charge_memcg(), mm/memcontrol.c. Differences: no task context, so
 // no PF_MEMALLOC force-charge, no OOM killer to wait for; the failed
-// request itself is the OOM victim (oom_kill is raised on `g`). On
-// success *nr_pages_over_high is the batch charged if the charge left `g`
-// or an ancestor over memory.high (current->memcg_nr_pages_over_high),
-// else 0; a charge served from the stock checks nothing, as in the kernel.
+// request itself is the OOM victim (oom_kill is raised on `g`), unless it
+// is costly (more than kCostlyChargePages pages), which the kernel fails
+// without an OOM. The root is never charged here (ChargeLocked refuses
+// it). On success *nr_pages_over_high is the batch charged if the charge
+// left `g` or an ancestor over memory.high
+// (current->memcg_nr_pages_over_high), else 0; a charge served from the
+// stock checks nothing, as in the kernel.
 absl::Status MemoryController::TryChargeMemcg(Group* g, uint64_t nr_pages,
                                               int cpu,
                                               uint64_t* nr_pages_over_high) {
   *nr_pages_over_high = 0;
   PageCounter* const memory = &g->memory();
-  if (g->is_root()) {
-    // The root has no limit and no stock; its own pages go straight to
-    // its counter, bounded by PAGE_COUNTER_MAX (so bytes never wrap).
-    PageCounter* fail = nullptr;
-    if (memory->TryCharge(nr_pages, &fail)) return absl::OkStatus();
-    return absl::ResourceExhaustedError(
-        absl::StrCat("PAGE_COUNTER_MAX of / reached: cannot charge ", nr_pages,
-                     " pages (usage ", memory->Read(), " pages)"));
-  }
   uint64_t batch = std::max<uint64_t>(stock_.batch_pages(), nr_pages);
   int retries = kMaxReclaimRetries;
   bool drained = false;
@@ -256,26 +260,36 @@ absl::Status MemoryController::TryChargeMemcg(Group* g, uint64_t nr_pages,
     const uint64_t reclaimed = ReclaimPages(over, nr_pages, cpu);
     if (over->memory().Margin() >= nr_pages) continue;
     if (!drained) {
-      // Waits for a concurrent drain (the kernel's trylock would skip
-      // it): stocked pages must not turn into a premature OOM.
+      // Once per charge, as the kernel's drain_all_stock(), but waiting
+      // for a concurrent drain where the kernel's trylock skips it. Pages
+      // a concurrent charge or uncharge parks after this drain stay parked
+      // for the rest of the retries (README's kernel table).
       stock_.DrainAll(&over->memory(), /*wait=*/true);
       drained = true;
       continue;
     }
     // Progress on a small charge does not consume a retry.
-    if (reclaimed > 0 && nr_pages <= 8) continue;
+    if (reclaimed > 0 && nr_pages <= kCostlyChargePages) continue;
     if (retries-- > 0) continue;
     break;
   }
+  const std::string failed = absl::StrCat(
+      "memory.max of ", ShortPath(over->path()), " reached: cannot charge ",
+      nr_pages, " pages to ", ShortPath(g->path()), " (",
+      ShortPath(over->path()), " usage ", over->memory().Read(), " of max ",
+      over->memory().max(), " pages)");
+  // mem_cgroup_oom() returns before counting MEMCG_OOM for an order above
+  // PAGE_ALLOC_COSTLY_ORDER: a costly charge fails with ENOMEM and `max`
+  // events only (its caller falls back to smaller charges).
+  if (nr_pages > kCostlyChargePages)
+    return absl::ResourceExhaustedError(
+        absl::StrCat(failed, "; a charge of more than ", kCostlyChargePages,
+                     " pages fails without OOM"));
   // mem_cgroup_oom(): `oom` on the limiting group; the charging request is
   // the victim.
   MemcgMemoryEvent(over, MemoryEvent::kOom, cpu);
   MemcgMemoryEvent(g, MemoryEvent::kOomKill, cpu);
-  return absl::ResourceExhaustedError(absl::StrCat(
-      "memory.max of ", ShortPath(over->path()), " reached: cannot charge ",
-      nr_pages, " pages to ", ShortPath(g->path()), " (",
-      ShortPath(over->path()), " usage ", over->memory().Read(), " of max ",
-      over->memory().max(), " pages)"));
+  return absl::ResourceExhaustedError(failed);
 }
 
 // Inlined into both callers (path and handle): the fast path.
@@ -284,6 +298,9 @@ MemoryController::ChargeLocked(const absl::StatusOr<Group*>& found,
                                uint64_t nr_pages, PageKind kind, int cpu) {
   if (ABSL_PREDICT_FALSE(!found.ok())) return Reject(found.status(), cpu);
   Group* g = *found;
+  // A handle to the root (Charge(path) refused "/" on entry).
+  if (ABSL_PREDICT_FALSE(g->is_root()))
+    return Reject(RefuseRootCharge(g->path()), cpu);
   uint64_t nr_pages_over_high = 0;
   if (absl::Status s = TryChargeMemcg(g, nr_pages, cpu, &nr_pages_over_high);
       !s.ok()) {
@@ -291,7 +308,7 @@ MemoryController::ChargeLocked(const absl::StatusOr<Group*>& found,
     return s;
   }
   g->Charged(kind, nr_pages);
-  UpdateStats(g, cpu, kind, static_cast<int64_t>(nr_pages), /*charge=*/true);
+  UpdateStats(g, cpu, kind, static_cast<int64_t>(nr_pages));
   Bump(counters_[cpu].charges_ok);
   ChargeResult result;
   result.nr_pages = nr_pages;
@@ -303,6 +320,9 @@ MemoryController::ChargeLocked(const absl::StatusOr<Group*>& found,
 absl::StatusOr<ChargeResult> MemoryController::Charge(
     absl::string_view path, uint64_t nr_pages, PageKind kind,
     std::optional<int> cpu_arg) {
+  // The root first, as the service checks it with the path: before any
+  // other argument, and before the tree lock.
+  if (absl::Status s = RefuseRootCharge(path); !s.ok()) return Reject(s);
   absl::StatusOr<int> cpu = CheckArgs(nr_pages, kind, cpu_arg, true);
   if (!cpu.ok()) return cpu.status();
   PercpuReaderLock l(tree_.lock(), *cpu);
@@ -321,22 +341,19 @@ absl::StatusOr<ChargeResult> MemoryController::Charge(
 // --- uncharge ---------------------------------------------------------------
 
 // Uncharged pages go back through the per-CPU stock (refill_stock(), as
-// socket and kernel memory do); the root has no stock.
+// socket and kernel memory do). The root holds no pages of its own.
 // Inlined into both callers (path and handle): the fast path.
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline absl::StatusOr<UnchargeResult>
 MemoryController::UnchargeLocked(const absl::StatusOr<Group*>& found,
                                  uint64_t nr_pages, PageKind kind, int cpu) {
   if (ABSL_PREDICT_FALSE(!found.ok())) return found.status();
   Group* g = *found;
+  if (ABSL_PREDICT_FALSE(g->is_root())) return RefuseRootCharge(g->path());
   absl::StatusOr<uint64_t> take = g->Uncharging(kind, nr_pages);
   if (!take.ok()) return take.status();
   if (*take == 0) return UnchargeResult{0};
-  if (g->is_root()) {
-    g->memory().Uncharge(*take);
-  } else {
-    stock_.Refill(cpu, &g->memory(), *take);
-  }
-  UpdateStats(g, cpu, kind, -static_cast<int64_t>(*take), /*charge=*/false);
+  stock_.Refill(cpu, &g->memory(), *take);
+  UpdateStats(g, cpu, kind, -static_cast<int64_t>(*take));
   Bump(counters_[cpu].uncharges);
   return UnchargeResult{*take};
 }
@@ -344,6 +361,7 @@ MemoryController::UnchargeLocked(const absl::StatusOr<Group*>& found,
 absl::StatusOr<UnchargeResult> MemoryController::Uncharge(
     absl::string_view path, uint64_t nr_pages, PageKind kind,
     std::optional<int> cpu_arg) {
+  if (absl::Status s = RefuseRootCharge(path); !s.ok()) return s;
   absl::StatusOr<int> cpu = CheckArgs(nr_pages, kind, cpu_arg, false);
   if (!cpu.ok()) return cpu.status();
   PercpuReaderLock l(tree_.lock(), *cpu);
@@ -368,6 +386,15 @@ absl::StatusOr<uint64_t> MemoryController::Reclaim(absl::string_view path,
   absl::StatusOr<Group*> g = tree_.Find(path);
   if (!g.ok()) return g.status();
   return reclaimer_.MemoryReclaim(*g, nr_pages, cpu);
+}
+
+absl::StatusOr<GroupEvents> MemoryController::GetEvents(
+    GroupHandle group) const {
+  PercpuReaderLock l(tree_.lock(), CurrentCpu(nr_cpus_));
+  absl::StatusOr<Group*> found = tree_.Find(group);
+  if (!found.ok()) return found.status();
+  const Group* g = *found;
+  return GroupEvents{g->path(), g->id(), g->events(), g->events_local()};
 }
 
 absl::StatusOr<GroupStats> MemoryController::GetStats(absl::string_view path,

@@ -80,6 +80,8 @@ class MemoryController {
   absl::StatusOr<uint64_t> Reclaim(absl::string_view path, uint64_t nr_pages);
   // memory.current/peak/stat/events (Engine::GetStats).
   absl::StatusOr<GroupStats> GetStats(absl::string_view path, FlushMode mode);
+  // memory.events and memory.events.local (Engine::GetEvents).
+  absl::StatusOr<GroupEvents> GetEvents(GroupHandle group) const;
   // drain_all_stock() for the root, waiting (Engine::DrainAllStock).
   void DrainAllStock();
   // Flushes the whole tree's stats (the periodic flusher's work).
@@ -133,8 +135,7 @@ class MemoryController {
       int cpu) ABSL_SHARED_LOCKS_REQUIRED(tree_.lock());
 
   void MemcgMemoryEvent(Group* g, MemoryEvent event, int cpu);
-  void UpdateStats(Group* g, int cpu, PageKind kind, int64_t nr_pages,
-                   bool charge);
+  void UpdateStats(Group* g, int cpu, PageKind kind, int64_t nr_pages);
   uint64_t ReclaimPages(Group* over, uint64_t nr_pages, int cpu)
       ABSL_SHARED_LOCKS_REQUIRED(tree_.lock());
 
@@ -157,6 +158,7 @@ class MemoryController {
   const uint64_t page_size_bytes_;
   const uint64_t page_counter_max_;
   const Clock& clock_;
+  EngineObserver* const observer_;  // may be null
   const int64_t created_ns_ = clock_.NowNs();
 
   // rstat_ before tree_: the groups (destroyed with tree_) return their

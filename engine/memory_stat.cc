@@ -9,6 +9,8 @@ MemoryStat ReadMemoryStat(const RstatGroup& group, uint64_t page_size_bytes) {
   MemoryStat s;
   s.anon = total(kStatAnon) * page_size_bytes;
   s.file = total(kStatFile) * page_size_bytes;
+  s.inactive_anon = s.anon;
+  s.inactive_file = s.file;
   s.pgscan_direct = total(kStatPgscanDirect);
   s.pgscan_proactive = total(kStatPgscanProactive);
   s.pgsteal_direct = total(kStatPgstealDirect);
@@ -17,8 +19,6 @@ MemoryStat ReadMemoryStat(const RstatGroup& group, uint64_t page_size_bytes) {
              s.pgscan_proactive;
   s.pgsteal = s.pgsteal_kswapd + s.pgsteal_direct + s.pgsteal_khugepaged +
               s.pgsteal_proactive;
-  s.pgpgin = total(kStatPgpgin);
-  s.pgpgout = total(kStatPgpgout);
   return s;
 }
 

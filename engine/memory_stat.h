@@ -1,11 +1,21 @@
 // memory.stat: a group's statistics as a typed struct, with the one table
 // that names and orders its lines.
 //
-// Mirrors memory_stat_format() (mm/memcontrol.c) for the items the engine
-// keeps: state items in bytes first (anon, file), then the synthetic
-// pgscan/pgsteal sums, then the per-reclaimer event counts (kswapd and
-// khugepaged are always 0: the engine has neither). pgpgin/pgpgout (charge
-// and uncharge operations, the cgroup v1 names) come last.
+// Mirrors cgroup v2's memcg_stat_format() (mm/memcontrol.c) of Linux 6.16,
+// for the items the engine keeps, in that version's order: memory_stats[]
+// (anon, file, ..., inactive_anon, active_anon, inactive_file, active_file,
+// unevictable, ...), then the synthetic pgscan/pgsteal sums, then
+// memcg_vm_event_stat[] (pgscan_* and pgsteal_* by reclaimer; 6.16 is the
+// first release with the *_proactive items, "mm: vmscan: split proactive
+// reclaim statistics from direct reclaim statistics"). pgpgin/pgpgout are
+// cgroup v1 items, which v2 skips, so the engine has none.
+//
+// One LRU list per kind: new pages go to the inactive list
+// (folio_add_lru()), and the engine sees no accesses that would activate
+// them, so inactive_anon = anon, inactive_file = file, and active_anon,
+// active_file and unevictable are 0. kswapd and khugepaged are always 0: the
+// engine has neither. The cgroup v1 file memory.failcnt is not a memory.stat
+// line (GroupStats::failcnt).
 //
 // Invariants: kMemoryStatFields lists every MemoryStat field exactly once,
 // in memory.stat order; nothing else names a memory.stat line.
@@ -23,10 +33,15 @@
 namespace cgacct {
 
 struct MemoryStat {
-  uint64_t anon = 0;     // bytes
-  uint64_t file = 0;     // bytes
-  uint64_t pgscan = 0;   // every reclaimer's pgscan_*
-  uint64_t pgsteal = 0;  // every reclaimer's pgsteal_*
+  uint64_t anon = 0;           // bytes
+  uint64_t file = 0;           // bytes
+  uint64_t inactive_anon = 0;  // bytes: = anon (one list, nothing activated)
+  uint64_t active_anon = 0;    // bytes: always 0
+  uint64_t inactive_file = 0;  // bytes: = file, the FILE LRU (engine/lru.h)
+  uint64_t active_file = 0;    // bytes: always 0
+  uint64_t unevictable = 0;    // bytes: always 0 (no mlock)
+  uint64_t pgscan = 0;         // every reclaimer's pgscan_*
+  uint64_t pgsteal = 0;        // every reclaimer's pgsteal_*
   uint64_t pgscan_kswapd = 0;
   uint64_t pgscan_direct = 0;
   uint64_t pgscan_khugepaged = 0;
@@ -35,8 +50,6 @@ struct MemoryStat {
   uint64_t pgsteal_direct = 0;
   uint64_t pgsteal_khugepaged = 0;
   uint64_t pgsteal_proactive = 0;
-  uint64_t pgpgin = 0;   // charge operations
-  uint64_t pgpgout = 0;  // uncharge operations
 };
 
 // One memory.stat line: its name and the MemoryStat field it prints.
@@ -49,6 +62,11 @@ struct MemoryStatField {
 inline constexpr MemoryStatField kMemoryStatFields[] = {
     {"anon", &MemoryStat::anon},
     {"file", &MemoryStat::file},
+    {"inactive_anon", &MemoryStat::inactive_anon},
+    {"active_anon", &MemoryStat::active_anon},
+    {"inactive_file", &MemoryStat::inactive_file},
+    {"active_file", &MemoryStat::active_file},
+    {"unevictable", &MemoryStat::unevictable},
     {"pgscan", &MemoryStat::pgscan},
     {"pgsteal", &MemoryStat::pgsteal},
     {"pgscan_kswapd", &MemoryStat::pgscan_kswapd},
@@ -59,8 +77,6 @@ inline constexpr MemoryStatField kMemoryStatFields[] = {
     {"pgsteal_direct", &MemoryStat::pgsteal_direct},
     {"pgsteal_khugepaged", &MemoryStat::pgsteal_khugepaged},
     {"pgsteal_proactive", &MemoryStat::pgsteal_proactive},
-    {"pgpgin", &MemoryStat::pgpgin},
-    {"pgpgout", &MemoryStat::pgpgout},
 };
 static_assert(sizeof(kMemoryStatFields) / sizeof(kMemoryStatFields[0]) ==
                   sizeof(MemoryStat) / sizeof(uint64_t),

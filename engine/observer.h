@@ -44,6 +44,20 @@ class EngineObserver {
   // slot. Default: ignored.
   virtual void OnReclaimDone(absl::Duration cycle, uint64_t scanned,
                              uint64_t stolen, bool full_walk) {}
+  // memory.events or memory.events.local of the group with id `group_id`
+  // (GroupInfo::id) changed: mirrors the cgroup_file_notify() calls in
+  // memcg_memory_event(), mm/memcontrol.c. Called once per group whose
+  // counts moved, the event's group first, then each ancestor below the
+  // root, on the charge, reclaim or limit-write path while it holds a
+  // group-tree reader slot: it must not call back into the engine and
+  // should be a few instructions when nobody listens. Unlike the kernel
+  // (CGROUP_FILE_NOTIFY_MIN_INTV, 20 ms) the engine does not rate-limit:
+  // a listener coalesces. Default: ignored.
+  virtual void OnMemoryEvents(uint64_t group_id) {}
+  // The group with id `group_id` was deleted (css offline; its id is never
+  // reused). Called under the group tree's writer lock: must not call back
+  // into the engine. Default: ignored.
+  virtual void OnGroupDeleted(uint64_t group_id) {}
 };
 
 }  // namespace cgacct

@@ -25,7 +25,7 @@ uint64_t ProtectedSum(uint64_t value) {
 // The deepest last descendant of g (g itself if it has no children): the
 // last group of g's subtree in pre-order.
 Group* LastDescendant(Group* g) {
-  while (!g->children().empty()) g = g->children().rbegin()->second;
+  while (g->has_children()) g = g->last_child();
   return g;
 }
 
@@ -138,12 +138,12 @@ uint64_t ApplyProportionalProtection(uint64_t scan, uint64_t min, uint64_t low,
 
 Group* NextDescendantPre(const Group* pos, const Group* root) {
   if (pos == nullptr) return const_cast<Group*>(root);
-  if (!pos->children().empty()) return pos->children().begin()->second;
+  // The first child, else the next sibling of pos or of its nearest
+  // ancestor below root that has one (css_next_child() order: creation).
+  if (pos->has_children()) return pos->first_child();
   while (pos != root) {
-    const Group* parent = pos->parent();
-    auto next = parent->children().upper_bound(pos->name());
-    if (next != parent->children().end()) return next->second;
-    pos = parent;
+    if (pos->next_sibling() != nullptr) return pos->next_sibling();
+    pos = pos->parent();
   }
   return nullptr;
 }
@@ -182,10 +182,9 @@ void InvalidateReclaimIterators(Group* dead) {
   // subtree, or its parent. Both are inside every ancestor's subtree.
   Group* parent = dead->parent();
   if (parent == nullptr) return;
-  auto it = parent->children().find(dead->name());
-  Group* predecessor = parent;
-  if (it != parent->children().begin() && it != parent->children().end())
-    predecessor = LastDescendant(std::prev(it)->second);
+  Group* predecessor = dead->prev_sibling() != nullptr
+                           ? LastDescendant(dead->prev_sibling())
+                           : parent;
   for (Group* a = parent; a != nullptr; a = a->parent()) {
     Group* expected = dead;
     a->reclaim_iter().position.compare_exchange_strong(expected, predecessor);

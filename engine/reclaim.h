@@ -4,7 +4,8 @@
 // Mirrors, in mm/vmscan.c: try_to_free_mem_cgroup_pages(),
 // do_try_to_free_pages() with its retry ladder, shrink_node_memcgs(),
 // shrink_lruvec() and get_scan_count()'s apply_proportional_protection(); in
-// mm/memcontrol.c: mem_cgroup_iter() with the shared per-target cursor
+// mm/memcontrol.c: mem_cgroup_iter() (siblings in creation order, as
+// css_next_descendant_pre()) with the shared per-target cursor
 // ("restore incremental cgroup iteration", 2024, and "restart if multiple
 // traversals raced", 2024), invalidate_reclaim_iterators(),
 // mem_cgroup_calculate_protection(), mem_cgroup_below_min/low(),
@@ -16,8 +17,7 @@
 //   - The LRU is a count (engine/lru.h): one FILE list per group, every
 //     isolated page is freed (scanned == stolen), reclaim uncharges the
 //     page_counter directly (as freeing folios does) and pgscan/pgsteal and
-//     `file` move in rstat; pgpgout (which the engine counts per Uncharge
-//     request) does not.
+//     `file` (= inactive_file) move in rstat.
 //   - ANON pages are never reclaimed: get_scan_count() always ends in
 //     SCAN_FILE, as it does in the kernel without swap. No slab shrinkers,
 //     no vmpressure, no writeback, no compaction, one NUMA node, no active
@@ -37,7 +37,9 @@
 //     request is one kernel entry and mem_cgroup_handle_over_high() runs at
 //     its end whenever the charge found a level over high. The delay the
 //     kernel would sleep (capped at 2 s) is returned for the client to honour
-//     instead of slept. HZ is 1000: a jiffy is 1 ms.
+//     instead of slept. HZ is 1000: a jiffy is 1 ms. The delay is computed
+//     in 128 bits, so it does not wrap where the kernel's 64-bit
+//     max_overage * max_overage * HZ does (usage above ~130 x high).
 //
 // Thread safety: thread-safe. Every function that walks or reads the group
 // tree must be called with a reader slot of the engine's tree lock held (the
@@ -122,7 +124,8 @@ uint64_t ApplyProportionalProtection(uint64_t scan, uint64_t min, uint64_t low,
 
 // css_next_descendant_pre(): the group after `pos` in pre-order under
 // `root` (root first when pos is null); null at the end. Children are visited
-// in name order. Caller holds a tree reader slot.
+// in creation order, as the kernel's parent->children list. Caller holds a
+// tree reader slot.
 Group* NextDescendantPre(const Group* pos, const Group* root);
 
 // mem_cgroup_reclaim_cookie: a walker's round.

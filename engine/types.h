@@ -21,6 +21,11 @@ inline constexpr uint32_t kChargeBatchPages = 64;
 inline constexpr int kNrStockSlots = 7;
 // MAX_RECLAIM_RETRIES (mm/memcontrol.c).
 inline constexpr int kMaxReclaimRetries = 16;
+// 1 << PAGE_ALLOC_COSTLY_ORDER (include/linux/mmzone.h, order 3): the largest
+// charge, in pages, that is not "costly". A costly charge that fails does not
+// OOM (mem_cgroup_oom() returns early), and reclaim progress does not spare
+// it a retry.
+inline constexpr uint64_t kCostlyChargePages = 8;
 // Project cache-line size (GCC 12 warns on
 // hardware_destructive_interference_size in headers).
 inline constexpr size_t kCacheLineBytes = 64;
@@ -56,9 +61,20 @@ struct FlushHoldRecord {
   absl::Time when;  // wall time of the release
 };
 
-// memory.events items, in the kernel's index order (enum memcg_memory_event).
-enum class MemoryEvent : uint8_t { kLow, kHigh, kMax, kOom, kOomKill };
-inline constexpr int kNrMemoryEvents = 5;
+// memory.events items, in the kernel's index order (enum memcg_memory_event,
+// without the swap events). The engine never raises kOomGroupKill (no
+// memory.oom.group) or kSockThrottled (no sockets); they exist so that
+// memory.events has every line of the kernel's file.
+enum class MemoryEvent : uint8_t {
+  kLow,
+  kHigh,
+  kMax,
+  kOom,
+  kOomKill,
+  kOomGroupKill,
+  kSockThrottled,
+};
+inline constexpr int kNrMemoryEvents = 7;
 
 // memory.events or memory.events.local, counts.
 struct MemoryEvents {
@@ -67,7 +83,29 @@ struct MemoryEvents {
   uint64_t max = 0;
   uint64_t oom = 0;
   uint64_t oom_kill = 0;
+  uint64_t oom_group_kill = 0;  // always 0: no memory.oom.group
+  uint64_t sock_throttled = 0;  // always 0: no socket memory
 };
+
+// One memory.events line: its name and the MemoryEvents field it prints.
+struct MemoryEventField {
+  const char* name;
+  uint64_t MemoryEvents::*value;
+};
+
+// memory.events' lines in __memory_events_show()'s order (mm/memcontrol.c,
+// Linux 6.16), indexed by MemoryEvent.
+inline constexpr MemoryEventField kMemoryEventFields[kNrMemoryEvents] = {
+    {"low", &MemoryEvents::low},
+    {"high", &MemoryEvents::high},
+    {"max", &MemoryEvents::max},
+    {"oom", &MemoryEvents::oom},
+    {"oom_kill", &MemoryEvents::oom_kill},
+    {"oom_group_kill", &MemoryEvents::oom_group_kill},
+    {"sock_throttled", &MemoryEvents::sock_throttled},
+};
+static_assert(sizeof(MemoryEvents) == kNrMemoryEvents * sizeof(uint64_t),
+              "every MemoryEvents field has exactly one line");
 
 // memory.max/high/min/low in pages. In an update, nullopt = unchanged. Values
 // at or above Engine::page_counter_max() mean "max".
@@ -124,6 +162,14 @@ struct GroupStats {
   absl::Duration max_staleness = absl::ZeroDuration();
 };
 
+// memory.events and memory.events.local of one group (Engine::GetEvents).
+struct GroupEvents {
+  std::string path;
+  uint64_t id = 0;      // GroupInfo::id
+  MemoryEvents events;  // hierarchical
+  MemoryEvents events_local;
+};
+
 struct EngineInfo {
   int nr_cpus = 0;
   uint64_t page_size_bytes = 0;
@@ -149,11 +195,11 @@ struct EngineCounters {
   uint64_t charges_oom = 0;       // failed with RESOURCE_EXHAUSTED
   uint64_t charges_rejected = 0;  // bad input / not found
   uint64_t uncharges = 0;
-  uint64_t stock_hits = 0;       // charges served from a per-CPU stock slot
+  uint64_t stock_hits = 0;         // charges served from a per-CPU stock slot
   uint64_t stock_victim_hits = 0;  // ... from a per-CPU stock's victim table
-  uint64_t stock_pool_hits = 0;  // stock misses served from the stock's pool
-  uint64_t stock_drains = 0;     // stock slots drained (any reason)
-  uint64_t oom_total = 0;        // oom events raised
+  uint64_t stock_pool_hits = 0;    // stock misses served from the stock's pool
+  uint64_t stock_drains = 0;       // stock slots drained (any reason)
+  uint64_t oom_total = 0;          // oom events raised
   uint64_t flushes = 0;
   // CPUs walked by flushes: per flush, those whose updated tree it locked
   // (all nr_cpus, except under kAdaptive, which passes clean CPUs without

@@ -18,13 +18,6 @@ namespace v1 = ::cgacct::v1;
 
 constexpr uint64_t kMaxLimitBytes = std::numeric_limits<uint64_t>::max();
 
-absl::Status Unimplemented(absl::string_view method) {
-  return absl::UnimplementedError(
-      absl::StrCat(method,
-                   " is not implemented by this cgacctd yet; use Charge and "
-                   "Uncharge (or GetStats) instead"));
-}
-
 // request_id: what only the service sees.
 absl::Status ValidateRequestId(const std::string& request_id) {
   if (request_id.empty())
@@ -49,14 +42,6 @@ std::optional<FlushMode> FlushModeFromProto(int mode) {
     default:
       return std::nullopt;
   }
-}
-
-void EventsToProto(const MemoryEvents& events, v1::MemoryEvents* out) {
-  out->set_low(events.low);
-  out->set_high(events.high);
-  out->set_max(events.max);
-  out->set_oom(events.oom);
-  out->set_oom_kill(events.oom_kill);
 }
 
 DedupAnswer AnswerWithStatus(absl::Status status) {
@@ -104,13 +89,6 @@ DedupAnswer ApplyOnce(RequestDedupCache& cache, const std::string* request_id,
   return answer;
 }
 
-class FinishedWriteReactor final
-    : public grpc::ServerWriteReactor<v1::EventsUpdate> {
- public:
-  explicit FinishedWriteReactor(const grpc::Status& status) { Finish(status); }
-  void OnDone() override { delete this; }
-};
-
 }  // namespace
 
 namespace {
@@ -132,6 +110,7 @@ AccountingService::AccountingService(Engine& engine, RpcMetrics& rpc_metrics,
       page_counter_max_(engine.page_counter_max()),
       nr_cpus_(engine.nr_cpus()),
       clock_(options.clock != nullptr ? *options.clock : Clock::Real()),
+      events_hub_(options.events_hub),
       dedup_(DedupOptions(options)) {}
 
 // ---------------------------------------------------------------------------
@@ -340,6 +319,8 @@ DedupAnswer AccountingService::ApplyPageRequest(const Request& request,
   // Checked here, before the de-duplication table, so that an invalid
   // request never takes an entry; the engine's checks, in its words.
   absl::Status valid = ValidateGroupPath(request.path());
+  // The root is charged only through its children (engine/group_path.h).
+  if (valid.ok()) valid = RefuseRootCharge(request.path());
   if (valid.ok())
     valid = ValidatePageArgs(request.nr_pages(), kind, cpu, &engine_cpu);
   if (valid.ok() && request_id != nullptr)
@@ -468,15 +449,6 @@ absl::Status AccountingService::DoReclaim(const v1::ReclaimRequest& request,
   if (!reclaimed.ok()) return reclaimed.status();
   response->set_reclaimed_bytes(*reclaimed * page_size_bytes_);
   return absl::OkStatus();
-}
-
-grpc::ServerWriteReactor<v1::EventsUpdate>* AccountingService::WatchEvents(
-    grpc::CallbackServerContext* context,
-    const v1::WatchEventsRequest* request) {
-  const int64_t start_ns = clock_.NowNs();
-  const grpc::Status status = ToGrpcStatus(Unimplemented("WatchEvents"));
-  RecordRpc(RpcMethod::kWatchEvents, start_ns, status.error_code());
-  return new FinishedWriteReactor(status);
 }
 
 grpc::ServerUnaryReactor* AccountingService::GetEngineInfo(

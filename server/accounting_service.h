@@ -38,6 +38,7 @@
 #include "engine/clock.h"
 #include "engine/engine.h"
 #include "engine/types.h"
+#include "server/events_watch.h"
 #include "server/metrics.h"
 #include "server/request_dedup.h"
 
@@ -57,6 +58,10 @@ struct AccountingServiceOptions {
   // request_id de-duplication: 65536 ids, 60 s window by default. Its clock
   // is `clock` below unless set here.
   RequestDedupCache::Options dedup;
+  // Where WatchEvents streams subscribe: the engine's observer (main.cc
+  // makes it wrap the metrics observer). Null: WatchEvents answers
+  // UNAVAILABLE. Not owned; must outlive the service.
+  EventsWatchHub* events_hub = nullptr;
   // Time source of RPC latencies and of the request_id window; null = the
   // steady clock (Clock::Real()). Not owned; must outlive the service.
   const Clock* clock = nullptr;
@@ -167,7 +172,14 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
       const cgacct::v1::ReclaimRequest* request,
       cgacct::v1::ReclaimResponse* response) override;
 
-  // Not implemented yet: the stream ends with UNIMPLEMENTED.
+  // A group's memory.events and memory.events.local: the current counts on
+  // subscribe, then the latest counts after every change, coalesced (a
+  // slow reader skips intermediate counts; one update buffer per stream,
+  // nothing queues). Ends NOT_FOUND when the group is deleted (also if the
+  // path is created again meanwhile: the stream follows the group instance
+  // it subscribed to), CANCELLED when the client cancels, UNAVAILABLE when
+  // the server shuts down (BeginShutdown()). Errors on subscribe:
+  // INVALID_ARGUMENT bad path; NOT_FOUND; UNAVAILABLE no events hub.
   grpc::ServerWriteReactor<cgacct::v1::EventsUpdate>* WatchEvents(
       grpc::CallbackServerContext* context,
       const cgacct::v1::WatchEventsRequest* request) override;
@@ -183,6 +195,8 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
   // the ChargeStream reactor.
   class ChargeOpRunner;
   class ChargeStreamReactor;
+  // server/watch_events.cc: the WatchEvents reactor.
+  class WatchEventsReactor;
 
   // Converts `status` (ToGrpcStatus), records the call's metrics (latency
   // since `start_ns` on clock_) and finishes it.
@@ -246,6 +260,7 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
   const uint64_t page_counter_max_;
   const int nr_cpus_;
   const Clock& clock_;
+  EventsWatchHub* const events_hub_;  // may be null
 
   // Thread-safe on its own; only touched by calls carrying a request_id.
   RequestDedupCache dedup_;

@@ -107,11 +107,12 @@ class AccountingService::ChargeOpRunner {
     const absl::string_view path = op.path();
     const GroupHandle* handle = Find(path);
     // Charge/Uncharge's validation (the same checks, order and words):
-    // path (once per distinct path), nr_pages, kind, cpu; then the group.
+    // path (once per distinct path; "/" is never charged directly, so it
+    // is never cached), nr_pages, kind, cpu; then the group.
     if (handle == nullptr) {
-      if (absl::Status s = ValidateGroupPath(path); !s.ok()) {
-        return Fail(index, op, s, result);
-      }
+      absl::Status s = ValidateGroupPath(path);
+      if (s.ok()) s = RefuseRootCharge(path);
+      if (!s.ok()) return Fail(index, op, s, result);
     }
     const std::optional<uint32_t> cpu =
         op.has_cpu() ? std::optional<uint32_t>(op.cpu()) : std::nullopt;

@@ -30,6 +30,7 @@
 #include "engine/engine.h"
 #include "engine/types.h"
 #include "server/accounting_service.h"
+#include "server/events_watch.h"
 #include "server/metrics.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
@@ -142,6 +143,9 @@ int main(int argc, char** argv) {
   // Declaration order is destruction order reversed: the server stops first,
   // then metrics, then the service, the engine and its observer.
   cgacct::RstatFlushObserver flush_observer;
+  // The engine's observer: WatchEvents' fan-out, passing flush and reclaim
+  // reports on to the metrics.
+  cgacct::EventsWatchHub events_hub(&flush_observer);
   cgacct::EngineOptions engine_options;
   engine_options.nr_cpus = cpus;
   engine_options.page_size_bytes = absl::GetFlag(FLAGS_page_size);
@@ -150,7 +154,7 @@ int main(int argc, char** argv) {
   engine_options.flush_hold_budget = absl::GetFlag(FLAGS_flush_hold_budget);
   engine_options.periodic_flush_interval =
       absl::GetFlag(FLAGS_periodic_flush_interval);
-  engine_options.observer = &flush_observer;
+  engine_options.observer = &events_hub;
   engine_options.memory_recursiveprot =
       absl::GetFlag(FLAGS_memory_recursiveprot);
   engine_options.charge_batch_pages = absl::GetFlag(FLAGS_charge_batch_pages);
@@ -164,7 +168,9 @@ int main(int argc, char** argv) {
   }
 
   cgacct::RpcMetrics rpc_metrics;
-  cgacct::AccountingService service(**engine, rpc_metrics);
+  cgacct::AccountingServiceOptions service_options;
+  service_options.events_hub = &events_hub;
+  cgacct::AccountingService service(**engine, rpc_metrics, service_options);
 
   cgacct::MetricsOptions metrics_options;
   metrics_options.group_depth = group_depth;
@@ -197,6 +203,14 @@ int main(int argc, char** argv) {
                                         " (address in use or invalid)"));
   }
 
+  // Health by service name as well as the server's "" (grpc.health.v1):
+  // both SERVING until shutdown begins.
+  grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
+  if (health != nullptr) {
+    health->SetServingStatus(cgacct::v1::Accounting::service_full_name(), true);
+    health->SetServingStatus(true);
+  }
+
   const std::string metrics_where =
       exposer ? absl::StrCat("metrics on ", HostOf(metrics_listen), ":",
                              exposer->port())
@@ -215,6 +229,15 @@ int main(int argc, char** argv) {
   // grace also bounds the wait for connected clients to close after the
   // GOAWAY: an idle client that polls its connection rarely (gRPC C++ with
   // no active call: every 5 s) keeps the shutdown waiting until then.
+  // Health checks answer NOT_SERVING from here on (load balancers stop
+  // sending), and WatchEvents streams end UNAVAILABLE now rather than hold
+  // the grace period open.
+  if (health != nullptr) {
+    health->SetServingStatus(cgacct::v1::Accounting::service_full_name(),
+                             false);
+    health->SetServingStatus(false);
+  }
+  events_hub.Shutdown();
   server->Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
   server.reset();
   return 0;

@@ -43,4 +43,14 @@ uint64_t DurationToMicros(absl::Duration d) {
   return us > 0 ? static_cast<uint64_t>(us) : 0;
 }
 
+void EventsToProto(const MemoryEvents& events, v1::MemoryEvents* out) {
+  out->set_low(events.low);
+  out->set_high(events.high);
+  out->set_max(events.max);
+  out->set_oom(events.oom);
+  out->set_oom_kill(events.oom_kill);
+  out->set_oom_group_kill(events.oom_group_kill);
+  out->set_sock_throttled(events.sock_throttled);
+}
+
 }  // namespace cgacct

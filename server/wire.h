@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "cgacct/v1/accounting.pb.h"
 #include "engine/types.h"
 
 namespace cgacct {
@@ -32,6 +33,9 @@ absl::StatusOr<std::optional<int>> CpuFromProto(std::optional<uint32_t> cpu,
 // Whole microseconds of `d`, clamped at 0 (an infinite duration saturates at
 // INT64_MAX microseconds).
 uint64_t DurationToMicros(absl::Duration d);
+
+// Engine memory.events counts -> the wire's MemoryEvents (every line).
+void EventsToProto(const MemoryEvents& events, v1::MemoryEvents* out);
 
 }  // namespace cgacct
 

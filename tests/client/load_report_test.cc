@@ -24,7 +24,8 @@ LoadReport SeedRstatReport() {
   r.reads = 1000;
   r.charges = 500;
   r.charged_pages = 500 * 64;
-  r.ooms = 7;
+  r.ooms = 0;
+  r.costly_enomems = 7;  // 64-page chunks: refused without OOM
   r.hog_cycles = 7;
   r.charge_latency.Record(20'000);
   r.nr_cpus = 400;
@@ -47,7 +48,11 @@ TEST(LoadReportTest, TableShowsTheHeadlineNumbers) {
   EXPECT_TRUE(Contains(table, "p99.9")) << table;
   EXPECT_TRUE(Contains(table, "8 usec (power-of-2 bucket lower bound)"))
       << table;
-  EXPECT_TRUE(Contains(table, "7 / 7")) << table;
+  EXPECT_TRUE(Contains(table,
+                       "0 OOM kills (<= 8 pages), 7 costly ENOMEMs (> 8 "
+                       "pages, no OOM)"))
+      << table;
+  EXPECT_TRUE(Contains(table, "hog cycles")) << table;
   EXPECT_TRUE(Contains(table,
                        "2 of 2 hog groups deleted, 0 pages reparented "
                        "(clean)"))
@@ -84,8 +89,18 @@ TEST(LoadReportTest, StatReaderOnlyOmitsHogRows) {
   r.scenario = "stat-reader";
   r.hogs = 0;
   const std::string table = FormatLoadReportTable(r);
-  EXPECT_FALSE(Contains(table, "OOMs")) << table;
+  EXPECT_FALSE(Contains(table, "OOM kills")) << table;
   EXPECT_TRUE(Contains(table, "read latency")) << table;
+}
+
+// The kernel's rule for what a failed charge is (mem_cgroup_oom() returns
+// early above PAGE_ALLOC_COSTLY_ORDER): a hog's refused 64-page chunk is an
+// ENOMEM, not an OOM kill.
+TEST(LoadReportTest, RefusedChargesAreOomKillsUpToEightPages) {
+  EXPECT_EQ(ClassifyRefusedCharge(1), HogRefusal::kOomKill);
+  EXPECT_EQ(ClassifyRefusedCharge(8), HogRefusal::kOomKill);
+  EXPECT_EQ(ClassifyRefusedCharge(9), HogRefusal::kCostlyEnomem);
+  EXPECT_EQ(ClassifyRefusedCharge(64), HogRefusal::kCostlyEnomem);
 }
 
 TEST(LoadReportTest, JsonCarriesTheSameNumbers) {
@@ -99,7 +114,8 @@ TEST(LoadReportTest, JsonCarriesTheSameNumbers) {
   EXPECT_TRUE(Contains(json, "\"total\": 1000")) << json;
   EXPECT_TRUE(Contains(json, "\"per_s\": 100")) << json;
   EXPECT_TRUE(Contains(json, "\"mode_pow2_us\": 8")) << json;
-  EXPECT_TRUE(Contains(json, "\"ooms\": 7")) << json;
+  EXPECT_TRUE(Contains(json, "\"ooms\": 0")) << json;
+  EXPECT_TRUE(Contains(json, "\"costly_enomems\": 7")) << json;
   EXPECT_TRUE(Contains(json, "\"nr_cpus\": 400")) << json;
   EXPECT_TRUE(Contains(json, "\"flush_lock_hold_max_us\": 4142")) << json;
   EXPECT_TRUE(Contains(json, "\"flush_lock_hold_max_us_before\": null"))

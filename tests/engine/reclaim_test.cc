@@ -455,7 +455,9 @@ TEST_F(ReclaimEngineTest, AnonIsNeverReclaimed) {
   EXPECT_EQ(Stat(s, "anon"), 150u * 4096);
   EXPECT_EQ(Stat(s, "file"), 0u);  // all of it reclaimed trying
   EXPECT_EQ(Stat(s, "pgsteal_direct"), 50u);
-  EXPECT_EQ(s.events.oom, 1u);
+  // 60 pages is a costly charge (> 8 pages): ENOMEM with `max` only.
+  EXPECT_GE(s.events.max, 1u);
+  EXPECT_EQ(s.events.oom, 0u);
   // 50 does.
   EXPECT_TRUE(engine_->Charge("/g", 50, PageKind::kAnon, 0).ok());
 }
@@ -502,7 +504,8 @@ TEST_F(ReclaimEngineTest, ReclaimApiFollowsMemoryReclaim) {
   EXPECT_EQ(engine_->Reclaim("bad", 1).status().code(),
             absl::StatusCode::kInvalidArgument);
   // The root accepts memory.reclaim too.
-  File("/", 500);
+  Create("/h");
+  File("/h", 500);
   EXPECT_TRUE(engine_->Reclaim("/", 100).ok());
 }
 
@@ -562,6 +565,12 @@ TEST_F(ReclaimEngineTest, MinIsNeverBreachedAndEmptyGroupsGetNoLowEvents) {
   EXPECT_EQ(Stats("/p/min").events.low, 0u);
   EXPECT_EQ(Stats("/p/empty").events.low, 0u);
   EXPECT_EQ(Stats("/p/empty").elow_pages, 0u);  // never computed: empty
+  // A costly charge (> 8 pages): `max`, no `oom`; a small one OOMs.
+  EXPECT_GE(Stats("/p").events.max, 1u);
+  EXPECT_EQ(Stats("/p").events.oom, 0u);
+  EXPECT_EQ(engine_->Charge("/p/anon", 1, PageKind::kAnon, 0).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(Stat(Stats("/p/min"), "pgsteal"), 0u);
   EXPECT_EQ(Stats("/p").events.oom, 1u);
 }
 

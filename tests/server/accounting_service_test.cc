@@ -652,6 +652,72 @@ TEST_F(AccountingServiceTest, OomNamesTheLimitingGroupAndRaisesEvents) {
   EXPECT_EQ(Stats("/p").memory_current_bytes(), 10 * kPage);
 }
 
+// A failed charge of more than 8 pages (order > PAGE_ALLOC_COSTLY_ORDER) is
+// ENOMEM without the OOM killer: `max` only, as mem_cgroup_oom() returns early.
+TEST_F(AccountingServiceTest, FailedCostlyChargeRaisesMaxButNoOom) {
+  ASSERT_OK(CreateGroup("/g", MaxBytes(128 * kPage)));
+  ASSERT_OK(Charge("/g", 128, v1::PAGE_KIND_ANON, 0));
+  EXPECT_CODE(Charge("/g", 64, v1::PAGE_KIND_ANON, 1), RESOURCE_EXHAUSTED);
+  v1::GroupStats stats = Stats("/g");
+  EXPECT_GE(stats.events().max(), 1u);
+  EXPECT_EQ(stats.events().oom(), 0u);
+  EXPECT_EQ(stats.events().oom_kill(), 0u);
+  EXPECT_CODE(Charge("/g", 1, v1::PAGE_KIND_ANON, 1), RESOURCE_EXHAUSTED);
+  stats = Stats("/g");
+  EXPECT_EQ(stats.events().oom(), 1u);
+  EXPECT_EQ(stats.events().oom_kill(), 1u);
+  // Both are refused charges in the metrics.
+  EXPECT_EQ(engine_->GetCounters().charges_oom, 2u);
+}
+
+// The root is charged only through its children (try_charge() returns 0 for
+// it): Charge and Uncharge of "/" are INVALID_ARGUMENT naming `path`, checked
+// before the request_id table, so the id stays free.
+TEST_F(AccountingServiceTest, ChargesToTheRootAreRefusedBeforeDedup) {
+  ASSERT_OK(CreateGroup("/g"));
+  v1::ChargeRequest request = MakeCharge("/", 3, v1::PAGE_KIND_ANON);
+  request.set_request_id("root-1");
+  const grpc::Status refused = Charge(request);
+  EXPECT_CODE(refused, INVALID_ARGUMENT);
+  EXPECT_THAT(refused.error_message(), HasSubstr("path \"/\""));
+  // The root check comes with the path's, before nr_pages and cpu.
+  EXPECT_THAT(Charge("/", 0, v1::PAGE_KIND_ANON, 99).error_message(),
+              HasSubstr("path \"/\""));
+  v1::UnchargeRequest uncharge = MakeUncharge("/", 1, v1::PAGE_KIND_ANON);
+  uncharge.set_request_id("root-2");
+  EXPECT_CODE(Uncharge(uncharge), INVALID_ARGUMENT);
+  EXPECT_EQ(DrainedCurrentBytes("/"), 0u);
+  EXPECT_EQ(StatValue(Stats("/"), "anon"), 0u);
+  // Neither id was stored: reusing them for a valid request applies it.
+  request.set_path("/g");
+  ASSERT_OK(Charge(request));
+  uncharge.set_path("/g");
+  ASSERT_OK(Uncharge(uncharge));
+  EXPECT_EQ(StatValue(Stats("/g"), "anon"), 2 * kPage);
+  EXPECT_EQ(rpc_metrics_.charges_rejected(), 2u);
+  // The root's usage is its children's.
+  EXPECT_EQ(DrainedCurrentBytes("/"), 2 * kPage);
+}
+
+// memory.events on the wire: every line of the kernel's file, in its order,
+// zero where the engine has no such event.
+TEST_F(AccountingServiceTest, MemoryEventsHaveEveryKernelLine) {
+  const google::protobuf::Descriptor* d = v1::MemoryEvents::descriptor();
+  std::vector<std::string> names;
+  for (int i = 0; i < d->field_count(); ++i)
+    names.push_back(d->field(i)->name());
+  EXPECT_THAT(names, ElementsAre("low", "high", "max", "oom", "oom_kill",
+                                 "oom_group_kill", "sock_throttled"));
+  ASSERT_OK(CreateGroup("/g", MaxBytes(4 * kPage)));
+  ASSERT_OK(Charge("/g", 4, v1::PAGE_KIND_ANON));
+  EXPECT_CODE(Charge("/g", 1, v1::PAGE_KIND_ANON), RESOURCE_EXHAUSTED);
+  const v1::GroupStats stats = Stats("/g");
+  EXPECT_EQ(stats.events().oom_kill(), 1u);
+  EXPECT_EQ(stats.events().oom_group_kill(), 0u);
+  EXPECT_EQ(stats.events().sock_throttled(), 0u);
+  EXPECT_EQ(stats.events_local().oom_group_kill(), 0u);
+}
+
 // --- request_id ------------------------------------------------------------
 
 TEST_F(AccountingServiceTest, RetriedChargeIsAppliedOnce) {
@@ -827,7 +893,7 @@ TEST_F(AccountingServiceTest, GetStatsErrors) {
   EXPECT_THAT(bad_mode.error_message(), HasSubstr("flush"));
 }
 
-// --- GetEngineInfo, unimplemented RPCs, health ------------------------------
+// --- GetEngineInfo, WatchEvents without a hub, health ----------------------
 
 TEST_F(AccountingServiceTest, GetEngineInfo) {
   ASSERT_OK(CreateGroup("/a"));
@@ -873,18 +939,18 @@ TEST_F(AccountingServiceTest, GetEngineInfoListsTheLongestFlushHolds) {
 
 // ChargeBatch and ChargeStream: charge_batch_test.cc.
 // Reclaim: reclaim_service_test.cc.
-TEST_F(AccountingServiceTest, UnimplementedRpcsSaySo) {
-  {
-    grpc::ClientContext context;
-    v1::WatchEventsRequest request;
-    request.set_path("/");
-    auto reader = stub_->WatchEvents(&context, request);
-    v1::EventsUpdate update;
-    EXPECT_FALSE(reader->Read(&update));
-    const grpc::Status s = reader->Finish();
-    EXPECT_CODE(s, UNIMPLEMENTED);
-    EXPECT_THAT(s.error_message(), HasSubstr("WatchEvents"));
-  }
+// WatchEvents itself: watch_events_test.cc. A service built without an
+// events hub says so instead of pretending to watch.
+TEST_F(AccountingServiceTest, WatchEventsWithoutAHubIsUnavailable) {
+  grpc::ClientContext context;
+  v1::WatchEventsRequest request;
+  request.set_path("/");
+  auto reader = stub_->WatchEvents(&context, request);
+  v1::EventsUpdate update;
+  EXPECT_FALSE(reader->Read(&update));
+  const grpc::Status s = reader->Finish();
+  EXPECT_CODE(s, UNAVAILABLE);
+  EXPECT_THAT(s.error_message(), HasSubstr("events hub"));
 }
 
 TEST_F(AccountingServiceTest, HealthCheckServing) {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "cgacct/v1/accounting.grpc.pb.h"
+#include "health_check.grpc.pb.h"
 #include "http_get.h"
 
 extern char** environ;
@@ -173,6 +174,72 @@ TEST(CgacctdTest, SigintStopsCleanlyWithMetricsOff) {
   EXPECT_THAT(line, StartsWith("cgacctd listening on 127.0.0.1:"));
   EXPECT_THAT(line, HasSubstr("metrics off"));
   daemon.Signal(SIGINT);
+  EXPECT_EQ(daemon.WaitExit(kTimeout), 0) << daemon.ReadStderr();
+}
+
+// Health by service name as well as "", both SERVING; on SIGTERM a health
+// Watch sees NOT_SERVING, an open WatchEvents stream ends UNAVAILABLE at once
+// (it does not hold the shutdown for its grace period), and cgacctd exits 0.
+TEST(CgacctdTest, HealthPerServiceAndStreamsEndOnSigterm) {
+  Daemon daemon({"--listen=127.0.0.1:0", "--metrics_listen=", "--cpus=2"});
+  const std::string line = daemon.ReadStdoutLine(kTimeout);
+  const std::smatch port = [&] {
+    static const std::regex kPort(R"(listening on 127\.0\.0\.1:(\d+) )");
+    std::smatch m;
+    std::regex_search(line, m, kPort);
+    return m;
+  }();
+  ASSERT_FALSE(port.empty()) << line;
+  auto channel = grpc::CreateChannel("127.0.0.1:" + port[1].str(),
+                                     grpc::InsecureChannelCredentials());
+  auto health = grpc::health::v1::Health::NewStub(channel);
+  for (const char* service : {"", "cgacct.v1.Accounting"}) {
+    grpc::ClientContext context;
+    grpc::health::v1::HealthCheckRequest request;
+    request.set_service(service);
+    grpc::health::v1::HealthCheckResponse response;
+    const grpc::Status s = health->Check(&context, request, &response);
+    ASSERT_TRUE(s.ok()) << "service \"" << service
+                        << "\": " << s.error_message();
+    EXPECT_EQ(response.status(),
+              grpc::health::v1::HealthCheckResponse::SERVING);
+  }
+  auto stub = cgacct::v1::Accounting::NewStub(channel);
+  {
+    grpc::ClientContext context;
+    cgacct::v1::CreateGroupRequest request;
+    request.set_path("/w");
+    cgacct::v1::Group group;
+    ASSERT_TRUE(stub->CreateGroup(&context, request, &group).ok());
+  }
+  grpc::ClientContext watch_context;
+  cgacct::v1::WatchEventsRequest watch_request;
+  watch_request.set_path("/w");
+  auto events = stub->WatchEvents(&watch_context, watch_request);
+  cgacct::v1::EventsUpdate update;
+  ASSERT_TRUE(events->Read(&update));
+
+  grpc::ClientContext health_context;
+  grpc::health::v1::HealthCheckRequest health_request;
+  health_request.set_service("cgacct.v1.Accounting");
+  auto health_watch = health->Watch(&health_context, health_request);
+  grpc::health::v1::HealthCheckResponse health_update;
+  ASSERT_TRUE(health_watch->Read(&health_update));
+  EXPECT_EQ(health_update.status(),
+            grpc::health::v1::HealthCheckResponse::SERVING);
+
+  const auto signalled = std::chrono::steady_clock::now();
+  daemon.Signal(SIGTERM);
+  ASSERT_TRUE(health_watch->Read(&health_update));
+  EXPECT_EQ(health_update.status(),
+            grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+  EXPECT_FALSE(events->Read(&update));
+  const grpc::Status ended = events->Finish();
+  EXPECT_EQ(ended.error_code(), grpc::StatusCode::UNAVAILABLE)
+      << ended.error_message();
+  EXPECT_LT(std::chrono::steady_clock::now() - signalled,
+            std::chrono::seconds(2));
+  health_context.TryCancel();
   EXPECT_EQ(daemon.WaitExit(kTimeout), 0) << daemon.ReadStderr();
 }
 

@@ -382,6 +382,44 @@ TEST_F(ChargeBatchTest, EveryChargeIsCountedOnceInChargesTotal) {
   EXPECT_GT(engine_->GetCounters().charges_rejected, 0u);
 }
 
+// The root is charged only through its children: a batch or stream op on
+// "/" is INVALID_ARGUMENT naming `path` (checked with the path, before
+// nr_pages), and changes nothing.
+TEST_F(ChargeBatchTest, OpsOnTheRootAreRefused) {
+  v1::ChargeBatchResponse response;
+  ASSERT_TRUE(Batch({Op(1, false, "/", 5), Op(2, true, "/", 1),
+                     Op(3, false, "/", 0), Op(4, false, "/b", 2),
+                     Op(5, false, "/", 1, v1::PAGE_KIND_FILE, 1)},
+                    &response)
+                  .ok());
+  ASSERT_EQ(response.results_size(), 5);
+  for (int i : {0, 1, 2, 4}) {
+    EXPECT_EQ(response.results(i).code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << i;
+    EXPECT_THAT(response.results(i).message(),
+                StartsWith(absl::StrCat("ops[", i, "]: path \"/\"")));
+  }
+  EXPECT_EQ(response.results(3).code(), grpc::StatusCode::OK);
+
+  grpc::ClientContext context;
+  auto stream = stub_->ChargeStream(&context);
+  v1::ChargeBatchRequest request;
+  *request.add_ops() = Op(7, false, "/", 3);
+  ASSERT_TRUE(stream->Write(request));
+  stream->WritesDone();
+  v1::ChargeBatchResponse streamed;
+  ASSERT_TRUE(stream->Read(&streamed));
+  ASSERT_EQ(streamed.results_size(), 1);
+  EXPECT_EQ(streamed.results(0).code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(streamed.results(0).message(), StartsWith("ops[0]: path \"/\""));
+  EXPECT_TRUE(stream->Finish().ok());
+
+  // The root holds /b's two pages only (its usage is its children's).
+  EXPECT_EQ(DrainedCurrent("/"), 2u);
+  EXPECT_EQ(Anon("/"), 2u);
+  EXPECT_EQ(Anon("/b"), 2u);
+}
+
 TEST_F(ChargeBatchTest, EmptyBatchAndCap) {
   v1::ChargeBatchResponse response;
   ASSERT_TRUE(Batch({}, &response).ok());
