@@ -24,9 +24,9 @@
 //   - stats equal charges - uncharges - reclaimed: memory.stat anon = the
 //     model's ANON pages of the subtree (own counts exact too); file = the
 //     subtree's exact FILE count = FILE charged - uncharged - pgsteal;
-//     pgscan = pgsteal; pgpgin/pgpgout = successful charges/uncharges in the
-//     subtree; failcnt, peak, pgscan, pgsteal, pgpgin, pgpgout never
-//     decrease; usage <= peak;
+//     pgscan = pgsteal; inactive_anon/file = anon/file, active_* and
+//     unevictable 0; failcnt, peak, pgscan, pgsteal never decrease;
+//     usage <= peak;
 //   - limits as last set (clamped to PAGE_COUNTER_MAX), the set of live
 //     groups as the model's, and the engine counters (charges_ok/oom/
 //     rejected, uncharges, oom events) equal to what the calls answered.
@@ -98,12 +98,9 @@ struct ModelGroup {
   Limits limits;
   u64 anon_own = 0;  // exact: ANON pages charged to the group itself
   // Hierarchical since the group's creation, deleted descendants included:
-  // ANON and FILE charged minus uncharged (pages), successful charges and
-  // uncharges that moved pages.
+  // ANON and FILE charged minus uncharged (pages).
   u64 anon_hier = 0;
   u64 file_hier = 0;
-  u64 pgpgin_hier = 0;
-  u64 pgpgout_hier = 0;
   // Hierarchical memory.events of deleted children, as they were at their
   // deletion (their events stay counted in their ancestors).
   std::array<u64, kNrEvents> deleted_events{};
@@ -117,8 +114,6 @@ struct Monotone {
   u64 peak = 0;
   u64 pgscan = 0;
   u64 pgsteal = 0;
-  u64 pgpgin = 0;
-  u64 pgpgout = 0;
 };
 
 struct HandleSlot {
@@ -421,6 +416,13 @@ class Harness {
         by_handle ? mc_->Charge(slot->handle, n, kind, cpu)
                   : mc_->Charge(path, n, kind, cpu);
     const std::string shown = by_handle ? "handle:" + slot->path : path;
+    if (path == "/") {
+      // The root holds no pages of its own (RefuseRootCharge).
+      ExpectCode(r.status(), absl::StatusCode::kInvalidArgument, "charge",
+                 shown);
+      ++charges_rejected_;
+      return;
+    }
     if (path.empty() || !Live(path)) {
       ExpectCode(r.status(), absl::StatusCode::kNotFound, "charge", shown);
       ++charges_rejected_;
@@ -443,7 +445,6 @@ class Harness {
     if (kind == PageKind::kAnon) groups_.at(path).anon_own += n;
     ForSelfAndAncestors(path, [&](ModelGroup& g) {
       (kind == PageKind::kAnon ? g.anon_hier : g.file_hier) += n;
-      ++g.pgpgin_hier;
     });
   }
 
@@ -471,6 +472,11 @@ class Harness {
         by_handle ? mc_->Uncharge(slot->handle, n, kind, cpu)
                   : mc_->Uncharge(path, n, kind, cpu);
     const std::string shown = by_handle ? "handle:" + slot->path : path;
+    if (path == "/") {
+      ExpectCode(r.status(), absl::StatusCode::kInvalidArgument, "uncharge",
+                 shown);
+      return;
+    }
     if (!live) {
       ExpectCode(r.status(), absl::StatusCode::kNotFound, "uncharge", shown);
       return;
@@ -497,7 +503,6 @@ class Harness {
     if (kind == PageKind::kAnon) g.anon_own -= taken;
     ForSelfAndAncestors(path, [&](ModelGroup& m) {
       (kind == PageKind::kAnon ? m.anon_hier : m.file_hier) -= taken;
-      ++m.pgpgout_hier;
     });
   }
 
@@ -676,7 +681,8 @@ class Harness {
 
     Subtree children;
     std::array<u64, kNrEvents> children_events{};
-    for (const auto& [name, child] : g->children()) {
+    for (const Group* child = g->first_child(); child != nullptr;
+         child = child->next_sibling()) {
       FUZZ_CHECK(child->parent() == g, "%s: child %s has another parent", p,
                  child->path().c_str());
       Subtree c = CheckGroup(child, nr_seen, local_oom);
@@ -786,12 +792,11 @@ class Harness {
                "%s: pgscan %llu != pgsteal %llu (or kswapd/khugepaged)", p,
                static_cast<unsigned long long>(st.pgscan),
                static_cast<unsigned long long>(st.pgsteal));
-    FUZZ_CHECK(st.pgpgin == m.pgpgin_hier && st.pgpgout == m.pgpgout_hier,
-               "%s: pgpgin/out %llu/%llu, model %llu/%llu", p,
-               static_cast<unsigned long long>(st.pgpgin),
-               static_cast<unsigned long long>(st.pgpgout),
-               static_cast<unsigned long long>(m.pgpgin_hier),
-               static_cast<unsigned long long>(m.pgpgout_hier));
+    // One list per kind, nothing activated, no mlock (memory_stat.h).
+    FUZZ_CHECK(st.inactive_anon == st.anon && st.inactive_file == st.file &&
+                   st.active_anon == 0 && st.active_file == 0 &&
+                   st.unevictable == 0,
+               "%s: inactive/active/unevictable lines inconsistent", p);
 
     // memory.events: hierarchical = local + children + deleted children.
     const std::array<u64, kNrEvents> events = EventArray(g->events());
@@ -815,8 +820,6 @@ class Harness {
     now.peak = mem.watermark();
     now.pgscan = st.pgscan;
     now.pgsteal = st.pgsteal;
-    now.pgpgin = st.pgpgin;
-    now.pgpgout = st.pgpgout;
     Monotone& before = monotone_[g->id()];
     for (int i = 0; i < kNrEvents; ++i)
       FUZZ_CHECK(now.events[i] >= before.events[i] &&
@@ -824,10 +827,8 @@ class Harness {
                  "%s: event %d decreased", p, i);
     FUZZ_CHECK(now.failcnt >= before.failcnt && now.peak >= before.peak &&
                    now.pgscan >= before.pgscan &&
-                   now.pgsteal >= before.pgsteal &&
-                   now.pgpgin >= before.pgpgin &&
-                   now.pgpgout >= before.pgpgout,
-               "%s: failcnt/peak/pgscan/pgsteal/pgpgin/pgpgout decreased", p);
+                   now.pgsteal >= before.pgsteal,
+               "%s: failcnt/peak/pgscan/pgsteal decreased", p);
     before = now;
 
     Subtree out;
