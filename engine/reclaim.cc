@@ -1,6 +1,7 @@
 #include "engine/reclaim.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
 #include <utility>
 
@@ -345,21 +346,26 @@ void Reclaimer::ShrinkLruvec(Group* memcg, ScanControl& sc) {
   if (lru_size == 0) return;
   scan >>= sc.priority;
 
-  // shrink_lruvec(): SWAP_CLUSTER_MAX chunks until the scan budget is spent
-  // or this group alone met the goal (cgroup reclaim is not proportional).
-  uint64_t nr_reclaimed = 0;
-  uint64_t nr_scanned = 0;
-  while (scan > 0) {
-    const uint64_t nr_to_scan = std::min(scan, kSwapClusterMax);
-    scan -= nr_to_scan;
-    // shrink_inactive_list(): every isolated page is clean, unreferenced
-    // page cache here, so it is freed.
-    const uint64_t taken = memcg->IsolateLruPages(nr_to_scan);
-    nr_scanned += taken;
-    nr_reclaimed += taken;
-    if (taken < nr_to_scan) break;  // the list ran dry
-    if (nr_reclaimed >= sc.nr_to_reclaim) break;
-  }
+  // shrink_lruvec(): SWAP_CLUSTER_MAX chunks until the scan budget is spent,
+  // the list runs dry, or this group alone met the goal (cgroup reclaim is
+  // not proportional). Every chunk is freed whole (scanned == stolen), so
+  // the loop's outcome is known in advance: min(scan budget, the list, the
+  // goal rounded up to whole chunks). Taken in one isolation instead of a
+  // loop of 32-page chunks: the engine's page counts are not bounded by RAM
+  // (up to PAGE_COUNTER_MAX), and the loop made a reclaim of a group with
+  // 2^40 FILE pages run for hours (found by tests/fuzz/engine_ops_fuzzer).
+  // A racing Uncharge takes from the same count with the same CAS, so the
+  // one isolation is the loop's outcome with no uncharge between chunks.
+  const uint64_t goal_chunks =
+      sc.nr_to_reclaim / kSwapClusterMax +
+      (sc.nr_to_reclaim % kSwapClusterMax != 0 ? 1 : 0);
+  const uint64_t goal =
+      goal_chunks > UINT64_MAX / kSwapClusterMax ? UINT64_MAX
+                                                 : goal_chunks * kSwapClusterMax;
+  // shrink_inactive_list(): every isolated page is clean, unreferenced page
+  // cache here, so it is freed.
+  const uint64_t nr_reclaimed = memcg->IsolateLruPages(std::min(scan, goal));
+  const uint64_t nr_scanned = nr_reclaimed;
   if (nr_scanned == 0) return;
   // Freeing the folios uncharges them directly (not through the stock).
   memcg->memory().Uncharge(nr_reclaimed);

@@ -126,14 +126,19 @@ TEST(RpcMetricsTest, CountsPerMethodAndCode) {
   rpc.Record(RpcMethod::kCharge, grpc::StatusCode::OK, absl::Microseconds(5));
   rpc.Record(RpcMethod::kCharge, grpc::StatusCode::RESOURCE_EXHAUSTED,
              absl::Microseconds(50));
-  rpc.Record(RpcMethod::kGetStats, static_cast<grpc::StatusCode>(99),
+  // Codes outside 0..16 count as UNKNOWN. Only values inside the enum's
+  // range of values may be made (-32..31 for -1..16): 99 was undefined
+  // behaviour (UBSan, -fsanitize=enum).
+  rpc.Record(RpcMethod::kGetStats, static_cast<grpc::StatusCode>(17),
+             absl::Microseconds(1));
+  rpc.Record(RpcMethod::kGetStats, grpc::StatusCode::DO_NOT_USE,
              absl::Microseconds(1));
   rpc.RecordChargeRejected();
   EXPECT_EQ(rpc.handled(RpcMethod::kCharge, grpc::StatusCode::OK), 2u);
   EXPECT_EQ(
       rpc.handled(RpcMethod::kCharge, grpc::StatusCode::RESOURCE_EXHAUSTED),
       1u);
-  EXPECT_EQ(rpc.handled(RpcMethod::kGetStats, grpc::StatusCode::UNKNOWN), 1u);
+  EXPECT_EQ(rpc.handled(RpcMethod::kGetStats, grpc::StatusCode::UNKNOWN), 2u);
   EXPECT_EQ(rpc.handled(RpcMethod::kUncharge, grpc::StatusCode::OK), 0u);
   EXPECT_EQ(rpc.latency(RpcMethod::kCharge).count, 3u);
   EXPECT_EQ(rpc.charges_rejected(), 1u);

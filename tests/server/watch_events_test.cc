@@ -252,7 +252,17 @@ TEST_F(WatchEventsTest, ASlowReaderGetsTheLatestCountsNotABacklog) {
   }
   EXPECT_EQ(update.events_local().oom(), static_cast<uint64_t>(kEvents));
   EXPECT_GE(update.events_local().max(), static_cast<uint64_t>(kEvents));
-  EXPECT_LT(updates, kEvents);
+  // Without coalescing a reader would get one update per change, and each
+  // failed charge is many changes (`max` on every retry, `oom`,
+  // `oom_kill`). How many coalesce depends on how fast charges come against
+  // the writes (the HTTP/2 windows buffer thousands of these small
+  // messages): under ASan the charger is slower, and 3,948 updates came for
+  // 3,000 charges (~60,000 changes), so the bound is on changes, not on
+  // charges.
+  const uint64_t changes = update.events_local().max() +
+                           update.events_local().oom() +
+                           update.events_local().oom_kill();
+  EXPECT_LT(static_cast<uint64_t>(updates), changes / 2);
   w->context.TryCancel();
 }
 
