@@ -11,12 +11,16 @@
 #     checks the lock annotations (g++ ignores them), and runs the engine's
 #     ThreadSanitizer build with clang (libclang-rt-14-dev is its TSan
 #     runtime).
+#   - libsqlite3-dev: cgacctd's state store under --state_dir (groups, limits,
+#     request ids survive restarts); sqlite3: the tests check the store file
+#     with SQLite's own integrity_check.
 set -euo pipefail
 
 packages=(
   cmake g++ make pkg-config curl clang-14 libclang-rt-14-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libsqlite3-dev sqlite3
 )
 
 missing=()

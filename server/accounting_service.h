@@ -30,17 +30,26 @@
 #include <grpcpp/grpcpp.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
+#include <string>
+#include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "cgacct/v1/accounting.grpc.pb.h"
 #include "cgacct/v1/accounting.pb.h"
 #include "engine/clock.h"
 #include "engine/engine.h"
+#include "engine/group_handle.h"
 #include "engine/types.h"
 #include "server/events_watch.h"
 #include "server/metrics.h"
 #include "server/request_dedup.h"
+#include "server/state_store.h"
 
 namespace cgacct {
 
@@ -65,6 +74,16 @@ struct AccountingServiceOptions {
   // Time source of RPC latencies and of the request_id window; null = the
   // steady clock (Clock::Real()). Not owned; must outlive the service.
   const Clock* clock = nullptr;
+  // Where groups, limits and the request-id window are persisted
+  // (server/state_store.h). Null: an in-memory store the service owns
+  // (nothing survives a restart). Not owned; must outlive the service.
+  StateStore* store = nullptr;
+};
+
+// What AccountingService::Restore() put back.
+struct RestoreReport {
+  size_t groups = 0;
+  size_t requests = 0;
 };
 
 class AccountingService final : public cgacct::v1::Accounting::CallbackService {
@@ -76,15 +95,26 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
   AccountingService(const AccountingService&) = delete;
   AccountingService& operator=(const AccountingService&) = delete;
 
+  // Re-creates the store's groups (creation order, stored limits; usage 0)
+  // in the engine and reloads the request-id window (entries younger than
+  // the window). Call once, before serving, on an engine with only the root.
+  // Errors: the store's (INTERNAL, DATA_LOSS, ...); INTERNAL naming the path
+  // if the engine refuses a stored group (nothing is served then).
+  absl::StatusOr<RestoreReport> Restore() ABSL_LOCKS_EXCLUDED(config_mu_);
+
   // Errors: INVALID_ARGUMENT bad path; NOT_FOUND parent; ALREADY_EXISTS
-  // (the root included: the engine's answer, as mkdir's EEXIST).
+  // (the root included: the engine's answer, as mkdir's EEXIST);
+  // UNAVAILABLE the state store failed (the group is not created).
+  // CreateGroup, DeleteGroup and SetLimits answer OK only once the change
+  // is in the state store; they are serialised with each other.
   grpc::ServerUnaryReactor* CreateGroup(
       grpc::CallbackServerContext* context,
       const cgacct::v1::CreateGroupRequest* request,
       cgacct::v1::Group* response) override;
 
   // Errors: NOT_FOUND; FAILED_PRECONDITION has children; INVALID_ARGUMENT
-  // root or bad path.
+  // root or bad path; INTERNAL the state store failed after the engine
+  // deleted the group (it would come back after a restart).
   grpc::ServerUnaryReactor* DeleteGroup(
       grpc::CallbackServerContext* context,
       const cgacct::v1::DeleteGroupRequest* request,
@@ -100,7 +130,9 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
       const cgacct::v1::ListGroupsRequest* request,
       cgacct::v1::ListGroupsResponse* response) override;
 
-  // Errors: NOT_FOUND; INVALID_ARGUMENT root or bad path.
+  // Errors: NOT_FOUND; INVALID_ARGUMENT root or bad path; INTERNAL the
+  // state store failed after the engine applied the limits (a restart would
+  // restore the previous ones).
   grpc::ServerUnaryReactor* SetLimits(
       grpc::CallbackServerContext* context,
       const cgacct::v1::SetLimitsRequest* request,
@@ -217,9 +249,12 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
                             cgacct::v1::ListGroupsResponse* response);
   absl::Status DoSetLimits(const cgacct::v1::SetLimitsRequest& request,
                            cgacct::v1::Group* response);
-  absl::Status DoCharge(const cgacct::v1::ChargeRequest& request,
+  // `identity`: the caller's (CallerKey), scoping request ids.
+  absl::Status DoCharge(const std::string& identity,
+                        const cgacct::v1::ChargeRequest& request,
                         cgacct::v1::ChargeResponse* response);
-  absl::Status DoUncharge(const cgacct::v1::UnchargeRequest& request,
+  absl::Status DoUncharge(const std::string& identity,
+                          const cgacct::v1::UnchargeRequest& request,
                           cgacct::v1::UnchargeResponse* response);
   absl::Status DoGetStats(const cgacct::v1::GetStatsRequest& request,
                           cgacct::v1::GroupStats* response);
@@ -236,14 +271,23 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
                                 std::optional<uint32_t> cpu,
                                 std::optional<int>* engine_cpu) const;
   // The body Charge and Uncharge share: checks path, nr_pages, kind, cpu and
-  // request_id, then runs `call(path, nr_pages, kind, cpu)` (the engine's
-  // Charge or Uncharge, returning a DedupAnswer) at most once per request_id
-  // (request_dedup.h). Returns the answer; *replayed tells whether it was a
-  // stored one (nothing was applied).
+  // request_id, then runs `call(handle, path, nr_pages, kind, cpu)` (the
+  // engine's Charge or Uncharge, through `handle` when not null, returning a
+  // DedupAnswer) at most once per (identity, group generation, request_id)
+  // inside the window (request_dedup.h), recording the answer in the state
+  // store before it is returned. Returns the answer; *replayed tells whether
+  // it was a stored one (nothing was applied).
   template <typename Request, typename Call>
-  DedupAnswer ApplyPageRequest(const Request& request,
+  DedupAnswer ApplyPageRequest(const std::string& identity,
+                               const Request& request,
                                DedupFingerprint::Method method, Call&& call,
                                bool* replayed);
+  // The store generation of engine group `group_id` (see generations_).
+  uint64_t GenerationOf(uint64_t group_id) const
+      ABSL_LOCKS_EXCLUDED(generations_mu_);
+  // Puts the stored Charge/Uncharge answers back into dedup_; returns how
+  // many.
+  size_t RestoreRequests(const std::vector<StoredRequest>& requests);
 
   // Wire limits (bytes) -> engine update (pages); see the file comment.
   LimitsUpdate LimitsFromProto(const cgacct::v1::Limits& limits) const;
@@ -264,6 +308,18 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
 
   // Thread-safe on its own; only touched by calls carrying a request_id.
   RequestDedupCache dedup_;
+
+  // The store: options.store, or owned_store_. Thread-safe on its own.
+  std::unique_ptr<StateStore> owned_store_;
+  StateStore* const store_;
+  // Serialises CreateGroup/DeleteGroup/SetLimits (engine change + store
+  // write) so the store sees them in the engine's order.
+  absl::Mutex config_mu_ ABSL_ACQUIRED_BEFORE(generations_mu_);
+  // Engine group id -> the group's store generation (stable across
+  // restarts; request ids are scoped by it).
+  mutable absl::Mutex generations_mu_;
+  absl::flat_hash_map<uint64_t, uint64_t> generations_
+      ABSL_GUARDED_BY(generations_mu_);
 };
 
 }  // namespace cgacct

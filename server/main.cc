@@ -5,7 +5,8 @@
 // Exit codes: 0 after SIGINT/SIGTERM (clean shutdown); 1 when a port cannot
 // be bound, or when Abseil's flag parser rejects a value that is not of the
 // flag's type (e.g. --cpus=abc); 2 for flag values that parse but are out of
-// range or inconsistent. Every failure is one line on stderr.
+// range or inconsistent; 3 when the state store (--state_dir) cannot be
+// opened or restored. Every failure is one line on stderr.
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
@@ -32,6 +33,7 @@
 #include "server/accounting_service.h"
 #include "server/events_watch.h"
 #include "server/metrics.h"
+#include "server/sqlite_state_store.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
           "gRPC listen address HOST:PORT (port 0 picks a free port)");
@@ -62,6 +64,10 @@ ABSL_FLAG(uint32_t, stock_victim_sets, 64,
           "sets (4 ways each) of every CPU's stock victim table, behind its 7 "
           "slots (power of two <= 1024; nr_cpus x sets x 64 bytes); 0 = the "
           "kernel's 7 slots alone");
+ABSL_FLAG(std::string, state_dir, "",
+          "directory of the state store (SQLite, WAL): groups, limits and "
+          "the request-id window survive restarts (usage restarts at 0); "
+          "empty = nothing persisted");
 ABSL_FLAG(int, metrics_group_depth, 2,
           "export cgacct_group_memory_current_bytes for groups down to this "
           "depth; 0 = off");
@@ -70,6 +76,7 @@ namespace {
 
 constexpr int kExitBind = 1;
 constexpr int kExitUsage = 2;
+constexpr int kExitStore = 3;
 constexpr auto kShutdownGrace = std::chrono::seconds(5);
 
 // "HOST:PORT" -> "HOST" ("[::]:0" -> "[::]").
@@ -95,7 +102,7 @@ int main(int argc, char** argv) {
       "          [--page_size=4096]\n"
       "          [--metrics_group_depth=2] [--memory_recursiveprot]\n"
       "          [--charge_batch_pages=64] [--stock_pool_buckets=1024]\n"
-      "          [--stock_victim_sets=64]");
+      "          [--stock_victim_sets=64] [--state_dir=DIR]");
   // --help lists the flags above (Abseil's default looks for them in a file
   // named after the program); Abseil's own flags stay under --helpfull.
   absl::FlagsUsageConfig usage_config;
@@ -167,10 +174,36 @@ int main(int argc, char** argv) {
                                          engine.status().message()));
   }
 
+  // The state store outlives the service (declared before it).
+  std::unique_ptr<cgacct::SqliteStateStore> store;
+  const std::string state_dir = absl::GetFlag(FLAGS_state_dir);
+  if (!state_dir.empty()) {
+    absl::StatusOr<std::unique_ptr<cgacct::SqliteStateStore>> opened =
+        cgacct::SqliteStateStore::Open(state_dir,
+                                       (*engine)->page_size_bytes());
+    if (!opened.ok()) {
+      return Fail(kExitStore, absl::StrCat("--state_dir=", state_dir, ": ",
+                                           opened.status().message()));
+    }
+    store = *std::move(opened);
+  }
+
   cgacct::RpcMetrics rpc_metrics;
   cgacct::AccountingServiceOptions service_options;
   service_options.events_hub = &events_hub;
+  service_options.store = store.get();
   cgacct::AccountingService service(**engine, rpc_metrics, service_options);
+  std::string restored = "state not persisted";
+  if (store != nullptr) {
+    absl::StatusOr<cgacct::RestoreReport> report = service.Restore();
+    if (!report.ok()) {
+      return Fail(kExitStore,
+                  absl::StrCat("restoring ", store->path(), ": ",
+                               report.status().message()));
+    }
+    restored = absl::StrCat("state ", state_dir, ": ", report->groups,
+                            " groups, ", report->requests, " request ids");
+  }
 
   cgacct::MetricsOptions metrics_options;
   metrics_options.group_depth = group_depth;
@@ -215,10 +248,11 @@ int main(int argc, char** argv) {
       exposer ? absl::StrCat("metrics on ", HostOf(metrics_listen), ":",
                              exposer->port())
               : std::string("metrics off");
-  std::printf("cgacctd listening on %s:%d (%s, cpus=%d, policy=%s)\n",
+  std::printf("cgacctd listening on %s:%d (%s, cpus=%d, policy=%s; %s)\n",
               HostOf(listen).c_str(), port, metrics_where.c_str(),
               (*engine)->nr_cpus(),
-              (*engine)->GetInfo().flush_lock_policy_name.c_str());
+              (*engine)->GetInfo().flush_lock_policy_name.c_str(),
+              restored.c_str());
   std::fflush(stdout);
 
   int signal_number = 0;

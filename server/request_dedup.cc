@@ -60,6 +60,21 @@ void RequestDedupCache::Complete(const std::string& request_id, uint64_t ticket,
   it->second.answer = std::move(answer);
 }
 
+void RequestDedupCache::Restore(const std::string& request_id,
+                                const DedupFingerprint& fingerprint,
+                                DedupAnswer answer, absl::Duration age) {
+  const int64_t now_ns = clock_.NowNs();
+  const int64_t arrived_ns = now_ns - absl::ToInt64Nanoseconds(age);
+  if (age < absl::ZeroDuration() || !LiveAt(arrived_ns, now_ns)) return;
+  absl::MutexLock l(&mu_);
+  if (entries_.contains(request_id)) return;
+  EvictLocked(now_ns);
+  const uint64_t ticket = next_ticket_++;
+  entries_[request_id] = Entry{fingerprint, ticket, arrived_ns,
+                               /*in_flight=*/false, std::move(answer)};
+  arrivals_.push_back(Arrival{request_id, ticket, arrived_ns});
+}
+
 size_t RequestDedupCache::size() const {
   absl::MutexLock l(&mu_);
   return entries_.size();

@@ -115,6 +115,17 @@ class RequestDedupCache {
   // Entries currently held (in flight or answered, not yet expired).
   size_t size() const ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Puts back an answered entry that arrived `age` ago (a restart reloading
+  // the persisted window): a later Begin() with the same id and fingerprint
+  // replays `answer`. Ignored if `age` is outside the window or the id is
+  // present. Entries must be restored oldest first.
+  void Restore(const std::string& request_id,
+               const DedupFingerprint& fingerprint, DedupAnswer answer,
+               absl::Duration age) ABSL_LOCKS_EXCLUDED(mu_);
+
+  absl::Duration window() const { return absl::Nanoseconds(window_ns_); }
+  size_t capacity() const { return capacity_; }
+
  private:
   struct Entry {
     DedupFingerprint fingerprint;
