@@ -1,6 +1,7 @@
 #include "server/accounting_service.h"
 
 #include <algorithm>
+#include <chrono>
 #include <limits>
 #include <string>
 #include <utility>
@@ -182,6 +183,56 @@ void AccountingService::GroupToProto(const GroupInfo& group,
 // ---------------------------------------------------------------------------
 // Plumbing
 
+absl::Status AccountingService::CheckCallable(
+    const grpc::CallbackServerContext& context) const {
+  if (shutting_down_.load(std::memory_order_relaxed)) {
+    return absl::UnavailableError(
+        "cgacctd is shutting down; nothing was applied: retry (with the same "
+        "request_id) once it is back or on another server");
+  }
+  if (context.deadline() <= std::chrono::system_clock::now()) {
+    return absl::DeadlineExceededError(
+        "the call's deadline passed before it was handled; nothing was "
+        "applied");
+  }
+  return absl::OkStatus();
+}
+
+void AccountingService::BeginShutdown() {
+  shutting_down_.store(true, std::memory_order_relaxed);
+  absl::MutexLock l(&streams_mu_);
+  streams_shut_ = true;
+  // Each stream is called unlocked (it may Finish); UnregisterStream()
+  // waits while it is the one being called, so it stays alive.
+  std::vector<ChargeStreamReactor*> streams(streams_.begin(), streams_.end());
+  for (ChargeStreamReactor* stream : streams) {
+    if (!streams_.contains(stream)) continue;
+    calling_ = stream;
+    calling_thread_ = std::this_thread::get_id();
+    streams_mu_.Unlock();
+    NotifyStreamShutdown(stream);
+    streams_mu_.Lock();
+    calling_ = nullptr;
+  }
+}
+
+bool AccountingService::RegisterStream(ChargeStreamReactor* stream) {
+  absl::MutexLock l(&streams_mu_);
+  if (streams_shut_) return false;
+  streams_.insert(stream);
+  return true;
+}
+
+void AccountingService::UnregisterStream(ChargeStreamReactor* stream) {
+  absl::MutexLock l(&streams_mu_);
+  if (calling_ == stream && calling_thread_ != std::this_thread::get_id()) {
+    auto not_calling = [this, stream]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(
+                           streams_mu_) { return calling_ != stream; };
+    streams_mu_.Await(absl::Condition(&not_calling));
+  }
+  streams_.erase(stream);
+}
+
 void AccountingService::RecordRpc(RpcMethod method, int64_t start_ns,
                                   grpc::StatusCode code) {
   rpc_metrics_.Record(method, code,
@@ -222,6 +273,8 @@ grpc::ServerUnaryReactor* AccountingService::CreateGroup(
     grpc::CallbackServerContext* context, const v1::CreateGroupRequest* request,
     v1::Group* response) {
   const int64_t start_ns = clock_.NowNs();
+  if (absl::Status s = CheckCallable(*context); !s.ok())
+    return FinishUnary(context, RpcMethod::kCreateGroup, start_ns, s);
   return FinishUnary(context, RpcMethod::kCreateGroup, start_ns,
                      DoCreateGroup(*request, response));
 }
@@ -253,6 +306,8 @@ grpc::ServerUnaryReactor* AccountingService::DeleteGroup(
     grpc::CallbackServerContext* context, const v1::DeleteGroupRequest* request,
     v1::DeleteGroupResponse* response) {
   const int64_t start_ns = clock_.NowNs();
+  if (absl::Status s = CheckCallable(*context); !s.ok())
+    return FinishUnary(context, RpcMethod::kDeleteGroup, start_ns, s);
   return FinishUnary(context, RpcMethod::kDeleteGroup, start_ns,
                      DoDeleteGroup(*request, response));
 }
@@ -283,6 +338,8 @@ grpc::ServerUnaryReactor* AccountingService::ListGroups(
     grpc::CallbackServerContext* context, const v1::ListGroupsRequest* request,
     v1::ListGroupsResponse* response) {
   const int64_t start_ns = clock_.NowNs();
+  if (absl::Status s = CheckCallable(*context); !s.ok())
+    return FinishUnary(context, RpcMethod::kListGroups, start_ns, s);
   return FinishUnary(context, RpcMethod::kListGroups, start_ns,
                      DoListGroups(*request, response));
 }
@@ -331,6 +388,8 @@ grpc::ServerUnaryReactor* AccountingService::SetLimits(
     grpc::CallbackServerContext* context, const v1::SetLimitsRequest* request,
     v1::Group* response) {
   const int64_t start_ns = clock_.NowNs();
+  if (absl::Status s = CheckCallable(*context); !s.ok())
+    return FinishUnary(context, RpcMethod::kSetLimits, start_ns, s);
   return FinishUnary(context, RpcMethod::kSetLimits, start_ns,
                      DoSetLimits(*request, response));
 }
@@ -356,6 +415,8 @@ grpc::ServerUnaryReactor* AccountingService::Charge(
     grpc::CallbackServerContext* context, const v1::ChargeRequest* request,
     v1::ChargeResponse* response) {
   const int64_t start_ns = clock_.NowNs();
+  if (absl::Status s = CheckCallable(*context); !s.ok())
+    return FinishUnary(context, RpcMethod::kCharge, start_ns, s);
   return FinishUnary(context, RpcMethod::kCharge, start_ns,
                      DoCharge(CallerKey(context), *request, response));
 }
@@ -506,6 +567,8 @@ grpc::ServerUnaryReactor* AccountingService::Uncharge(
     grpc::CallbackServerContext* context, const v1::UnchargeRequest* request,
     v1::UnchargeResponse* response) {
   const int64_t start_ns = clock_.NowNs();
+  if (absl::Status s = CheckCallable(*context); !s.ok())
+    return FinishUnary(context, RpcMethod::kUncharge, start_ns, s);
   return FinishUnary(context, RpcMethod::kUncharge, start_ns,
                      DoUncharge(CallerKey(context), *request, response));
 }
@@ -540,6 +603,8 @@ grpc::ServerUnaryReactor* AccountingService::GetStats(
     grpc::CallbackServerContext* context, const v1::GetStatsRequest* request,
     v1::GroupStats* response) {
   const int64_t start_ns = clock_.NowNs();
+  if (absl::Status s = CheckCallable(*context); !s.ok())
+    return FinishUnary(context, RpcMethod::kGetStats, start_ns, s);
   return FinishUnary(context, RpcMethod::kGetStats, start_ns,
                      DoGetStats(*request, response));
 }
@@ -581,6 +646,8 @@ grpc::ServerUnaryReactor* AccountingService::Reclaim(
     grpc::CallbackServerContext* context, const v1::ReclaimRequest* request,
     v1::ReclaimResponse* response) {
   const int64_t start_ns = clock_.NowNs();
+  if (absl::Status s = CheckCallable(*context); !s.ok())
+    return FinishUnary(context, RpcMethod::kReclaim, start_ns, s);
   return FinishUnary(context, RpcMethod::kReclaim, start_ns,
                      DoReclaim(*request, response));
 }
@@ -602,6 +669,8 @@ grpc::ServerUnaryReactor* AccountingService::GetEngineInfo(
     grpc::CallbackServerContext* context,
     const v1::GetEngineInfoRequest* request, v1::EngineInfo* response) {
   const int64_t start_ns = clock_.NowNs();
+  if (absl::Status s = CheckCallable(*context); !s.ok())
+    return FinishUnary(context, RpcMethod::kGetEngineInfo, start_ns, s);
   DoGetEngineInfo(response);
   return FinishUnary(context, RpcMethod::kGetEngineInfo, start_ns,
                      absl::OkStatus());

@@ -29,14 +29,17 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -101,6 +104,14 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
   // Errors: the store's (INTERNAL, DATA_LOSS, ...); INTERNAL naming the path
   // if the engine refuses a stored group (nothing is served then).
   absl::StatusOr<RestoreReport> Restore() ABSL_LOCKS_EXCLUDED(config_mu_);
+
+  // Shutdown, first step (cgacctd on SIGTERM, before grpc::Server::Shutdown):
+  // from here every new call answers UNAVAILABLE with nothing applied;
+  // unary calls already running finish; every open ChargeStream stops
+  // reading, applies and answers the requests it has read, then ends
+  // UNAVAILABLE saying how many were applied (OK if the client had
+  // half-closed). Returns once every stream was told. Idempotent.
+  void BeginShutdown() ABSL_LOCKS_EXCLUDED(streams_mu_);
 
   // Errors: INVALID_ARGUMENT bad path; NOT_FOUND parent; ALREADY_EXISTS
   // (the root included: the engine's answer, as mkdir's EEXIST);
@@ -230,6 +241,19 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
   // server/watch_events.cc: the WatchEvents reactor.
   class WatchEventsReactor;
 
+  // UNAVAILABLE after BeginShutdown(); DEADLINE_EXCEEDED when the call's
+  // deadline has passed. Every handler checks it before anything changes.
+  absl::Status CheckCallable(const grpc::CallbackServerContext& context) const;
+  // ChargeStream reactors register for BeginShutdown(); false: shutdown
+  // has begun (the stream must end at once). Unregister waits while
+  // BeginShutdown() is calling that reactor.
+  // Calls stream->OnServerShutdown() (server/charge_batch.cc).
+  static void NotifyStreamShutdown(ChargeStreamReactor* stream);
+  bool RegisterStream(ChargeStreamReactor* stream)
+      ABSL_LOCKS_EXCLUDED(streams_mu_);
+  void UnregisterStream(ChargeStreamReactor* stream)
+      ABSL_LOCKS_EXCLUDED(streams_mu_);
+
   // Converts `status` (ToGrpcStatus), records the call's metrics (latency
   // since `start_ns` on clock_) and finishes it.
   grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context,
@@ -320,6 +344,18 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
   mutable absl::Mutex generations_mu_;
   absl::flat_hash_map<uint64_t, uint64_t> generations_
       ABSL_GUARDED_BY(generations_mu_);
+
+  // Set once by BeginShutdown(); read by every handler (relaxed is enough:
+  // a call racing with it is either refused or runs to completion before
+  // the server's own shutdown, which waits for it).
+  std::atomic<bool> shutting_down_{false};
+  // Open ChargeStreams (BeginShutdown() tells each one).
+  absl::Mutex streams_mu_;
+  absl::flat_hash_set<ChargeStreamReactor*> streams_ ABSL_GUARDED_BY(streams_mu_);
+  bool streams_shut_ ABSL_GUARDED_BY(streams_mu_) = false;
+  // The stream BeginShutdown() is calling (unlocked), and on which thread.
+  ChargeStreamReactor* calling_ ABSL_GUARDED_BY(streams_mu_) = nullptr;
+  std::thread::id calling_thread_ ABSL_GUARDED_BY(streams_mu_);
 };
 
 }  // namespace cgacct

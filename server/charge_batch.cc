@@ -10,6 +10,7 @@
 // response buffers for its whole life.
 #include <grpcpp/grpcpp.h>
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -171,6 +172,8 @@ grpc::ServerUnaryReactor* AccountingService::ChargeBatch(
     grpc::CallbackServerContext* context, const v1::ChargeBatchRequest* request,
     v1::ChargeBatchResponse* response) {
   const int64_t start_ns = clock_.NowNs();
+  if (absl::Status s = CheckCallable(*context); !s.ok())
+    return FinishUnary(context, RpcMethod::kChargeBatch, start_ns, s);
   if (request->ops_size() > static_cast<int>(kMaxBatchOps)) {
     return FinishUnary(context, RpcMethod::kChargeBatch, start_ns,
                        TooManyOps(request->ops_size()));
@@ -208,8 +211,39 @@ class AccountingService::ChargeStreamReactor final
         context_(context),
         runner_(service),
         start_ns_(service.clock_.NowNs()) {
-    read_outstanding_ = true;
-    StartRead(&request_);
+    const bool shutting_down = !service_.RegisterStream(this);
+    {
+      absl::MutexLock l(&mu_);
+      if (shutting_down) {
+        // Shutdown began before this stream was registered: nothing read,
+        // nothing applied.
+        shutting_down_ = true;
+        shutdown_end_ = true;
+        finished_ = true;
+      } else {
+        read_outstanding_ = true;
+      }
+    }
+    if (shutting_down) {
+      DoFinish();
+    } else {
+      StartRead(&request_);
+    }
+  }
+
+  // BeginShutdown(): stop reading; the requests already read are applied
+  // and answered, then the stream ends UNAVAILABLE saying how many were
+  // (or OK if the client had already half-closed).
+  void OnServerShutdown() {
+    bool finish;
+    {
+      absl::MutexLock l(&mu_);
+      if (finished_) return;
+      shutting_down_ = true;
+      if (!reads_done_ && status_.ok()) shutdown_end_ = true;
+      finish = ShouldFinishLocked();
+    }
+    if (finish) DoFinish();
   }
 
   void OnReadDone(bool ok) override {
@@ -222,7 +256,7 @@ class AccountingService::ChargeStreamReactor final
         absl::MutexLock l(&mu_);
         read_outstanding_ = false;
         reads_done_ = true;
-        if (cancelled && status_.ok()) {
+        if (cancelled && status_.ok() && !finished_) {
           status_ = absl::CancelledError("ChargeStream cancelled");
         }
         finish = ShouldFinishLocked();
@@ -230,22 +264,37 @@ class AccountingService::ChargeStreamReactor final
       if (finish) DoFinish();
       return;
     }
-    if (request_.ops_size() > static_cast<int>(kMaxBatchOps)) {
-      bool finish;
-      {
-        absl::MutexLock l(&mu_);
-        read_outstanding_ = false;
-        reads_done_ = true;
-        if (status_.ok()) status_ = TooManyOps(request_.ops_size());
-        finish = ShouldFinishLocked();
-      }
-      if (finish) DoFinish();
-      return;
-    }
-    int buffer;
+    int buffer = 0;
+    bool stop = false;
+    bool stop_finish = false;
     {
       absl::MutexLock l(&mu_);
-      buffer = 1 - writing_;  // never the one on the wire; never "ready"
+      read_outstanding_ = false;
+      if (finished_ || shutting_down_ || broken_) {
+        // Read after shutdown began (or the call broke): not applied.
+        reads_done_ = true;
+        stop = true;
+      } else if (context_->deadline() <= std::chrono::system_clock::now()) {
+        // Checked before anything of this request changes.
+        reads_done_ = true;
+        status_ = absl::DeadlineExceededError(absl::StrCat(
+            "ChargeStream deadline passed before request ", applied_ + 1,
+            " was applied; the ", applied_,
+            " requests answered before it were applied"));
+        stop = true;
+      } else if (request_.ops_size() > static_cast<int>(kMaxBatchOps)) {
+        reads_done_ = true;
+        if (status_.ok()) status_ = TooManyOps(request_.ops_size());
+        stop = true;
+      } else {
+        applying_ = true;
+        buffer = 1 - writing_;  // never the one on the wire; never "ready"
+      }
+      if (stop) stop_finish = ShouldFinishLocked();
+    }
+    if (stop) {
+      if (stop_finish) DoFinish();
+      return;
     }
     runner_.Run(request_, &responses_[buffer]);
     bool write = false;
@@ -253,18 +302,23 @@ class AccountingService::ChargeStreamReactor final
     bool finish = false;
     {
       absl::MutexLock l(&mu_);
-      read_outstanding_ = false;
+      applying_ = false;
+      ++applied_;
       if (broken_) {
         reads_done_ = true;
-        finish = ShouldFinishLocked();
       } else if (!write_outstanding_) {
         write_outstanding_ = true;
         writing_ = buffer;
         write = true;
-        read_outstanding_ = read = true;
+        if (!shutting_down_) {
+          read_outstanding_ = read = true;
+        } else {
+          reads_done_ = true;
+        }
       } else {
         ready_ = buffer;  // resumed by OnWriteDone
       }
+      finish = ShouldFinishLocked();
     }
     if (write) StartWrite(&responses_[buffer]);
     if (read) StartRead(&request_);
@@ -291,7 +345,11 @@ class AccountingService::ChargeStreamReactor final
         buffer = writing_ = ready_;
         ready_ = -1;
         write_outstanding_ = write = true;
-        if (!reads_done_) read_outstanding_ = read = true;
+        if (!reads_done_ && !shutting_down_) {
+          read_outstanding_ = read = true;
+        } else if (!read_outstanding_) {
+          reads_done_ = true;
+        }
       }
       finish = ShouldFinishLocked();
     }
@@ -303,19 +361,27 @@ class AccountingService::ChargeStreamReactor final
   void OnCancel() override {
     absl::MutexLock l(&mu_);
     broken_ = true;
-    if (status_.ok()) {
+    if (status_.ok() && !finished_) {
       status_ = absl::CancelledError("ChargeStream cancelled");
     }
   }
 
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    service_.UnregisterStream(this);
+    delete this;
+  }
 
  private:
+  // Whether to Finish now (true once). Not while a request is being
+  // applied or a response waits for the wire; a read may still be
+  // outstanding only after shutdown began (Finish fails it: nothing read
+  // after that point is applied).
   bool ShouldFinishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (finished_ || !reads_done_ || read_outstanding_ || write_outstanding_ ||
-        ready_ >= 0) {
+    if (finished_ || applying_ || write_outstanding_ || ready_ >= 0) {
       return false;
     }
+    if (!reads_done_ && !shutting_down_) return false;
+    if (read_outstanding_ && !shutting_down_) return false;
     finished_ = true;
     return true;
   }
@@ -324,6 +390,12 @@ class AccountingService::ChargeStreamReactor final
     grpc::Status status;
     {
       absl::MutexLock l(&mu_);
+      if (shutdown_end_ && status_.ok()) {
+        status_ = absl::UnavailableError(absl::StrCat(
+            "cgacctd is shutting down: the ", applied_,
+            " requests answered on this stream were applied, nothing sent "
+            "after them was; retry those on a new stream"));
+      }
       status = ToGrpcStatus(status_);
     }
     // Recorded before Finish so a client that sees the end sees it counted.
@@ -342,13 +414,21 @@ class AccountingService::ChargeStreamReactor final
   absl::Mutex mu_;
   bool read_outstanding_ ABSL_GUARDED_BY(mu_) = false;
   bool write_outstanding_ ABSL_GUARDED_BY(mu_) = false;
+  bool applying_ ABSL_GUARDED_BY(mu_) = false;    // runner_ is running
   bool reads_done_ ABSL_GUARDED_BY(mu_) = false;  // no more requests
   bool broken_ ABSL_GUARDED_BY(mu_) = false;      // cancelled or write failed
+  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;  // BeginShutdown() seen
+  bool shutdown_end_ ABSL_GUARDED_BY(mu_) = false;   // end UNAVAILABLE
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t applied_ ABSL_GUARDED_BY(mu_) = 0;  // requests applied
   int writing_ ABSL_GUARDED_BY(mu_) = 1;  // buffer last handed to StartWrite
   int ready_ ABSL_GUARDED_BY(mu_) = -1;   // built, waiting for the wire
   absl::Status status_ ABSL_GUARDED_BY(mu_);
 };
+
+void AccountingService::NotifyStreamShutdown(ChargeStreamReactor* stream) {
+  stream->OnServerShutdown();
+}
 
 grpc::ServerBidiReactor<v1::ChargeBatchRequest, v1::ChargeBatchResponse>*
 AccountingService::ChargeStream(grpc::CallbackServerContext* context) {

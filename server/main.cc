@@ -7,10 +7,12 @@
 // flag's type (e.g. --cpus=abc); 2 for flag values that parse but are out of
 // range or inconsistent; 3 when the state store (--state_dir) cannot be
 // opened or restored. Every failure is one line on stderr.
+#include <grpc/grpc.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <signal.h>
+#include <time.h>
 
 #include <chrono>
 #include <cstdint>
@@ -18,6 +20,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -259,20 +262,52 @@ int main(int argc, char** argv) {
   sigwait(&stop_signals, &signal_number);
   std::fprintf(stderr, "cgacctd: %s, shutting down\n",
                signal_number == SIGINT ? "SIGINT" : "SIGTERM");
-  // In-flight calls get kShutdownGrace to finish, then are cancelled. The
-  // grace also bounds the wait for connected clients to close after the
-  // GOAWAY: an idle client that polls its connection rarely (gRPC C++ with
-  // no active call: every 5 s) keeps the shutdown waiting until then.
   // Health checks answer NOT_SERVING from here on (load balancers stop
-  // sending), and WatchEvents streams end UNAVAILABLE now rather than hold
-  // the grace period open.
+  // sending); new calls answer UNAVAILABLE with nothing applied; open
+  // ChargeStreams answer what they have read and end UNAVAILABLE, and
+  // WatchEvents streams end UNAVAILABLE, now rather than hold the grace
+  // period open. Unary calls already running finish.
   if (health != nullptr) {
     health->SetServingStatus(cgacct::v1::Accounting::service_full_name(),
                              false);
     health->SetServingStatus(false);
   }
+  service.BeginShutdown();
   events_hub.Shutdown();
-  server->Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
+  // In-flight calls get kShutdownGrace to finish, then are cancelled; a
+  // second SIGINT/SIGTERM cancels them at once. The grace also bounds the
+  // wait for connected clients to close after the GOAWAY: an idle client
+  // that polls its connection rarely (gRPC C++ with no active call: every
+  // 5 s) keeps the shutdown waiting until then.
+  absl::Mutex shutdown_mu;
+  bool shutdown_done = false;  // guarded by shutdown_mu
+  std::thread shutdown_thread([&] {
+    server->Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
+    absl::MutexLock l(&shutdown_mu);
+    shutdown_done = true;
+  });
+  bool cancelled = false;
+  while (true) {
+    {
+      absl::MutexLock l(&shutdown_mu);
+      if (shutdown_done) break;
+    }
+    const timespec poll_interval{0, 50 * 1000 * 1000};
+    const int again = sigtimedwait(&stop_signals, nullptr, &poll_interval);
+    if (again > 0 && !cancelled) {
+      std::fprintf(stderr,
+                   "cgacctd: second %s, cancelling the calls still running\n",
+                   again == SIGINT ? "SIGINT" : "SIGTERM");
+      // grpc::Server::Shutdown holds its lock until the grace ends; the C
+      // core's cancel-all is what a second Shutdown cannot do (usable
+      // only after shutdown began, as it has here).
+      grpc_server_cancel_all_calls(server->c_server());
+      cancelled = true;
+    }
+  }
+  shutdown_thread.join();
   server.reset();
+  // The store closes with `store` (its last writes were committed by the
+  // calls that made them).
   return 0;
 }
