@@ -51,15 +51,6 @@ DedupAnswer AnswerWithStatus(absl::Status status) {
   return answer;
 }
 
-// The de-duplication key: the caller's identity, the scope (a group
-// generation) and the client's id, length-prefixed so no two triples share
-// a key.
-std::string DedupKey(absl::string_view identity, uint64_t scope,
-                     absl::string_view request_id) {
-  return absl::StrCat(identity.size(), ":", identity, "/", scope, "/",
-                      request_id);
-}
-
 DedupFingerprint MakeFingerprint(DedupFingerprint::Method method,
                                  absl::string_view path, uint64_t nr_pages,
                                  int kind, std::optional<uint32_t> cpu) {
@@ -72,19 +63,27 @@ DedupFingerprint MakeFingerprint(DedupFingerprint::Method method,
   return fingerprint;
 }
 
-// The caller's identity for scoping request ids ("" = anonymous).
-std::string CallerKey(const grpc::ServerContextBase* context) {
+
+}  // namespace
+
+std::string AccountingService::CallerKey(
+    const grpc::ServerContextBase* context) {
   // TODO(merge): CallerIdentity(ctx)
   return std::string();
 }
-
-}  // namespace
 
 namespace {
 
 RequestDedupCache::Options DedupOptions(
     const AccountingServiceOptions& options) {
   RequestDedupCache::Options dedup = options.dedup;
+  if (dedup.clock == nullptr) dedup.clock = options.clock;
+  return dedup;
+}
+
+RequestDedupCache::Options BatchDedupOptions(
+    const AccountingServiceOptions& options) {
+  RequestDedupCache::Options dedup = options.batch_dedup;
   if (dedup.clock == nullptr) dedup.clock = options.clock;
   return dedup;
 }
@@ -101,6 +100,7 @@ AccountingService::AccountingService(Engine& engine, RpcMetrics& rpc_metrics,
       clock_(options.clock != nullptr ? *options.clock : Clock::Real()),
       events_hub_(options.events_hub),
       dedup_(DedupOptions(options)),
+      batch_dedup_(BatchDedupOptions(options)),
       owned_store_(options.store == nullptr ? std::make_unique<MemoryStateStore>()
                                             : nullptr),
       store_(options.store != nullptr ? options.store : owned_store_.get()) {}
@@ -515,6 +515,19 @@ size_t AccountingService::RestoreRequests(
   const absl::Time now = absl::Now();
   size_t restored = 0;
   for (const StoredRequest& r : requests) {
+    if (r.method == static_cast<int>(DedupFingerprint::Method::kBatch)) {
+      DedupFingerprint fingerprint;
+      fingerprint.method = DedupFingerprint::Method::kBatch;
+      fingerprint.path_hash = r.digest;
+      fingerprint.nr_pages = r.nr_pages;
+      DedupAnswer answer;
+      answer.body = r.body;
+      batch_dedup_.Restore(DedupKey(r.identity, r.scope, r.request_id),
+                           fingerprint, std::move(answer),
+                           now - absl::FromUnixNanos(r.arrived_unix_ns));
+      ++restored;
+      continue;
+    }
     if (r.method != static_cast<int>(DedupFingerprint::Method::kCharge) &&
         r.method != static_cast<int>(DedupFingerprint::Method::kUncharge))
       continue;

@@ -43,6 +43,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "cgacct/v1/accounting.grpc.pb.h"
 #include "cgacct/v1/accounting.pb.h"
 #include "engine/clock.h"
@@ -70,6 +71,16 @@ struct AccountingServiceOptions {
   // request_id de-duplication: 65536 ids, 60 s window by default. Its clock
   // is `clock` below unless set here.
   RequestDedupCache::Options dedup;
+  // idempotency_key de-duplication of ChargeBatch/ChargeStream: 16384 keys,
+  // 60 s, at most 64 MiB of stored responses by default.
+  RequestDedupCache::Options batch_dedup = DefaultBatchDedupOptions();
+
+  static RequestDedupCache::Options DefaultBatchDedupOptions() {
+    RequestDedupCache::Options o;
+    o.capacity = 16384;
+    o.max_bytes = size_t{64} << 20;
+    return o;
+  }
   // Where WatchEvents streams subscribe: the engine's observer (main.cc
   // makes it wrap the metrics observer). Null: WatchEvents answers
   // UNAVAILABLE. Not owned; must outlive the service.
@@ -247,6 +258,17 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
   // ChargeStream reactors register for BeginShutdown(); false: shutdown
   // has begun (the stream must end at once). Unregister waits while
   // BeginShutdown() is calling that reactor.
+  // The caller's identity for scoping request ids ("" = anonymous).
+  static std::string CallerKey(const grpc::ServerContextBase* context);
+  // Runs a ChargeBatch request (or ChargeStream message) through `runner`,
+  // at most once per (identity, generations of its groups,
+  // idempotency_key) inside the window when it has a key; records the
+  // response in the state store. Errors (nothing applied):
+  // INVALID_ARGUMENT bad key, or the key used for other ops; ABORTED the
+  // same key is in flight. Implemented in server/charge_batch.cc.
+  absl::Status RunBatch(ChargeOpRunner& runner, const std::string& identity,
+                        const cgacct::v1::ChargeBatchRequest& request,
+                        cgacct::v1::ChargeBatchResponse* response);
   // Calls stream->OnServerShutdown() (server/charge_batch.cc).
   static void NotifyStreamShutdown(ChargeStreamReactor* stream);
   bool RegisterStream(ChargeStreamReactor* stream)
@@ -330,8 +352,10 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
   const Clock& clock_;
   EventsWatchHub* const events_hub_;  // may be null
 
-  // Thread-safe on its own; only touched by calls carrying a request_id.
+  // Thread-safe on their own; only touched by calls carrying a request_id
+  // (dedup_) or an idempotency_key (batch_dedup_).
   RequestDedupCache dedup_;
+  RequestDedupCache batch_dedup_;
 
   // The store: options.store, or owned_store_. Thread-safe on its own.
   std::unique_ptr<StateStore> owned_store_;

@@ -20,10 +20,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "engine/engine.h"
 #include "engine/group_handle.h"
 #include "server/accounting_service.h"
+#include "server/request_dedup.h"
+#include "server/state_store.h"
 #include "server/status.h"
 #include "server/wire.h"
 
@@ -179,9 +182,91 @@ grpc::ServerUnaryReactor* AccountingService::ChargeBatch(
                        TooManyOps(request->ops_size()));
   }
   ChargeOpRunner runner(*this);
-  runner.Run(*request, response);
   return FinishUnary(context, RpcMethod::kChargeBatch, start_ns,
-                     absl::OkStatus());
+                     RunBatch(runner, CallerKey(context), *request, response));
+}
+
+absl::Status AccountingService::RunBatch(
+    ChargeOpRunner& runner, const std::string& identity,
+    const v1::ChargeBatchRequest& request, v1::ChargeBatchResponse* response) {
+  if (!request.has_idempotency_key()) {
+    runner.Run(request, response);
+    response->set_replayed(false);
+    return absl::OkStatus();
+  }
+  const std::string& key = request.idempotency_key();
+  if (key.empty())
+    return absl::InvalidArgumentError(
+        "idempotency_key must not be empty when present");
+  if (key.size() > kMaxRequestIdBytes)
+    return absl::InvalidArgumentError(
+        absl::StrCat("idempotency_key is ", key.size(), " bytes; at most ",
+                     kMaxRequestIdBytes, " allowed"));
+  // What a retry must repeat: the ops, byte for byte.
+  v1::ChargeBatchRequest ops_only;
+  *ops_only.mutable_ops() = request.ops();
+  const uint64_t digest = StableDigest(ops_only.SerializeAsString());
+  // The scope: the generation of each distinct group the ops name, in
+  // first-use order (0 for one that does not exist), so a batch naming a
+  // group re-created since is a new request.
+  uint64_t scope = StableDigest("");
+  absl::flat_hash_map<absl::string_view, bool> seen;
+  for (const v1::ChargeOp& op : request.ops()) {
+    if (!seen.emplace(op.path(), true).second) continue;
+    absl::StatusOr<GroupHandle> handle = engine_.ResolveGroup(op.path());
+    const uint64_t generation = handle.ok() ? GenerationOf(handle->id()) : 0;
+    scope = StableDigest(
+        absl::string_view(reinterpret_cast<const char*>(&generation),
+                          sizeof(generation)),
+        scope);
+  }
+  DedupFingerprint fingerprint;
+  fingerprint.method = DedupFingerprint::Method::kBatch;
+  fingerprint.path_hash = digest;
+  fingerprint.nr_pages = static_cast<uint64_t>(request.ops_size());
+  const std::string dedup_key = DedupKey(identity, scope, key);
+  const RequestDedupCache::BeginResult begin =
+      batch_dedup_.Begin(dedup_key, fingerprint);
+  switch (begin.verdict) {
+    case RequestDedupCache::Verdict::kReplay:
+      if (!response->ParseFromString(begin.answer.body)) {
+        return absl::InternalError(absl::StrCat(
+            "idempotency_key \"", key, "\": the stored response is corrupt"));
+      }
+      response->set_replayed(true);
+      return absl::OkStatus();
+    case RequestDedupCache::Verdict::kMismatch:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "idempotency_key \"", key,
+          "\" was already used for a different request (its ops differ)"));
+    case RequestDedupCache::Verdict::kInFlight:
+      return absl::AbortedError(absl::StrCat(
+          "idempotency_key \"", key, "\" is in flight; retry"));
+    case RequestDedupCache::Verdict::kProceed:
+      break;
+  }
+  runner.Run(request, response);
+  response->set_replayed(false);
+  DedupAnswer answer;
+  answer.body = response->SerializeAsString();
+  StoredRequest stored;
+  stored.identity = identity;
+  stored.request_id = key;
+  stored.scope = scope;
+  stored.method = static_cast<int>(DedupFingerprint::Method::kBatch);
+  stored.nr_pages = fingerprint.nr_pages;
+  stored.digest = digest;
+  stored.body = answer.body;
+  const absl::Time now = absl::Now();
+  stored.arrived_unix_ns = absl::ToUnixNanos(now);
+  if (absl::Status s = store_->PutRequest(
+          stored, absl::ToUnixNanos(now - batch_dedup_.window()),
+          batch_dedup_.capacity());
+      !s.ok()) {
+    rpc_metrics_.RecordStateStoreError();
+  }
+  batch_dedup_.Complete(dedup_key, begin.ticket, std::move(answer));
+  return absl::OkStatus();
 }
 
 // The ChargeStream reactor. One read and one write may be outstanding at
@@ -209,6 +294,7 @@ class AccountingService::ChargeStreamReactor final
                       grpc::CallbackServerContext* context)
       : service_(service),
         context_(context),
+        identity_(AccountingService::CallerKey(context)),
         runner_(service),
         start_ns_(service.clock_.NowNs()) {
     const bool shutting_down = !service_.RegisterStream(this);
@@ -296,15 +382,25 @@ class AccountingService::ChargeStreamReactor final
       if (stop_finish) DoFinish();
       return;
     }
-    runner_.Run(request_, &responses_[buffer]);
+    const absl::Status run = service_.RunBatch(runner_, identity_, request_,
+                                               &responses_[buffer]);
     bool write = false;
     bool read = false;
     bool finish = false;
     {
       absl::MutexLock l(&mu_);
       applying_ = false;
-      ++applied_;
-      if (broken_) {
+      if (run.ok()) ++applied_;
+      if (!run.ok()) {
+        // A bad or conflicting idempotency_key: nothing of this request was
+        // applied; the stream ends with it after the earlier responses.
+        reads_done_ = true;
+        if (status_.ok()) {
+          status_ = absl::Status(
+              run.code(), absl::StrCat("request ", applied_ + 1, ": ",
+                                       run.message()));
+        }
+      } else if (broken_) {
         reads_done_ = true;
       } else if (!write_outstanding_) {
         write_outstanding_ = true;
@@ -406,6 +502,7 @@ class AccountingService::ChargeStreamReactor final
 
   AccountingService& service_;
   grpc::CallbackServerContext* const context_;
+  const std::string identity_;  // CallerKey(context_)
   ChargeOpRunner runner_;  // touched only by the thread applying a request
   const int64_t start_ns_;                // service_.clock_
   v1::ChargeBatchRequest request_;        // owned by the outstanding read

@@ -39,7 +39,7 @@ CREATE TABLE IF NOT EXISTS requests (
   kind INTEGER NOT NULL, cpu INTEGER NOT NULL,
   code INTEGER NOT NULL, message BLOB NOT NULL,
   answer_nr_pages INTEGER NOT NULL, throttle_us INTEGER NOT NULL,
-  body BLOB NOT NULL, arrived INTEGER NOT NULL,
+  body BLOB NOT NULL, arrived INTEGER NOT NULL, digest INTEGER NOT NULL,
   UNIQUE (identity, request_id, scope));
 CREATE INDEX IF NOT EXISTS requests_arrived ON requests (arrived);
 )sql";
@@ -272,7 +272,8 @@ absl::StatusOr<StateStore::Snapshot> SqliteStateStore::Load(
   if (sqlite3_prepare_v2(
           db_,
           "SELECT identity, request_id, scope, method, path, nr_pages, kind, "
-          "cpu, code, message, answer_nr_pages, throttle_us, body, arrived "
+          "cpu, code, message, answer_nr_pages, throttle_us, body, arrived, "
+          "digest "
           "FROM requests ORDER BY seq",
           -1, &stmt, nullptr) != SQLITE_OK) {
     return ErrorLocked("reading requests");
@@ -293,6 +294,7 @@ absl::StatusOr<StateStore::Snapshot> SqliteStateStore::Load(
     r.throttle_us = FromDb(sqlite3_column_int64(stmt, 11));
     r.body = ColumnBlob(stmt, 12);
     r.arrived_unix_ns = sqlite3_column_int64(stmt, 13);
+    r.digest = FromDb(sqlite3_column_int64(stmt, 14));
     snapshot.requests.push_back(std::move(r));
   }
   sqlite3_finalize(stmt);
@@ -368,8 +370,8 @@ absl::Status SqliteStateStore::PutRequest(const StoredRequest& r,
       kPutRequest,
       "INSERT OR REPLACE INTO requests (identity, request_id, scope, method, "
       "path, nr_pages, kind, cpu, code, message, answer_nr_pages, "
-      "throttle_us, body, arrived) VALUES "
-      "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)");
+      "throttle_us, body, arrived, digest) VALUES "
+      "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)");
   if (!stmt.ok()) return stmt.status();
   BindBlob(*stmt, 1, r.identity);
   BindBlob(*stmt, 2, r.request_id);
@@ -385,6 +387,7 @@ absl::Status SqliteStateStore::PutRequest(const StoredRequest& r,
   sqlite3_bind_int64(*stmt, 12, ToDb(r.throttle_us));
   BindBlob(*stmt, 13, r.body);
   sqlite3_bind_int64(*stmt, 14, r.arrived_unix_ns);
+  sqlite3_bind_int64(*stmt, 15, ToDb(r.digest));
   const int step = sqlite3_step(*stmt);
   sqlite3_reset(*stmt);
   if (step != SQLITE_DONE) return ErrorLocked("recording a request");

@@ -54,18 +54,21 @@ struct StoredRequest {
   // idempotency_key: together with `scope`, the key of the entry.
   std::string identity;
   std::string request_id;
-  // What the id is scoped to: for Charge/Uncharge the group generation, for
-  // ChargeBatch/ChargeStream 0 (their fingerprint lists the generations).
+  // What the id is scoped to: for Charge/Uncharge the group generation (0:
+  // the group did not exist), for ChargeBatch/ChargeStream a digest of the
+  // generations of the groups the ops name.
   uint64_t scope = 0;
   // The fingerprint a retry must repeat (see RequestDedupCache): method
   // (DedupFingerprint::Method), path, nr_pages, kind, cpu (-1 = absent);
-  // batches put the request's stable hash in nr_pages and the groups'
-  // generations in `path`.
+  // batches: the number of ops in nr_pages, their digest in `digest`, and
+  // the digest of their groups' generations in `scope`.
   int method = 0;
   std::string path;
   uint64_t nr_pages = 0;
   int kind = 0;
   int64_t cpu = -1;
+  // kBatch: the StableDigest of the request's ops.
+  uint64_t digest = 0;
   // The answer: absl::StatusCode, message, and the response fields (batches:
   // the serialized ChargeBatchResponse in `body`).
   int code = 0;

@@ -330,5 +330,133 @@ TEST_F(RestoreTest, RecreatedGroupIsNeverAnsweredFromTheOldOnesHistory) {
   EXPECT_EQ(Stats("/g").memory_current_bytes(), 0u);
 }
 
+v1::ChargeBatchRequest TwoOps(const std::string& key) {
+  v1::ChargeBatchRequest request;
+  for (int i = 0; i < 2; ++i) {
+    v1::ChargeOp* op = request.add_ops();
+    op->set_id(static_cast<uint64_t>(i));
+    op->set_path("/g");
+    op->set_nr_pages(2);
+    op->set_kind(v1::PAGE_KIND_ANON);
+  }
+  if (!key.empty()) request.set_idempotency_key(key);
+  return request;
+}
+
+// Fails on main@700b79d: ChargeBatch had no idempotency key, so a retried
+// batch applied twice.
+TEST_F(RestoreTest, RetriedChargeBatchWithAKeyIsAppliedOnce) {
+  ASSERT_TRUE(Create("/g", 100 * kPage).ok());
+  v1::ChargeBatchResponse first;
+  v1::ChargeBatchResponse retry;
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(stub_->ChargeBatch(&context, TwoOps("b-1"), &first).ok());
+  }
+  EXPECT_FALSE(first.replayed());
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(stub_->ChargeBatch(&context, TwoOps("b-1"), &retry).ok());
+  }
+  EXPECT_TRUE(retry.replayed());
+  ASSERT_EQ(retry.results_size(), 2);
+  EXPECT_EQ(retry.results(1).nr_pages(), 2u);
+  EXPECT_EQ(Stats("/g").memory_current_bytes(), 4 * kPage);
+
+  // The same key with other ops: refused, nothing applied.
+  v1::ChargeBatchRequest other = TwoOps("b-1");
+  other.mutable_ops(0)->set_nr_pages(3);
+  {
+    grpc::ClientContext context;
+    v1::ChargeBatchResponse response;
+    const grpc::Status s = stub_->ChargeBatch(&context, other, &response);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(), HasSubstr("idempotency_key \"b-1\""));
+  }
+  // An empty key is refused, naming the field.
+  {
+    grpc::ClientContext context;
+    v1::ChargeBatchResponse response;
+    v1::ChargeBatchRequest empty = TwoOps("");
+    empty.set_idempotency_key("");
+    const grpc::Status s = stub_->ChargeBatch(&context, empty, &response);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(), HasSubstr("idempotency_key"));
+  }
+  EXPECT_EQ(Stats("/g").memory_current_bytes(), 4 * kPage);
+
+  // After a restart: replayed, not applied (usage restarted at 0).
+  Restart();
+  {
+    grpc::ClientContext context;
+    v1::ChargeBatchResponse after;
+    ASSERT_TRUE(stub_->ChargeBatch(&context, TwoOps("b-1"), &after).ok());
+    EXPECT_TRUE(after.replayed());
+    EXPECT_EQ(after.results(0).nr_pages(), 2u);
+  }
+  EXPECT_EQ(Stats("/g").memory_current_bytes(), 0u);
+}
+
+TEST_F(RestoreTest, ChargeStreamMessageRetriedOnANewStreamIsReplayed) {
+  ASSERT_TRUE(Create("/g", 100 * kPage).ok());
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    grpc::ClientContext context;
+    auto stream = stub_->ChargeStream(&context);
+    v1::ChargeBatchResponse response;
+    ASSERT_TRUE(stream->Write(TwoOps("s-1")));
+    ASSERT_TRUE(stream->Read(&response));
+    EXPECT_EQ(response.replayed(), attempt == 1);
+    ASSERT_TRUE(stream->WritesDone());
+    ASSERT_TRUE(stream->Finish().ok());
+  }
+  EXPECT_EQ(Stats("/g").memory_current_bytes(), 4 * kPage);
+}
+
+TEST_F(RestoreTest, BatchNamingARecreatedGroupIsANewRequest) {
+  ASSERT_TRUE(Create("/g", 100 * kPage).ok());
+  {
+    grpc::ClientContext context;
+    v1::ChargeBatchResponse response;
+    ASSERT_TRUE(stub_->ChargeBatch(&context, TwoOps("k"), &response).ok());
+  }
+  v1::DeleteGroupRequest del;
+  del.set_path("/g");
+  v1::DeleteGroupResponse deleted;
+  grpc::ClientContext c1;
+  ASSERT_TRUE(stub_->DeleteGroup(&c1, del, &deleted).ok());
+  ASSERT_TRUE(Create("/g", 100 * kPage).ok());
+  grpc::ClientContext c2;
+  v1::ChargeBatchResponse again;
+  ASSERT_TRUE(stub_->ChargeBatch(&c2, TwoOps("k"), &again).ok());
+  EXPECT_FALSE(again.replayed());
+  EXPECT_EQ(Stats("/g").memory_current_bytes(), 4 * kPage);
+}
+
+// After BeginShutdown(): new calls are UNAVAILABLE and change nothing; an
+// open ChargeStream ends UNAVAILABLE saying how many requests it applied.
+TEST_F(RestoreTest, BeginShutdownRefusesNewCallsAndEndsStreams) {
+  ASSERT_TRUE(Create("/g", 100 * kPage).ok());
+  grpc::ClientContext stream_context;
+  auto stream = stub_->ChargeStream(&stream_context);
+  v1::ChargeBatchResponse response;
+  ASSERT_TRUE(stream->Write(TwoOps("")));
+  ASSERT_TRUE(stream->Read(&response));
+  service_->BeginShutdown();
+  EXPECT_FALSE(stream->Read(&response));
+  const grpc::Status end = stream->Finish();
+  EXPECT_EQ(end.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(end.error_message(), HasSubstr("the 1 requests answered"));
+  v1::ChargeResponse charged;
+  const grpc::Status s = Charge("/g", 1, "late", &charged);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(s.error_message(), HasSubstr("shutting down"));
+  EXPECT_EQ(Create("/h", kPage).error_code(), grpc::StatusCode::UNAVAILABLE);
+  engine_->DrainAllStock();
+  absl::StatusOr<GroupStats> stats = engine_->GetStats("/g", FlushMode::kExact);
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->memory_current_pages, 4u);
+  EXPECT_FALSE(engine_->GetStats("/h", FlushMode::kExact).ok());
+}
+
 }  // namespace
 }  // namespace cgacct
