@@ -6,12 +6,16 @@
 // history.
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/support/server_interceptor.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -456,6 +460,85 @@ TEST_F(RestoreTest, BeginShutdownRefusesNewCallsAndEndsStreams) {
   ASSERT_TRUE(stats.ok());
   EXPECT_EQ(stats->memory_current_pages, 4u);
   EXPECT_FALSE(engine_->GetStats("/h", FlushMode::kExact).ok());
+}
+
+// Delays every received message by 300 ms before the handler sees it, so a
+// call with a 100 ms deadline reaches its handler late.
+class DelayInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::POST_RECV_MESSAGE)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    }
+    methods->Proceed();
+  }
+};
+class DelayFactory final
+    : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo* info) override {
+    return new DelayInterceptor;
+  }
+};
+
+// A call whose deadline has passed when its handler starts changes nothing
+// (checked before anything changes). Fails on main@700b79d: the late charge
+// was applied although its caller had already seen DEADLINE_EXCEEDED.
+TEST(DeadlineTest, ExpiredCallsChangeNothing) {
+  EngineOptions engine_options;
+  engine_options.nr_cpus = 2;
+  engine_options.page_size_bytes = kPage;
+  absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(engine_options);
+  ASSERT_TRUE(engine.ok());
+  RpcMetrics metrics;
+  AccountingService service(**engine, metrics);
+  ASSERT_TRUE((*engine)->CreateGroup("/g", {}).ok());
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &port);
+  builder.RegisterService(&service);
+  std::vector<std::unique_ptr<
+      grpc::experimental::ServerInterceptorFactoryInterface>>
+      creators;
+  creators.push_back(std::make_unique<DelayFactory>());
+  builder.experimental().SetInterceptorCreators(std::move(creators));
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  auto stub = v1::Accounting::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+  {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::milliseconds(100));
+    v1::ChargeRequest request;
+    request.set_path("/g");
+    request.set_nr_pages(5);
+    request.set_kind(v1::PAGE_KIND_ANON);
+    v1::ChargeResponse response;
+    EXPECT_EQ(stub->Charge(&context, request, &response).error_code(),
+              grpc::StatusCode::DEADLINE_EXCEEDED);
+  }
+  {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::milliseconds(100));
+    v1::CreateGroupRequest request;
+    request.set_path("/late");
+    v1::Group group;
+    EXPECT_EQ(stub->CreateGroup(&context, request, &group).error_code(),
+              grpc::StatusCode::DEADLINE_EXCEEDED);
+  }
+  // Let the late handlers run (they are 300 ms behind), then look.
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  (*engine)->DrainAllStock();
+  absl::StatusOr<GroupStats> stats = (*engine)->GetStats("/g", FlushMode::kExact);
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->memory_current_pages, 0u);
+  EXPECT_FALSE((*engine)->GetStats("/late", FlushMode::kExact).ok());
+  server->Shutdown();
 }
 
 }  // namespace
