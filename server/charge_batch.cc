@@ -312,9 +312,18 @@ class AccountingService::ChargeStreamReactor final
     }
     if (shutting_down) {
       DoFinish();
-    } else {
-      StartRead(&request_);
+      return;
     }
+    StartRead(&request_);
+    // A BeginShutdown() that reached this stream before the read was
+    // started left the finishing to here (Finish must not precede it).
+    bool finish;
+    {
+      absl::MutexLock l(&mu_);
+      started_ = true;
+      finish = shutting_down_ && ShouldFinishLocked();
+    }
+    if (finish) DoFinish();
   }
 
   // BeginShutdown(): stop reading; the requests already read are applied
@@ -327,6 +336,7 @@ class AccountingService::ChargeStreamReactor final
       if (finished_) return;
       shutting_down_ = true;
       if (!reads_done_ && status_.ok()) shutdown_end_ = true;
+      if (!started_) return;  // the constructor finishes (after StartRead)
       finish = ShouldFinishLocked();
     }
     if (finish) DoFinish();
@@ -517,6 +527,7 @@ class AccountingService::ChargeStreamReactor final
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;  // BeginShutdown() seen
   bool shutdown_end_ ABSL_GUARDED_BY(mu_) = false;   // end UNAVAILABLE
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool started_ ABSL_GUARDED_BY(mu_) = false;  // the first read was started
   uint64_t applied_ ABSL_GUARDED_BY(mu_) = 0;  // requests applied
   int writing_ ABSL_GUARDED_BY(mu_) = 1;  // buffer last handed to StartWrite
   int ready_ ABSL_GUARDED_BY(mu_) = -1;   // built, waiting for the wire

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -460,6 +461,52 @@ TEST_F(RestoreTest, BeginShutdownRefusesNewCallsAndEndsStreams) {
   ASSERT_TRUE(stats.ok());
   EXPECT_EQ(stats->memory_current_pages, 4u);
   EXPECT_FALSE(engine_->GetStats("/h", FlushMode::kExact).ok());
+}
+
+// 16 busy ChargeStreams and a shutdown in the middle: every stream ends
+// UNAVAILABLE, and the pages applied are exactly the responses the clients
+// read (each request read by the server is applied and answered, none
+// after).
+TEST_F(RestoreTest, ShutdownMidStreamsAppliesExactlyWhatWasAnswered) {
+  ASSERT_TRUE(Create("/g", kPage * 1000000).ok());
+  constexpr int kStreams = 16;
+  std::atomic<uint64_t> answered{0};
+  std::atomic<int> started{0};
+  std::atomic<int> bad_ends{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kStreams; ++t) {
+    threads.emplace_back([&] {
+      grpc::ClientContext context;
+      auto stream = stub_->ChargeStream(&context);
+      v1::ChargeBatchRequest request;
+      v1::ChargeOp* op = request.add_ops();
+      op->set_path("/g");
+      op->set_nr_pages(1);
+      op->set_kind(v1::PAGE_KIND_ANON);
+      v1::ChargeBatchResponse response;
+      bool first = true;
+      while (stream->Write(request) && stream->Read(&response)) {
+        if (response.results(0).code() == 0) ++answered;
+        if (first) ++started;
+        first = false;
+      }
+      const grpc::Status end = stream->Finish();
+      if (end.error_code() != grpc::StatusCode::UNAVAILABLE) {
+        ++bad_ends;
+        ADD_FAILURE() << end.error_code() << " " << end.error_message();
+      }
+    });
+  }
+  while (started.load() < kStreams) std::this_thread::yield();
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  service_->BeginShutdown();
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(bad_ends.load(), 0);
+  engine_->DrainAllStock();
+  absl::StatusOr<GroupStats> stats = engine_->GetStats("/g", FlushMode::kExact);
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->memory_current_pages, answered.load());
+  EXPECT_GT(answered.load(), static_cast<uint64_t>(kStreams));
 }
 
 // Delays every received message by 300 ms before the handler sees it, so a
