@@ -6,21 +6,26 @@
 #     prometheus-cpp, GoogleTest/GoogleMock, Google Benchmark);
 #   - cmake, g++, make: the build;
 #   - curl: the run command's readiness check of /metrics;
+#   - openssl: the access-control tests make their CA and certificates with
+#     the real openssl CLI at test time (nothing is shipped or downloaded);
 #   - clang-14 and libclang-rt-14-dev: the test command compiles the engine,
 #     server and clients with clang too, whose -Wthread-safety analysis
 #     checks the lock annotations (g++ ignores them), and runs the engine's
 #     ThreadSanitizer build with clang (libclang-rt-14-dev is its TSan
-#     runtime).
+#     runtime);
 #   - libsqlite3-dev: cgacctd's state store under --state_dir (groups, limits,
 #     request ids survive restarts); sqlite3: the tests check the store file
-#     with SQLite's own integrity_check.
+#     with SQLite's own integrity_check;
+#   - python3-grpcio, python3-protobuf: the test command drives cgacctd from
+#     Python over stubs it generates from the proto (tests/python).
 set -euo pipefail
 
 packages=(
-  cmake g++ make pkg-config curl clang-14 libclang-rt-14-dev
+  cmake g++ make pkg-config curl openssl clang-14 libclang-rt-14-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev
   libsqlite3-dev sqlite3
+  python3-grpcio python3-protobuf
 )
 
 missing=()

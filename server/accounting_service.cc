@@ -7,8 +7,12 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "engine/group_path.h"
 #include "absl/time/time.h"
+#include "server/caller_identity.h"
 #include "server/status.h"
 #include "server/wire.h"
 
@@ -28,6 +32,25 @@ absl::Status ValidateRequestId(const std::string& request_id) {
     return absl::InvalidArgumentError(
         absl::StrCat("request_id is ", request_id.size(), " bytes; at most ",
                      kMaxRequestIdBytes, " allowed"));
+  return absl::OkStatus();
+}
+
+// A ListGroups page_token is empty or the last path of a previous page of
+// the same listing: a valid group path strictly below `path` (it need not
+// exist any more). Checked after `path` itself.
+absl::Status ValidatePageToken(absl::string_view token, absl::string_view path) {
+  if (token.empty()) return absl::OkStatus();
+  if (absl::Status s = ValidateGroupPath(token, "page_token"); !s.ok())
+    return s;
+  const bool below = path == "/" ? token != "/"
+                                 : token.size() > path.size() + 1 &&
+                                       absl::StartsWith(token, path) &&
+                                       token[path.size()] == '/';
+  if (!below)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "page_token ", QuotePath(token), " is not below path ",
+        QuotePath(path),
+        ": pass the next_page_token of the previous page of this listing"));
   return absl::OkStatus();
 }
 
@@ -66,12 +89,6 @@ DedupFingerprint MakeFingerprint(DedupFingerprint::Method method,
 
 }  // namespace
 
-std::string AccountingService::CallerKey(
-    const grpc::ServerContextBase* context) {
-  // TODO(merge): CallerIdentity(ctx)
-  return std::string();
-}
-
 namespace {
 
 RequestDedupCache::Options DedupOptions(
@@ -99,6 +116,12 @@ AccountingService::AccountingService(Engine& engine, RpcMetrics& rpc_metrics,
       nr_cpus_(engine.nr_cpus()),
       clock_(options.clock != nullptr ? *options.clock : Clock::Real()),
       events_hub_(options.events_hub),
+      max_charge_pages_(options.max_charge_pages),
+      max_message_bytes_(options.max_message_bytes),
+      max_concurrent_streams_per_connection_(
+          options.max_concurrent_streams_per_connection),
+      limiter_(options.limits),
+      authorizer_(options.authorizer),
       dedup_(DedupOptions(options)),
       batch_dedup_(BatchDedupOptions(options)),
       owned_store_(options.store == nullptr ? std::make_unique<MemoryStateStore>()
@@ -131,6 +154,27 @@ absl::StatusOr<RestoreReport> AccountingService::Restore() {
   }
   report.requests = RestoreRequests(snapshot->requests);
   return report;
+}
+
+std::string AccountingService::CallerKey(
+    const grpc::ServerContextBase* context) {
+  return CallerIdentity(context);
+}
+
+void AccountingService::MarkShed(grpc::ServerContextBase* context,
+                                 ShedReason reason) {
+  rpc_metrics_.RecordShed(reason);
+  context->AddTrailingMetadata(kShedMetadataKey, ShedReasonName(reason));
+}
+
+absl::Status AccountingService::CheckChargeCap(uint64_t nr_pages,
+                                               absl::string_view field) const {
+  if (max_charge_pages_ == 0 || nr_pages <= max_charge_pages_)
+    return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      field, " ", nr_pages,
+      " pages exceed the per-call cap of ", max_charge_pages_,
+      " pages (--max_charge_pages, EngineInfo.max_charge_pages)"));
 }
 
 // ---------------------------------------------------------------------------
@@ -241,12 +285,34 @@ void AccountingService::RecordRpc(RpcMethod method, int64_t start_ns,
 
 grpc::ServerUnaryReactor* AccountingService::FinishUnary(
     grpc::CallbackServerContext* context, RpcMethod method, int64_t start_ns,
-    const absl::Status& status) {
+    const absl::Status& status, CallLimiter::Permit permit) {
   const grpc::Status answer = ToGrpcStatus(status);
   RecordRpc(method, start_ns, answer.error_code());
+  // Given back before Finish: a client that has its answer may call again
+  // at once without meeting its own previous call's permit.
+  permit.Release();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(answer);
   return reactor;
+}
+
+absl::StatusOr<AuthCaller> AccountingService::AuthenticateCall(
+    const grpc::ServerContextBase& context) const {
+  if (authorizer_ == nullptr) return AuthCaller();
+  return authorizer_->Authenticate(context);
+}
+
+absl::Status AccountingService::AuthorizeCall(
+    const grpc::ServerContextBase& context, Access access,
+    const std::string& path, AuthCaller* caller) const {
+  if (authorizer_ == nullptr) return absl::OkStatus();
+  absl::StatusOr<AuthCaller> who = authorizer_->Authenticate(context);
+  if (!who.ok()) return who.status();
+  if (absl::Status s = ValidateGroupPath(path); !s.ok()) return s;
+  if (absl::Status s = authorizer_->Check(*who, access, path); !s.ok())
+    return s;
+  if (caller != nullptr) *caller = *std::move(who);
+  return absl::OkStatus();
 }
 
 void AccountingService::CountChargeAnswer(const absl::Status& status) {
@@ -255,10 +321,14 @@ void AccountingService::CountChargeAnswer(const absl::Status& status) {
 }
 
 absl::Status AccountingService::ValidatePageArgs(
-    uint64_t nr_pages, PageKind kind, std::optional<uint32_t> cpu,
+    uint64_t nr_pages, PageKind kind, std::optional<uint32_t> cpu, bool charge,
     std::optional<int>* engine_cpu) const {
   if (absl::Status s = ValidateNrPages(nr_pages, page_counter_max_); !s.ok())
     return s;
+  if (charge) {
+    if (absl::Status s = CheckChargeCap(nr_pages, "nr_pages"); !s.ok())
+      return s;
+  }
   if (absl::Status s = ValidatePageKind(kind); !s.ok()) return s;
   absl::StatusOr<std::optional<int>> resolved = CpuFromProto(cpu, nr_cpus_);
   if (!resolved.ok()) return resolved.status();
@@ -272,11 +342,14 @@ absl::Status AccountingService::ValidatePageArgs(
 grpc::ServerUnaryReactor* AccountingService::CreateGroup(
     grpc::CallbackServerContext* context, const v1::CreateGroupRequest* request,
     v1::Group* response) {
-  const int64_t start_ns = clock_.NowNs();
-  if (absl::Status s = CheckCallable(*context); !s.ok())
-    return FinishUnary(context, RpcMethod::kCreateGroup, start_ns, s);
-  return FinishUnary(context, RpcMethod::kCreateGroup, start_ns,
-                     DoCreateGroup(*request, response));
+  return Unary(context, RpcMethod::kCreateGroup, [&] {
+    if (absl::Status s =
+            AuthorizeCall(*context, Access::kConfigure, request->path());
+        !s.ok()) {
+      return s;
+    }
+    return DoCreateGroup(*request, response);
+  });
 }
 
 absl::Status AccountingService::DoCreateGroup(
@@ -305,11 +378,14 @@ absl::Status AccountingService::DoCreateGroup(
 grpc::ServerUnaryReactor* AccountingService::DeleteGroup(
     grpc::CallbackServerContext* context, const v1::DeleteGroupRequest* request,
     v1::DeleteGroupResponse* response) {
-  const int64_t start_ns = clock_.NowNs();
-  if (absl::Status s = CheckCallable(*context); !s.ok())
-    return FinishUnary(context, RpcMethod::kDeleteGroup, start_ns, s);
-  return FinishUnary(context, RpcMethod::kDeleteGroup, start_ns,
-                     DoDeleteGroup(*request, response));
+  return Unary(context, RpcMethod::kDeleteGroup, [&] {
+    if (absl::Status s =
+            AuthorizeCall(*context, Access::kConfigure, request->path());
+        !s.ok()) {
+      return s;
+    }
+    return DoDeleteGroup(*request, response);
+  });
 }
 
 absl::Status AccountingService::DoDeleteGroup(
@@ -337,18 +413,40 @@ absl::Status AccountingService::DoDeleteGroup(
 grpc::ServerUnaryReactor* AccountingService::ListGroups(
     grpc::CallbackServerContext* context, const v1::ListGroupsRequest* request,
     v1::ListGroupsResponse* response) {
-  const int64_t start_ns = clock_.NowNs();
-  if (absl::Status s = CheckCallable(*context); !s.ok())
-    return FinishUnary(context, RpcMethod::kListGroups, start_ns, s);
-  return FinishUnary(context, RpcMethod::kListGroups, start_ns,
-                     DoListGroups(*request, response));
+  return Unary(context, RpcMethod::kListGroups, [&] {
+    absl::StatusOr<AuthCaller> caller = AuthenticateCall(*context);
+    if (!caller.ok()) return caller.status();
+    return DoListGroups(*caller, *request, response);
+  });
 }
 
 absl::Status AccountingService::DoListGroups(
-    const v1::ListGroupsRequest& request, v1::ListGroupsResponse* response) {
+    const AuthCaller& caller, const v1::ListGroupsRequest& request,
+    v1::ListGroupsResponse* response) {
+  if (authorizer_ != nullptr) {
+    // Checked before the engine is asked: NOT_FOUND would tell a tenant
+    // whether a group outside its grants exists.
+    if (absl::Status s = ValidateGroupPath(request.path()); !s.ok()) return s;
+    if (absl::Status s = authorizer_->CheckList(caller, request.path());
+        !s.ok())
+      return s;
+  }
   absl::StatusOr<std::vector<std::string>> paths =
       engine_.ListGroups(request.path(), request.recursive());
   if (!paths.ok()) return paths.status();
+  if (absl::Status s = ValidatePageToken(request.page_token(), request.path());
+      !s.ok())
+    return s;
+  // A tenant sees only what it may read (listing an ancestor of its grant
+  // shows the grant's subtree, nothing beside it). Filtered before paging,
+  // so page sizes and tokens work as without access control.
+  if (!caller.admin()) {
+    paths->erase(std::remove_if(paths->begin(), paths->end(),
+                                [&](const std::string& p) {
+                                  return !Authorizer::CanRead(caller, p);
+                                }),
+                 paths->end());
+  }
   // The engine returns them sorted; the cursor below depends on it.
   if (!std::is_sorted(paths->begin(), paths->end())) {
     std::sort(paths->begin(), paths->end());
@@ -387,11 +485,14 @@ absl::Status AccountingService::DoListGroups(
 grpc::ServerUnaryReactor* AccountingService::SetLimits(
     grpc::CallbackServerContext* context, const v1::SetLimitsRequest* request,
     v1::Group* response) {
-  const int64_t start_ns = clock_.NowNs();
-  if (absl::Status s = CheckCallable(*context); !s.ok())
-    return FinishUnary(context, RpcMethod::kSetLimits, start_ns, s);
-  return FinishUnary(context, RpcMethod::kSetLimits, start_ns,
-                     DoSetLimits(*request, response));
+  return Unary(context, RpcMethod::kSetLimits, [&] {
+    if (absl::Status s =
+            AuthorizeCall(*context, Access::kConfigure, request->path());
+        !s.ok()) {
+      return s;
+    }
+    return DoSetLimits(*request, response);
+  });
 }
 
 absl::Status AccountingService::DoSetLimits(const v1::SetLimitsRequest& request,
@@ -414,16 +515,20 @@ absl::Status AccountingService::DoSetLimits(const v1::SetLimitsRequest& request,
 grpc::ServerUnaryReactor* AccountingService::Charge(
     grpc::CallbackServerContext* context, const v1::ChargeRequest* request,
     v1::ChargeResponse* response) {
-  const int64_t start_ns = clock_.NowNs();
-  if (absl::Status s = CheckCallable(*context); !s.ok())
-    return FinishUnary(context, RpcMethod::kCharge, start_ns, s);
-  return FinishUnary(context, RpcMethod::kCharge, start_ns,
-                     DoCharge(CallerKey(context), *request, response));
+  return Unary(context, RpcMethod::kCharge, [&] {
+    if (absl::Status s =
+            AuthorizeCall(*context, Access::kWrite, request->path());
+        !s.ok()) {
+      CountChargeAnswer(s);  // a refused Charge is a rejected charge
+      return s;
+    }
+    return DoCharge(CallerKey(context), *request, response);
+  });
 }
 
 template <typename Request, typename Call>
 DedupAnswer AccountingService::ApplyPageRequest(
-    const std::string& identity, const Request& request,
+    const std::string& identity, const Request& request, bool charge,
     DedupFingerprint::Method method, Call&& call, bool* replayed) {
   *replayed = false;
   const std::optional<uint32_t> cpu =
@@ -438,7 +543,8 @@ DedupAnswer AccountingService::ApplyPageRequest(
   // The root is charged only through its children (engine/group_path.h).
   if (valid.ok()) valid = RefuseRootCharge(request.path());
   if (valid.ok())
-    valid = ValidatePageArgs(request.nr_pages(), kind, cpu, &engine_cpu);
+    valid =
+        ValidatePageArgs(request.nr_pages(), kind, cpu, charge, &engine_cpu);
   if (valid.ok() && request_id != nullptr)
     valid = ValidateRequestId(*request_id);
   if (!valid.ok()) return AnswerWithStatus(std::move(valid));
@@ -463,12 +569,13 @@ DedupAnswer AccountingService::ApplyPageRequest(
       return begin.answer;
     case RequestDedupCache::Verdict::kMismatch:
       return AnswerWithStatus(absl::InvalidArgumentError(absl::StrCat(
-          "request_id \"", *request_id,
+          "request_id \"", absl::CHexEscape(*request_id),
           "\" was already used for a different request (method, path, "
           "nr_pages, kind or cpu differ)")));
     case RequestDedupCache::Verdict::kInFlight:
       return AnswerWithStatus(absl::AbortedError(absl::StrCat(
-          "request_id \"", *request_id, "\" is in flight; retry")));
+          "request_id \"", absl::CHexEscape(*request_id),
+          "\" is in flight; retry")));
     case RequestDedupCache::Verdict::kProceed:
       break;
   }
@@ -553,7 +660,7 @@ absl::Status AccountingService::DoCharge(const std::string& identity,
                                          v1::ChargeResponse* response) {
   bool replayed;
   DedupAnswer answer = ApplyPageRequest(
-      identity, request, DedupFingerprint::Method::kCharge,
+      identity, request, /*charge=*/true, DedupFingerprint::Method::kCharge,
       [&](const GroupHandle* handle, absl::string_view path, uint64_t nr_pages,
           PageKind kind, std::optional<int> cpu) {
         absl::StatusOr<ChargeResult> result =
@@ -579,11 +686,14 @@ absl::Status AccountingService::DoCharge(const std::string& identity,
 grpc::ServerUnaryReactor* AccountingService::Uncharge(
     grpc::CallbackServerContext* context, const v1::UnchargeRequest* request,
     v1::UnchargeResponse* response) {
-  const int64_t start_ns = clock_.NowNs();
-  if (absl::Status s = CheckCallable(*context); !s.ok())
-    return FinishUnary(context, RpcMethod::kUncharge, start_ns, s);
-  return FinishUnary(context, RpcMethod::kUncharge, start_ns,
-                     DoUncharge(CallerKey(context), *request, response));
+  return Unary(context, RpcMethod::kUncharge, [&] {
+    if (absl::Status s =
+            AuthorizeCall(*context, Access::kWrite, request->path());
+        !s.ok()) {
+      return s;
+    }
+    return DoUncharge(CallerKey(context), *request, response);
+  });
 }
 
 absl::Status AccountingService::DoUncharge(const std::string& identity,
@@ -591,7 +701,7 @@ absl::Status AccountingService::DoUncharge(const std::string& identity,
                                            v1::UnchargeResponse* response) {
   bool replayed;
   DedupAnswer answer = ApplyPageRequest(
-      identity, request, DedupFingerprint::Method::kUncharge,
+      identity, request, /*charge=*/false, DedupFingerprint::Method::kUncharge,
       [&](const GroupHandle* handle, absl::string_view path, uint64_t nr_pages,
           PageKind kind, std::optional<int> cpu) {
         absl::StatusOr<UnchargeResult> result =
@@ -615,11 +725,14 @@ absl::Status AccountingService::DoUncharge(const std::string& identity,
 grpc::ServerUnaryReactor* AccountingService::GetStats(
     grpc::CallbackServerContext* context, const v1::GetStatsRequest* request,
     v1::GroupStats* response) {
-  const int64_t start_ns = clock_.NowNs();
-  if (absl::Status s = CheckCallable(*context); !s.ok())
-    return FinishUnary(context, RpcMethod::kGetStats, start_ns, s);
-  return FinishUnary(context, RpcMethod::kGetStats, start_ns,
-                     DoGetStats(*request, response));
+  return Unary(context, RpcMethod::kGetStats, [&] {
+    if (absl::Status s =
+            AuthorizeCall(*context, Access::kRead, request->path());
+        !s.ok()) {
+      return s;
+    }
+    return DoGetStats(*request, response);
+  });
 }
 
 absl::Status AccountingService::DoGetStats(const v1::GetStatsRequest& request,
@@ -658,11 +771,14 @@ absl::Status AccountingService::DoGetStats(const v1::GetStatsRequest& request,
 grpc::ServerUnaryReactor* AccountingService::Reclaim(
     grpc::CallbackServerContext* context, const v1::ReclaimRequest* request,
     v1::ReclaimResponse* response) {
-  const int64_t start_ns = clock_.NowNs();
-  if (absl::Status s = CheckCallable(*context); !s.ok())
-    return FinishUnary(context, RpcMethod::kReclaim, start_ns, s);
-  return FinishUnary(context, RpcMethod::kReclaim, start_ns,
-                     DoReclaim(*request, response));
+  return Unary(context, RpcMethod::kReclaim, [&] {
+    if (absl::Status s =
+            AuthorizeCall(*context, Access::kWrite, request->path());
+        !s.ok()) {
+      return s;
+    }
+    return DoReclaim(*request, response);
+  });
 }
 
 absl::Status AccountingService::DoReclaim(const v1::ReclaimRequest& request,
@@ -682,14 +798,18 @@ grpc::ServerUnaryReactor* AccountingService::GetEngineInfo(
     grpc::CallbackServerContext* context,
     const v1::GetEngineInfoRequest* request, v1::EngineInfo* response) {
   const int64_t start_ns = clock_.NowNs();
-  if (absl::Status s = CheckCallable(*context); !s.ok())
-    return FinishUnary(context, RpcMethod::kGetEngineInfo, start_ns, s);
-  DoGetEngineInfo(response);
+  absl::StatusOr<AuthCaller> caller = AuthenticateCall(*context);
+  if (!caller.ok())
+    return FinishUnary(context, RpcMethod::kGetEngineInfo, start_ns,
+                       caller.status());
+  DoGetEngineInfo(*caller, response);
   return FinishUnary(context, RpcMethod::kGetEngineInfo, start_ns,
                      absl::OkStatus());
 }
 
-void AccountingService::DoGetEngineInfo(v1::EngineInfo* response) {
+void AccountingService::DoGetEngineInfo(const AuthCaller& caller,
+                                        v1::EngineInfo* response) {
+  response->set_caller_identity(caller.identity());
   const EngineInfo info = engine_.GetInfo();
   response->set_nr_cpus(static_cast<uint32_t>(info.nr_cpus));
   response->set_page_size_bytes(info.page_size_bytes);
@@ -700,16 +820,29 @@ void AccountingService::DoGetEngineInfo(v1::EngineInfo* response) {
   response->set_flush_lock_hold_max_us(
       DurationToMicros(info.flush_lock_hold_max));
   response->set_max_batch_ops(kMaxBatchOps);
+  response->set_max_charge_pages(max_charge_pages_);
+  response->set_max_streams_per_identity(
+      limiter_.options().max_streams_per_identity);
+  response->set_max_in_flight_per_identity(
+      limiter_.options().max_in_flight_per_identity);
+  response->set_max_message_bytes(max_message_bytes_);
+  response->set_max_concurrent_streams_per_connection(
+      max_concurrent_streams_per_connection_);
   for (const FlushHoldRecord& record : info.longest_flush_holds) {
     v1::FlushLockHold* hold = response->add_longest_flush_holds();
     hold->set_policy(record.policy);
-    hold->set_root_path(record.root_path);
+    // A flush-hold path outside the caller's grants is not its to see.
+    if (Authorizer::CanRead(caller, record.root_path))
+      hold->set_root_path(record.root_path);
     hold->set_cpus_walked(static_cast<uint32_t>(record.cpus_walked));
     hold->set_groups_folded(static_cast<uint32_t>(record.groups_folded));
     hold->set_hold_ns(
         static_cast<uint64_t>(absl::ToInt64Nanoseconds(record.hold)));
     hold->set_when_unix_us(absl::ToUnixMicros(record.when));
+    hold->set_preempt_model(FlushPreemptModelName(record.preempt_model));
   }
+  response->set_flush_preempt_model(
+      FlushPreemptModelName(info.flush_preempt_model));
   response->set_flush_lock_hold_wall_max_us(
       DurationToMicros(info.flush_lock_hold_wall_max));
   response->set_preempted_flushes(info.preempted_flushes);

@@ -14,10 +14,20 @@
 //    ValidatePageKind, ResolveCpu in engine/engine.h), so a client reads the
 //    engine's words whichever RPC it used;
 //  - request_id de-duplication for Charge/Uncharge (RequestDedupCache);
+//  - the per-call page cap (max_charge_pages) and the per-identity stream
+//    and in-flight limits (CallLimiter, server/limits.h): calls over the
+//    latter are shed with RESOURCE_EXHAUSTED (docs/DESIGN.md §4.10);
 //  - absl::Status -> grpc::Status: handlers work in absl::Status and convert
 //    once, when they answer (ToGrpcStatus, server/status.h);
 //  - per-method/per-code RPC metrics and the rejected-charge count
 //    (RpcMetrics, lock-free).
+//  - access control (server/auth.h, when an Authorizer is given): every RPC
+//    first authenticates its caller (UNAUTHENTICATED), validates the path it
+//    names (INVALID_ARGUMENT) and checks the caller's grant on it
+//    (PERMISSION_DENIED) before anything can be found or changed; so a
+//    tenant learns nothing about groups outside its grants, not even whether
+//    they exist. ListGroups answers only paths the caller may read;
+//    GetEngineInfo hides flush-hold paths it may not read.
 // Every handler runs to completion on the gRPC callback thread and finishes
 // with the default unary reactor; nothing blocks except the engine call.
 //
@@ -36,6 +46,7 @@
 #include <string>
 #include <thread>
 #include <vector>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -44,13 +55,16 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/strings/string_view.h"
 #include "cgacct/v1/accounting.grpc.pb.h"
 #include "cgacct/v1/accounting.pb.h"
 #include "engine/clock.h"
 #include "engine/engine.h"
 #include "engine/group_handle.h"
 #include "engine/types.h"
+#include "server/auth.h"
 #include "server/events_watch.h"
+#include "server/limits.h"
 #include "server/metrics.h"
 #include "server/request_dedup.h"
 #include "server/state_store.h"
@@ -66,6 +80,9 @@ inline constexpr uint32_t kMaxListGroupsPageSize = 10000;
 inline constexpr size_t kMaxListGroupsPageBytes = size_t{1} << 20;
 // Longest accepted request_id, in bytes (bounds the de-duplication table).
 inline constexpr size_t kMaxRequestIdBytes = 128;
+// Default of --max_charge_pages: 2^20 pages (4 GiB of 4 KiB pages), 2^31
+// times below PAGE_COUNTER_MAX at 4 KiB pages.
+inline constexpr uint64_t kDefaultMaxChargePages = uint64_t{1} << 20;
 
 struct AccountingServiceOptions {
   // request_id de-duplication: 65536 ids, 60 s window by default. Its clock
@@ -92,6 +109,22 @@ struct AccountingServiceOptions {
   // (server/state_store.h). Null: an in-memory store the service owns
   // (nothing survives a restart). Not owned; must outlive the service.
   StateStore* store = nullptr;
+  // Most pages one Charge may charge, and the charge ops of one
+  // ChargeBatch/ChargeStream request together; more is INVALID_ARGUMENT
+  // naming nr_pages and this cap (per op in a batch). 0 = only
+  // PAGE_COUNTER_MAX. Uncharges are not capped.
+  uint64_t max_charge_pages = kDefaultMaxChargePages;
+  // Per-identity stream and in-flight limits (server/limits.h).
+  CallLimiter::Options limits;
+  // The gRPC server's own limits, set by whoever builds the grpc::Server
+  // (cgacctd's main.cc); only reported in EngineInfo here. 0 = not set.
+  uint32_t max_message_bytes = 0;
+  uint32_t max_concurrent_streams_per_connection = 0;
+  // Access control (server/auth.h): every RPC authenticates its caller and
+  // checks the path(s) it touches before anything else but the path's own
+  // validation. Null: no access control, every caller is admin. Not owned;
+  // must outlive the service.
+  const Authorizer* authorizer = nullptr;
 };
 
 // What AccountingService::Restore() put back.
@@ -160,8 +193,15 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
       const cgacct::v1::SetLimitsRequest* request,
       cgacct::v1::Group* response) override;
 
+  // Every handler below except GetEngineInfo first admits the call as one
+  // in-flight message of its caller's identity (ChargeStream: one stream,
+  // then one in-flight message per request); over a limit the call is shed:
+  // RESOURCE_EXHAUSTED "cgacctd is shedding load: ..." with trailing
+  // metadata cgacct-shed (server/limits.h), and nothing is applied.
+  //
   // Checked in the order path, nr_pages, kind, cpu, request_id. Errors:
-  // INVALID_ARGUMENT (bad path, nr_pages 0 or > page_counter_max, kind not
+  // INVALID_ARGUMENT (bad path, nr_pages 0 or > page_counter_max or above
+  // the per-call cap max_charge_pages, kind not
   // ANON/FILE, cpu >= nr_cpus, empty/too long request_id, or a request_id
   // reused for a different request); NOT_FOUND; RESOURCE_EXHAUSTED (OOM,
   // naming the limiting group); ABORTED (the same request_id is still in
@@ -186,8 +226,11 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
   // "ops[i]: " and the message Charge/Uncharge would give, naming the field;
   // a failed charge op counts as rejected like a failed Charge.
   // Each distinct path is validated and resolved to a GroupHandle once per
-  // call. Errors of the call: INVALID_ARGUMENT for more than kMaxBatchOps ops
-  // (nothing is applied). Implemented in server/charge_batch.cc.
+  // call. The per-call page cap is one budget per request: each valid charge
+  // op takes its nr_pages from max_charge_pages, and an op that asks for
+  // more than is left fails alone with INVALID_ARGUMENT (nr_pages). Errors
+  // of the call: INVALID_ARGUMENT for more than kMaxBatchOps ops (nothing is
+  // applied). Implemented in server/charge_batch.cc.
   grpc::ServerUnaryReactor* ChargeBatch(
       grpc::CallbackServerContext* context,
       const cgacct::v1::ChargeBatchRequest* request,
@@ -199,9 +242,12 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
   // response waits behind the one on the wire). Group handles are cached for
   // the stream's life (re-resolved if their group was deleted). The stream
   // ends OK when the client half-closes and every response is written; a
-  // request of more than kMaxBatchOps ops ends it with INVALID_ARGUMENT
-  // after the responses to the earlier requests. Implemented in
-  // server/charge_batch.cc.
+  // request of more than kMaxBatchOps ops ends
+  // it with INVALID_ARGUMENT after the responses to the earlier requests
+  // (that request is not applied); a request over the in-flight limit ends
+  // it the same way with the shed RESOURCE_EXHAUSTED. A request or response
+  // buffer grown past 64 KiB is freed once used, so an idle stream holds
+  // little memory. Implemented in server/charge_batch.cc.
   grpc::ServerBidiReactor<cgacct::v1::ChargeBatchRequest,
                           cgacct::v1::ChargeBatchResponse>*
   ChargeStream(grpc::CallbackServerContext* context) override;
@@ -238,7 +284,10 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
       grpc::CallbackServerContext* context,
       const cgacct::v1::WatchEventsRequest* request) override;
 
-  // Never fails.
+  // The per-identity limiter, for tests (which hold permits to saturate it).
+  CallLimiter& limiter() { return limiter_; }
+
+  // Errors: only access control's (UNAUTHENTICATED, PERMISSION_DENIED).
   grpc::ServerUnaryReactor* GetEngineInfo(
       grpc::CallbackServerContext* context,
       const cgacct::v1::GetEngineInfoRequest* request,
@@ -258,8 +307,6 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
   // ChargeStream reactors register for BeginShutdown(); false: shutdown
   // has begun (the stream must end at once). Unregister waits while
   // BeginShutdown() is calling that reactor.
-  // The caller's identity for scoping request ids ("" = anonymous).
-  static std::string CallerKey(const grpc::ServerContextBase* context);
   // Runs a ChargeBatch request (or ChargeStream message) through `runner`,
   // at most once per (identity, generations of its groups,
   // idempotency_key) inside the window when it has a key; records the
@@ -275,12 +322,46 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
       ABSL_LOCKS_EXCLUDED(streams_mu_);
   void UnregisterStream(ChargeStreamReactor* stream)
       ABSL_LOCKS_EXCLUDED(streams_mu_);
+  // The caller's identity (CallerIdentity): the per-identity limits' key,
+  // and the scope of request ids and idempotency keys ("" = anonymous).
+  static std::string CallerKey(const grpc::ServerContextBase* context);
+
+  // Admits one in-flight message of the caller (a Permit held while `body`
+  // runs), runs `body` (returning absl::Status) and finishes the call; a
+  // shed call finishes at once without running it.
+  template <typename Body>
+  grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* context,
+                                  RpcMethod method, Body&& body) {
+    const int64_t start_ns = clock_.NowNs();
+    // Shutdown and the deadline first: nothing changes for such a call.
+    if (absl::Status s = CheckCallable(*context); !s.ok())
+      return FinishUnary(context, method, start_ns, s);
+    ShedReason reason;
+    absl::StatusOr<CallLimiter::Permit> permit = limiter_.Acquire(
+        CallLimiter::Kind::kInFlight, CallerKey(context), &reason);
+    if (!permit.ok()) {
+      MarkShed(context, reason);
+      return FinishUnary(context, method, start_ns, permit.status());
+    }
+    return FinishUnary(context, method, start_ns, body(), std::move(*permit));
+  }
+  // Counts a shed call and adds the cgacct-shed trailing metadata (call it
+  // before Finish).
+  void MarkShed(grpc::ServerContextBase* context, ShedReason reason);
+  // A charge of `nr_pages` is within max_charge_pages (`field` names it in
+  // the message: "nr_pages", or "ops" for a batch's sum).
+  absl::Status CheckChargeCap(uint64_t nr_pages, absl::string_view field) const;
+  // What a ChargeBatch request (or one ChargeStream message) must pass
+  // before any op runs: at most kMaxBatchOps ops.
+  absl::Status CheckBatch(const cgacct::v1::ChargeBatchRequest& request) const;
 
   // Converts `status` (ToGrpcStatus), records the call's metrics (latency
   // since `start_ns` on clock_) and finishes it.
+  // A held `permit` is given back before the call is finished.
   grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context,
                                         RpcMethod method, int64_t start_ns,
-                                        const absl::Status& status);
+                                        const absl::Status& status,
+                                        CallLimiter::Permit permit = {});
   void RecordRpc(RpcMethod method, int64_t start_ns, grpc::StatusCode code);
   // Counts `status`, the answer to one charge (a Charge or a charge op), as
   // rejected unless it is OK or RESOURCE_EXHAUSTED. The only place the
@@ -291,7 +372,8 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
                              cgacct::v1::Group* response);
   absl::Status DoDeleteGroup(const cgacct::v1::DeleteGroupRequest& request,
                              cgacct::v1::DeleteGroupResponse* response);
-  absl::Status DoListGroups(const cgacct::v1::ListGroupsRequest& request,
+  absl::Status DoListGroups(const AuthCaller& caller,
+                            const cgacct::v1::ListGroupsRequest& request,
                             cgacct::v1::ListGroupsResponse* response);
   absl::Status DoSetLimits(const cgacct::v1::SetLimitsRequest& request,
                            cgacct::v1::Group* response);
@@ -306,15 +388,17 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
                           cgacct::v1::GroupStats* response);
   absl::Status DoReclaim(const cgacct::v1::ReclaimRequest& request,
                          cgacct::v1::ReclaimResponse* response);
-  void DoGetEngineInfo(cgacct::v1::EngineInfo* response);
+  void DoGetEngineInfo(const AuthCaller& caller,
+                       cgacct::v1::EngineInfo* response);
 
   // The nr_pages, kind and cpu of a Charge, Uncharge or ChargeOp, checked in
   // that order by the engine's exported checks (and CpuFromProto for the
   // wire's uint32 cpu); on success *engine_cpu is the cpu to pass to the
   // engine. The path is checked by the caller (ChargeBatch checks each
   // distinct path once).
+  // `charge`: the op charges, so nr_pages is also held to max_charge_pages.
   absl::Status ValidatePageArgs(uint64_t nr_pages, PageKind kind,
-                                std::optional<uint32_t> cpu,
+                                std::optional<uint32_t> cpu, bool charge,
                                 std::optional<int>* engine_cpu) const;
   // The body Charge and Uncharge share: checks path, nr_pages, kind, cpu and
   // request_id, then runs `call(handle, path, nr_pages, kind, cpu)` (the
@@ -325,7 +409,7 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
   // it was a stored one (nothing was applied).
   template <typename Request, typename Call>
   DedupAnswer ApplyPageRequest(const std::string& identity,
-                               const Request& request,
+                               const Request& request, bool charge,
                                DedupFingerprint::Method method, Call&& call,
                                bool* replayed);
   // The store generation of engine group `group_id` (see generations_).
@@ -334,6 +418,16 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
   // Puts the stored Charge/Uncharge answers back into dedup_; returns how
   // many.
   size_t RestoreRequests(const std::vector<StoredRequest>& requests);
+
+  // The caller of `context` (an admin caller when there is no authorizer).
+  // Errors: UNAUTHENTICATED, PERMISSION_DENIED (Authorizer::Authenticate).
+  absl::StatusOr<AuthCaller> AuthenticateCall(
+      const grpc::ServerContextBase& context) const;
+  // AuthenticateCall(), then ValidateGroupPath(path), then the caller's
+  // `access` on `path`. *caller (if not null) gets the caller.
+  absl::Status AuthorizeCall(const grpc::ServerContextBase& context,
+                             Access access, const std::string& path,
+                             AuthCaller* caller = nullptr) const;
 
   // Wire limits (bytes) -> engine update (pages); see the file comment.
   LimitsUpdate LimitsFromProto(const cgacct::v1::Limits& limits) const;
@@ -351,6 +445,14 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
   const int nr_cpus_;
   const Clock& clock_;
   EventsWatchHub* const events_hub_;  // may be null
+  const uint64_t max_charge_pages_;  // 0 = none
+  const uint32_t max_message_bytes_;
+  const uint32_t max_concurrent_streams_per_connection_;
+
+  // Thread-safe on its own.
+  CallLimiter limiter_;
+
+  const Authorizer* const authorizer_;  // may be null; thread-safe
 
   // Thread-safe on their own; only touched by calls carrying a request_id
   // (dedup_) or an idempotency_key (batch_dedup_).

@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
@@ -24,6 +25,7 @@
 #include "absl/time/time.h"
 #include "engine/engine.h"
 #include "engine/group_handle.h"
+#include "engine/group_path.h"
 #include "server/accounting_service.h"
 #include "server/request_dedup.h"
 #include "server/state_store.h"
@@ -39,10 +41,24 @@ namespace {
 // (bounds the memory a client can make a stream hold).
 constexpr size_t kMaxCachedPaths = 4096;
 
+// A request or response buffer a stream keeps between messages is freed
+// once used if its encoding outgrew this (so an idle stream that once carried
+// a 4 MB batch does not keep 4 MB).
+constexpr size_t kMaxRetainedMessageBytes = size_t{64} << 10;
+// Responses are bounded per op (code, id, counts and a message of at most a
+// few hundred bytes): their op count stands in for their size.
+constexpr int kMaxRetainedResults = 256;
+
 absl::Status TooManyOps(int nr_ops) {
   return absl::InvalidArgumentError(
       absl::StrCat("ops has ", nr_ops, " entries; at most ", kMaxBatchOps,
                    " per request (EngineInfo.max_batch_ops)"));
+}
+
+// Frees `message`'s memory (a swap with an empty one).
+template <typename Message>
+void FreeMessage(Message* message) {
+  Message().Swap(message);
 }
 
 }  // namespace
@@ -56,12 +72,16 @@ absl::Status TooManyOps(int nr_ops) {
 // Thread safety: thread-compatible; one per call or stream.
 class AccountingService::ChargeOpRunner {
  public:
-  explicit ChargeOpRunner(AccountingService& service) : service_(service) {}
+  // `caller`: who sends the ops (each distinct path is checked for
+  // Access::kWrite once, when first resolved); must outlive the runner.
+  ChargeOpRunner(AccountingService& service, const AuthCaller& caller)
+      : service_(service), caller_(caller) {}
 
   // Fills `response` with one result per op of `request`, in order. The
   // caller has checked the op count against kMaxBatchOps.
   void Run(const v1::ChargeBatchRequest& request,
            v1::ChargeBatchResponse* response) {
+    budget_ = service_.max_charge_pages_;
     auto* results = response->mutable_results();
     results->Clear();  // keeps the cleared OpResults for reuse by Add()
     results->Reserve(request.ops_size());
@@ -116,16 +136,35 @@ class AccountingService::ChargeOpRunner {
     if (handle == nullptr) {
       absl::Status s = ValidateGroupPath(path);
       if (s.ok()) s = RefuseRootCharge(path);
+      // Access control before anything else can tell whether it exists;
+      // a path stays cached only once it passed.
+      if (s.ok() && service_.authorizer_ != nullptr)
+        s = service_.authorizer_->Check(caller_, Access::kWrite, path);
       if (!s.ok()) return Fail(index, op, s, result);
     }
     const std::optional<uint32_t> cpu =
         op.has_cpu() ? std::optional<uint32_t>(op.cpu()) : std::nullopt;
     const PageKind kind = PageKindFromProto(op.kind());
     std::optional<int> engine_cpu;
-    if (absl::Status s =
-            service_.ValidatePageArgs(op.nr_pages(), kind, cpu, &engine_cpu);
+    if (absl::Status s = service_.ValidatePageArgs(
+            op.nr_pages(), kind, cpu, /*charge=*/!op.uncharge(), &engine_cpu);
         !s.ok()) {
       return Fail(index, op, s, result);
+    }
+    // The per-call cap is one budget for the whole request: each valid
+    // charge op takes its pages from it, whatever the engine answers.
+    if (!op.uncharge() && service_.max_charge_pages_ != 0) {
+      if (op.nr_pages() > budget_) {
+        return Fail(index, op,
+                    absl::InvalidArgumentError(absl::StrCat(
+                        "nr_pages ", op.nr_pages(), " exceeds the ", budget_,
+                        " pages left of this request's per-call cap of ",
+                        service_.max_charge_pages_,
+                        " pages (--max_charge_pages, "
+                        "EngineInfo.max_charge_pages)")),
+                    result);
+      }
+      budget_ -= op.nr_pages();
     }
     if (handle == nullptr) {
       absl::StatusOr<GroupHandle> resolved =
@@ -142,6 +181,14 @@ class AccountingService::ChargeOpRunner {
       if (!resolved.ok()) return Fail(index, op, resolved.status(), result);
       status =
           ApplyToEngine(*Insert(path, *resolved), op, kind, engine_cpu, result);
+      if (status.code() == absl::StatusCode::kNotFound) {
+        // Deleted again between the resolve and the call: the engine's
+        // message names the handle's internal id; the client knows paths.
+        Forget();
+        status = absl::NotFoundError(absl::StrCat(
+            "path ", QuotePath(path),
+            ": no such group (deleted while this op was applied)"));
+      }
     }
     if (!status.ok()) Fail(index, op, status, result);
   }
@@ -165,25 +212,33 @@ class AccountingService::ChargeOpRunner {
   }
 
   AccountingService& service_;
+  const AuthCaller& caller_;
+  // Pages the valid charge ops of the current request may still charge
+  // (max_charge_pages per request; unused when that is 0).
+  uint64_t budget_ = 0;
   absl::flat_hash_map<std::string, GroupHandle> cache_;
   // The entry of the previous op, so a run of ops on one path skips hashing.
   std::string last_path_;
   GroupHandle* last_ = nullptr;  // into cache_; null after any rehash risk
 };
 
+absl::Status AccountingService::CheckBatch(
+    const v1::ChargeBatchRequest& request) const {
+  if (request.ops_size() > static_cast<int>(kMaxBatchOps))
+    return TooManyOps(request.ops_size());
+  return absl::OkStatus();
+}
+
 grpc::ServerUnaryReactor* AccountingService::ChargeBatch(
     grpc::CallbackServerContext* context, const v1::ChargeBatchRequest* request,
     v1::ChargeBatchResponse* response) {
-  const int64_t start_ns = clock_.NowNs();
-  if (absl::Status s = CheckCallable(*context); !s.ok())
-    return FinishUnary(context, RpcMethod::kChargeBatch, start_ns, s);
-  if (request->ops_size() > static_cast<int>(kMaxBatchOps)) {
-    return FinishUnary(context, RpcMethod::kChargeBatch, start_ns,
-                       TooManyOps(request->ops_size()));
-  }
-  ChargeOpRunner runner(*this);
-  return FinishUnary(context, RpcMethod::kChargeBatch, start_ns,
-                     RunBatch(runner, CallerKey(context), *request, response));
+  return Unary(context, RpcMethod::kChargeBatch, [&] {
+    if (absl::Status s = CheckBatch(*request); !s.ok()) return s;
+    absl::StatusOr<AuthCaller> caller = AuthenticateCall(*context);
+    if (!caller.ok()) return caller.status();
+    ChargeOpRunner runner(*this, *caller);
+    return RunBatch(runner, CallerKey(context), *request, response);
+  });
 }
 
 absl::Status AccountingService::RunBatch(
@@ -231,17 +286,17 @@ absl::Status AccountingService::RunBatch(
     case RequestDedupCache::Verdict::kReplay:
       if (!response->ParseFromString(begin.answer.body)) {
         return absl::InternalError(absl::StrCat(
-            "idempotency_key \"", key, "\": the stored response is corrupt"));
+            "idempotency_key \"", absl::CHexEscape(key), "\": the stored response is corrupt"));
       }
       response->set_replayed(true);
       return absl::OkStatus();
     case RequestDedupCache::Verdict::kMismatch:
       return absl::InvalidArgumentError(absl::StrCat(
-          "idempotency_key \"", key,
+          "idempotency_key \"", absl::CHexEscape(key),
           "\" was already used for a different request (its ops differ)"));
     case RequestDedupCache::Verdict::kInFlight:
       return absl::AbortedError(absl::StrCat(
-          "idempotency_key \"", key, "\" is in flight; retry"));
+          "idempotency_key \"", absl::CHexEscape(key), "\" is in flight; retry"));
     case RequestDedupCache::Verdict::kProceed:
       break;
   }
@@ -280,7 +335,14 @@ absl::Status AccountingService::RunBatch(
 //     else, if reads are over: Finish.
 //
 // So responses leave in request order, at most one waits, and the stream
-// holds 1 request + 2 responses of memory whatever the client does.
+// holds 1 request + 2 responses of memory whatever the client does; a buffer
+// that grew past kMaxRetainedMessageBytes is freed once used.
+//
+// Limits (server/limits.h): the stream holds a stream permit of its caller's
+// identity for its life (given by ChargeStream(), released with the reactor),
+// and each request an in-flight permit from its read until its response has
+// been written (`permits_`, one per response buffer). A request over the
+// in-flight limit or over kMaxBatchOps ops ends the stream with its error after the earlier responses; it is not applied.
 // Cancellation (or a broken connection) fails the outstanding read/write;
 // the reactor then finishes once nothing is outstanding.
 //
@@ -291,12 +353,16 @@ class AccountingService::ChargeStreamReactor final
                                      v1::ChargeBatchResponse> {
  public:
   ChargeStreamReactor(AccountingService& service,
-                      grpc::CallbackServerContext* context)
+                      grpc::CallbackServerContext* context,
+                      CallLimiter::Permit stream_permit, int64_t start_ns,
+                      AuthCaller caller)
       : service_(service),
         context_(context),
+        caller_(std::move(caller)),
         identity_(AccountingService::CallerKey(context)),
-        runner_(service),
-        start_ns_(service.clock_.NowNs()) {
+        runner_(service, caller_),
+        start_ns_(start_ns),
+        stream_permit_(std::move(stream_permit)) {
     const bool shutting_down = !service_.RegisterStream(this);
     {
       absl::MutexLock l(&mu_);
@@ -360,9 +426,25 @@ class AccountingService::ChargeStreamReactor final
       if (finish) DoFinish();
       return;
     }
+    // The checks that need no lock first (they change nothing).
+    absl::Status refused = service_.CheckBatch(request_);
+    CallLimiter::Permit permit;
+    ShedReason reason{};
+    bool shed = false;
+    if (refused.ok()) {
+      absl::StatusOr<CallLimiter::Permit> admitted = service_.limiter_.Acquire(
+          CallLimiter::Kind::kInFlight, CallerKey(context_), &reason);
+      if (admitted.ok()) {
+        permit = *std::move(admitted);
+      } else {
+        refused = admitted.status();
+        shed = true;
+      }
+    }
     int buffer = 0;
     bool stop = false;
     bool stop_finish = false;
+    bool refused_ends = false;
     {
       absl::MutexLock l(&mu_);
       read_outstanding_ = false;
@@ -378,22 +460,32 @@ class AccountingService::ChargeStreamReactor final
             " was applied; the ", applied_,
             " requests answered before it were applied"));
         stop = true;
-      } else if (request_.ops_size() > static_cast<int>(kMaxBatchOps)) {
+      } else if (!refused.ok()) {
         reads_done_ = true;
-        if (status_.ok()) status_ = TooManyOps(request_.ops_size());
+        if (status_.ok()) status_ = std::move(refused);
         stop = true;
+        refused_ends = true;
       } else {
         applying_ = true;
         buffer = 1 - writing_;  // never the one on the wire; never "ready"
+        permits_[buffer] = std::move(permit);
       }
       if (stop) stop_finish = ShouldFinishLocked();
     }
     if (stop) {
+      // The trailer goes before Finish (DoFinish below).
+      if (refused_ends && shed) service_.MarkShed(context_, reason);
+      FreeMessage(&request_);
       if (stop_finish) DoFinish();
       return;
     }
     const absl::Status run = service_.RunBatch(runner_, identity_, request_,
                                                &responses_[buffer]);
+    // The request is done with; a big one is not kept while the stream idles
+    // (the next read parses into a fresh message).
+    if (request_.ByteSizeLong() > kMaxRetainedMessageBytes) {
+      FreeMessage(&request_);
+    }
     bool write = false;
     bool read = false;
     bool finish = false;
@@ -405,6 +497,7 @@ class AccountingService::ChargeStreamReactor final
         // A bad or conflicting idempotency_key: nothing of this request was
         // applied; the stream ends with it after the earlier responses.
         reads_done_ = true;
+        permits_[buffer].Release();
         if (status_.ok()) {
           status_ = absl::Status(
               run.code(), absl::StrCat("request ", applied_ + 1, ": ",
@@ -439,6 +532,12 @@ class AccountingService::ChargeStreamReactor final
     {
       absl::MutexLock l(&mu_);
       write_outstanding_ = false;
+      // The buffer just written: nobody fills it before the next write
+      // moves `writing_` (below, or in a later OnReadDone), so it is ours.
+      permits_[writing_].Release();
+      if (responses_[writing_].results_size() > kMaxRetainedResults) {
+        FreeMessage(&responses_[writing_]);
+      }
       if (!ok) {
         // The call is dead: drop what waits; an outstanding read fails too.
         broken_ = true;
@@ -512,9 +611,11 @@ class AccountingService::ChargeStreamReactor final
 
   AccountingService& service_;
   grpc::CallbackServerContext* const context_;
+  const AuthCaller caller_;  // authenticated when the stream started
   const std::string identity_;  // CallerKey(context_)
   ChargeOpRunner runner_;  // touched only by the thread applying a request
   const int64_t start_ns_;                // service_.clock_
+  const CallLimiter::Permit stream_permit_;  // released when the reactor goes
   v1::ChargeBatchRequest request_;        // owned by the outstanding read
   v1::ChargeBatchResponse responses_[2];  // see `writing_` and `ready_`
 
@@ -532,6 +633,20 @@ class AccountingService::ChargeStreamReactor final
   int writing_ ABSL_GUARDED_BY(mu_) = 1;  // buffer last handed to StartWrite
   int ready_ ABSL_GUARDED_BY(mu_) = -1;   // built, waiting for the wire
   absl::Status status_ ABSL_GUARDED_BY(mu_);
+  // The in-flight permit of the request each response buffer answers, held
+  // until that response is written (or the reactor goes). Releasing one
+  // takes the limiter's leaf mutex under mu_.
+  CallLimiter::Permit permits_[2] ABSL_GUARDED_BY(mu_);
+};
+
+// A ChargeStream refused before it started (shed, or access control):
+// finishes at once.
+class ShedStreamReactor final
+    : public grpc::ServerBidiReactor<v1::ChargeBatchRequest,
+                                     v1::ChargeBatchResponse> {
+ public:
+  explicit ShedStreamReactor(const grpc::Status& status) { Finish(status); }
+  void OnDone() override { delete this; }
 };
 
 void AccountingService::NotifyStreamShutdown(ChargeStreamReactor* stream) {
@@ -540,7 +655,26 @@ void AccountingService::NotifyStreamShutdown(ChargeStreamReactor* stream) {
 
 grpc::ServerBidiReactor<v1::ChargeBatchRequest, v1::ChargeBatchResponse>*
 AccountingService::ChargeStream(grpc::CallbackServerContext* context) {
-  return new ChargeStreamReactor(*this, context);
+  const int64_t start_ns = clock_.NowNs();
+  ShedReason reason;
+  absl::StatusOr<CallLimiter::Permit> permit = limiter_.Acquire(
+      CallLimiter::Kind::kStream, CallerKey(context), &reason);
+  if (!permit.ok()) {
+    MarkShed(context, reason);
+    const grpc::Status status = ToGrpcStatus(permit.status());
+    RecordRpc(RpcMethod::kChargeStream, start_ns, status.error_code());
+    return new ShedStreamReactor(status);
+  }
+  // Access control after shedding: an unauthenticated flood is shed under
+  // the anonymous identity's limits.
+  absl::StatusOr<AuthCaller> caller = AuthenticateCall(*context);
+  if (!caller.ok()) {
+    const grpc::Status status = ToGrpcStatus(caller.status());
+    RecordRpc(RpcMethod::kChargeStream, start_ns, status.error_code());
+    return new ShedStreamReactor(status);
+  }
+  return new ChargeStreamReactor(*this, context, *std::move(permit), start_ns,
+                                 *std::move(caller));
 }
 
 }  // namespace cgacct

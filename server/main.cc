@@ -5,8 +5,14 @@
 // Exit codes: 0 after SIGINT/SIGTERM (clean shutdown); 1 when a port cannot
 // be bound, or when Abseil's flag parser rejects a value that is not of the
 // flag's type (e.g. --cpus=abc); 2 for flag values that parse but are out of
-// range or inconsistent; 3 when the state store (--state_dir) cannot be
-// opened or restored. Every failure is one line on stderr.
+// range or inconsistent (a bad TLS, token or policy file included, and a
+// plaintext or unauthenticated listener on a non-loopback address without
+// --insecure); 3 when the state store (--state_dir) cannot be opened or
+// restored. Every failure is one line on stderr.
+//
+// SIGHUP re-reads --tokens_file and --authz_policy (a bad file is reported
+// on stderr and the previous one stays); certificates are re-read by gRPC
+// every --tls_refresh_interval.
 #include <grpc/grpc.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
@@ -15,6 +21,7 @@
 #include <time.h>
 
 #include <chrono>
+#include <climits>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
@@ -27,6 +34,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
@@ -34,7 +42,12 @@
 #include "engine/engine.h"
 #include "engine/types.h"
 #include "server/accounting_service.h"
+#include "server/auth.h"
+#include "server/caller_identity.h"
+#include "server/tls.h"
 #include "server/events_watch.h"
+#include "server/limits.h"
+#include "server/memory_trim.h"
 #include "server/metrics.h"
 #include "server/sqlite_state_store.h"
 
@@ -46,8 +59,14 @@ ABSL_FLAG(int, cpus, 0,
           "per-CPU slots of the engine; 0 = the machine's online CPUs");
 ABSL_FLAG(std::string, flush_lock_policy, "per_cpu",
           "rstat flush lock policy: per_cpu (retake per CPU), whole (hold "
-          "across CPUs, yield to waiters), batch:N (retake every N CPUs) or "
-          "adaptive (hold up to --flush_hold_budget, skip clean CPUs)");
+          "across CPUs; see --flush_preempt_model), batch:N (retake every N "
+          "CPUs) or adaptive (hold up to --flush_hold_budget, skip clean "
+          "CPUs)");
+ABSL_FLAG(std::string, flush_preempt_model, "none",
+          "kernel preemption model of the flush-lock holder: none (whole "
+          "holds the lock across every CPU, as without CONFIG_PREEMPTION) or "
+          "full (whole drops it between CPUs for a waiting flusher, as with "
+          "CONFIG_PREEMPT); other policies are the same under both");
 ABSL_FLAG(absl::Duration, flush_hold_budget, absl::Microseconds(50),
           "adaptive policy: longest planned flush-lock hold");
 ABSL_FLAG(absl::Duration, periodic_flush_interval, absl::Seconds(2),
@@ -71,9 +90,56 @@ ABSL_FLAG(std::string, state_dir, "",
           "directory of the state store (SQLite, WAL): groups, limits and "
           "the request-id window survive restarts (usage restarts at 0); "
           "empty = nothing persisted");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate chain of the server; with --tls_key turns TLS on "
+          "(re-read every --tls_refresh_interval)");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, client_ca, "",
+          "PEM CA bundle: clients may present a certificate chaining to it "
+          "(mTLS); its identity (SAN, else CN) names the caller");
+ABSL_FLAG(absl::Duration, tls_refresh_interval, absl::Seconds(10),
+          "how often the TLS files are re-read (>= 1s)");
+ABSL_FLAG(std::string, tokens_file, "",
+          "bearer tokens, one 'IDENTITY TOKEN' per line (>= 16-byte "
+          "tokens); re-read on SIGHUP");
+ABSL_FLAG(std::string, authz_policy, "",
+          "authorization policy, one 'IDENTITY admin|ro PATH|rw PATH' per "
+          "line; empty = every authenticated caller is admin; re-read on "
+          "SIGHUP");
+ABSL_FLAG(bool, insecure, false,
+          "allow --listen on a non-loopback address without TLS and client "
+          "authentication (and --metrics_listen without a token)");
+ABSL_FLAG(std::string, metrics_token_file, "",
+          "file holding a token /metrics then requires as the HTTP basic-auth "
+          "password (any user name); needed for a non-loopback "
+          "--metrics_listen of a server with access control");
+ABSL_FLAG(std::string, reflection, "auto",
+          "gRPC server reflection: on, off, or auto (on unless access control "
+          "is on)");
 ABSL_FLAG(int, metrics_group_depth, 2,
           "export cgacct_group_memory_current_bytes for groups down to this "
           "depth; 0 = off");
+ABSL_FLAG(uint64_t, max_charge_pages, cgacct::kDefaultMaxChargePages,
+          "most pages one Charge (or the charge ops of one ChargeBatch / "
+          "ChargeStream message together) may charge; more is "
+          "INVALID_ARGUMENT; 0 = only PAGE_COUNTER_MAX");
+ABSL_FLAG(uint32_t, max_streams_per_identity,
+          cgacct::kDefaultMaxStreamsPerIdentity,
+          "concurrent ChargeStreams and WatchEvents streams per caller identity; more are shed with "
+          "RESOURCE_EXHAUSTED; 0 = no limit");
+ABSL_FLAG(uint32_t, max_in_flight_per_identity,
+          cgacct::kDefaultMaxInFlightPerIdentity,
+          "concurrent in-flight messages (unary calls, stream requests not "
+          "yet answered) per caller identity; more are shed with "
+          "RESOURCE_EXHAUSTED; 0 = no limit");
+ABSL_FLAG(uint32_t, max_message_bytes, 4u << 20,
+          "largest gRPC request or response message in bytes, 4096 .. "
+          "2147483647 (gRPC answers RESOURCE_EXHAUSTED above it)");
+ABSL_FLAG(uint32_t, max_concurrent_streams_per_connection, 100,
+          "HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS of every connection, >= 1");
+ABSL_FLAG(absl::Duration, memory_trim_interval, absl::Seconds(1),
+          "how often to give malloc's free heap back to the kernel when more "
+          "than 4 MiB of it is free; 0 = never");
 
 namespace {
 
@@ -94,6 +160,47 @@ int Fail(int code, const std::string& message) {
   return code;
 }
 
+// --tokens_file and --authz_policy (each absent when its flag is empty).
+struct AuthFiles {
+  std::optional<cgacct::TokenTable> tokens;
+  std::optional<cgacct::AuthzPolicy> policy;
+};
+
+absl::StatusOr<AuthFiles> LoadAuthFiles() {
+  AuthFiles out;
+  const std::string tokens = absl::GetFlag(FLAGS_tokens_file);
+  if (!tokens.empty()) {
+    absl::StatusOr<cgacct::TokenTable> t = cgacct::TokenTable::LoadFile(tokens);
+    if (!t.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--tokens_file: ", t.status().message()));
+    }
+    out.tokens = *std::move(t);
+  }
+  const std::string policy = absl::GetFlag(FLAGS_authz_policy);
+  if (!policy.empty()) {
+    absl::StatusOr<cgacct::AuthzPolicy> p =
+        cgacct::AuthzPolicy::LoadFile(policy);
+    if (!p.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--authz_policy: ", p.status().message()));
+    }
+    out.policy = *std::move(p);
+  }
+  return out;
+}
+
+// The first line of `path`, whitespace trimmed ("" if unreadable).
+std::string ReadToken(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "r");
+  if (f == nullptr) return "";
+  char buf[512];
+  std::string out;
+  if (std::fgets(buf, sizeof buf, f) != nullptr) out = buf;
+  std::fclose(f);
+  return std::string(absl::StripAsciiWhitespace(out));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -101,11 +208,21 @@ int main(int argc, char** argv) {
       "userspace memory-cgroup accounting service.\n"
       "  cgacctd [--listen=HOST:PORT] [--metrics_listen=HOST:PORT] [--cpus=N]\n"
       "          [--flush_lock_policy=per_cpu|whole|batch:N|adaptive]\n"
+      "          [--flush_preempt_model=none|full]\n"
       "          [--flush_hold_budget=50us] [--periodic_flush_interval=2s]\n"
       "          [--page_size=4096]\n"
       "          [--metrics_group_depth=2] [--memory_recursiveprot]\n"
       "          [--charge_batch_pages=64] [--stock_pool_buckets=1024]\n"
-      "          [--stock_victim_sets=64] [--state_dir=DIR]");
+      "          [--stock_victim_sets=64] [--max_charge_pages=1048576]\n"
+      "          [--max_streams_per_identity=256]\n"
+      "          [--max_in_flight_per_identity=1024]\n"
+      "          [--max_message_bytes=4194304]\n"
+      "          [--max_concurrent_streams_per_connection=100]\n"
+      "          [--memory_trim_interval=1s]\n"
+      "          [--tls_cert=PEM --tls_key=PEM [--client_ca=PEM]]\n"
+      "          [--tokens_file=FILE] [--authz_policy=FILE] [--insecure]\n"
+      "          [--metrics_token_file=FILE] [--reflection=auto|on|off]\n"
+      "          [--state_dir=DIR]");
   // --help lists the flags above (Abseil's default looks for them in a file
   // named after the program); Abseil's own flags stay under --helpfull.
   absl::FlagsUsageConfig usage_config;
@@ -121,6 +238,17 @@ int main(int argc, char** argv) {
   // pay for it.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 
+  // SIGINT/SIGTERM/SIGHUP are taken by sigwait() below: block them before
+  // any thread exists (engine, gRPC, civetweb) so every thread inherits the
+  // mask. The first gRPC object (the credentials below) starts gRPC's
+  // threads, so this comes before it.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
   const std::string policy_name = absl::GetFlag(FLAGS_flush_lock_policy);
   int batch_cpus = 8;
   const std::optional<cgacct::FlushLockPolicy> policy =
@@ -130,6 +258,14 @@ int main(int argc, char** argv) {
                 absl::StrCat("--flush_lock_policy=\"", policy_name,
                              "\" is not per_cpu, whole, adaptive or batch:N "
                              "(1 <= N <= 4096)"));
+  }
+  const std::string preempt_name = absl::GetFlag(FLAGS_flush_preempt_model);
+  const std::optional<cgacct::FlushPreemptModel> preempt_model =
+      cgacct::ParseFlushPreemptModel(preempt_name);
+  if (!preempt_model.has_value()) {
+    return Fail(kExitUsage, absl::StrCat("--flush_preempt_model=\"",
+                                         preempt_name,
+                                         "\" is not none or full"));
   }
   const int cpus = absl::GetFlag(FLAGS_cpus);
   if (cpus < 0 || cpus > cgacct::Engine::kMaxCpus) {
@@ -141,14 +277,96 @@ int main(int argc, char** argv) {
     return Fail(kExitUsage, absl::StrCat("--metrics_group_depth=", group_depth,
                                          " must be >= 0"));
   }
+  const uint32_t max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  if (max_message_bytes < 4096 || max_message_bytes > INT_MAX) {
+    return Fail(kExitUsage,
+                absl::StrCat("--max_message_bytes=", max_message_bytes,
+                             " out of range [4096, ", INT_MAX, "]"));
+  }
+  const uint32_t streams_per_connection =
+      absl::GetFlag(FLAGS_max_concurrent_streams_per_connection);
+  if (streams_per_connection < 1 || streams_per_connection > INT_MAX) {
+    return Fail(kExitUsage,
+                absl::StrCat("--max_concurrent_streams_per_connection=",
+                             streams_per_connection, " out of range [1, ",
+                             INT_MAX, "]"));
+  }
+  const absl::Duration trim_interval =
+      absl::GetFlag(FLAGS_memory_trim_interval);
+  if (trim_interval < absl::ZeroDuration()) {
+    return Fail(kExitUsage, "--memory_trim_interval must be >= 0");
+  }
 
-  // SIGINT/SIGTERM are taken by sigwait() below: block them before any
-  // thread exists (engine, gRPC, civetweb) so every thread inherits the mask.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // Access control and transport security, all checked before anything
+  // starts.
+  const std::string listen = absl::GetFlag(FLAGS_listen);
+  const std::string metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  cgacct::TlsFiles tls_files;
+  tls_files.cert = absl::GetFlag(FLAGS_tls_cert);
+  tls_files.key = absl::GetFlag(FLAGS_tls_key);
+  tls_files.client_ca = absl::GetFlag(FLAGS_client_ca);
+  tls_files.refresh_interval = absl::GetFlag(FLAGS_tls_refresh_interval);
+  if (tls_files.cert.empty() != tls_files.key.empty()) {
+    return Fail(kExitUsage, "--tls_cert and --tls_key go together");
+  }
+  const bool tls = !tls_files.cert.empty();
+  if (!tls && !tls_files.client_ca.empty()) {
+    return Fail(kExitUsage, "--client_ca needs --tls_cert and --tls_key");
+  }
+  std::shared_ptr<grpc::ServerCredentials> credentials =
+      grpc::InsecureServerCredentials();
+  if (tls) {
+    absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> made =
+        cgacct::MakeTlsServerCredentials(tls_files);
+    if (!made.ok()) return Fail(kExitUsage, std::string(made.status().message()));
+    credentials = *std::move(made);
+  }
+  absl::StatusOr<AuthFiles> auth_files = LoadAuthFiles();
+  if (!auth_files.ok()) {
+    return Fail(kExitUsage, std::string(auth_files.status().message()));
+  }
+  const bool access_control = !tls_files.client_ca.empty() ||
+                              auth_files->tokens.has_value() ||
+                              auth_files->policy.has_value();
+  const bool insecure = absl::GetFlag(FLAGS_insecure);
+  if (!insecure && !cgacct::IsLoopbackListenAddress(listen) &&
+      !(tls && access_control)) {
+    return Fail(kExitUsage,
+                absl::StrCat("--listen=", listen,
+                             " is not a loopback address: it needs TLS "
+                             "(--tls_cert, --tls_key) and client "
+                             "authentication (--client_ca or --tokens_file), "
+                             "or --insecure"));
+  }
+  const std::string metrics_token_file =
+      absl::GetFlag(FLAGS_metrics_token_file);
+  std::string metrics_token;
+  if (!metrics_token_file.empty()) {
+    metrics_token = ReadToken(metrics_token_file);
+    if (metrics_token.size() < cgacct::TokenTable::kMinTokenBytes) {
+      return Fail(kExitUsage,
+                  absl::StrCat("--metrics_token_file=", metrics_token_file,
+                               ": unreadable, or a token under ",
+                               cgacct::TokenTable::kMinTokenBytes, " bytes"));
+    }
+  }
+  if (!insecure && !metrics_listen.empty() && metrics_token.empty() &&
+      (tls || access_control) &&
+      !cgacct::IsLoopbackListenAddress(metrics_listen)) {
+    return Fail(kExitUsage,
+                absl::StrCat("--metrics_listen=", metrics_listen,
+                             " is not a loopback address: with TLS or access "
+                             "control on, /metrics needs --metrics_token_file "
+                             "(or --insecure)"));
+  }
+  const std::string reflection = absl::GetFlag(FLAGS_reflection);
+  if (reflection != "auto" && reflection != "on" && reflection != "off") {
+    return Fail(kExitUsage, absl::StrCat("--reflection=\"", reflection,
+                                         "\" is not auto, on or off"));
+  }
+  const bool serve_reflection =
+      reflection == "on" || (reflection == "auto" && !access_control);
+
 
   // Declaration order is destruction order reversed: the server stops first,
   // then metrics, then the service, the engine and its observer.
@@ -161,6 +379,7 @@ int main(int argc, char** argv) {
   engine_options.page_size_bytes = absl::GetFlag(FLAGS_page_size);
   engine_options.flush_lock_policy = *policy;
   engine_options.flush_batch_cpus = batch_cpus;
+  engine_options.flush_preempt_model = *preempt_model;
   engine_options.flush_hold_budget = absl::GetFlag(FLAGS_flush_hold_budget);
   engine_options.periodic_flush_interval =
       absl::GetFlag(FLAGS_periodic_flush_interval);
@@ -192,11 +411,32 @@ int main(int argc, char** argv) {
   }
 
   cgacct::RpcMetrics rpc_metrics;
+  auto auth_metrics = std::make_shared<cgacct::AuthMetrics>();
+  std::unique_ptr<cgacct::Authorizer> authorizer;
+  if (access_control) {
+    cgacct::AuthConfig auth_config;
+    auth_config.client_certificates = !tls_files.client_ca.empty();
+    auth_config.tokens = std::move(auth_files->tokens);
+    auth_config.policy = std::move(auth_files->policy);
+    authorizer = std::make_unique<cgacct::Authorizer>(std::move(auth_config),
+                                                      auth_metrics.get());
+  }
+  cgacct::InstallCallerIdentitySource(authorizer.get());
   cgacct::AccountingServiceOptions service_options;
   service_options.events_hub = &events_hub;
   service_options.store = store.get();
+  service_options.max_charge_pages = absl::GetFlag(FLAGS_max_charge_pages);
+  service_options.limits.max_streams_per_identity =
+      absl::GetFlag(FLAGS_max_streams_per_identity);
+  service_options.limits.max_in_flight_per_identity =
+      absl::GetFlag(FLAGS_max_in_flight_per_identity);
+  service_options.max_message_bytes = max_message_bytes;
+  service_options.max_concurrent_streams_per_connection =
+      streams_per_connection;
+  service_options.authorizer = authorizer.get();
   cgacct::AccountingService service(**engine, rpc_metrics, service_options);
-  std::string restored = "state not persisted";
+  // The start line's state words: none without --state_dir.
+  std::string restored;
   if (store != nullptr) {
     absl::StatusOr<cgacct::RestoreReport> report = service.Restore();
     if (!report.ok()) {
@@ -204,7 +444,7 @@ int main(int argc, char** argv) {
                   absl::StrCat("restoring ", store->path(), ": ",
                                report.status().message()));
     }
-    restored = absl::StrCat("state ", state_dir, ": ", report->groups,
+    restored = absl::StrCat(", state ", state_dir, ": ", report->groups,
                             " groups, ", report->requests, " request ids");
   }
 
@@ -212,11 +452,14 @@ int main(int argc, char** argv) {
   metrics_options.group_depth = group_depth;
   auto collector = std::make_shared<cgacct::MetricsCollector>(
       **engine, flush_observer, rpc_metrics, metrics_options);
-  const std::string metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   std::unique_ptr<cgacct::MetricsExposer> exposer;
   if (!metrics_listen.empty()) {
+    cgacct::MetricsExposerOptions exposer_options;
+    exposer_options.extra_collectables.push_back(auth_metrics);
+    exposer_options.basic_auth_password = metrics_token;
     absl::StatusOr<std::unique_ptr<cgacct::MetricsExposer>> started =
-        cgacct::MetricsExposer::Start(metrics_listen, collector);
+        cgacct::MetricsExposer::Start(metrics_listen, collector,
+                                      std::move(exposer_options));
     if (!started.ok()) {
       return Fail(kExitBind, std::string(started.status().message()));
     }
@@ -224,16 +467,29 @@ int main(int argc, char** argv) {
   }
 
   grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  const std::string listen = absl::GetFlag(FLAGS_listen);
+  if (serve_reflection) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   int port = 0;
   grpc::ServerBuilder builder;
   // gRPC sets SO_REUSEPORT by default: a second cgacctd on the same port
   // would start and split the traffic instead of failing.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  // Server limits (docs/DESIGN.md §4.10). Debian's gRPC 1.51 has no limit on
+  // streams a client resets before they finish (the HTTP/2 "rapid reset"
+  // protection came with gRPC releases of late 2023); these bound what each
+  // connection and message can take.
+  builder.SetMaxReceiveMessageSize(static_cast<int>(max_message_bytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(max_message_bytes));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                             static_cast<int>(streams_per_connection));
+  builder.AddListeningPort(listen, credentials, &port);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  std::optional<cgacct::MemoryTrimmer> trimmer;
+  if (trim_interval > absl::ZeroDuration()) {
+    cgacct::MemoryTrimmer::Options trim_options;
+    trim_options.interval = trim_interval;
+    trimmer.emplace(trim_options);
+  }
   if (server == nullptr || port == 0) {
     return Fail(kExitBind, absl::StrCat("cannot listen on ", listen,
                                         " (address in use or invalid)"));
@@ -251,15 +507,42 @@ int main(int argc, char** argv) {
       exposer ? absl::StrCat("metrics on ", HostOf(metrics_listen), ":",
                              exposer->port())
               : std::string("metrics off");
-  std::printf("cgacctd listening on %s:%d (%s, cpus=%d, policy=%s; %s)\n",
-              HostOf(listen).c_str(), port, metrics_where.c_str(),
-              (*engine)->nr_cpus(),
-              (*engine)->GetInfo().flush_lock_policy_name.c_str(),
-              restored.c_str());
+  std::string security;
+  if (tls) absl::StrAppend(&security, ", tls");
+  if (!tls_files.client_ca.empty()) absl::StrAppend(&security, ", mtls");
+  if (access_control) {
+    absl::StrAppend(&security, ", access control",
+                    absl::GetFlag(FLAGS_authz_policy).empty() ? "" : " (policy)");
+  }
+  if (!serve_reflection) absl::StrAppend(&security, ", no reflection");
+  absl::StrAppend(&security, restored);
+  const cgacct::EngineInfo started = (*engine)->GetInfo();
+  std::printf(
+      "cgacctd listening on %s:%d (%s, cpus=%d, policy=%s, preempt=%s%s)\n",
+      HostOf(listen).c_str(), port, metrics_where.c_str(),
+      (*engine)->nr_cpus(), started.flush_lock_policy_name.c_str(),
+      cgacct::FlushPreemptModelName(started.flush_preempt_model),
+      security.c_str());
   std::fflush(stdout);
 
   int signal_number = 0;
-  sigwait(&stop_signals, &signal_number);
+  for (;;) {
+    sigwait(&stop_signals, &signal_number);
+    if (signal_number != SIGHUP) break;
+    if (authorizer == nullptr) {
+      std::fprintf(stderr, "cgacctd: SIGHUP: no access control to reload\n");
+      continue;
+    }
+    absl::StatusOr<AuthFiles> reloaded = LoadAuthFiles();
+    if (!reloaded.ok()) {
+      std::fprintf(stderr, "cgacctd: SIGHUP: %s; keeping the previous files\n",
+                   std::string(reloaded.status().message()).c_str());
+      continue;
+    }
+    authorizer->Reload(std::move(reloaded->tokens),
+                       std::move(reloaded->policy));
+    std::fprintf(stderr, "cgacctd: SIGHUP: tokens and policy reloaded\n");
+  }
   std::fprintf(stderr, "cgacctd: %s, shutting down\n",
                signal_number == SIGINT ? "SIGINT" : "SIGTERM");
   // Health checks answer NOT_SERVING from here on (load balancers stop
@@ -294,7 +577,7 @@ int main(int argc, char** argv) {
     }
     const timespec poll_interval{0, 50 * 1000 * 1000};
     const int again = sigtimedwait(&stop_signals, nullptr, &poll_interval);
-    if (again > 0 && !cancelled) {
+    if ((again == SIGINT || again == SIGTERM) && !cancelled) {
       std::fprintf(stderr,
                    "cgacctd: second %s, cancelling the calls still running\n",
                    again == SIGINT ? "SIGINT" : "SIGTERM");
@@ -309,5 +592,6 @@ int main(int argc, char** argv) {
   server.reset();
   // The store closes with `store` (its last writes were committed by the
   // calls that made them).
+  cgacct::InstallCallerIdentitySource(nullptr);
   return 0;
 }

@@ -1,13 +1,16 @@
 // Runs the real cgacctd binary: start line with the real ports, a call over
 // gRPC, a scrape of /metrics, clean exit on SIGTERM/SIGINT, and the exit
 // codes of bad flags and taken ports.
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,7 +23,9 @@
 #include "cgacct/v1/accounting.grpc.pb.h"
 #include "health_check.grpc.pb.h"
 #include "daemon.h"
+#include "absl/strings/escaping.h"
 #include "http_get.h"
+#include "test_certs.h"
 
 namespace cgacct {
 namespace {
@@ -28,6 +33,7 @@ namespace {
 using test_util::Daemon;
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 
@@ -40,7 +46,7 @@ struct StartLine {
 
 StartLine ParseStartLine(const std::string& line) {
   static const std::regex kLine(
-      R"(cgacctd listening on 127\.0\.0\.1:(\d+) \(metrics on 127\.0\.0\.1:(\d+), cpus=3, policy=whole; state not persisted\))");
+      R"(cgacctd listening on 127\.0\.0\.1:(\d+) \(metrics on 127\.0\.0\.1:(\d+), cpus=3, policy=whole, preempt=(none|full)\))");
   std::smatch m;
   if (!std::regex_match(line, m, kLine)) return {};
   return {std::stoi(m[1]), std::stoi(m[2])};
@@ -64,6 +70,7 @@ TEST(CgacctdTest, ServesPrintsRealPortsAndStopsOnSigterm) {
   ASSERT_TRUE(s.ok()) << s.error_message();
   EXPECT_EQ(info.nr_cpus(), 3u);
   EXPECT_EQ(info.flush_lock_policy(), "whole");
+  EXPECT_EQ(info.flush_preempt_model(), "none");  // the default
 
   const std::string metrics =
       test_util::HttpGet(ports.metrics_port, "/metrics");
@@ -231,6 +238,36 @@ TEST(CgacctdTest, BadPolicyExits2WithOneLine) {
   EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
 }
 
+TEST(CgacctdTest, BadPreemptModelExits2WithOneLine) {
+  Daemon daemon({"--listen=127.0.0.1:0", "--flush_preempt_model=voluntary"});
+  EXPECT_EQ(daemon.WaitExit(kTimeout), 2);
+  const std::string err = daemon.ReadStderr();
+  EXPECT_THAT(err, HasSubstr("--flush_preempt_model"));
+  EXPECT_THAT(err, HasSubstr("voluntary"));
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+}
+
+TEST(CgacctdTest, FullPreemptModelIsReported) {
+  Daemon daemon({"--listen=127.0.0.1:0", "--metrics_listen=", "--cpus=3",
+                 "--flush_lock_policy=whole", "--flush_preempt_model=full"});
+  const std::string line = daemon.ReadStdoutLine(kTimeout);
+  EXPECT_THAT(line, HasSubstr("policy=whole, preempt=full)")) << line;
+  static const std::regex kPort(R"(listening on 127\.0\.0\.1:(\d+) )");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(line, m, kPort)) << line;
+  auto stub = cgacct::v1::Accounting::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + m[1].str(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  cgacct::v1::EngineInfo info;
+  const grpc::Status s =
+      stub->GetEngineInfo(&context, cgacct::v1::GetEngineInfoRequest(), &info);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(info.flush_preempt_model(), "full");
+  stub.reset();  // closes the connection: no shutdown grace to wait out
+  daemon.Signal(SIGTERM);
+  EXPECT_EQ(daemon.WaitExit(kTimeout), 0) << daemon.ReadStderr();
+}
+
 TEST(CgacctdTest, TakenPortsExit1WithOneLine) {
   Daemon first({"--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0",
                 "--cpus=3", "--flush_lock_policy=whole"});
@@ -251,9 +288,247 @@ TEST(CgacctdTest, TakenPortsExit1WithOneLine) {
   EXPECT_THAT(metrics_err, HasSubstr(std::to_string(ports.metrics_port)));
   EXPECT_EQ(std::count(metrics_err.begin(), metrics_err.end(), '\n'), 1)
       << metrics_err;
+  // What the operator can act on, not civetweb's internals.
+  EXPECT_THAT(metrics_err, HasSubstr("address already in use")) << metrics_err;
+  EXPECT_THAT(metrics_err, HasSubstr("--metrics_listen")) << metrics_err;
+  EXPECT_THAT(metrics_err, Not(HasSubstr("CivetServer"))) << metrics_err;
 
   first.Signal(SIGTERM);
   EXPECT_EQ(first.WaitExit(kTimeout), 0);
+}
+
+// A TCP connection to 127.0.0.1:port that sent `bytes` and then nothing.
+int HalfOpenConnection(int port, const std::string& bytes) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  if (!bytes.empty()) {
+    EXPECT_EQ(write(fd, bytes.data(), bytes.size()),
+              static_cast<ssize_t>(bytes.size()));
+  }
+  return fd;
+}
+
+// "16 half-open HTTP connections stall a scrape for ~10 s".
+TEST(CgacctdTest, HalfOpenHttpConnectionsDoNotStallAScrape) {
+  Daemon daemon({"--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0",
+                 "--cpus=3", "--flush_lock_policy=whole"});
+  const StartLine ports = ParseStartLine(daemon.ReadStdoutLine(kTimeout));
+  ASSERT_GT(ports.metrics_port, 0);
+  std::vector<int> slow;
+  for (int i = 0; i < 16; ++i) {
+    // Half of them silent, half stopped in the middle of their headers.
+    slow.push_back(HalfOpenConnection(
+        ports.metrics_port,
+        i % 2 == 0 ? "" : "GET /metrics HTTP/1.1\r\nHost: x\r\n"));
+    ASSERT_GE(slow.back(), 0);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const auto start = std::chrono::steady_clock::now();
+  const std::string scrape =
+      test_util::HttpGet(ports.metrics_port, "/metrics");
+  const double seconds = std::chrono::duration<double>(
+                             std::chrono::steady_clock::now() - start)
+                             .count();
+  EXPECT_THAT(scrape, HasSubstr("cgacct_groups"));
+  EXPECT_LT(seconds, 2.0) << "a scrape behind 16 half-open connections";
+  for (int fd : slow) close(fd);
+  daemon.Signal(SIGTERM);
+  EXPECT_EQ(daemon.WaitExit(kTimeout), 0);
+}
+
+// ---------------------------------------------------------------------------
+// Access control (server/auth.h). On main@57bd3eb cgacctd listened in
+// plaintext on any address and answered everyone.
+
+// The port of "cgacctd listening on HOST:PORT (...".
+int PortOf(const std::string& line) {
+  static const std::regex kPort(R"(listening on [^ ]+:(\d+) )");
+  std::smatch m;
+  if (!std::regex_search(line, m, kPort)) return 0;
+  return std::stoi(m[1]);
+}
+
+int MetricsPortOf(const std::string& line) {
+  static const std::regex kPort(R"(metrics on [^ ]+:(\d+),)");
+  std::smatch m;
+  if (!std::regex_search(line, m, kPort)) return 0;
+  return std::stoi(m[1]);
+}
+
+void WriteFile(const std::string& path, const std::string& text) {
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  ASSERT_NE(f, nullptr) << path;
+  std::fputs(text.c_str(), f);
+  std::fclose(f);
+}
+
+TEST(CgacctdAuthTest, NonLoopbackNeedsTlsAndClientAuthOrInsecure) {
+  for (const char* listen : {"--listen=0.0.0.0:0", "--listen=[::]:0"}) {
+    Daemon daemon({listen, "--metrics_listen="});
+    EXPECT_EQ(daemon.WaitExit(kTimeout), 2);
+    const std::string err = daemon.ReadStderr();
+    EXPECT_THAT(err, HasSubstr("is not a loopback address"));
+    EXPECT_THAT(err, HasSubstr("--insecure"));
+    EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+  }
+  test_util::TestCerts certs;
+  ASSERT_EQ(certs.MakeCa("ca"), 0);
+  ASSERT_EQ(certs.MakeServer("server", "ca"), 0);
+  {
+    // TLS without any client authentication is not enough off loopback.
+    Daemon daemon({"--listen=0.0.0.0:0", "--metrics_listen=",
+                   "--tls_cert=" + certs.Path("server.pem"),
+                   "--tls_key=" + certs.Path("server.key")});
+    EXPECT_EQ(daemon.WaitExit(kTimeout), 2);
+    EXPECT_THAT(daemon.ReadStderr(), HasSubstr("client authentication"));
+  }
+  {
+    Daemon daemon({"--listen=0.0.0.0:0", "--metrics_listen=", "--insecure"});
+    const std::string line = daemon.ReadStdoutLine(kTimeout);
+    EXPECT_THAT(line, StartsWith("cgacctd listening on 0.0.0.0:"));
+    daemon.Signal(SIGTERM);
+    EXPECT_EQ(daemon.WaitExit(kTimeout), 0) << daemon.ReadStderr();
+  }
+  {
+    // A file that is not what its flag says: exit 2, one line naming it.
+    Daemon daemon({"--listen=127.0.0.1:0", "--metrics_listen=",
+                   "--tls_cert=" + certs.Path("server.key"),
+                   "--tls_key=" + certs.Path("server.key")});
+    EXPECT_EQ(daemon.WaitExit(kTimeout), 2);
+    const std::string err = daemon.ReadStderr();
+    EXPECT_THAT(err, HasSubstr("--tls_cert=" + certs.Path("server.key") +
+                               ": no PEM CERTIFICATE block"));
+    EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+  }
+}
+
+// The daemon with mTLS, tokens and a policy on a non-loopback address: a
+// tenant certificate gets in, an anonymous call and an unknown token do not
+// (counted on /metrics), and SIGHUP loads a new token.
+TEST(CgacctdAuthTest, MtlsTokensPolicyAndSighupReload) {
+  test_util::TestCerts certs;
+  ASSERT_EQ(certs.MakeCa("ca"), 0);
+  ASSERT_EQ(certs.MakeServer("server", "ca"), 0);
+  ASSERT_EQ(certs.MakeLeaf("tenant", "ca", "tenant-a", "", "clientAuth"), 0);
+  const std::string tokens = certs.Path("tokens");
+  const std::string policy = certs.Path("policy");
+  WriteFile(tokens, "ops old-token-0123456789abcdef\n");
+  WriteFile(policy, "tenant-a rw /a\nops admin\nnew-ops admin\n");
+  Daemon daemon({"--listen=0.0.0.0:0", "--metrics_listen=127.0.0.1:0",
+                 "--tls_cert=" + certs.Path("server.pem"),
+                 "--tls_key=" + certs.Path("server.key"),
+                 "--client_ca=" + certs.Path("ca.pem"),
+                 "--tokens_file=" + tokens, "--authz_policy=" + policy});
+  const std::string line = daemon.ReadStdoutLine(kTimeout);
+  const int port = PortOf(line);
+  ASSERT_GT(port, 0) << line;
+  EXPECT_THAT(line, HasSubstr("tls, mtls, access control (policy), no "
+                              "reflection"));
+  auto stub = [&](bool with_cert) {
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = certs.Read("ca.pem");
+    if (with_cert) {
+      ssl.pem_cert_chain = certs.Read("tenant.pem");
+      ssl.pem_private_key = certs.Read("tenant.key");
+    }
+    grpc::ChannelArguments args;
+    args.SetSslTargetNameOverride("localhost");
+    return cgacct::v1::Accounting::NewStub(grpc::CreateCustomChannel(
+        "127.0.0.1:" + std::to_string(port), grpc::SslCredentials(ssl),
+        args));
+  };
+  auto info = [](cgacct::v1::Accounting::Stub& s, const std::string& token,
+                 grpc::Status* status) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(10));
+    if (!token.empty()) context.AddMetadata("authorization", "Bearer " + token);
+    cgacct::v1::EngineInfo out;
+    *status = s.GetEngineInfo(&context, cgacct::v1::GetEngineInfoRequest(),
+                              &out);
+    return out.caller_identity();
+  };
+  grpc::Status status;
+  auto tenant = stub(true);
+  EXPECT_EQ(info(*tenant, "", &status), "tenant-a");
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  auto anonymous = stub(false);
+  info(*anonymous, "", &status);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(info(*anonymous, "old-token-0123456789abcdef", &status), "ops");
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  info(*anonymous, "new-token-0123456789abcdef", &status);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+
+  const std::string metrics =
+      test_util::HttpGet(MetricsPortOf(line), "/metrics");
+  EXPECT_THAT(metrics, HasSubstr("cgacct_auth_failures_total{code="
+                                 "\"UNAUTHENTICATED\",reason=\"no_"
+                                 "credentials\"} 1"));
+  EXPECT_THAT(metrics, HasSubstr("cgacct_auth_failures_total{code="
+                                 "\"UNAUTHENTICATED\",reason=\"bad_token\"} "
+                                 "1"));
+
+  WriteFile(tokens, "new-ops new-token-0123456789abcdef\n");
+  daemon.Signal(SIGHUP);
+  std::string who;
+  for (int i = 0; i < 100 && who.empty(); ++i) {
+    who = info(*anonymous, "new-token-0123456789abcdef", &status);
+    if (who.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(who, "new-ops");
+  info(*anonymous, "old-token-0123456789abcdef", &status);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+
+  daemon.Signal(SIGINT);
+  EXPECT_EQ(daemon.WaitExit(kTimeout), 0) << daemon.ReadStderr();
+  EXPECT_THAT(daemon.ReadStderr(), HasSubstr("SIGHUP: tokens and policy "
+                                             "reloaded"));
+}
+
+// /metrics of a server with access control: loopback only, or a token.
+TEST(CgacctdAuthTest, MetricsOffLoopbackNeedsAToken) {
+  test_util::TestCerts certs;
+  ASSERT_TRUE(certs.ok());
+  const std::string tokens = certs.Path("tokens");
+  WriteFile(tokens, "ops a-token-0123456789abcdef\n");
+  {
+    Daemon daemon({"--listen=127.0.0.1:0", "--metrics_listen=0.0.0.0:0",
+                   "--tokens_file=" + tokens});
+    EXPECT_EQ(daemon.WaitExit(kTimeout), 2);
+    EXPECT_THAT(daemon.ReadStderr(), HasSubstr("--metrics_token_file"));
+  }
+  const std::string metrics_token = certs.Path("metrics-token");
+  WriteFile(metrics_token, "scrape-token-0123456789\n");
+  Daemon daemon({"--listen=127.0.0.1:0", "--metrics_listen=0.0.0.0:0",
+                 "--tokens_file=" + tokens,
+                 "--metrics_token_file=" + metrics_token});
+  const std::string line = daemon.ReadStdoutLine(kTimeout);
+  const int metrics_port = MetricsPortOf(line);
+  ASSERT_GT(metrics_port, 0) << line;
+  EXPECT_THAT(test_util::HttpGet(metrics_port, "/metrics"),
+              StartsWith("HTTP/1.1 401"));
+  EXPECT_THAT(
+      test_util::HttpGet(metrics_port, "/metrics",
+                         "Authorization: Basic " +
+                             absl::Base64Escape("prometheus:wrong-token-xxxx") +
+                             "\r\n"),
+      StartsWith("HTTP/1.1 401"));
+  const std::string ok = test_util::HttpGet(
+      metrics_port, "/metrics",
+      "Authorization: Basic " +
+          absl::Base64Escape("prometheus:scrape-token-0123456789") + "\r\n");
+  EXPECT_THAT(ok, StartsWith("HTTP/1.1 200"));
+  EXPECT_THAT(ok, HasSubstr("cgacct_auth_failures_total"));
+  daemon.Signal(SIGTERM);
+  EXPECT_EQ(daemon.WaitExit(kTimeout), 0) << daemon.ReadStderr();
 }
 
 }  // namespace
