@@ -13,6 +13,9 @@
 #     checks the lock annotations (g++ ignores them), and runs the engine's
 #     ThreadSanitizer build with clang (libclang-rt-14-dev is its TSan
 #     runtime);
+#   - libsqlite3-dev: cgacctd's state store under --state_dir (groups, limits,
+#     request ids survive restarts); sqlite3: the tests check the store file
+#     with SQLite's own integrity_check;
 #   - python3-grpcio, python3-protobuf: the test command drives cgacctd from
 #     Python over stubs it generates from the proto (tests/python).
 set -euo pipefail
@@ -21,6 +24,7 @@ packages=(
   cmake g++ make pkg-config curl openssl clang-14 libclang-rt-14-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libsqlite3-dev sqlite3
   python3-grpcio python3-protobuf
 )
 

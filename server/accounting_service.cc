@@ -1,6 +1,7 @@
 #include "server/accounting_service.h"
 
 #include <algorithm>
+#include <chrono>
 #include <limits>
 #include <string>
 #include <utility>
@@ -73,45 +74,18 @@ DedupAnswer AnswerWithStatus(absl::Status status) {
   return answer;
 }
 
-// Runs `apply` (returning a DedupAnswer) at most once per live request_id;
-// *replayed is set when the answer is a stored one. Without a request_id it
-// just runs it: no lock, no copy of the request.
-template <typename Apply>
-DedupAnswer ApplyOnce(RequestDedupCache& cache, const std::string* request_id,
-                      DedupFingerprint::Method method, absl::string_view path,
-                      uint64_t nr_pages, int kind, std::optional<uint32_t> cpu,
-                      Apply&& apply, bool* replayed) {
-  *replayed = false;
-  if (request_id == nullptr) return apply();
-
+DedupFingerprint MakeFingerprint(DedupFingerprint::Method method,
+                                 absl::string_view path, uint64_t nr_pages,
+                                 int kind, std::optional<uint32_t> cpu) {
   DedupFingerprint fingerprint;
   fingerprint.method = method;
   fingerprint.SetPath(path);
   fingerprint.nr_pages = nr_pages;
   fingerprint.kind = kind;
   fingerprint.cpu = cpu;
-  const RequestDedupCache::BeginResult begin =
-      cache.Begin(*request_id, fingerprint);
-  switch (begin.verdict) {
-    case RequestDedupCache::Verdict::kReplay:
-      *replayed = true;
-      return begin.answer;
-    case RequestDedupCache::Verdict::kMismatch:
-      return AnswerWithStatus(absl::InvalidArgumentError(absl::StrCat(
-          "request_id \"", absl::CHexEscape(*request_id),
-          "\" was already used for a different request (method, path, "
-          "nr_pages, kind or cpu differ)")));
-    case RequestDedupCache::Verdict::kInFlight:
-      return AnswerWithStatus(absl::AbortedError(absl::StrCat(
-          "request_id \"", absl::CHexEscape(*request_id),
-          "\" is in flight; retry")));
-    case RequestDedupCache::Verdict::kProceed:
-      break;
-  }
-  DedupAnswer answer = apply();
-  cache.Complete(*request_id, begin.ticket, answer);
-  return answer;
+  return fingerprint;
 }
+
 
 }  // namespace
 
@@ -120,6 +94,13 @@ namespace {
 RequestDedupCache::Options DedupOptions(
     const AccountingServiceOptions& options) {
   RequestDedupCache::Options dedup = options.dedup;
+  if (dedup.clock == nullptr) dedup.clock = options.clock;
+  return dedup;
+}
+
+RequestDedupCache::Options BatchDedupOptions(
+    const AccountingServiceOptions& options) {
+  RequestDedupCache::Options dedup = options.batch_dedup;
   if (dedup.clock == nullptr) dedup.clock = options.clock;
   return dedup;
 }
@@ -141,7 +122,39 @@ AccountingService::AccountingService(Engine& engine, RpcMetrics& rpc_metrics,
           options.max_concurrent_streams_per_connection),
       limiter_(options.limits),
       authorizer_(options.authorizer),
-      dedup_(DedupOptions(options)) {}
+      dedup_(DedupOptions(options)),
+      batch_dedup_(BatchDedupOptions(options)),
+      owned_store_(options.store == nullptr ? std::make_unique<MemoryStateStore>()
+                                            : nullptr),
+      store_(options.store != nullptr ? options.store : owned_store_.get()) {}
+
+absl::StatusOr<RestoreReport> AccountingService::Restore() {
+  RestoreReport report;
+  absl::MutexLock l(&config_mu_);
+  // Entries older than the window are dropped by the store.
+  const int64_t since_ns =
+      absl::ToUnixNanos(absl::Now() - dedup_.window());
+  absl::StatusOr<StateStore::Snapshot> snapshot = store_->Load(since_ns);
+  if (!snapshot.ok()) return snapshot.status();
+  for (const StoredGroup& group : snapshot->groups) {
+    LimitsUpdate update;
+    update.max_pages = group.limits.max_pages;
+    update.high_pages = group.limits.high_pages;
+    update.min_pages = group.limits.min_pages;
+    update.low_pages = group.limits.low_pages;
+    absl::StatusOr<GroupInfo> created = engine_.CreateGroup(group.path, update);
+    if (!created.ok()) {
+      return absl::InternalError(
+          absl::StrCat("restoring group ", group.path, " (generation ",
+                       group.generation, "): ", created.status().message()));
+    }
+    absl::MutexLock g(&generations_mu_);
+    generations_[created->id] = group.generation;
+    ++report.groups;
+  }
+  report.requests = RestoreRequests(snapshot->requests);
+  return report;
+}
 
 std::string AccountingService::CallerKey(
     const grpc::ServerContextBase* context) {
@@ -213,6 +226,56 @@ void AccountingService::GroupToProto(const GroupInfo& group,
 
 // ---------------------------------------------------------------------------
 // Plumbing
+
+absl::Status AccountingService::CheckCallable(
+    const grpc::CallbackServerContext& context) const {
+  if (shutting_down_.load(std::memory_order_relaxed)) {
+    return absl::UnavailableError(
+        "cgacctd is shutting down; nothing was applied: retry (with the same "
+        "request_id) once it is back or on another server");
+  }
+  if (context.deadline() <= std::chrono::system_clock::now()) {
+    return absl::DeadlineExceededError(
+        "the call's deadline passed before it was handled; nothing was "
+        "applied");
+  }
+  return absl::OkStatus();
+}
+
+void AccountingService::BeginShutdown() {
+  shutting_down_.store(true, std::memory_order_relaxed);
+  absl::MutexLock l(&streams_mu_);
+  streams_shut_ = true;
+  // Each stream is called unlocked (it may Finish); UnregisterStream()
+  // waits while it is the one being called, so it stays alive.
+  std::vector<ChargeStreamReactor*> streams(streams_.begin(), streams_.end());
+  for (ChargeStreamReactor* stream : streams) {
+    if (!streams_.contains(stream)) continue;
+    calling_ = stream;
+    calling_thread_ = std::this_thread::get_id();
+    streams_mu_.Unlock();
+    NotifyStreamShutdown(stream);
+    streams_mu_.Lock();
+    calling_ = nullptr;
+  }
+}
+
+bool AccountingService::RegisterStream(ChargeStreamReactor* stream) {
+  absl::MutexLock l(&streams_mu_);
+  if (streams_shut_) return false;
+  streams_.insert(stream);
+  return true;
+}
+
+void AccountingService::UnregisterStream(ChargeStreamReactor* stream) {
+  absl::MutexLock l(&streams_mu_);
+  if (calling_ == stream && calling_thread_ != std::this_thread::get_id()) {
+    auto not_calling = [this, stream]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(
+                           streams_mu_) { return calling_ != stream; };
+    streams_mu_.Await(absl::Condition(&not_calling));
+  }
+  streams_.erase(stream);
+}
 
 void AccountingService::RecordRpc(RpcMethod method, int64_t start_ns,
                                   grpc::StatusCode code) {
@@ -291,9 +354,23 @@ grpc::ServerUnaryReactor* AccountingService::CreateGroup(
 
 absl::Status AccountingService::DoCreateGroup(
     const v1::CreateGroupRequest& request, v1::Group* response) {
+  absl::MutexLock l(&config_mu_);
   absl::StatusOr<GroupInfo> group =
       engine_.CreateGroup(request.path(), LimitsFromProto(request.limits()));
   if (!group.ok()) return group.status();
+  absl::StatusOr<uint64_t> generation =
+      store_->CreateGroup(group->path, group->limits);
+  if (!generation.ok()) {
+    // Not acknowledged, so not kept: the group is new and has no children.
+    (void)engine_.DeleteGroup(group->path);
+    return absl::UnavailableError(
+        absl::StrCat("group ", group->path, " not created: ",
+                     generation.status().message()));
+  }
+  {
+    absl::MutexLock g(&generations_mu_);
+    generations_[group->id] = *generation;
+  }
   GroupToProto(*group, response);
   return absl::OkStatus();
 }
@@ -313,8 +390,22 @@ grpc::ServerUnaryReactor* AccountingService::DeleteGroup(
 
 absl::Status AccountingService::DoDeleteGroup(
     const v1::DeleteGroupRequest& request, v1::DeleteGroupResponse* response) {
+  absl::MutexLock l(&config_mu_);
+  const absl::StatusOr<GroupHandle> handle =
+      engine_.ResolveGroup(request.path());
   absl::StatusOr<uint64_t> reparented = engine_.DeleteGroup(request.path());
   if (!reparented.ok()) return reparented.status();
+  if (handle.ok()) {
+    absl::MutexLock g(&generations_mu_);
+    generations_.erase(handle->id());
+  }
+  if (absl::Status s = store_->DeleteGroup(request.path()); !s.ok()) {
+    return absl::InternalError(absl::StrCat(
+        "group ", request.path(),
+        " deleted, but the state store failed (it would come back after a "
+        "restart): ",
+        s.message()));
+  }
   response->set_reparented_pages(*reparented);
   return absl::OkStatus();
 }
@@ -406,9 +497,17 @@ grpc::ServerUnaryReactor* AccountingService::SetLimits(
 
 absl::Status AccountingService::DoSetLimits(const v1::SetLimitsRequest& request,
                                             v1::Group* response) {
+  absl::MutexLock l(&config_mu_);
   absl::StatusOr<GroupInfo> group =
       engine_.SetLimits(request.path(), LimitsFromProto(request.limits()));
   if (!group.ok()) return group.status();
+  if (absl::Status s = store_->SetLimits(group->path, group->limits); !s.ok()) {
+    return absl::InternalError(absl::StrCat(
+        "limits of ", group->path,
+        " applied, but the state store failed (a restart would restore the "
+        "previous ones): ",
+        s.message()));
+  }
   GroupToProto(*group, response);
   return absl::OkStatus();
 }
@@ -423,15 +522,14 @@ grpc::ServerUnaryReactor* AccountingService::Charge(
       CountChargeAnswer(s);  // a refused Charge is a rejected charge
       return s;
     }
-    return DoCharge(*request, response);
+    return DoCharge(CallerKey(context), *request, response);
   });
 }
 
 template <typename Request, typename Call>
-DedupAnswer AccountingService::ApplyPageRequest(const Request& request,
-                                                bool charge,
-                                                DedupFingerprint::Method method,
-                                                Call&& call, bool* replayed) {
+DedupAnswer AccountingService::ApplyPageRequest(
+    const std::string& identity, const Request& request, bool charge,
+    DedupFingerprint::Method method, Call&& call, bool* replayed) {
   *replayed = false;
   const std::optional<uint32_t> cpu =
       request.has_cpu() ? std::optional<uint32_t>(request.cpu()) : std::nullopt;
@@ -450,24 +548,124 @@ DedupAnswer AccountingService::ApplyPageRequest(const Request& request,
   if (valid.ok() && request_id != nullptr)
     valid = ValidateRequestId(*request_id);
   if (!valid.ok()) return AnswerWithStatus(std::move(valid));
-  return ApplyOnce(
-      dedup_, request_id, method, request.path(), request.nr_pages(),
-      request.kind(), cpu,
-      [&]() {
-        return call(request.path(), request.nr_pages(), kind, engine_cpu);
-      },
-      replayed);
+  // Without a request_id: no lock, no copy of the request.
+  if (request_id == nullptr)
+    return call(nullptr, request.path(), request.nr_pages(), kind, engine_cpu);
+
+  // The id is scoped to the group instance: resolve it first (a missing
+  // group takes no entry), apply through its handle (a group re-created
+  // meanwhile is NOT_FOUND, never charged under the old one's scope).
+  // A missing group is scope 0: its NOT_FOUND is stored and replayed like
+  // any answer, and a retry once the group exists is a new request.
+  absl::StatusOr<GroupHandle> handle = engine_.ResolveGroup(request.path());
+  const uint64_t generation = handle.ok() ? GenerationOf(handle->id()) : 0;
+  const std::string key = DedupKey(identity, generation, *request_id);
+  const RequestDedupCache::BeginResult begin =
+      dedup_.Begin(key, MakeFingerprint(method, request.path(),
+                                        request.nr_pages(), request.kind(), cpu));
+  switch (begin.verdict) {
+    case RequestDedupCache::Verdict::kReplay:
+      *replayed = true;
+      return begin.answer;
+    case RequestDedupCache::Verdict::kMismatch:
+      return AnswerWithStatus(absl::InvalidArgumentError(absl::StrCat(
+          "request_id \"", absl::CHexEscape(*request_id),
+          "\" was already used for a different request (method, path, "
+          "nr_pages, kind or cpu differ)")));
+    case RequestDedupCache::Verdict::kInFlight:
+      return AnswerWithStatus(absl::AbortedError(absl::StrCat(
+          "request_id \"", absl::CHexEscape(*request_id),
+          "\" is in flight; retry")));
+    case RequestDedupCache::Verdict::kProceed:
+      break;
+  }
+  DedupAnswer answer =
+      handle.ok()
+          ? call(&*handle, request.path(), request.nr_pages(), kind, engine_cpu)
+          : AnswerWithStatus(handle.status());
+  // Persisted before the answer is stored or sent: an acknowledged id
+  // survives a restart.
+  StoredRequest stored;
+  stored.identity = identity;
+  stored.request_id = *request_id;
+  stored.scope = generation;
+  stored.method = static_cast<int>(method);
+  stored.path = request.path();
+  stored.nr_pages = request.nr_pages();
+  stored.kind = request.kind();
+  stored.cpu = cpu.has_value() ? static_cast<int64_t>(*cpu) : -1;
+  stored.code = static_cast<int>(answer.status.code());
+  stored.message = std::string(answer.status.message());
+  stored.answer_nr_pages = answer.nr_pages;
+  stored.throttle_us = answer.throttle_us;
+  const absl::Time now = absl::Now();
+  stored.arrived_unix_ns = absl::ToUnixNanos(now);
+  if (absl::Status s = store_->PutRequest(
+          stored, absl::ToUnixNanos(now - dedup_.window()), dedup_.capacity());
+      !s.ok()) {
+    rpc_metrics_.RecordStateStoreError();
+  }
+  dedup_.Complete(key, begin.ticket, answer);
+  return answer;
 }
 
-absl::Status AccountingService::DoCharge(const v1::ChargeRequest& request,
+uint64_t AccountingService::GenerationOf(uint64_t group_id) const {
+  absl::ReaderMutexLock l(&generations_mu_);
+  auto it = generations_.find(group_id);
+  // Groups not made through the service (tests' engines): the engine id,
+  // unique for the process's life, offset so it cannot meet a stored one.
+  return it != generations_.end() ? it->second : (uint64_t{1} << 63) | group_id;
+}
+
+size_t AccountingService::RestoreRequests(
+    const std::vector<StoredRequest>& requests) {
+  const absl::Time now = absl::Now();
+  size_t restored = 0;
+  for (const StoredRequest& r : requests) {
+    if (r.method == static_cast<int>(DedupFingerprint::Method::kBatch)) {
+      DedupFingerprint fingerprint;
+      fingerprint.method = DedupFingerprint::Method::kBatch;
+      fingerprint.path_hash = r.digest;
+      fingerprint.nr_pages = r.nr_pages;
+      DedupAnswer answer;
+      answer.body = r.body;
+      batch_dedup_.Restore(DedupKey(r.identity, r.scope, r.request_id),
+                           fingerprint, std::move(answer),
+                           now - absl::FromUnixNanos(r.arrived_unix_ns));
+      ++restored;
+      continue;
+    }
+    if (r.method != static_cast<int>(DedupFingerprint::Method::kCharge) &&
+        r.method != static_cast<int>(DedupFingerprint::Method::kUncharge))
+      continue;
+    DedupAnswer answer;
+    answer.status = absl::Status(static_cast<absl::StatusCode>(r.code), r.message);
+    answer.nr_pages = r.answer_nr_pages;
+    answer.throttle_us = r.throttle_us;
+    const std::optional<uint32_t> cpu =
+        r.cpu >= 0 ? std::optional<uint32_t>(static_cast<uint32_t>(r.cpu))
+                   : std::nullopt;
+    dedup_.Restore(
+        DedupKey(r.identity, r.scope, r.request_id),
+        MakeFingerprint(static_cast<DedupFingerprint::Method>(r.method), r.path,
+                        r.nr_pages, r.kind, cpu),
+        std::move(answer), now - absl::FromUnixNanos(r.arrived_unix_ns));
+    ++restored;
+  }
+  return restored;
+}
+
+absl::Status AccountingService::DoCharge(const std::string& identity,
+                                         const v1::ChargeRequest& request,
                                          v1::ChargeResponse* response) {
   bool replayed;
   DedupAnswer answer = ApplyPageRequest(
-      request, /*charge=*/true, DedupFingerprint::Method::kCharge,
-      [&](absl::string_view path, uint64_t nr_pages, PageKind kind,
-          std::optional<int> cpu) {
+      identity, request, /*charge=*/true, DedupFingerprint::Method::kCharge,
+      [&](const GroupHandle* handle, absl::string_view path, uint64_t nr_pages,
+          PageKind kind, std::optional<int> cpu) {
         absl::StatusOr<ChargeResult> result =
-            engine_.Charge(path, nr_pages, kind, cpu);
+            handle != nullptr ? engine_.Charge(*handle, nr_pages, kind, cpu)
+                              : engine_.Charge(path, nr_pages, kind, cpu);
         if (!result.ok()) return AnswerWithStatus(result.status());
         DedupAnswer ok;
         ok.nr_pages = result->nr_pages;
@@ -480,6 +678,7 @@ absl::Status AccountingService::DoCharge(const v1::ChargeRequest& request,
   if (answer.status.ok()) {
     response->set_nr_pages(answer.nr_pages);
     response->set_throttle_us(answer.throttle_us);
+    response->set_replayed(replayed);
   }
   return std::move(answer.status);
 }
@@ -493,26 +692,31 @@ grpc::ServerUnaryReactor* AccountingService::Uncharge(
         !s.ok()) {
       return s;
     }
-    return DoUncharge(*request, response);
+    return DoUncharge(CallerKey(context), *request, response);
   });
 }
 
-absl::Status AccountingService::DoUncharge(const v1::UnchargeRequest& request,
+absl::Status AccountingService::DoUncharge(const std::string& identity,
+                                           const v1::UnchargeRequest& request,
                                            v1::UnchargeResponse* response) {
   bool replayed;
   DedupAnswer answer = ApplyPageRequest(
-      request, /*charge=*/false, DedupFingerprint::Method::kUncharge,
-      [&](absl::string_view path, uint64_t nr_pages, PageKind kind,
-          std::optional<int> cpu) {
+      identity, request, /*charge=*/false, DedupFingerprint::Method::kUncharge,
+      [&](const GroupHandle* handle, absl::string_view path, uint64_t nr_pages,
+          PageKind kind, std::optional<int> cpu) {
         absl::StatusOr<UnchargeResult> result =
-            engine_.Uncharge(path, nr_pages, kind, cpu);
+            handle != nullptr ? engine_.Uncharge(*handle, nr_pages, kind, cpu)
+                              : engine_.Uncharge(path, nr_pages, kind, cpu);
         if (!result.ok()) return AnswerWithStatus(result.status());
         DedupAnswer ok;
         ok.nr_pages = result->nr_pages;
         return ok;
       },
       &replayed);
-  if (answer.status.ok()) response->set_nr_pages(answer.nr_pages);
+  if (answer.status.ok()) {
+    response->set_nr_pages(answer.nr_pages);
+    response->set_replayed(replayed);
+  }
   return std::move(answer.status);
 }
 

@@ -39,24 +39,35 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
+#include <thread>
+#include <vector>
 #include <utility>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "absl/strings/string_view.h"
 #include "cgacct/v1/accounting.grpc.pb.h"
 #include "cgacct/v1/accounting.pb.h"
 #include "engine/clock.h"
 #include "engine/engine.h"
+#include "engine/group_handle.h"
 #include "engine/types.h"
 #include "server/auth.h"
 #include "server/events_watch.h"
 #include "server/limits.h"
 #include "server/metrics.h"
 #include "server/request_dedup.h"
+#include "server/state_store.h"
 
 namespace cgacct {
 
@@ -77,6 +88,16 @@ struct AccountingServiceOptions {
   // request_id de-duplication: 65536 ids, 60 s window by default. Its clock
   // is `clock` below unless set here.
   RequestDedupCache::Options dedup;
+  // idempotency_key de-duplication of ChargeBatch/ChargeStream: 16384 keys,
+  // 60 s, at most 64 MiB of stored responses by default.
+  RequestDedupCache::Options batch_dedup = DefaultBatchDedupOptions();
+
+  static RequestDedupCache::Options DefaultBatchDedupOptions() {
+    RequestDedupCache::Options o;
+    o.capacity = 16384;
+    o.max_bytes = size_t{64} << 20;
+    return o;
+  }
   // Where WatchEvents streams subscribe: the engine's observer (main.cc
   // makes it wrap the metrics observer). Null: WatchEvents answers
   // UNAVAILABLE. Not owned; must outlive the service.
@@ -84,6 +105,10 @@ struct AccountingServiceOptions {
   // Time source of RPC latencies and of the request_id window; null = the
   // steady clock (Clock::Real()). Not owned; must outlive the service.
   const Clock* clock = nullptr;
+  // Where groups, limits and the request-id window are persisted
+  // (server/state_store.h). Null: an in-memory store the service owns
+  // (nothing survives a restart). Not owned; must outlive the service.
+  StateStore* store = nullptr;
   // Most pages one Charge may charge, and the charge ops of one
   // ChargeBatch/ChargeStream request together; more is INVALID_ARGUMENT
   // naming nr_pages and this cap (per op in a batch). 0 = only
@@ -102,6 +127,12 @@ struct AccountingServiceOptions {
   const Authorizer* authorizer = nullptr;
 };
 
+// What AccountingService::Restore() put back.
+struct RestoreReport {
+  size_t groups = 0;
+  size_t requests = 0;
+};
+
 class AccountingService final : public cgacct::v1::Accounting::CallbackService {
  public:
   // `engine`: the accounting engine every RPC acts on. `rpc_metrics`: where
@@ -111,15 +142,34 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
   AccountingService(const AccountingService&) = delete;
   AccountingService& operator=(const AccountingService&) = delete;
 
+  // Re-creates the store's groups (creation order, stored limits; usage 0)
+  // in the engine and reloads the request-id window (entries younger than
+  // the window). Call once, before serving, on an engine with only the root.
+  // Errors: the store's (INTERNAL, DATA_LOSS, ...); INTERNAL naming the path
+  // if the engine refuses a stored group (nothing is served then).
+  absl::StatusOr<RestoreReport> Restore() ABSL_LOCKS_EXCLUDED(config_mu_);
+
+  // Shutdown, first step (cgacctd on SIGTERM, before grpc::Server::Shutdown):
+  // from here every new call answers UNAVAILABLE with nothing applied;
+  // unary calls already running finish; every open ChargeStream stops
+  // reading, applies and answers the requests it has read, then ends
+  // UNAVAILABLE saying how many were applied (OK if the client had
+  // half-closed). Returns once every stream was told. Idempotent.
+  void BeginShutdown() ABSL_LOCKS_EXCLUDED(streams_mu_);
+
   // Errors: INVALID_ARGUMENT bad path; NOT_FOUND parent; ALREADY_EXISTS
-  // (the root included: the engine's answer, as mkdir's EEXIST).
+  // (the root included: the engine's answer, as mkdir's EEXIST);
+  // UNAVAILABLE the state store failed (the group is not created).
+  // CreateGroup, DeleteGroup and SetLimits answer OK only once the change
+  // is in the state store; they are serialised with each other.
   grpc::ServerUnaryReactor* CreateGroup(
       grpc::CallbackServerContext* context,
       const cgacct::v1::CreateGroupRequest* request,
       cgacct::v1::Group* response) override;
 
   // Errors: NOT_FOUND; FAILED_PRECONDITION has children; INVALID_ARGUMENT
-  // root or bad path.
+  // root or bad path; INTERNAL the state store failed after the engine
+  // deleted the group (it would come back after a restart).
   grpc::ServerUnaryReactor* DeleteGroup(
       grpc::CallbackServerContext* context,
       const cgacct::v1::DeleteGroupRequest* request,
@@ -135,7 +185,9 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
       const cgacct::v1::ListGroupsRequest* request,
       cgacct::v1::ListGroupsResponse* response) override;
 
-  // Errors: NOT_FOUND; INVALID_ARGUMENT root or bad path.
+  // Errors: NOT_FOUND; INVALID_ARGUMENT root or bad path; INTERNAL the
+  // state store failed after the engine applied the limits (a restart would
+  // restore the previous ones).
   grpc::ServerUnaryReactor* SetLimits(
       grpc::CallbackServerContext* context,
       const cgacct::v1::SetLimitsRequest* request,
@@ -249,8 +301,29 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
   // server/watch_events.cc: the WatchEvents reactor.
   class WatchEventsReactor;
 
-  // The caller's identity for the per-identity limits: "" (anonymous)
-  // until authentication exists.
+  // UNAVAILABLE after BeginShutdown(); DEADLINE_EXCEEDED when the call's
+  // deadline has passed. Every handler checks it before anything changes.
+  absl::Status CheckCallable(const grpc::CallbackServerContext& context) const;
+  // ChargeStream reactors register for BeginShutdown(); false: shutdown
+  // has begun (the stream must end at once). Unregister waits while
+  // BeginShutdown() is calling that reactor.
+  // Runs a ChargeBatch request (or ChargeStream message) through `runner`,
+  // at most once per (identity, generations of its groups,
+  // idempotency_key) inside the window when it has a key; records the
+  // response in the state store. Errors (nothing applied):
+  // INVALID_ARGUMENT bad key, or the key used for other ops; ABORTED the
+  // same key is in flight. Implemented in server/charge_batch.cc.
+  absl::Status RunBatch(ChargeOpRunner& runner, const std::string& identity,
+                        const cgacct::v1::ChargeBatchRequest& request,
+                        cgacct::v1::ChargeBatchResponse* response);
+  // Calls stream->OnServerShutdown() (server/charge_batch.cc).
+  static void NotifyStreamShutdown(ChargeStreamReactor* stream);
+  bool RegisterStream(ChargeStreamReactor* stream)
+      ABSL_LOCKS_EXCLUDED(streams_mu_);
+  void UnregisterStream(ChargeStreamReactor* stream)
+      ABSL_LOCKS_EXCLUDED(streams_mu_);
+  // The caller's identity (CallerIdentity): the per-identity limits' key,
+  // and the scope of request ids and idempotency keys ("" = anonymous).
   static std::string CallerKey(const grpc::ServerContextBase* context);
 
   // Admits one in-flight message of the caller (a Permit held while `body`
@@ -260,6 +333,9 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
   grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* context,
                                   RpcMethod method, Body&& body) {
     const int64_t start_ns = clock_.NowNs();
+    // Shutdown and the deadline first: nothing changes for such a call.
+    if (absl::Status s = CheckCallable(*context); !s.ok())
+      return FinishUnary(context, method, start_ns, s);
     ShedReason reason;
     absl::StatusOr<CallLimiter::Permit> permit = limiter_.Acquire(
         CallLimiter::Kind::kInFlight, CallerKey(context), &reason);
@@ -301,9 +377,12 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
                             cgacct::v1::ListGroupsResponse* response);
   absl::Status DoSetLimits(const cgacct::v1::SetLimitsRequest& request,
                            cgacct::v1::Group* response);
-  absl::Status DoCharge(const cgacct::v1::ChargeRequest& request,
+  // `identity`: the caller's (CallerKey), scoping request ids.
+  absl::Status DoCharge(const std::string& identity,
+                        const cgacct::v1::ChargeRequest& request,
                         cgacct::v1::ChargeResponse* response);
-  absl::Status DoUncharge(const cgacct::v1::UnchargeRequest& request,
+  absl::Status DoUncharge(const std::string& identity,
+                          const cgacct::v1::UnchargeRequest& request,
                           cgacct::v1::UnchargeResponse* response);
   absl::Status DoGetStats(const cgacct::v1::GetStatsRequest& request,
                           cgacct::v1::GroupStats* response);
@@ -322,14 +401,23 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
                                 std::optional<uint32_t> cpu, bool charge,
                                 std::optional<int>* engine_cpu) const;
   // The body Charge and Uncharge share: checks path, nr_pages, kind, cpu and
-  // request_id, then runs `call(path, nr_pages, kind, cpu)` (the engine's
-  // Charge or Uncharge, returning a DedupAnswer) at most once per request_id
-  // (request_dedup.h). Returns the answer; *replayed tells whether it was a
-  // stored one (nothing was applied).
+  // request_id, then runs `call(handle, path, nr_pages, kind, cpu)` (the
+  // engine's Charge or Uncharge, through `handle` when not null, returning a
+  // DedupAnswer) at most once per (identity, group generation, request_id)
+  // inside the window (request_dedup.h), recording the answer in the state
+  // store before it is returned. Returns the answer; *replayed tells whether
+  // it was a stored one (nothing was applied).
   template <typename Request, typename Call>
-  DedupAnswer ApplyPageRequest(const Request& request, bool charge,
+  DedupAnswer ApplyPageRequest(const std::string& identity,
+                               const Request& request, bool charge,
                                DedupFingerprint::Method method, Call&& call,
                                bool* replayed);
+  // The store generation of engine group `group_id` (see generations_).
+  uint64_t GenerationOf(uint64_t group_id) const
+      ABSL_LOCKS_EXCLUDED(generations_mu_);
+  // Puts the stored Charge/Uncharge answers back into dedup_; returns how
+  // many.
+  size_t RestoreRequests(const std::vector<StoredRequest>& requests);
 
   // The caller of `context` (an admin caller when there is no authorizer).
   // Errors: UNAUTHENTICATED, PERMISSION_DENIED (Authorizer::Authenticate).
@@ -366,8 +454,34 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
 
   const Authorizer* const authorizer_;  // may be null; thread-safe
 
-  // Thread-safe on its own; only touched by calls carrying a request_id.
+  // Thread-safe on their own; only touched by calls carrying a request_id
+  // (dedup_) or an idempotency_key (batch_dedup_).
   RequestDedupCache dedup_;
+  RequestDedupCache batch_dedup_;
+
+  // The store: options.store, or owned_store_. Thread-safe on its own.
+  std::unique_ptr<StateStore> owned_store_;
+  StateStore* const store_;
+  // Serialises CreateGroup/DeleteGroup/SetLimits (engine change + store
+  // write) so the store sees them in the engine's order.
+  absl::Mutex config_mu_ ABSL_ACQUIRED_BEFORE(generations_mu_);
+  // Engine group id -> the group's store generation (stable across
+  // restarts; request ids are scoped by it).
+  mutable absl::Mutex generations_mu_;
+  absl::flat_hash_map<uint64_t, uint64_t> generations_
+      ABSL_GUARDED_BY(generations_mu_);
+
+  // Set once by BeginShutdown(); read by every handler (relaxed is enough:
+  // a call racing with it is either refused or runs to completion before
+  // the server's own shutdown, which waits for it).
+  std::atomic<bool> shutting_down_{false};
+  // Open ChargeStreams (BeginShutdown() tells each one).
+  absl::Mutex streams_mu_;
+  absl::flat_hash_set<ChargeStreamReactor*> streams_ ABSL_GUARDED_BY(streams_mu_);
+  bool streams_shut_ ABSL_GUARDED_BY(streams_mu_) = false;
+  // The stream BeginShutdown() is calling (unlocked), and on which thread.
+  ChargeStreamReactor* calling_ ABSL_GUARDED_BY(streams_mu_) = nullptr;
+  std::thread::id calling_thread_ ABSL_GUARDED_BY(streams_mu_);
 };
 
 }  // namespace cgacct

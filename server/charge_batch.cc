@@ -10,20 +10,25 @@
 // response buffers for its whole life.
 #include <grpcpp/grpcpp.h>
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "engine/engine.h"
 #include "engine/group_handle.h"
 #include "engine/group_path.h"
 #include "server/accounting_service.h"
+#include "server/request_dedup.h"
+#include "server/state_store.h"
 #include "server/status.h"
 #include "server/wire.h"
 
@@ -232,9 +237,91 @@ grpc::ServerUnaryReactor* AccountingService::ChargeBatch(
     absl::StatusOr<AuthCaller> caller = AuthenticateCall(*context);
     if (!caller.ok()) return caller.status();
     ChargeOpRunner runner(*this, *caller);
-    runner.Run(*request, response);
-    return absl::OkStatus();
+    return RunBatch(runner, CallerKey(context), *request, response);
   });
+}
+
+absl::Status AccountingService::RunBatch(
+    ChargeOpRunner& runner, const std::string& identity,
+    const v1::ChargeBatchRequest& request, v1::ChargeBatchResponse* response) {
+  if (!request.has_idempotency_key()) {
+    runner.Run(request, response);
+    response->set_replayed(false);
+    return absl::OkStatus();
+  }
+  const std::string& key = request.idempotency_key();
+  if (key.empty())
+    return absl::InvalidArgumentError(
+        "idempotency_key must not be empty when present");
+  if (key.size() > kMaxRequestIdBytes)
+    return absl::InvalidArgumentError(
+        absl::StrCat("idempotency_key is ", key.size(), " bytes; at most ",
+                     kMaxRequestIdBytes, " allowed"));
+  // What a retry must repeat: the ops, byte for byte.
+  v1::ChargeBatchRequest ops_only;
+  *ops_only.mutable_ops() = request.ops();
+  const uint64_t digest = StableDigest(ops_only.SerializeAsString());
+  // The scope: the generation of each distinct group the ops name, in
+  // first-use order (0 for one that does not exist), so a batch naming a
+  // group re-created since is a new request.
+  uint64_t scope = StableDigest("");
+  absl::flat_hash_map<absl::string_view, bool> seen;
+  for (const v1::ChargeOp& op : request.ops()) {
+    if (!seen.emplace(op.path(), true).second) continue;
+    absl::StatusOr<GroupHandle> handle = engine_.ResolveGroup(op.path());
+    const uint64_t generation = handle.ok() ? GenerationOf(handle->id()) : 0;
+    scope = StableDigest(
+        absl::string_view(reinterpret_cast<const char*>(&generation),
+                          sizeof(generation)),
+        scope);
+  }
+  DedupFingerprint fingerprint;
+  fingerprint.method = DedupFingerprint::Method::kBatch;
+  fingerprint.path_hash = digest;
+  fingerprint.nr_pages = static_cast<uint64_t>(request.ops_size());
+  const std::string dedup_key = DedupKey(identity, scope, key);
+  const RequestDedupCache::BeginResult begin =
+      batch_dedup_.Begin(dedup_key, fingerprint);
+  switch (begin.verdict) {
+    case RequestDedupCache::Verdict::kReplay:
+      if (!response->ParseFromString(begin.answer.body)) {
+        return absl::InternalError(absl::StrCat(
+            "idempotency_key \"", absl::CHexEscape(key), "\": the stored response is corrupt"));
+      }
+      response->set_replayed(true);
+      return absl::OkStatus();
+    case RequestDedupCache::Verdict::kMismatch:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "idempotency_key \"", absl::CHexEscape(key),
+          "\" was already used for a different request (its ops differ)"));
+    case RequestDedupCache::Verdict::kInFlight:
+      return absl::AbortedError(absl::StrCat(
+          "idempotency_key \"", absl::CHexEscape(key), "\" is in flight; retry"));
+    case RequestDedupCache::Verdict::kProceed:
+      break;
+  }
+  runner.Run(request, response);
+  response->set_replayed(false);
+  DedupAnswer answer;
+  answer.body = response->SerializeAsString();
+  StoredRequest stored;
+  stored.identity = identity;
+  stored.request_id = key;
+  stored.scope = scope;
+  stored.method = static_cast<int>(DedupFingerprint::Method::kBatch);
+  stored.nr_pages = fingerprint.nr_pages;
+  stored.digest = digest;
+  stored.body = answer.body;
+  const absl::Time now = absl::Now();
+  stored.arrived_unix_ns = absl::ToUnixNanos(now);
+  if (absl::Status s = store_->PutRequest(
+          stored, absl::ToUnixNanos(now - batch_dedup_.window()),
+          batch_dedup_.capacity());
+      !s.ok()) {
+    rpc_metrics_.RecordStateStoreError();
+  }
+  batch_dedup_.Complete(dedup_key, begin.ticket, std::move(answer));
+  return absl::OkStatus();
 }
 
 // The ChargeStream reactor. One read and one write may be outstanding at
@@ -272,11 +359,53 @@ class AccountingService::ChargeStreamReactor final
       : service_(service),
         context_(context),
         caller_(std::move(caller)),
+        identity_(AccountingService::CallerKey(context)),
         runner_(service, caller_),
         start_ns_(start_ns),
         stream_permit_(std::move(stream_permit)) {
-    read_outstanding_ = true;
+    const bool shutting_down = !service_.RegisterStream(this);
+    {
+      absl::MutexLock l(&mu_);
+      if (shutting_down) {
+        // Shutdown began before this stream was registered: nothing read,
+        // nothing applied.
+        shutting_down_ = true;
+        shutdown_end_ = true;
+        finished_ = true;
+      } else {
+        read_outstanding_ = true;
+      }
+    }
+    if (shutting_down) {
+      DoFinish();
+      return;
+    }
     StartRead(&request_);
+    // A BeginShutdown() that reached this stream before the read was
+    // started left the finishing to here (Finish must not precede it).
+    bool finish;
+    {
+      absl::MutexLock l(&mu_);
+      started_ = true;
+      finish = shutting_down_ && ShouldFinishLocked();
+    }
+    if (finish) DoFinish();
+  }
+
+  // BeginShutdown(): stop reading; the requests already read are applied
+  // and answered, then the stream ends UNAVAILABLE saying how many were
+  // (or OK if the client had already half-closed).
+  void OnServerShutdown() {
+    bool finish;
+    {
+      absl::MutexLock l(&mu_);
+      if (finished_) return;
+      shutting_down_ = true;
+      if (!reads_done_ && status_.ok()) shutdown_end_ = true;
+      if (!started_) return;  // the constructor finishes (after StartRead)
+      finish = ShouldFinishLocked();
+    }
+    if (finish) DoFinish();
   }
 
   void OnReadDone(bool ok) override {
@@ -289,7 +418,7 @@ class AccountingService::ChargeStreamReactor final
         absl::MutexLock l(&mu_);
         read_outstanding_ = false;
         reads_done_ = true;
-        if (cancelled && status_.ok()) {
+        if (cancelled && status_.ok() && !finished_) {
           status_ = absl::CancelledError("ChargeStream cancelled");
         }
         finish = ShouldFinishLocked();
@@ -297,39 +426,61 @@ class AccountingService::ChargeStreamReactor final
       if (finish) DoFinish();
       return;
     }
+    // The checks that need no lock first (they change nothing).
     absl::Status refused = service_.CheckBatch(request_);
     CallLimiter::Permit permit;
+    ShedReason reason{};
+    bool shed = false;
     if (refused.ok()) {
-      ShedReason reason;
       absl::StatusOr<CallLimiter::Permit> admitted = service_.limiter_.Acquire(
           CallLimiter::Kind::kInFlight, CallerKey(context_), &reason);
       if (admitted.ok()) {
         permit = *std::move(admitted);
       } else {
         refused = admitted.status();
-        service_.MarkShed(context_, reason);
+        shed = true;
       }
     }
-    if (!refused.ok()) {
-      FreeMessage(&request_);
-      bool finish;
-      {
-        absl::MutexLock l(&mu_);
-        read_outstanding_ = false;
-        reads_done_ = true;
-        if (status_.ok()) status_ = std::move(refused);
-        finish = ShouldFinishLocked();
-      }
-      if (finish) DoFinish();
-      return;
-    }
-    int buffer;
+    int buffer = 0;
+    bool stop = false;
+    bool stop_finish = false;
+    bool refused_ends = false;
     {
       absl::MutexLock l(&mu_);
-      buffer = 1 - writing_;  // never the one on the wire; never "ready"
-      permits_[buffer] = std::move(permit);
+      read_outstanding_ = false;
+      if (finished_ || shutting_down_ || broken_) {
+        // Read after shutdown began (or the call broke): not applied.
+        reads_done_ = true;
+        stop = true;
+      } else if (context_->deadline() <= std::chrono::system_clock::now()) {
+        // Checked before anything of this request changes.
+        reads_done_ = true;
+        status_ = absl::DeadlineExceededError(absl::StrCat(
+            "ChargeStream deadline passed before request ", applied_ + 1,
+            " was applied; the ", applied_,
+            " requests answered before it were applied"));
+        stop = true;
+      } else if (!refused.ok()) {
+        reads_done_ = true;
+        if (status_.ok()) status_ = std::move(refused);
+        stop = true;
+        refused_ends = true;
+      } else {
+        applying_ = true;
+        buffer = 1 - writing_;  // never the one on the wire; never "ready"
+        permits_[buffer] = std::move(permit);
+      }
+      if (stop) stop_finish = ShouldFinishLocked();
     }
-    runner_.Run(request_, &responses_[buffer]);
+    if (stop) {
+      // The trailer goes before Finish (DoFinish below).
+      if (refused_ends && shed) service_.MarkShed(context_, reason);
+      FreeMessage(&request_);
+      if (stop_finish) DoFinish();
+      return;
+    }
+    const absl::Status run = service_.RunBatch(runner_, identity_, request_,
+                                               &responses_[buffer]);
     // The request is done with; a big one is not kept while the stream idles
     // (the next read parses into a fresh message).
     if (request_.ByteSizeLong() > kMaxRetainedMessageBytes) {
@@ -340,18 +491,33 @@ class AccountingService::ChargeStreamReactor final
     bool finish = false;
     {
       absl::MutexLock l(&mu_);
-      read_outstanding_ = false;
-      if (broken_) {
+      applying_ = false;
+      if (run.ok()) ++applied_;
+      if (!run.ok()) {
+        // A bad or conflicting idempotency_key: nothing of this request was
+        // applied; the stream ends with it after the earlier responses.
         reads_done_ = true;
-        finish = ShouldFinishLocked();
+        permits_[buffer].Release();
+        if (status_.ok()) {
+          status_ = absl::Status(
+              run.code(), absl::StrCat("request ", applied_ + 1, ": ",
+                                       run.message()));
+        }
+      } else if (broken_) {
+        reads_done_ = true;
       } else if (!write_outstanding_) {
         write_outstanding_ = true;
         writing_ = buffer;
         write = true;
-        read_outstanding_ = read = true;
+        if (!shutting_down_) {
+          read_outstanding_ = read = true;
+        } else {
+          reads_done_ = true;
+        }
       } else {
         ready_ = buffer;  // resumed by OnWriteDone
       }
+      finish = ShouldFinishLocked();
     }
     if (write) StartWrite(&responses_[buffer]);
     if (read) StartRead(&request_);
@@ -384,7 +550,11 @@ class AccountingService::ChargeStreamReactor final
         buffer = writing_ = ready_;
         ready_ = -1;
         write_outstanding_ = write = true;
-        if (!reads_done_) read_outstanding_ = read = true;
+        if (!reads_done_ && !shutting_down_) {
+          read_outstanding_ = read = true;
+        } else if (!read_outstanding_) {
+          reads_done_ = true;
+        }
       }
       finish = ShouldFinishLocked();
     }
@@ -396,19 +566,27 @@ class AccountingService::ChargeStreamReactor final
   void OnCancel() override {
     absl::MutexLock l(&mu_);
     broken_ = true;
-    if (status_.ok()) {
+    if (status_.ok() && !finished_) {
       status_ = absl::CancelledError("ChargeStream cancelled");
     }
   }
 
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    service_.UnregisterStream(this);
+    delete this;
+  }
 
  private:
+  // Whether to Finish now (true once). Not while a request is being
+  // applied or a response waits for the wire; a read may still be
+  // outstanding only after shutdown began (Finish fails it: nothing read
+  // after that point is applied).
   bool ShouldFinishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (finished_ || !reads_done_ || read_outstanding_ || write_outstanding_ ||
-        ready_ >= 0) {
+    if (finished_ || applying_ || write_outstanding_ || ready_ >= 0) {
       return false;
     }
+    if (!reads_done_ && !shutting_down_) return false;
+    if (read_outstanding_ && !shutting_down_) return false;
     finished_ = true;
     return true;
   }
@@ -417,6 +595,12 @@ class AccountingService::ChargeStreamReactor final
     grpc::Status status;
     {
       absl::MutexLock l(&mu_);
+      if (shutdown_end_ && status_.ok()) {
+        status_ = absl::UnavailableError(absl::StrCat(
+            "cgacctd is shutting down: the ", applied_,
+            " requests answered on this stream were applied, nothing sent "
+            "after them was; retry those on a new stream"));
+      }
       status = ToGrpcStatus(status_);
     }
     // Recorded before Finish so a client that sees the end sees it counted.
@@ -428,6 +612,7 @@ class AccountingService::ChargeStreamReactor final
   AccountingService& service_;
   grpc::CallbackServerContext* const context_;
   const AuthCaller caller_;  // authenticated when the stream started
+  const std::string identity_;  // CallerKey(context_)
   ChargeOpRunner runner_;  // touched only by the thread applying a request
   const int64_t start_ns_;                // service_.clock_
   const CallLimiter::Permit stream_permit_;  // released when the reactor goes
@@ -437,9 +622,14 @@ class AccountingService::ChargeStreamReactor final
   absl::Mutex mu_;
   bool read_outstanding_ ABSL_GUARDED_BY(mu_) = false;
   bool write_outstanding_ ABSL_GUARDED_BY(mu_) = false;
+  bool applying_ ABSL_GUARDED_BY(mu_) = false;    // runner_ is running
   bool reads_done_ ABSL_GUARDED_BY(mu_) = false;  // no more requests
   bool broken_ ABSL_GUARDED_BY(mu_) = false;      // cancelled or write failed
+  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;  // BeginShutdown() seen
+  bool shutdown_end_ ABSL_GUARDED_BY(mu_) = false;   // end UNAVAILABLE
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool started_ ABSL_GUARDED_BY(mu_) = false;  // the first read was started
+  uint64_t applied_ ABSL_GUARDED_BY(mu_) = 0;  // requests applied
   int writing_ ABSL_GUARDED_BY(mu_) = 1;  // buffer last handed to StartWrite
   int ready_ ABSL_GUARDED_BY(mu_) = -1;   // built, waiting for the wire
   absl::Status status_ ABSL_GUARDED_BY(mu_);
@@ -458,6 +648,10 @@ class ShedStreamReactor final
   explicit ShedStreamReactor(const grpc::Status& status) { Finish(status); }
   void OnDone() override { delete this; }
 };
+
+void AccountingService::NotifyStreamShutdown(ChargeStreamReactor* stream) {
+  stream->OnServerShutdown();
+}
 
 grpc::ServerBidiReactor<v1::ChargeBatchRequest, v1::ChargeBatchResponse>*
 AccountingService::ChargeStream(grpc::CallbackServerContext* context) {

@@ -7,15 +7,18 @@
 // flag's type (e.g. --cpus=abc); 2 for flag values that parse but are out of
 // range or inconsistent (a bad TLS, token or policy file included, and a
 // plaintext or unauthenticated listener on a non-loopback address without
-// --insecure). Every failure is one line on stderr.
+// --insecure); 3 when the state store (--state_dir) cannot be opened or
+// restored. Every failure is one line on stderr.
 //
 // SIGHUP re-reads --tokens_file and --authz_policy (a bad file is reported
 // on stderr and the previous one stays); certificates are re-read by gRPC
 // every --tls_refresh_interval.
+#include <grpc/grpc.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <signal.h>
+#include <time.h>
 
 #include <chrono>
 #include <climits>
@@ -24,6 +27,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -45,6 +49,7 @@
 #include "server/limits.h"
 #include "server/memory_trim.h"
 #include "server/metrics.h"
+#include "server/sqlite_state_store.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
           "gRPC listen address HOST:PORT (port 0 picks a free port)");
@@ -81,6 +86,10 @@ ABSL_FLAG(uint32_t, stock_victim_sets, 64,
           "sets (4 ways each) of every CPU's stock victim table, behind its 7 "
           "slots (power of two <= 1024; nr_cpus x sets x 64 bytes); 0 = the "
           "kernel's 7 slots alone");
+ABSL_FLAG(std::string, state_dir, "",
+          "directory of the state store (SQLite, WAL): groups, limits and "
+          "the request-id window survive restarts (usage restarts at 0); "
+          "empty = nothing persisted");
 ABSL_FLAG(std::string, tls_cert, "",
           "PEM certificate chain of the server; with --tls_key turns TLS on "
           "(re-read every --tls_refresh_interval)");
@@ -136,6 +145,7 @@ namespace {
 
 constexpr int kExitBind = 1;
 constexpr int kExitUsage = 2;
+constexpr int kExitStore = 3;
 constexpr auto kShutdownGrace = std::chrono::seconds(5);
 
 // "HOST:PORT" -> "HOST" ("[::]:0" -> "[::]").
@@ -211,7 +221,8 @@ int main(int argc, char** argv) {
       "          [--memory_trim_interval=1s]\n"
       "          [--tls_cert=PEM --tls_key=PEM [--client_ca=PEM]]\n"
       "          [--tokens_file=FILE] [--authz_policy=FILE] [--insecure]\n"
-      "          [--metrics_token_file=FILE] [--reflection=auto|on|off]");
+      "          [--metrics_token_file=FILE] [--reflection=auto|on|off]\n"
+      "          [--state_dir=DIR]");
   // --help lists the flags above (Abseil's default looks for them in a file
   // named after the program); Abseil's own flags stay under --helpfull.
   absl::FlagsUsageConfig usage_config;
@@ -385,6 +396,20 @@ int main(int argc, char** argv) {
                                          engine.status().message()));
   }
 
+  // The state store outlives the service (declared before it).
+  std::unique_ptr<cgacct::SqliteStateStore> store;
+  const std::string state_dir = absl::GetFlag(FLAGS_state_dir);
+  if (!state_dir.empty()) {
+    absl::StatusOr<std::unique_ptr<cgacct::SqliteStateStore>> opened =
+        cgacct::SqliteStateStore::Open(state_dir,
+                                       (*engine)->page_size_bytes());
+    if (!opened.ok()) {
+      return Fail(kExitStore, absl::StrCat("--state_dir=", state_dir, ": ",
+                                           opened.status().message()));
+    }
+    store = *std::move(opened);
+  }
+
   cgacct::RpcMetrics rpc_metrics;
   auto auth_metrics = std::make_shared<cgacct::AuthMetrics>();
   std::unique_ptr<cgacct::Authorizer> authorizer;
@@ -399,6 +424,7 @@ int main(int argc, char** argv) {
   cgacct::InstallCallerIdentitySource(authorizer.get());
   cgacct::AccountingServiceOptions service_options;
   service_options.events_hub = &events_hub;
+  service_options.store = store.get();
   service_options.max_charge_pages = absl::GetFlag(FLAGS_max_charge_pages);
   service_options.limits.max_streams_per_identity =
       absl::GetFlag(FLAGS_max_streams_per_identity);
@@ -409,6 +435,18 @@ int main(int argc, char** argv) {
       streams_per_connection;
   service_options.authorizer = authorizer.get();
   cgacct::AccountingService service(**engine, rpc_metrics, service_options);
+  // The start line's state words: none without --state_dir.
+  std::string restored;
+  if (store != nullptr) {
+    absl::StatusOr<cgacct::RestoreReport> report = service.Restore();
+    if (!report.ok()) {
+      return Fail(kExitStore,
+                  absl::StrCat("restoring ", store->path(), ": ",
+                               report.status().message()));
+    }
+    restored = absl::StrCat(", state ", state_dir, ": ", report->groups,
+                            " groups, ", report->requests, " request ids");
+  }
 
   cgacct::MetricsOptions metrics_options;
   metrics_options.group_depth = group_depth;
@@ -477,6 +515,7 @@ int main(int argc, char** argv) {
                     absl::GetFlag(FLAGS_authz_policy).empty() ? "" : " (policy)");
   }
   if (!serve_reflection) absl::StrAppend(&security, ", no reflection");
+  absl::StrAppend(&security, restored);
   const cgacct::EngineInfo started = (*engine)->GetInfo();
   std::printf(
       "cgacctd listening on %s:%d (%s, cpus=%d, policy=%s, preempt=%s%s)\n",
@@ -506,21 +545,53 @@ int main(int argc, char** argv) {
   }
   std::fprintf(stderr, "cgacctd: %s, shutting down\n",
                signal_number == SIGINT ? "SIGINT" : "SIGTERM");
-  // In-flight calls get kShutdownGrace to finish, then are cancelled. The
-  // grace also bounds the wait for connected clients to close after the
-  // GOAWAY: an idle client that polls its connection rarely (gRPC C++ with
-  // no active call: every 5 s) keeps the shutdown waiting until then.
   // Health checks answer NOT_SERVING from here on (load balancers stop
-  // sending), and WatchEvents streams end UNAVAILABLE now rather than hold
-  // the grace period open.
+  // sending); new calls answer UNAVAILABLE with nothing applied; open
+  // ChargeStreams answer what they have read and end UNAVAILABLE, and
+  // WatchEvents streams end UNAVAILABLE, now rather than hold the grace
+  // period open. Unary calls already running finish.
   if (health != nullptr) {
     health->SetServingStatus(cgacct::v1::Accounting::service_full_name(),
                              false);
     health->SetServingStatus(false);
   }
+  service.BeginShutdown();
   events_hub.Shutdown();
-  server->Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
+  // In-flight calls get kShutdownGrace to finish, then are cancelled; a
+  // second SIGINT/SIGTERM cancels them at once. The grace also bounds the
+  // wait for connected clients to close after the GOAWAY: an idle client
+  // that polls its connection rarely (gRPC C++ with no active call: every
+  // 5 s) keeps the shutdown waiting until then.
+  absl::Mutex shutdown_mu;
+  bool shutdown_done = false;  // guarded by shutdown_mu
+  std::thread shutdown_thread([&] {
+    server->Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
+    absl::MutexLock l(&shutdown_mu);
+    shutdown_done = true;
+  });
+  bool cancelled = false;
+  while (true) {
+    {
+      absl::MutexLock l(&shutdown_mu);
+      if (shutdown_done) break;
+    }
+    const timespec poll_interval{0, 50 * 1000 * 1000};
+    const int again = sigtimedwait(&stop_signals, nullptr, &poll_interval);
+    if ((again == SIGINT || again == SIGTERM) && !cancelled) {
+      std::fprintf(stderr,
+                   "cgacctd: second %s, cancelling the calls still running\n",
+                   again == SIGINT ? "SIGINT" : "SIGTERM");
+      // grpc::Server::Shutdown holds its lock until the grace ends; the C
+      // core's cancel-all is what a second Shutdown cannot do (usable
+      // only after shutdown began, as it has here).
+      grpc_server_cancel_all_calls(server->c_server());
+      cancelled = true;
+    }
+  }
+  shutdown_thread.join();
   server.reset();
+  // The store closes with `store` (its last writes were committed by the
+  // calls that made them).
   cgacct::InstallCallerIdentitySource(nullptr);
   return 0;
 }

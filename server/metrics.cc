@@ -493,6 +493,10 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
                       {{"result", "rejected"}}));
     out.push_back(std::move(charges));
   }
+  counter_family("cgacct_state_store_errors_total",
+                 "request_id answers the state store failed to persist "
+                 "(answered, but not replayable after a restart).",
+                 rpc_.state_store_errors());
   counter_family("cgacct_uncharges_total", "Successful uncharges.",
                  counters.uncharges);
   counter_family("cgacct_stock_hits_total",

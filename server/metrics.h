@@ -247,6 +247,15 @@ class RpcMetrics {
   // is the engine's own view (it also counts the NOT_FOUND of a stale
   // GroupHandle that the service retries) and is not added to it.
   void RecordChargeRejected();
+  // One write to the state store that failed after the engine applied the
+  // change (a request-id entry not persisted: the call was answered, but a
+  // retry after a restart would apply again).
+  void RecordStateStoreError() {
+    state_store_errors_.fetch_add(1, std::memory_order_relaxed);
+  }
+  uint64_t state_store_errors() const {
+    return state_store_errors_.load(std::memory_order_relaxed);
+  }
   // One call shed by a per-identity limit (server/limits.h); the only count
   // behind cgacct_shed_total{reason}.
   void RecordShed(ShedReason reason);
@@ -267,6 +276,7 @@ class RpcMetrics {
 
   std::array<HandledShard, kNrMetricShards> shards_{};
   std::array<LatencyHistogram, kNrRpcMethods> latency_;
+  std::atomic<uint64_t> state_store_errors_{0};  // rare: one shared counter
 };
 
 struct MetricsOptions {

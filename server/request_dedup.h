@@ -33,7 +33,10 @@ struct DedupFingerprint {
     path_bytes = path.size();
   }
 
-  enum class Method : uint8_t { kCharge, kUncharge };
+  // kBatch: a ChargeBatch request or ChargeStream message with an
+  // idempotency_key; path_hash is then the digest of its ops (path_bytes 0)
+  // and nr_pages the number of ops.
+  enum class Method : uint8_t { kCharge, kUncharge, kBatch };
 
   Method method = Method::kCharge;
   // The path is kept as a hash and a length, not a copy: an entry stays
@@ -62,6 +65,9 @@ struct DedupAnswer {
   absl::Status status;
   uint64_t nr_pages = 0;
   uint64_t throttle_us = 0;
+  // kBatch: the serialized ChargeBatchResponse. Counted against
+  // Options::max_bytes.
+  std::string body;
 };
 
 // A bounded table request_id -> (fingerprint, answer). Entries live for
@@ -78,6 +84,9 @@ class RequestDedupCache {
   struct Options {
     size_t capacity = 65536;
     absl::Duration window = absl::Seconds(60);
+    // Bound on the answers' bodies held (bytes); past it the oldest entries
+    // are forgotten early. 0 = no bound (Charge/Uncharge answers have none).
+    size_t max_bytes = 0;
     // Monotonic time source; tests inject a ManualClock. Null: the steady
     // clock (Clock::Real()). Not owned; must outlive the cache.
     const Clock* clock = nullptr;
@@ -115,6 +124,17 @@ class RequestDedupCache {
   // Entries currently held (in flight or answered, not yet expired).
   size_t size() const ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Puts back an answered entry that arrived `age` ago (a restart reloading
+  // the persisted window): a later Begin() with the same id and fingerprint
+  // replays `answer`. Ignored if `age` is outside the window or the id is
+  // present. Entries must be restored oldest first.
+  void Restore(const std::string& request_id,
+               const DedupFingerprint& fingerprint, DedupAnswer answer,
+               absl::Duration age) ABSL_LOCKS_EXCLUDED(mu_);
+
+  absl::Duration window() const { return absl::Nanoseconds(window_ns_); }
+  size_t capacity() const { return capacity_; }
+
  private:
   struct Entry {
     DedupFingerprint fingerprint;
@@ -138,8 +158,16 @@ class RequestDedupCache {
   // than `capacity_` arrivals remain.
   void EvictLocked(int64_t now_ns) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // Forgets the oldest entries while the bodies exceed max_bytes_ (keeps
+  // the newest one).
+  void EvictBytesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes `it`, keeping bytes_ exact.
+  void EraseLocked(absl::flat_hash_map<std::string, Entry>::iterator it)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   // Constant after construction.
   const size_t capacity_;
+  const size_t max_bytes_;
   const int64_t window_ns_;
   const Clock& clock_;
 
@@ -150,7 +178,20 @@ class RequestDedupCache {
   // replaced (their ticket no longer matches) — at most capacity_ records.
   std::deque<Arrival> arrivals_ ABSL_GUARDED_BY(mu_);
   uint64_t next_ticket_ ABSL_GUARDED_BY(mu_) = 1;
+  size_t bytes_ ABSL_GUARDED_BY(mu_) = 0;  // sum of entries' answer.body
 };
+
+// The table key of a client id: the caller's identity, a scope (a group
+// generation, or a batch's generations digest) and the id, length-prefixed
+// so that no two triples share a key.
+std::string DedupKey(absl::string_view identity, uint64_t scope,
+                     absl::string_view request_id);
+
+// FNV-1a, 64-bit: a digest that is the same in every process (absl::Hash is
+// seeded per process), for fingerprints that are persisted. `seed` chains
+// digests.
+uint64_t StableDigest(absl::string_view bytes,
+                      uint64_t seed = 0xcbf29ce484222325ull);
 
 }  // namespace cgacct
 

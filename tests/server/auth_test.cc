@@ -647,6 +647,59 @@ TEST_F(AuthTest, EngineInfoHidesFlushPathsOutsideTheGrant) {
   }
 }
 
+// Request ids and idempotency keys are scoped per identity: two callers
+// that happen to use the same id each get their own charge applied (on
+// main@700b79d the second got "OK" and nothing was applied).
+TEST_F(AuthTest, RequestIdsAndIdempotencyKeysAreScopedPerIdentity) {
+  Start("");  // no policy: every authenticated caller is admin
+  InstallCallerIdentitySource(authorizer_.get());
+  auto admin = Stub("admin");
+  ASSERT_TRUE(Create(*admin, "/g").ok());
+  auto charge = [&](v1::Accounting::Stub& stub, const std::string& token,
+                    v1::ChargeResponse* resp) {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    if (!token.empty()) ctx.AddMetadata("authorization", "Bearer " + token);
+    v1::ChargeRequest req;
+    req.set_path("/g");
+    req.set_nr_pages(2);
+    req.set_kind(v1::PAGE_KIND_ANON);
+    req.set_request_id("same-id");
+    return stub.Charge(&ctx, req, resp);
+  };
+  auto anonymous = Stub("");
+  v1::ChargeResponse a1, b1, a2;
+  ASSERT_TRUE(charge(*anonymous, kTokenA, &a1).ok());
+  ASSERT_TRUE(charge(*admin, "", &b1).ok());
+  EXPECT_FALSE(a1.replayed());
+  EXPECT_FALSE(b1.replayed());
+  EXPECT_EQ(Usage("/g"), 4u);
+  ASSERT_TRUE(charge(*anonymous, kTokenA, &a2).ok());  // a's own retry
+  EXPECT_TRUE(a2.replayed());
+  EXPECT_EQ(Usage("/g"), 4u);
+
+  auto batch = [&](v1::Accounting::Stub& stub, const std::string& token,
+                   v1::ChargeBatchResponse* resp) {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    if (!token.empty()) ctx.AddMetadata("authorization", "Bearer " + token);
+    v1::ChargeBatchRequest req;
+    v1::ChargeOp* op = req.add_ops();
+    op->set_path("/g");
+    op->set_nr_pages(1);
+    op->set_kind(v1::PAGE_KIND_ANON);
+    req.set_idempotency_key("same-key");
+    return stub.ChargeBatch(&ctx, req, resp);
+  };
+  v1::ChargeBatchResponse ba, bb, ba2;
+  ASSERT_TRUE(batch(*anonymous, kTokenA, &ba).ok());
+  ASSERT_TRUE(batch(*admin, "", &bb).ok());
+  ASSERT_TRUE(batch(*anonymous, kTokenA, &ba2).ok());
+  EXPECT_FALSE(bb.replayed());
+  EXPECT_TRUE(ba2.replayed());
+  EXPECT_EQ(Usage("/g"), 6u);
+}
+
 TEST_F(AuthTest, CallerIdentityNamesTheCaller) {
   Start(kPolicy);  // installs nothing: the echo service below reads it
   IdentityEchoService echo;

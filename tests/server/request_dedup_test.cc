@@ -130,5 +130,62 @@ TEST(RequestDedupCacheTest, SizeStaysBoundedUnderManyIds) {
   EXPECT_LE(cache.size(), 100u);
 }
 
+// Request ids are scoped per identity and per scope (group generation): the
+// same client id under another identity or generation is another key, and
+// no (identity, scope, id) triple can forge another's key.
+TEST(DedupKeyTest, IdentityAndScopeSeparateIds) {
+  EXPECT_NE(DedupKey("alice", 1, "r1"), DedupKey("bob", 1, "r1"));
+  EXPECT_NE(DedupKey("", 1, "r1"), DedupKey("alice", 1, "r1"));
+  EXPECT_NE(DedupKey("alice", 1, "r1"), DedupKey("alice", 2, "r1"));
+  EXPECT_EQ(DedupKey("alice", 1, "r1"), DedupKey("alice", 1, "r1"));
+  // Length prefixes: an identity ending like a scope cannot collide.
+  EXPECT_NE(DedupKey("a/1", 2, "x"), DedupKey("a", 1, "2/x"));
+  ManualClock clock;
+  RequestDedupCache cache(OptionsWith(clock, 16));
+  const auto alice = cache.Begin(DedupKey("alice", 1, "r1"), Fp(3));
+  ASSERT_EQ(alice.verdict, Verdict::kProceed);
+  cache.Complete(DedupKey("alice", 1, "r1"), alice.ticket, Ok(3));
+  // Bob's first use of "r1" (another request) is his own, not a mismatch.
+  EXPECT_EQ(cache.Begin(DedupKey("bob", 1, "r1"), Fp(4)).verdict,
+            Verdict::kProceed);
+}
+
+// A restored entry replays; one older than the window is not restored.
+TEST(RequestDedupCacheTest, RestoredEntriesReplayInsideTheWindowOnly) {
+  ManualClock clock;
+  RequestDedupCache cache(OptionsWith(clock, 16));
+  cache.Restore("old", Fp(1), Ok(1), absl::Seconds(61));
+  cache.Restore("young", Fp(2), Ok(2), absl::Seconds(59));
+  EXPECT_EQ(cache.size(), 1u);
+  const auto young = cache.Begin("young", Fp(2));
+  EXPECT_EQ(young.verdict, Verdict::kReplay);
+  EXPECT_EQ(young.answer.nr_pages, 2u);
+  EXPECT_EQ(cache.Begin("old", Fp(1)).verdict, Verdict::kProceed);
+  // It expires at its original arrival + window.
+  clock.Advance(absl::Seconds(2));
+  EXPECT_EQ(cache.Begin("young", Fp(2)).verdict, Verdict::kProceed);
+}
+
+// Answers with bodies (batch responses) are bounded in bytes: the oldest go
+// first, the newest always stays.
+TEST(RequestDedupCacheTest, BodiesAreBoundedInBytes) {
+  ManualClock clock;
+  RequestDedupCache::Options options = OptionsWith(clock, 100);
+  options.max_bytes = 250;
+  RequestDedupCache cache(options);
+  for (int i = 0; i < 5; ++i) {
+    const std::string id = "b" + std::to_string(i);
+    const auto begin = cache.Begin(id, Fp(1));
+    ASSERT_EQ(begin.verdict, Verdict::kProceed);
+    DedupAnswer answer;
+    answer.body = std::string(100, 'x');
+    cache.Complete(id, begin.ticket, answer);
+  }
+  EXPECT_EQ(cache.size(), 2u);
+  EXPECT_EQ(cache.Begin("b4", Fp(1)).verdict, Verdict::kReplay);
+  EXPECT_EQ(cache.Begin("b3", Fp(1)).verdict, Verdict::kReplay);
+  EXPECT_EQ(cache.Begin("b0", Fp(1)).verdict, Verdict::kProceed);
+}
+
 }  // namespace
 }  // namespace cgacct
