@@ -10,8 +10,13 @@
 //                at most 8 pages is an OOM kill of the hog, and a costlier
 //                one (the default 64-page chunk: order 6 > 3) is an ENOMEM
 //                without OOM (memory.events `max` only); the report counts
-//                the two apart. Hog i charges through per-CPU slot
-//                i * nr_cpus / hogs, so the hogs spread over the slots.
+//                the two apart. The hogs charge through --hog_cpus per-CPU
+//                slots: "all" (the default) moves each hog to its next CPU
+//                after every charge, so together they charge on every
+//                modelled CPU and every CPU's rstat updated list is
+//                non-empty when a flush walks it, as with the seed's 400
+//                hogs on 400 CPUs; N uses slots i * nr_cpus / N (N = --hogs:
+//                hog i stays on slot i * nr_cpus / hogs).
 //   seed-rstat   both at once: the shape of the kernel benchmark behind
 //                "cgroup/rstat: avoid disabling irqs for O(num_cpu)" (400
 //                stat readers + 400 hogs charging until OOM, 10 s).
@@ -47,6 +52,7 @@
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
@@ -80,6 +86,11 @@ ABSL_FLAG(cgacct::client::ByteSize, hog_max_bytes,
 ABSL_FLAG(uint64_t, hog_chunk_pages, 64,
           "ANON pages per hog Charge call; a refused charge of <= 8 pages "
           "counts as an OOM kill, of more as a costly ENOMEM (no OOM)");
+ABSL_FLAG(std::string, hog_cpus, "all",
+          "per-CPU slots the hogs charge through (hog, seed-rstat): all "
+          "(each hog moves to its next CPU after every charge, so every "
+          "modelled CPU gets updates) or N (N slots spread over the server's "
+          "CPUs; N = --hogs keeps each hog on a slot of its own)");
 ABSL_FLAG(std::string, flush, "exact",
           "GetStats flush mode: exact | threshold | none");
 ABSL_FLAG(int32_t, channels, 0,
@@ -122,6 +133,7 @@ struct Options {
   std::string group;
   uint64_t hog_max_bytes = 0;
   uint64_t hog_chunk_pages = 0;
+  int hog_cpus = 0;  // 0 = all of the server's CPUs
   std::string flush_name;
   v1::FlushMode flush = v1::FLUSH_MODE_EXACT;
   int channels = 0;
@@ -178,6 +190,13 @@ absl::StatusOr<Options> OptionsFromFlags() {
   if (o.hog_chunk_pages == 0 || o.hog_chunk_pages > (1u << 20)) {
     return absl::InvalidArgumentError(
         "--hog_chunk_pages must be in 1..1048576");
+  }
+  if (const std::string hog_cpus = absl::GetFlag(FLAGS_hog_cpus);
+      hog_cpus != "all" &&
+      (!absl::SimpleAtoi(hog_cpus, &o.hog_cpus) || o.hog_cpus < 1 ||
+       o.hog_cpus > 4096)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--hog_cpus=", hog_cpus, ": expected all or a number in 1..4096"));
   }
   o.flush_name = absl::GetFlag(FLAGS_flush);
   if (o.flush_name == "exact") {
@@ -312,16 +331,24 @@ absl::StatusOr<uint64_t> ReadAnonPages(v1::Accounting::Stub& stub,
       absl::StrCat("GetStats ", path, ": no \"anon\" entry"));
 }
 
-// One memory hog, charging through per-CPU slot `cpu` into its own group.
+// One memory hog, charging into its own group. Its k-th charge goes through
+// slot (first_slot + k * step) mod nr_slots, slot j being per-CPU slot
+// j * nr_cpus / nr_slots; it uncharges through the slot of its last charge.
 class Hog {
  public:
   Hog(v1::Accounting::Stub& stub, const Options& o, std::string path,
-      uint32_t cpu, uint64_t page_size_bytes)
+      uint32_t first_slot, uint32_t step, uint32_t nr_slots, uint32_t nr_cpus,
+      uint64_t page_size_bytes)
       : stub_(stub),
         o_(o),
         path_(std::move(path)),
-        cpu_(cpu),
-        page_size_bytes_(page_size_bytes) {}
+        slot_(first_slot % nr_slots),
+        step_(step % nr_slots),
+        nr_slots_(nr_slots),
+        nr_cpus_(nr_cpus),
+        page_size_bytes_(page_size_bytes) {
+    cpu_ = CpuOf(slot_);
+  }
 
   // Charges until OOM, uncharges everything, repeats until stopped; then
   // uncharges what it still holds.
@@ -330,10 +357,10 @@ class Hog {
     request.set_path(path_);
     request.set_nr_pages(o_.hog_chunk_pages);
     request.set_kind(v1::PAGE_KIND_ANON);
-    request.set_cpu(cpu_);
     v1::ChargeResponse response;
     control.go.WaitForNotification();
     while (!control.stopping()) {
+      request.set_cpu(cpu_);
       grpc::ClientContext context;
       context.set_deadline(DeadlineAfter(o_.rpc_timeout));
       const Clock::time_point start = Clock::now();
@@ -346,6 +373,10 @@ class Hog {
         result.charged_pages += o_.hog_chunk_pages;
         ++result.ok;
         live.charges.fetch_add(1, std::memory_order_relaxed);
+        if (step_ != 0) {  // on to the next CPU
+          slot_ = (slot_ + step_) % nr_slots_;
+          cpu_ = CpuOf(slot_);
+        }
         if (response.throttle_us() > 0) {
           // memory.high: sleep what the kernel would have (capped at 2 s).
           const uint64_t us =
@@ -409,10 +440,18 @@ class Hog {
     return true;
   }
 
+  uint32_t CpuOf(uint32_t slot) const {
+    return static_cast<uint32_t>(uint64_t{slot} * nr_cpus_ / nr_slots_);
+  }
+
   v1::Accounting::Stub& stub_;
   const Options& o_;
   const std::string path_;
-  const uint32_t cpu_;
+  uint32_t slot_;       // current slot
+  const uint32_t step_;  // 0: the hog stays on one slot
+  const uint32_t nr_slots_;
+  const uint32_t nr_cpus_;
+  uint32_t cpu_ = 0;  // the current slot's CPU
   const uint64_t page_size_bytes_;
   uint64_t held_pages_ = 0;  // ANON pages charged and not yet uncharged
   bool unsure_ = false;      // a call's outcome is unknown: re-read the stats
@@ -600,6 +639,12 @@ int Run(const Options& o) {
   if (info.nr_cpus() == 0 || info.page_size_bytes() == 0) {
     return Fail("GetEngineInfo returned nr_cpus or page_size_bytes 0");
   }
+  if (o.hog_cpus > static_cast<int>(info.nr_cpus())) {
+    return Fail(absl::StrCat("--hog_cpus=", o.hog_cpus, " exceeds the server's ",
+                             info.nr_cpus(), " CPUs"));
+  }
+  const uint32_t hog_cpus =
+      o.hog_cpus == 0 ? info.nr_cpus() : static_cast<uint32_t>(o.hog_cpus);
 
   LoadReport report;
   report.scenario = o.scenario;
@@ -611,10 +656,12 @@ int Run(const Options& o) {
   report.hogs = o.hogs;
   report.hog_chunk_pages = o.hogs > 0 ? o.hog_chunk_pages : 0;
   report.hog_max_bytes = o.hogs > 0 ? o.hog_max_bytes : 0;
+  report.hog_cpus = o.hogs > 0 ? hog_cpus : 0;
   report.nr_cpus = info.nr_cpus();
   report.page_size_bytes = info.page_size_bytes();
   report.charge_batch_pages = info.charge_batch_pages();
   report.flush_lock_policy = info.flush_lock_policy();
+  report.flush_preempt_model = info.flush_preempt_model();
   if (absl::StatusOr<double> before = ScrapeFlushLockHoldMaxUs(o);
       before.ok()) {
     report.flush_lock_hold_max_us_before = *before;
@@ -668,11 +715,13 @@ int Run(const Options& o) {
           [&, stub, w] { RunStatReader(*stub, o, run, live[w], results[w]); });
     } else {
       const int i = w - o.readers;
-      // Spread the hogs over the server's per-CPU slots.
-      const uint32_t cpu = static_cast<uint32_t>(static_cast<uint64_t>(i) *
-                                                 info.nr_cpus() / o.hogs);
-      hogs.push_back(std::make_unique<Hog>(*stub, o, HogPath(o, i), cpu,
-                                           info.page_size_bytes()));
+      // Spread the hogs over --hog_cpus of the server's per-CPU slots; with
+      // as many slots as hogs each stays on its own.
+      const uint32_t step =
+          hog_cpus == static_cast<uint32_t>(o.hogs) ? 0 : o.hogs;
+      hogs.push_back(std::make_unique<Hog>(
+          *stub, o, HogPath(o, i), static_cast<uint32_t>(i), step, hog_cpus,
+          info.nr_cpus(), info.page_size_bytes()));
       Hog* hog = hogs.back().get();
       threads.emplace_back([&, hog, w] { hog->Run(run, live[w], results[w]); });
     }
@@ -740,6 +789,25 @@ int Run(const Options& o) {
     DeleteHogGroups(*control, o, report);
   }
 
+  {
+    // The longest holds with the work each did (CPUs walked, entries
+    // folded): what the /metrics maxima cannot say.
+    v1::EngineInfo after;
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineAfter(o.rpc_timeout));
+    if (control->GetEngineInfo(&context, v1::GetEngineInfoRequest(), &after)
+            .ok()) {
+      for (const v1::FlushLockHold& h : after.longest_flush_holds()) {
+        FlushHoldLine line;
+        line.hold_us = static_cast<double>(h.hold_ns()) / 1000;
+        line.cpus_walked = h.cpus_walked();
+        line.groups_folded = h.groups_folded();
+        line.root_path = h.root_path();
+        line.policy = h.policy();
+        report.longest_holds.push_back(std::move(line));
+      }
+    }
+  }
   absl::StatusOr<double> hold_max_us = ScrapeFlushLockHoldMaxUs(o);
   absl::StatusOr<double> wall_max_us = ScrapeFlushLockHoldMaxUs(
       o, "cgacct_rstat_flush_lock_hold_wall_max_seconds");

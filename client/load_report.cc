@@ -127,8 +127,10 @@ std::string FormatLoadReportTable(const LoadReport& r) {
   }
   if (r.hogs > 0) {
     Row(&out, "hogs",
-        absl::StrFormat("%d workers, %d pages per charge, memory.max %s",
-                        r.hogs, r.hog_chunk_pages, SizeText(r.hog_max_bytes)));
+        absl::StrFormat("%d workers on %d CPUs, %d pages per charge, "
+                        "memory.max %s",
+                        r.hogs, r.hog_cpus, r.hog_chunk_pages,
+                        SizeText(r.hog_max_bytes)));
     Row(&out, "charges",
         absl::StrFormat("%d total, %.0f/s, %d pages, %d errors", r.charges,
                         PerSecond(r.charges, r.elapsed), r.charged_pages,
@@ -161,9 +163,11 @@ std::string FormatLoadReportTable(const LoadReport& r) {
   }
   Row(&out, "server",
       absl::StrFormat("nr_cpus %d  page size %d B  charge batch %d  "
-                      "flush lock policy %s",
+                      "flush lock policy %s  preempt model %s",
                       r.nr_cpus, r.page_size_bytes, r.charge_batch_pages,
-                      r.flush_lock_policy));
+                      r.flush_lock_policy,
+                      r.flush_preempt_model.empty() ? std::string("n/a")
+                                                    : r.flush_preempt_model));
   std::string hold = HoldMaxText(r.flush_lock_hold_max_us);
   if (r.flush_lock_hold_max_us.has_value()) {
     absl::StrAppend(&hold, " (since server start; ",
@@ -178,6 +182,22 @@ std::string FormatLoadReportTable(const LoadReport& r) {
         absl::StrCat(HoldMaxText(r.flush_lock_hold_wall_max_us),
                      " (holder preemption included; the line above counts "
                      "only flushes that kept their CPU)"));
+  }
+  if (!r.longest_holds.empty()) {
+    constexpr size_t kShown = 5;
+    Row(&out, "longest holds",
+        absl::StrCat("since server start, not preempted; the ",
+                     std::min(kShown, r.longest_holds.size()), " longest of ",
+                     r.longest_holds.size(), ":"));
+    for (size_t i = 0; i < r.longest_holds.size() && i < kShown; ++i) {
+      const FlushHoldLine& h = r.longest_holds[i];
+      Row(&out, absl::StrCat("  #", i + 1),
+          absl::StrFormat("%.1f us, %d CPU%s walked, %d entries folded (%s, "
+                          "root %s)",
+                          h.hold_us, h.cpus_walked,
+                          h.cpus_walked == 1 ? "" : "s", h.groups_folded,
+                          h.policy, h.root_path));
+    }
   }
   if (!r.first_error.empty()) Row(&out, "first RPC error", r.first_error);
   if (r.read_latency.count() > 0) {
@@ -198,6 +218,7 @@ std::string LoadReportJson(const LoadReport& r) {
   w.Key("elapsed_s").Double(absl::ToDoubleSeconds(r.elapsed));
   w.Key("threads").Int(r.threads);
   w.Key("hogs").Int(r.hogs);
+  w.Key("hog_cpus").Uint(r.hog_cpus);
 
   w.Key("reads").BeginObject();
   w.Key("total").Uint(r.reads);
@@ -229,6 +250,18 @@ std::string LoadReportJson(const LoadReport& r) {
   w.Key("page_size_bytes").Uint(r.page_size_bytes);
   w.Key("charge_batch_pages").Uint(r.charge_batch_pages);
   w.Key("flush_lock_policy").String(r.flush_lock_policy);
+  w.Key("flush_preempt_model").String(r.flush_preempt_model);
+  w.Key("longest_holds").BeginArray();
+  for (const FlushHoldLine& h : r.longest_holds) {
+    w.BeginObject();
+    w.Key("hold_us").Double(h.hold_us);
+    w.Key("cpus_walked").Uint(h.cpus_walked);
+    w.Key("groups_folded").Uint(h.groups_folded);
+    w.Key("root_path").String(h.root_path);
+    w.Key("policy").String(h.policy);
+    w.EndObject();
+  }
+  w.EndArray();
   w.Key("flush_lock_hold_max_us");
   OptionalDouble(w, r.flush_lock_hold_max_us);
   w.Key("flush_lock_hold_max_us_before");

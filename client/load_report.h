@@ -9,12 +9,23 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "client/histogram.h"
 #include "client/json_writer.h"
 
 namespace cgacct::client {
+
+// One of the server's longest flush-lock holds (GetEngineInfo's
+// longest_flush_holds): the irqs-off view of what the holder did.
+struct FlushHoldLine {
+  double hold_us = 0;
+  uint32_t cpus_walked = 0;    // CPUs walked inside the hold
+  uint32_t groups_folded = 0;  // (group, CPU) entries folded inside it
+  std::string root_path;       // the flushed subtree
+  std::string policy;
+};
 
 // 1 << PAGE_ALLOC_COSTLY_ORDER: the largest charge, in pages, whose failure
 // OOMs in the kernel (and in cgacctd: mem_cgroup_oom() returns early for a
@@ -42,6 +53,9 @@ struct LoadReport {
   int hogs = 0;             // hog workers (0: none)
   uint64_t hog_chunk_pages = 0;
   uint64_t hog_max_bytes = 0;  // memory.max of the group for hogs
+  // Per-CPU slots the hogs charge through: every modelled CPU ("all") or N
+  // of them (--hog_cpus); 0 without hogs.
+  uint32_t hog_cpus = 0;
 
   // Stat readers: GetStats calls.
   uint64_t reads = 0;        // successful reads
@@ -70,6 +84,10 @@ struct LoadReport {
   uint64_t page_size_bytes = 0;
   uint32_t charge_batch_pages = 0;
   std::string flush_lock_policy;
+  std::string flush_preempt_model;  // "none" or "full" ("" from old servers)
+  // GetEngineInfo's longest flush-lock holds after the run, longest first
+  // (since server start; at most 16).
+  std::vector<FlushHoldLine> longest_holds;
   // cgacct_rstat_flush_lock_hold_max_seconds in us, since server start;
   // nullopt when the scrape failed (then metrics_error says why).
   std::optional<double> flush_lock_hold_max_us;

@@ -10,13 +10,16 @@
 #     server and clients with clang too, whose -Wthread-safety analysis
 #     checks the lock annotations (g++ ignores them), and runs the engine's
 #     ThreadSanitizer build with clang (libclang-rt-14-dev is its TSan
-#     runtime).
+#     runtime);
+#   - python3-grpcio, python3-protobuf: the test command drives cgacctd from
+#     Python over stubs it generates from the proto (tests/python).
 set -euo pipefail
 
 packages=(
   cmake g++ make pkg-config curl clang-14 libclang-rt-14-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev
+  python3-grpcio python3-protobuf
 )
 
 missing=()

@@ -5,17 +5,21 @@
 # "cgroup/rstat: avoid disabling irqs for O(num_cpu)"), prints its report and
 # stops the server.
 #
-# Environment: POLICY (per_cpu|whole|batch:N|adaptive, default per_cpu), CPUS (400),
+# Environment: POLICY (per_cpu|whole|batch:N|adaptive, default per_cpu),
+# PREEMPT (the flush preempt model, none|full, default none: whole holds the
+# flush lock across every CPU), CPUS (400),
 # DURATION (10s), THREADS (8), HOGS (8), PORT (50051), METRICS_PORT (9464),
-# JSON (a file for the --json report; unset = none). Extra arguments go to
-# cgacct-load.
+# JSON (a file for the --json report; unset = none), BUILD_DIR (build). Extra
+# arguments go to cgacct-load.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 deploy/install-deps.sh
 # Only what the job runs: the server and the load client.
-BUILD_TARGETS="cgacctd cgacct-load" deploy/build.sh
+BUILD_DIR=${BUILD_DIR:-build}
+BUILD_TARGETS="cgacctd cgacct-load" BUILD_DIR="$BUILD_DIR" deploy/build.sh
 
 POLICY=${POLICY:-per_cpu}
+PREEMPT=${PREEMPT:-none}
 CPUS=${CPUS:-400}
 DURATION=${DURATION:-10s}
 THREADS=${THREADS:-8}
@@ -26,9 +30,9 @@ METRICS_PORT=${METRICS_PORT:-9464}
 # The server gets its own session, so a Ctrl-C reaches only the load
 # client, which then stops, uncharges and prints its report; the trap stops
 # the server after it.
-setsid build/server/cgacctd --listen=127.0.0.1:"$PORT" \
+setsid "$BUILD_DIR"/server/cgacctd --listen=127.0.0.1:"$PORT" \
   --metrics_listen=127.0.0.1:"$METRICS_PORT" --cpus="$CPUS" \
-  --flush_lock_policy="$POLICY" &
+  --flush_lock_policy="$POLICY" --flush_preempt_model="$PREEMPT" &
 server=$!
 trap 'kill -TERM $server 2>/dev/null; wait $server 2>/dev/null || true' EXIT
 
@@ -45,4 +49,4 @@ done
 args=(--target=127.0.0.1:"$PORT" --metrics_target=127.0.0.1:"$METRICS_PORT"
       --scenario=seed-rstat --duration="$DURATION" --threads="$THREADS" --hogs="$HOGS")
 [ -n "${JSON:-}" ] && args+=(--json="$JSON")
-build/client/cgacct-load "${args[@]}" "$@"
+"$BUILD_DIR"/client/cgacct-load "${args[@]}" "$@"

@@ -1,13 +1,15 @@
 #include "engine/group_path.h"
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 
 namespace cgacct {
 
 std::string ShortPath(absl::string_view path) {
   constexpr size_t kShown = 128;
-  if (path.size() <= kShown) return std::string(path);
-  return absl::StrCat(path.substr(0, kShown), "... (", path.size(), " bytes)");
+  if (path.size() <= kShown) return absl::CHexEscape(path);
+  return absl::StrCat(absl::CHexEscape(path.substr(0, kShown)), "... (",
+                      path.size(), " bytes)");
 }
 
 std::string QuotePath(absl::string_view path) {

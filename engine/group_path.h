@@ -5,8 +5,9 @@
 //     1 to 255 characters from [A-Za-z0-9._-], not "." or "..", no trailing
 //     '/', at most kMaxPathBytes bytes in all. Every path the engine stores
 //     passed ValidateGroupPath().
-//   - A path in an error message is at most 128 bytes plus a short suffix
-//     (ShortPath()), so that a status never outgrows a client's trailers.
+//   - A path in an error message is at most 128 of its bytes, C-escaped (at
+//     most 4 x 128 bytes), plus a short suffix (ShortPath()), so that a
+//     status never outgrows a client's trailers or carries control bytes.
 //
 // Thread safety: pure functions, thread-safe.
 #ifndef CGACCT_ENGINE_GROUP_PATH_H_
@@ -37,8 +38,11 @@ absl::Status ValidateGroupPath(absl::string_view path,
 absl::Status RefuseRootCharge(absl::string_view path,
                               absl::string_view field = "path");
 
-// `path` for an error message: unchanged up to 128 bytes, else its first 128
-// bytes and "... (N bytes)" (gRPC's 8 KiB metadata limit).
+// `path` for an error message: its first 128 bytes (all of it when shorter,
+// else followed by "... (N bytes)", for gRPC's 8 KiB metadata limit), C-escaped
+// (absl::CHexEscape): control and non-ASCII bytes become \n, \x01, ..., and
+// '"', '\'' and '\\' are backslashed, so a message never carries raw bytes a
+// terminal or log parser would act on. A valid path is shown unchanged.
 std::string ShortPath(absl::string_view path);
 // ShortPath() in double quotes.
 std::string QuotePath(absl::string_view path);

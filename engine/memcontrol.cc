@@ -41,7 +41,8 @@ MemoryController::MemoryController(int nr_cpus, const EngineOptions& options)
       rstat_(
           nr_cpus,
           FlushLockConfig{options.flush_lock_policy, options.flush_batch_cpus,
-                          options.flush_hold_budget},
+                          options.flush_hold_budget,
+                          options.flush_preempt_model},
           options.observer, clock_),
       tree_(nr_cpus, &rstat_, page_counter_max_),
       stock_(nr_cpus, options.charge_batch_pages, options.stock_pool_buckets,
@@ -457,6 +458,7 @@ EngineInfo MemoryController::GetInfo() const {
   info.flush_lock_policy = rstat_.policy();
   info.flush_lock_policy_name = FlushLockConfigName(rstat_.config());
   info.flush_hold_budget = rstat_.config().hold_budget;
+  info.flush_preempt_model = rstat_.config().preempt_model;
   info.nr_stock_slots = kNrStockSlots;
   info.nr_groups = tree_.nr_groups();
   info.flush_lock_hold_max = rstat_.hold_max();

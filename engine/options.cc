@@ -32,6 +32,11 @@ absl::Status EngineOptions::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("flush_batch_cpus ", flush_batch_cpus,
                      " out of range [1, ", kMaxCpus, "]"));
+  if (flush_preempt_model != FlushPreemptModel::kNone &&
+      flush_preempt_model != FlushPreemptModel::kFull)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "flush_preempt_model ", static_cast<int>(flush_preempt_model),
+        " must be none (0) or full (1)"));
   if (flush_hold_budget <= absl::ZeroDuration() ||
       flush_hold_budget > absl::Seconds(1))
     return absl::InvalidArgumentError(absl::StrCat(

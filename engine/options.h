@@ -28,6 +28,12 @@ struct EngineOptions {
   FlushLockPolicy flush_lock_policy = FlushLockPolicy::kPerCpu;
   // kBatch: CPUs per lock hold, 1..4096.
   int flush_batch_cpus = 8;
+  // The kernel preemption model the flush-lock holder follows: under kNone
+  // (the default, like the distribution server kernels seed 000 ran on)
+  // kWhole holds the lock across every CPU even when another flusher waits;
+  // under kFull it drops the lock between CPUs for a waiter. Other policies
+  // behave the same under both. kNone or kFull.
+  FlushPreemptModel flush_preempt_model = FlushPreemptModel::kNone;
   // kAdaptive: drop and retake the lock once a hold reaches this, > 0.
   absl::Duration flush_hold_budget = absl::Microseconds(50);
   // Background flush of the whole tree (the kernel's FLUSH_TIME, 2 s);

@@ -324,9 +324,14 @@ Rstat::FlushHold::FlushHold(Rstat* rstat, LongestHold* longest)
 }
 
 Rstat::FlushHold::~FlushHold() {
-  rstat_->flush_mu_.Unlock();
+  // The hold ends where the lock is released: read the clock first. An
+  // Unlock() with waiters also wakes one (a futex syscall, on a VM maybe an
+  // IPI exit) after the lock word is free; a kernel spin_unlock_irq() is a
+  // store, so that wake-up is no part of the irqs-off time.
   const Clock& clock = rstat_->clock_;
-  const int64_t hold_ns = clock.CyclesToNs(clock.NowCycles() - acquired_);
+  const int64_t released = clock.NowCycles();
+  rstat_->flush_mu_.Unlock();
+  const int64_t hold_ns = clock.CyclesToNs(released - acquired_);
   StoreMax(rstat_->hold_wall_max_ns_, hold_ns);
   if (rstat_->observer_ != nullptr) {
     FlushLockHold hold;
@@ -353,6 +358,7 @@ void Rstat::RecordHold(const RstatGroup* root, int64_t hold_ns, int cpus,
   }
   FlushHoldRecord record;
   record.policy = config_name_;
+  record.preempt_model = config_.preempt_model;
   record.root_path = std::string(root->path());
   record.cpus_walked = cpus;
   record.groups_folded = groups;
@@ -388,6 +394,8 @@ bool Rstat::ShouldDropFlushLock(const FlushHold& hold, bool* yield) const {
     case FlushLockPolicy::kBatch:
       return hold.cpus() >= config_.batch_cpus;
     case FlushLockPolicy::kWhole:
+      // Without CONFIG_PREEMPTION spin_needbreak() is 0: never drop mid-loop.
+      if (config_.preempt_model == FlushPreemptModel::kNone) return false;
       // spin_needbreak(): someone is waiting for the lock.
       *yield = flush_waiters_.load(std::memory_order_relaxed) > 0;
       return *yield;

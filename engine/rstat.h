@@ -25,11 +25,11 @@
 //              "cgroup/rstat: avoid disabling irqs for O(num_cpu)"): the
 //              shortest holds, but nr_cpus acquisitions per flush, each a
 //              cache-line transfer and, when contended, a handoff;
-//   kWhole     take it once around the CPU loop and drop it between CPUs only
-//              when another thread waits for it (<= 6.14; "cgroup/rstat: move
-//              css_rstat_lock outside cpu loop"): one acquisition per flush
-//              when uncontended, but holds that grow with nr_cpus and with
-//              the updated lists;
+//   kWhole     take it once around the CPU loop (<= 6.14; "cgroup/rstat:
+//              move css_rstat_lock outside cpu loop"): one acquisition per
+//              flush, but holds that grow with nr_cpus and with the updated
+//              lists. Whether it drops the lock between CPUs for a waiter
+//              depends on the preempt model (below);
 //   kBatch     drop and retake every N CPUs (the compromise proposed in the
 //              2025 review): holds bounded by N CPUs' work;
 //   kAdaptive  ours: hold across CPUs while the hold stays under a time
@@ -43,6 +43,19 @@
 //              acquisitions are fewer than kWhole's when most CPUs are clean.
 //              Readers still see everything acknowledged before the flush:
 //              see "Skipping clean CPUs" in rstat.cc.
+//
+// Preempt models (FlushLockConfig::preempt_model). In the kernel <= 6.14,
+// cgroup_rstat_flush_locked() drops the lock inside its CPU loop only if
+// need_resched() or spin_needbreak() is true. Without CONFIG_PREEMPTION
+// spin_needbreak() is 0, and with IRQs off the local tick cannot set
+// need_resched(), so the lock is held across every CPU: seed 000's 45 ms on
+// a 400-CPU server kernel. FlushPreemptModel::kNone models that (kWhole never
+// drops the lock mid-loop; a waiter waits for the whole walk);
+// FlushPreemptModel::kFull models CONFIG_PREEMPT (kWhole drops the lock
+// between CPUs when another flusher waits, and the holder yields the CPU).
+// need_resched() is not modelled under either: a userspace holder has no
+// scheduler flag to poll. kPerCpu, kBatch and kAdaptive are the same under
+// both models (kAdaptive always drops for a waiter, as designed).
 //
 // Holds and preemption. The kernel holds the flush lock with IRQs off, so a
 // hold is time the holder ran. A userspace holder can be preempted while it
@@ -97,8 +110,6 @@ enum StatItem : uint8_t {
   kStatPgscanProactive,   // event
   kStatPgstealDirect,     // event
   kStatPgstealProactive,  // event
-  kStatPgpgin,            // event: charge operations
-  kStatPgpgout,           // event: uncharge operations
   kNrStatItems
 };
 
@@ -109,6 +120,8 @@ struct FlushLockConfig {
   FlushLockPolicy policy = FlushLockPolicy::kPerCpu;
   int batch_cpus = 8;                                   // kBatch
   absl::Duration hold_budget = absl::Microseconds(50);  // kAdaptive
+  // kWhole: whether a waiter makes the holder drop the lock mid-loop.
+  FlushPreemptModel preempt_model = FlushPreemptModel::kNone;
 };
 
 // "per_cpu", "whole", "adaptive" or "batch:N".
@@ -163,6 +176,12 @@ class Rstat {
     return preempted_flushes_.load(std::memory_order_relaxed);
   }
   uint64_t flushes() const { return flushes_.load(std::memory_order_relaxed); }
+  // Threads blocked acquiring the flush lock right now (what kWhole under
+  // FlushPreemptModel::kFull polls as spin_needbreak()). Diagnostics and
+  // tests; a racy snapshot.
+  int flush_waiters() const {
+    return flush_waiters_.load(std::memory_order_relaxed);
+  }
   // CPUs walked by all flushes so far: per flush, the CPUs whose updated
   // tree it locked and unlinked (FlushCpuLocked()), with or without anything
   // on it. kPerCpu, kWhole and kBatch walk all nr_cpus; kAdaptive does not

@@ -19,6 +19,23 @@ const char* FlushLockPolicyName(FlushLockPolicy policy) {
   return "unknown";
 }
 
+const char* FlushPreemptModelName(FlushPreemptModel model) {
+  switch (model) {
+    case FlushPreemptModel::kNone:
+      return "none";
+    case FlushPreemptModel::kFull:
+      return "full";
+  }
+  return "unknown";
+}
+
+std::optional<FlushPreemptModel> ParseFlushPreemptModel(
+    const std::string& name) {
+  if (name == "none") return FlushPreemptModel::kNone;
+  if (name == "full") return FlushPreemptModel::kFull;
+  return std::nullopt;
+}
+
 std::optional<FlushLockPolicy> ParseFlushLockPolicy(const std::string& name,
                                                     int* batch_cpus) {
   if (name == "per_cpu") return FlushLockPolicy::kPerCpu;

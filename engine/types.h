@@ -45,17 +45,36 @@ enum class FlushMode : uint8_t {
 // Which flush-lock policy rstat uses (docs/DESIGN.md §9, engine/rstat.h).
 enum class FlushLockPolicy : uint8_t {
   kPerCpu,  // drop and retake the lock for every CPU (Linux 6.15+)
-  kWhole,   // hold across the CPU loop, yield only when someone waits (<= 6.14)
+  kWhole,   // hold across the CPU loop (<= 6.14); FlushPreemptModel says
+            // whether it yields to a waiter
   kBatch,   // drop and retake every N CPUs ("batch:N")
   kAdaptive,  // hold while under a time budget and nobody waits; skip clean
               // CPUs
 };
 
+// Which kernel preemption model the flush lock's holder follows
+// (docs/DESIGN.md §9, engine/rstat.h "Preempt models"). Only kWhole depends on
+// it: cgroup_rstat_flush_locked() (<= 6.14) drops the lock inside its CPU loop
+// only when need_resched() or spin_needbreak() says so, and spin_needbreak()
+// is 0 without CONFIG_PREEMPTION.
+enum class FlushPreemptModel : uint8_t {
+  kNone,  // CONFIG_PREEMPT_NONE/VOLUNTARY (distribution server kernels):
+          // kWhole holds the lock across every CPU, whoever waits
+  kFull,  // CONFIG_PREEMPT: kWhole drops the lock between CPUs when another
+          // flusher waits for it (spin_needbreak())
+};
+
 // One of the longest flush-lock holds seen: what the holder was doing.
 struct FlushHoldRecord {
   std::string policy;     // e.g. "per_cpu", "batch:8"
+  FlushPreemptModel preempt_model = FlushPreemptModel::kNone;
   std::string root_path;  // the flushed subtree
-  int cpus_walked = 0;    // CPUs processed inside this hold
+  // CPUs whose updated tree was unlinked and folded inside this hold (every
+  // CPU walked, with or without updates; kAdaptive's lock-free passes over
+  // clean CPUs are outside any hold and not counted).
+  int cpus_walked = 0;
+  // Entries folded inside this hold: (group, CPU) pairs, one per group on
+  // each walked CPU's updated list (mem_cgroup_css_rstat_flush() calls).
   int groups_folded = 0;
   absl::Duration hold;
   absl::Time when;  // wall time of the release
@@ -176,6 +195,7 @@ struct EngineInfo {
   uint32_t charge_batch_pages = kChargeBatchPages;
   FlushLockPolicy flush_lock_policy = FlushLockPolicy::kPerCpu;
   std::string flush_lock_policy_name;  // e.g. "batch:8"
+  FlushPreemptModel flush_preempt_model = FlushPreemptModel::kNone;
   absl::Duration flush_hold_budget;    // kAdaptive
   absl::Duration periodic_flush_interval;
   int nr_stock_slots = kNrStockSlots;
@@ -206,6 +226,12 @@ struct EngineCounters {
   // the lock and does not count them). Rstat::flush_cpus().
   uint64_t flush_cpus = 0;
 };
+
+// "none", "full".
+const char* FlushPreemptModelName(FlushPreemptModel model);
+// Parses "none" or "full"; nullopt for anything else.
+std::optional<FlushPreemptModel> ParseFlushPreemptModel(
+    const std::string& name);
 
 // "per_cpu", "whole", "batch", "adaptive".
 const char* FlushLockPolicyName(FlushLockPolicy policy);

@@ -6,6 +6,8 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "server/status.h"
@@ -27,6 +29,25 @@ absl::Status ValidateRequestId(const std::string& request_id) {
     return absl::InvalidArgumentError(
         absl::StrCat("request_id is ", request_id.size(), " bytes; at most ",
                      kMaxRequestIdBytes, " allowed"));
+  return absl::OkStatus();
+}
+
+// A ListGroups page_token is empty or the last path of a previous page of
+// the same listing: a valid group path strictly below `path` (it need not
+// exist any more). Checked after `path` itself.
+absl::Status ValidatePageToken(absl::string_view token, absl::string_view path) {
+  if (token.empty()) return absl::OkStatus();
+  if (absl::Status s = ValidateGroupPath(token, "page_token"); !s.ok())
+    return s;
+  const bool below = path == "/" ? token != "/"
+                                 : token.size() > path.size() + 1 &&
+                                       absl::StartsWith(token, path) &&
+                                       token[path.size()] == '/';
+  if (!below)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "page_token ", QuotePath(token), " is not below path ",
+        QuotePath(path),
+        ": pass the next_page_token of the previous page of this listing"));
   return absl::OkStatus();
 }
 
@@ -75,12 +96,13 @@ DedupAnswer ApplyOnce(RequestDedupCache& cache, const std::string* request_id,
       return begin.answer;
     case RequestDedupCache::Verdict::kMismatch:
       return AnswerWithStatus(absl::InvalidArgumentError(absl::StrCat(
-          "request_id \"", *request_id,
+          "request_id \"", absl::CHexEscape(*request_id),
           "\" was already used for a different request (method, path, "
           "nr_pages, kind or cpu differ)")));
     case RequestDedupCache::Verdict::kInFlight:
       return AnswerWithStatus(absl::AbortedError(absl::StrCat(
-          "request_id \"", *request_id, "\" is in flight; retry")));
+          "request_id \"", absl::CHexEscape(*request_id),
+          "\" is in flight; retry")));
     case RequestDedupCache::Verdict::kProceed:
       break;
   }
@@ -111,7 +133,35 @@ AccountingService::AccountingService(Engine& engine, RpcMetrics& rpc_metrics,
       nr_cpus_(engine.nr_cpus()),
       clock_(options.clock != nullptr ? *options.clock : Clock::Real()),
       events_hub_(options.events_hub),
+      max_charge_pages_(options.max_charge_pages),
+      max_message_bytes_(options.max_message_bytes),
+      max_concurrent_streams_per_connection_(
+          options.max_concurrent_streams_per_connection),
+      limiter_(options.limits),
       dedup_(DedupOptions(options)) {}
+
+std::string AccountingService::CallerKey(
+    const grpc::ServerContextBase* context) {
+  // TODO(merge): CallerIdentity(context) (server/caller_identity.h).
+  (void)context;
+  return std::string();
+}
+
+void AccountingService::MarkShed(grpc::ServerContextBase* context,
+                                 ShedReason reason) {
+  rpc_metrics_.RecordShed(reason);
+  context->AddTrailingMetadata(kShedMetadataKey, ShedReasonName(reason));
+}
+
+absl::Status AccountingService::CheckChargeCap(uint64_t nr_pages,
+                                               absl::string_view field) const {
+  if (max_charge_pages_ == 0 || nr_pages <= max_charge_pages_)
+    return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      field, " ", nr_pages,
+      " pages exceed the per-call cap of ", max_charge_pages_,
+      " pages (--max_charge_pages, EngineInfo.max_charge_pages)"));
+}
 
 // ---------------------------------------------------------------------------
 // Conversions
@@ -171,9 +221,12 @@ void AccountingService::RecordRpc(RpcMethod method, int64_t start_ns,
 
 grpc::ServerUnaryReactor* AccountingService::FinishUnary(
     grpc::CallbackServerContext* context, RpcMethod method, int64_t start_ns,
-    const absl::Status& status) {
+    const absl::Status& status, CallLimiter::Permit permit) {
   const grpc::Status answer = ToGrpcStatus(status);
   RecordRpc(method, start_ns, answer.error_code());
+  // Given back before Finish: a client that has its answer may call again
+  // at once without meeting its own previous call's permit.
+  permit.Release();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(answer);
   return reactor;
@@ -185,10 +238,14 @@ void AccountingService::CountChargeAnswer(const absl::Status& status) {
 }
 
 absl::Status AccountingService::ValidatePageArgs(
-    uint64_t nr_pages, PageKind kind, std::optional<uint32_t> cpu,
+    uint64_t nr_pages, PageKind kind, std::optional<uint32_t> cpu, bool charge,
     std::optional<int>* engine_cpu) const {
   if (absl::Status s = ValidateNrPages(nr_pages, page_counter_max_); !s.ok())
     return s;
+  if (charge) {
+    if (absl::Status s = CheckChargeCap(nr_pages, "nr_pages"); !s.ok())
+      return s;
+  }
   if (absl::Status s = ValidatePageKind(kind); !s.ok()) return s;
   absl::StatusOr<std::optional<int>> resolved = CpuFromProto(cpu, nr_cpus_);
   if (!resolved.ok()) return resolved.status();
@@ -202,9 +259,8 @@ absl::Status AccountingService::ValidatePageArgs(
 grpc::ServerUnaryReactor* AccountingService::CreateGroup(
     grpc::CallbackServerContext* context, const v1::CreateGroupRequest* request,
     v1::Group* response) {
-  const int64_t start_ns = clock_.NowNs();
-  return FinishUnary(context, RpcMethod::kCreateGroup, start_ns,
-                     DoCreateGroup(*request, response));
+  return Unary(context, RpcMethod::kCreateGroup,
+               [&] { return DoCreateGroup(*request, response); });
 }
 
 absl::Status AccountingService::DoCreateGroup(
@@ -219,9 +275,8 @@ absl::Status AccountingService::DoCreateGroup(
 grpc::ServerUnaryReactor* AccountingService::DeleteGroup(
     grpc::CallbackServerContext* context, const v1::DeleteGroupRequest* request,
     v1::DeleteGroupResponse* response) {
-  const int64_t start_ns = clock_.NowNs();
-  return FinishUnary(context, RpcMethod::kDeleteGroup, start_ns,
-                     DoDeleteGroup(*request, response));
+  return Unary(context, RpcMethod::kDeleteGroup,
+               [&] { return DoDeleteGroup(*request, response); });
 }
 
 absl::Status AccountingService::DoDeleteGroup(
@@ -235,9 +290,8 @@ absl::Status AccountingService::DoDeleteGroup(
 grpc::ServerUnaryReactor* AccountingService::ListGroups(
     grpc::CallbackServerContext* context, const v1::ListGroupsRequest* request,
     v1::ListGroupsResponse* response) {
-  const int64_t start_ns = clock_.NowNs();
-  return FinishUnary(context, RpcMethod::kListGroups, start_ns,
-                     DoListGroups(*request, response));
+  return Unary(context, RpcMethod::kListGroups,
+               [&] { return DoListGroups(*request, response); });
 }
 
 absl::Status AccountingService::DoListGroups(
@@ -245,6 +299,9 @@ absl::Status AccountingService::DoListGroups(
   absl::StatusOr<std::vector<std::string>> paths =
       engine_.ListGroups(request.path(), request.recursive());
   if (!paths.ok()) return paths.status();
+  if (absl::Status s = ValidatePageToken(request.page_token(), request.path());
+      !s.ok())
+    return s;
   // The engine returns them sorted; the cursor below depends on it.
   if (!std::is_sorted(paths->begin(), paths->end())) {
     std::sort(paths->begin(), paths->end());
@@ -283,9 +340,8 @@ absl::Status AccountingService::DoListGroups(
 grpc::ServerUnaryReactor* AccountingService::SetLimits(
     grpc::CallbackServerContext* context, const v1::SetLimitsRequest* request,
     v1::Group* response) {
-  const int64_t start_ns = clock_.NowNs();
-  return FinishUnary(context, RpcMethod::kSetLimits, start_ns,
-                     DoSetLimits(*request, response));
+  return Unary(context, RpcMethod::kSetLimits,
+               [&] { return DoSetLimits(*request, response); });
 }
 
 absl::Status AccountingService::DoSetLimits(const v1::SetLimitsRequest& request,
@@ -300,13 +356,13 @@ absl::Status AccountingService::DoSetLimits(const v1::SetLimitsRequest& request,
 grpc::ServerUnaryReactor* AccountingService::Charge(
     grpc::CallbackServerContext* context, const v1::ChargeRequest* request,
     v1::ChargeResponse* response) {
-  const int64_t start_ns = clock_.NowNs();
-  return FinishUnary(context, RpcMethod::kCharge, start_ns,
-                     DoCharge(*request, response));
+  return Unary(context, RpcMethod::kCharge,
+               [&] { return DoCharge(*request, response); });
 }
 
 template <typename Request, typename Call>
 DedupAnswer AccountingService::ApplyPageRequest(const Request& request,
+                                                bool charge,
                                                 DedupFingerprint::Method method,
                                                 Call&& call, bool* replayed) {
   *replayed = false;
@@ -322,7 +378,8 @@ DedupAnswer AccountingService::ApplyPageRequest(const Request& request,
   // The root is charged only through its children (engine/group_path.h).
   if (valid.ok()) valid = RefuseRootCharge(request.path());
   if (valid.ok())
-    valid = ValidatePageArgs(request.nr_pages(), kind, cpu, &engine_cpu);
+    valid =
+        ValidatePageArgs(request.nr_pages(), kind, cpu, charge, &engine_cpu);
   if (valid.ok() && request_id != nullptr)
     valid = ValidateRequestId(*request_id);
   if (!valid.ok()) return AnswerWithStatus(std::move(valid));
@@ -339,7 +396,7 @@ absl::Status AccountingService::DoCharge(const v1::ChargeRequest& request,
                                          v1::ChargeResponse* response) {
   bool replayed;
   DedupAnswer answer = ApplyPageRequest(
-      request, DedupFingerprint::Method::kCharge,
+      request, /*charge=*/true, DedupFingerprint::Method::kCharge,
       [&](absl::string_view path, uint64_t nr_pages, PageKind kind,
           std::optional<int> cpu) {
         absl::StatusOr<ChargeResult> result =
@@ -363,16 +420,15 @@ absl::Status AccountingService::DoCharge(const v1::ChargeRequest& request,
 grpc::ServerUnaryReactor* AccountingService::Uncharge(
     grpc::CallbackServerContext* context, const v1::UnchargeRequest* request,
     v1::UnchargeResponse* response) {
-  const int64_t start_ns = clock_.NowNs();
-  return FinishUnary(context, RpcMethod::kUncharge, start_ns,
-                     DoUncharge(*request, response));
+  return Unary(context, RpcMethod::kUncharge,
+               [&] { return DoUncharge(*request, response); });
 }
 
 absl::Status AccountingService::DoUncharge(const v1::UnchargeRequest& request,
                                            v1::UnchargeResponse* response) {
   bool replayed;
   DedupAnswer answer = ApplyPageRequest(
-      request, DedupFingerprint::Method::kUncharge,
+      request, /*charge=*/false, DedupFingerprint::Method::kUncharge,
       [&](absl::string_view path, uint64_t nr_pages, PageKind kind,
           std::optional<int> cpu) {
         absl::StatusOr<UnchargeResult> result =
@@ -392,9 +448,8 @@ absl::Status AccountingService::DoUncharge(const v1::UnchargeRequest& request,
 grpc::ServerUnaryReactor* AccountingService::GetStats(
     grpc::CallbackServerContext* context, const v1::GetStatsRequest* request,
     v1::GroupStats* response) {
-  const int64_t start_ns = clock_.NowNs();
-  return FinishUnary(context, RpcMethod::kGetStats, start_ns,
-                     DoGetStats(*request, response));
+  return Unary(context, RpcMethod::kGetStats,
+               [&] { return DoGetStats(*request, response); });
 }
 
 absl::Status AccountingService::DoGetStats(const v1::GetStatsRequest& request,
@@ -433,9 +488,8 @@ absl::Status AccountingService::DoGetStats(const v1::GetStatsRequest& request,
 grpc::ServerUnaryReactor* AccountingService::Reclaim(
     grpc::CallbackServerContext* context, const v1::ReclaimRequest* request,
     v1::ReclaimResponse* response) {
-  const int64_t start_ns = clock_.NowNs();
-  return FinishUnary(context, RpcMethod::kReclaim, start_ns,
-                     DoReclaim(*request, response));
+  return Unary(context, RpcMethod::kReclaim,
+               [&] { return DoReclaim(*request, response); });
 }
 
 absl::Status AccountingService::DoReclaim(const v1::ReclaimRequest& request,
@@ -471,6 +525,14 @@ void AccountingService::DoGetEngineInfo(v1::EngineInfo* response) {
   response->set_flush_lock_hold_max_us(
       DurationToMicros(info.flush_lock_hold_max));
   response->set_max_batch_ops(kMaxBatchOps);
+  response->set_max_charge_pages(max_charge_pages_);
+  response->set_max_streams_per_identity(
+      limiter_.options().max_streams_per_identity);
+  response->set_max_in_flight_per_identity(
+      limiter_.options().max_in_flight_per_identity);
+  response->set_max_message_bytes(max_message_bytes_);
+  response->set_max_concurrent_streams_per_connection(
+      max_concurrent_streams_per_connection_);
   for (const FlushHoldRecord& record : info.longest_flush_holds) {
     v1::FlushLockHold* hold = response->add_longest_flush_holds();
     hold->set_policy(record.policy);
@@ -480,7 +542,10 @@ void AccountingService::DoGetEngineInfo(v1::EngineInfo* response) {
     hold->set_hold_ns(
         static_cast<uint64_t>(absl::ToInt64Nanoseconds(record.hold)));
     hold->set_when_unix_us(absl::ToUnixMicros(record.when));
+    hold->set_preempt_model(FlushPreemptModelName(record.preempt_model));
   }
+  response->set_flush_preempt_model(
+      FlushPreemptModelName(info.flush_preempt_model));
   response->set_flush_lock_hold_wall_max_us(
       DurationToMicros(info.flush_lock_hold_wall_max));
   response->set_preempted_flushes(info.preempted_flushes);

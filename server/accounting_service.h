@@ -14,6 +14,9 @@
 //    ValidatePageKind, ResolveCpu in engine/engine.h), so a client reads the
 //    engine's words whichever RPC it used;
 //  - request_id de-duplication for Charge/Uncharge (RequestDedupCache);
+//  - the per-call page cap (max_charge_pages) and the per-identity stream
+//    and in-flight limits (CallLimiter, server/limits.h): calls over the
+//    latter are shed with RESOURCE_EXHAUSTED (docs/DESIGN.md §4.10);
 //  - absl::Status -> grpc::Status: handlers work in absl::Status and convert
 //    once, when they answer (ToGrpcStatus, server/status.h);
 //  - per-method/per-code RPC metrics and the rejected-charge count
@@ -31,14 +34,19 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
+#include <utility>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "cgacct/v1/accounting.grpc.pb.h"
 #include "cgacct/v1/accounting.pb.h"
 #include "engine/clock.h"
 #include "engine/engine.h"
 #include "engine/types.h"
 #include "server/events_watch.h"
+#include "server/limits.h"
 #include "server/metrics.h"
 #include "server/request_dedup.h"
 
@@ -53,6 +61,9 @@ inline constexpr uint32_t kMaxListGroupsPageSize = 10000;
 inline constexpr size_t kMaxListGroupsPageBytes = size_t{1} << 20;
 // Longest accepted request_id, in bytes (bounds the de-duplication table).
 inline constexpr size_t kMaxRequestIdBytes = 128;
+// Default of --max_charge_pages: 2^20 pages (4 GiB of 4 KiB pages), 2^31
+// times below PAGE_COUNTER_MAX at 4 KiB pages.
+inline constexpr uint64_t kDefaultMaxChargePages = uint64_t{1} << 20;
 
 struct AccountingServiceOptions {
   // request_id de-duplication: 65536 ids, 60 s window by default. Its clock
@@ -65,6 +76,17 @@ struct AccountingServiceOptions {
   // Time source of RPC latencies and of the request_id window; null = the
   // steady clock (Clock::Real()). Not owned; must outlive the service.
   const Clock* clock = nullptr;
+  // Most pages one Charge may charge, and the charge ops of one
+  // ChargeBatch/ChargeStream request together; more is INVALID_ARGUMENT
+  // naming nr_pages and this cap (per op in a batch). 0 = only
+  // PAGE_COUNTER_MAX. Uncharges are not capped.
+  uint64_t max_charge_pages = kDefaultMaxChargePages;
+  // Per-identity stream and in-flight limits (server/limits.h).
+  CallLimiter::Options limits;
+  // The gRPC server's own limits, set by whoever builds the grpc::Server
+  // (cgacctd's main.cc); only reported in EngineInfo here. 0 = not set.
+  uint32_t max_message_bytes = 0;
+  uint32_t max_concurrent_streams_per_connection = 0;
 };
 
 class AccountingService final : public cgacct::v1::Accounting::CallbackService {
@@ -106,8 +128,15 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
       const cgacct::v1::SetLimitsRequest* request,
       cgacct::v1::Group* response) override;
 
+  // Every handler below except GetEngineInfo first admits the call as one
+  // in-flight message of its caller's identity (ChargeStream: one stream,
+  // then one in-flight message per request); over a limit the call is shed:
+  // RESOURCE_EXHAUSTED "cgacctd is shedding load: ..." with trailing
+  // metadata cgacct-shed (server/limits.h), and nothing is applied.
+  //
   // Checked in the order path, nr_pages, kind, cpu, request_id. Errors:
-  // INVALID_ARGUMENT (bad path, nr_pages 0 or > page_counter_max, kind not
+  // INVALID_ARGUMENT (bad path, nr_pages 0 or > page_counter_max or above
+  // the per-call cap max_charge_pages, kind not
   // ANON/FILE, cpu >= nr_cpus, empty/too long request_id, or a request_id
   // reused for a different request); NOT_FOUND; RESOURCE_EXHAUSTED (OOM,
   // naming the limiting group); ABORTED (the same request_id is still in
@@ -132,8 +161,11 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
   // "ops[i]: " and the message Charge/Uncharge would give, naming the field;
   // a failed charge op counts as rejected like a failed Charge.
   // Each distinct path is validated and resolved to a GroupHandle once per
-  // call. Errors of the call: INVALID_ARGUMENT for more than kMaxBatchOps ops
-  // (nothing is applied). Implemented in server/charge_batch.cc.
+  // call. The per-call page cap is one budget per request: each valid charge
+  // op takes its nr_pages from max_charge_pages, and an op that asks for
+  // more than is left fails alone with INVALID_ARGUMENT (nr_pages). Errors
+  // of the call: INVALID_ARGUMENT for more than kMaxBatchOps ops (nothing is
+  // applied). Implemented in server/charge_batch.cc.
   grpc::ServerUnaryReactor* ChargeBatch(
       grpc::CallbackServerContext* context,
       const cgacct::v1::ChargeBatchRequest* request,
@@ -145,9 +177,12 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
   // response waits behind the one on the wire). Group handles are cached for
   // the stream's life (re-resolved if their group was deleted). The stream
   // ends OK when the client half-closes and every response is written; a
-  // request of more than kMaxBatchOps ops ends it with INVALID_ARGUMENT
-  // after the responses to the earlier requests. Implemented in
-  // server/charge_batch.cc.
+  // request of more than kMaxBatchOps ops ends
+  // it with INVALID_ARGUMENT after the responses to the earlier requests
+  // (that request is not applied); a request over the in-flight limit ends
+  // it the same way with the shed RESOURCE_EXHAUSTED. A request or response
+  // buffer grown past 64 KiB is freed once used, so an idle stream holds
+  // little memory. Implemented in server/charge_batch.cc.
   grpc::ServerBidiReactor<cgacct::v1::ChargeBatchRequest,
                           cgacct::v1::ChargeBatchResponse>*
   ChargeStream(grpc::CallbackServerContext* context) override;
@@ -184,6 +219,9 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
       grpc::CallbackServerContext* context,
       const cgacct::v1::WatchEventsRequest* request) override;
 
+  // The per-identity limiter, for tests (which hold permits to saturate it).
+  CallLimiter& limiter() { return limiter_; }
+
   // Never fails.
   grpc::ServerUnaryReactor* GetEngineInfo(
       grpc::CallbackServerContext* context,
@@ -198,11 +236,43 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
   // server/watch_events.cc: the WatchEvents reactor.
   class WatchEventsReactor;
 
+  // The caller's identity for the per-identity limits: "" (anonymous)
+  // until authentication exists.
+  static std::string CallerKey(const grpc::ServerContextBase* context);
+
+  // Admits one in-flight message of the caller (a Permit held while `body`
+  // runs), runs `body` (returning absl::Status) and finishes the call; a
+  // shed call finishes at once without running it.
+  template <typename Body>
+  grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* context,
+                                  RpcMethod method, Body&& body) {
+    const int64_t start_ns = clock_.NowNs();
+    ShedReason reason;
+    absl::StatusOr<CallLimiter::Permit> permit = limiter_.Acquire(
+        CallLimiter::Kind::kInFlight, CallerKey(context), &reason);
+    if (!permit.ok()) {
+      MarkShed(context, reason);
+      return FinishUnary(context, method, start_ns, permit.status());
+    }
+    return FinishUnary(context, method, start_ns, body(), std::move(*permit));
+  }
+  // Counts a shed call and adds the cgacct-shed trailing metadata (call it
+  // before Finish).
+  void MarkShed(grpc::ServerContextBase* context, ShedReason reason);
+  // A charge of `nr_pages` is within max_charge_pages (`field` names it in
+  // the message: "nr_pages", or "ops" for a batch's sum).
+  absl::Status CheckChargeCap(uint64_t nr_pages, absl::string_view field) const;
+  // What a ChargeBatch request (or one ChargeStream message) must pass
+  // before any op runs: at most kMaxBatchOps ops.
+  absl::Status CheckBatch(const cgacct::v1::ChargeBatchRequest& request) const;
+
   // Converts `status` (ToGrpcStatus), records the call's metrics (latency
   // since `start_ns` on clock_) and finishes it.
+  // A held `permit` is given back before the call is finished.
   grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context,
                                         RpcMethod method, int64_t start_ns,
-                                        const absl::Status& status);
+                                        const absl::Status& status,
+                                        CallLimiter::Permit permit = {});
   void RecordRpc(RpcMethod method, int64_t start_ns, grpc::StatusCode code);
   // Counts `status`, the answer to one charge (a Charge or a charge op), as
   // rejected unless it is OK or RESOURCE_EXHAUSTED. The only place the
@@ -232,8 +302,9 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
   // wire's uint32 cpu); on success *engine_cpu is the cpu to pass to the
   // engine. The path is checked by the caller (ChargeBatch checks each
   // distinct path once).
+  // `charge`: the op charges, so nr_pages is also held to max_charge_pages.
   absl::Status ValidatePageArgs(uint64_t nr_pages, PageKind kind,
-                                std::optional<uint32_t> cpu,
+                                std::optional<uint32_t> cpu, bool charge,
                                 std::optional<int>* engine_cpu) const;
   // The body Charge and Uncharge share: checks path, nr_pages, kind, cpu and
   // request_id, then runs `call(path, nr_pages, kind, cpu)` (the engine's
@@ -241,7 +312,7 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
   // (request_dedup.h). Returns the answer; *replayed tells whether it was a
   // stored one (nothing was applied).
   template <typename Request, typename Call>
-  DedupAnswer ApplyPageRequest(const Request& request,
+  DedupAnswer ApplyPageRequest(const Request& request, bool charge,
                                DedupFingerprint::Method method, Call&& call,
                                bool* replayed);
 
@@ -261,6 +332,12 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
   const int nr_cpus_;
   const Clock& clock_;
   EventsWatchHub* const events_hub_;  // may be null
+  const uint64_t max_charge_pages_;  // 0 = none
+  const uint32_t max_message_bytes_;
+  const uint32_t max_concurrent_streams_per_connection_;
+
+  // Thread-safe on its own.
+  CallLimiter limiter_;
 
   // Thread-safe on its own; only touched by calls carrying a request_id.
   RequestDedupCache dedup_;

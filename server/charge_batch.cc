@@ -22,6 +22,7 @@
 #include "absl/time/time.h"
 #include "engine/engine.h"
 #include "engine/group_handle.h"
+#include "engine/group_path.h"
 #include "server/accounting_service.h"
 #include "server/status.h"
 #include "server/wire.h"
@@ -35,10 +36,24 @@ namespace {
 // (bounds the memory a client can make a stream hold).
 constexpr size_t kMaxCachedPaths = 4096;
 
+// A request or response buffer a stream keeps between messages is freed
+// once used if its encoding outgrew this (so an idle stream that once carried
+// a 4 MB batch does not keep 4 MB).
+constexpr size_t kMaxRetainedMessageBytes = size_t{64} << 10;
+// Responses are bounded per op (code, id, counts and a message of at most a
+// few hundred bytes): their op count stands in for their size.
+constexpr int kMaxRetainedResults = 256;
+
 absl::Status TooManyOps(int nr_ops) {
   return absl::InvalidArgumentError(
       absl::StrCat("ops has ", nr_ops, " entries; at most ", kMaxBatchOps,
                    " per request (EngineInfo.max_batch_ops)"));
+}
+
+// Frees `message`'s memory (a swap with an empty one).
+template <typename Message>
+void FreeMessage(Message* message) {
+  Message().Swap(message);
 }
 
 }  // namespace
@@ -58,6 +73,7 @@ class AccountingService::ChargeOpRunner {
   // caller has checked the op count against kMaxBatchOps.
   void Run(const v1::ChargeBatchRequest& request,
            v1::ChargeBatchResponse* response) {
+    budget_ = service_.max_charge_pages_;
     auto* results = response->mutable_results();
     results->Clear();  // keeps the cleared OpResults for reuse by Add()
     results->Reserve(request.ops_size());
@@ -118,10 +134,25 @@ class AccountingService::ChargeOpRunner {
         op.has_cpu() ? std::optional<uint32_t>(op.cpu()) : std::nullopt;
     const PageKind kind = PageKindFromProto(op.kind());
     std::optional<int> engine_cpu;
-    if (absl::Status s =
-            service_.ValidatePageArgs(op.nr_pages(), kind, cpu, &engine_cpu);
+    if (absl::Status s = service_.ValidatePageArgs(
+            op.nr_pages(), kind, cpu, /*charge=*/!op.uncharge(), &engine_cpu);
         !s.ok()) {
       return Fail(index, op, s, result);
+    }
+    // The per-call cap is one budget for the whole request: each valid
+    // charge op takes its pages from it, whatever the engine answers.
+    if (!op.uncharge() && service_.max_charge_pages_ != 0) {
+      if (op.nr_pages() > budget_) {
+        return Fail(index, op,
+                    absl::InvalidArgumentError(absl::StrCat(
+                        "nr_pages ", op.nr_pages(), " exceeds the ", budget_,
+                        " pages left of this request's per-call cap of ",
+                        service_.max_charge_pages_,
+                        " pages (--max_charge_pages, "
+                        "EngineInfo.max_charge_pages)")),
+                    result);
+      }
+      budget_ -= op.nr_pages();
     }
     if (handle == nullptr) {
       absl::StatusOr<GroupHandle> resolved =
@@ -138,6 +169,14 @@ class AccountingService::ChargeOpRunner {
       if (!resolved.ok()) return Fail(index, op, resolved.status(), result);
       status =
           ApplyToEngine(*Insert(path, *resolved), op, kind, engine_cpu, result);
+      if (status.code() == absl::StatusCode::kNotFound) {
+        // Deleted again between the resolve and the call: the engine's
+        // message names the handle's internal id; the client knows paths.
+        Forget();
+        status = absl::NotFoundError(absl::StrCat(
+            "path ", QuotePath(path),
+            ": no such group (deleted while this op was applied)"));
+      }
     }
     if (!status.ok()) Fail(index, op, status, result);
   }
@@ -161,24 +200,31 @@ class AccountingService::ChargeOpRunner {
   }
 
   AccountingService& service_;
+  // Pages the valid charge ops of the current request may still charge
+  // (max_charge_pages per request; unused when that is 0).
+  uint64_t budget_ = 0;
   absl::flat_hash_map<std::string, GroupHandle> cache_;
   // The entry of the previous op, so a run of ops on one path skips hashing.
   std::string last_path_;
   GroupHandle* last_ = nullptr;  // into cache_; null after any rehash risk
 };
 
+absl::Status AccountingService::CheckBatch(
+    const v1::ChargeBatchRequest& request) const {
+  if (request.ops_size() > static_cast<int>(kMaxBatchOps))
+    return TooManyOps(request.ops_size());
+  return absl::OkStatus();
+}
+
 grpc::ServerUnaryReactor* AccountingService::ChargeBatch(
     grpc::CallbackServerContext* context, const v1::ChargeBatchRequest* request,
     v1::ChargeBatchResponse* response) {
-  const int64_t start_ns = clock_.NowNs();
-  if (request->ops_size() > static_cast<int>(kMaxBatchOps)) {
-    return FinishUnary(context, RpcMethod::kChargeBatch, start_ns,
-                       TooManyOps(request->ops_size()));
-  }
-  ChargeOpRunner runner(*this);
-  runner.Run(*request, response);
-  return FinishUnary(context, RpcMethod::kChargeBatch, start_ns,
-                     absl::OkStatus());
+  return Unary(context, RpcMethod::kChargeBatch, [&] {
+    if (absl::Status s = CheckBatch(*request); !s.ok()) return s;
+    ChargeOpRunner runner(*this);
+    runner.Run(*request, response);
+    return absl::OkStatus();
+  });
 }
 
 // The ChargeStream reactor. One read and one write may be outstanding at
@@ -192,7 +238,14 @@ grpc::ServerUnaryReactor* AccountingService::ChargeBatch(
 //     else, if reads are over: Finish.
 //
 // So responses leave in request order, at most one waits, and the stream
-// holds 1 request + 2 responses of memory whatever the client does.
+// holds 1 request + 2 responses of memory whatever the client does; a buffer
+// that grew past kMaxRetainedMessageBytes is freed once used.
+//
+// Limits (server/limits.h): the stream holds a stream permit of its caller's
+// identity for its life (given by ChargeStream(), released with the reactor),
+// and each request an in-flight permit from its read until its response has
+// been written (`permits_`, one per response buffer). A request over the
+// in-flight limit or over kMaxBatchOps ops ends the stream with its error after the earlier responses; it is not applied.
 // Cancellation (or a broken connection) fails the outstanding read/write;
 // the reactor then finishes once nothing is outstanding.
 //
@@ -203,11 +256,13 @@ class AccountingService::ChargeStreamReactor final
                                      v1::ChargeBatchResponse> {
  public:
   ChargeStreamReactor(AccountingService& service,
-                      grpc::CallbackServerContext* context)
+                      grpc::CallbackServerContext* context,
+                      CallLimiter::Permit stream_permit, int64_t start_ns)
       : service_(service),
         context_(context),
         runner_(service),
-        start_ns_(service.clock_.NowNs()) {
+        start_ns_(start_ns),
+        stream_permit_(std::move(stream_permit)) {
     read_outstanding_ = true;
     StartRead(&request_);
   }
@@ -230,13 +285,27 @@ class AccountingService::ChargeStreamReactor final
       if (finish) DoFinish();
       return;
     }
-    if (request_.ops_size() > static_cast<int>(kMaxBatchOps)) {
+    absl::Status refused = service_.CheckBatch(request_);
+    CallLimiter::Permit permit;
+    if (refused.ok()) {
+      ShedReason reason;
+      absl::StatusOr<CallLimiter::Permit> admitted = service_.limiter_.Acquire(
+          CallLimiter::Kind::kInFlight, CallerKey(context_), &reason);
+      if (admitted.ok()) {
+        permit = *std::move(admitted);
+      } else {
+        refused = admitted.status();
+        service_.MarkShed(context_, reason);
+      }
+    }
+    if (!refused.ok()) {
+      FreeMessage(&request_);
       bool finish;
       {
         absl::MutexLock l(&mu_);
         read_outstanding_ = false;
         reads_done_ = true;
-        if (status_.ok()) status_ = TooManyOps(request_.ops_size());
+        if (status_.ok()) status_ = std::move(refused);
         finish = ShouldFinishLocked();
       }
       if (finish) DoFinish();
@@ -246,8 +315,14 @@ class AccountingService::ChargeStreamReactor final
     {
       absl::MutexLock l(&mu_);
       buffer = 1 - writing_;  // never the one on the wire; never "ready"
+      permits_[buffer] = std::move(permit);
     }
     runner_.Run(request_, &responses_[buffer]);
+    // The request is done with; a big one is not kept while the stream idles
+    // (the next read parses into a fresh message).
+    if (request_.ByteSizeLong() > kMaxRetainedMessageBytes) {
+      FreeMessage(&request_);
+    }
     bool write = false;
     bool read = false;
     bool finish = false;
@@ -279,6 +354,12 @@ class AccountingService::ChargeStreamReactor final
     {
       absl::MutexLock l(&mu_);
       write_outstanding_ = false;
+      // The buffer just written: nobody fills it before the next write
+      // moves `writing_` (below, or in a later OnReadDone), so it is ours.
+      permits_[writing_].Release();
+      if (responses_[writing_].results_size() > kMaxRetainedResults) {
+        FreeMessage(&responses_[writing_]);
+      }
       if (!ok) {
         // The call is dead: drop what waits; an outstanding read fails too.
         broken_ = true;
@@ -336,6 +417,7 @@ class AccountingService::ChargeStreamReactor final
   grpc::CallbackServerContext* const context_;
   ChargeOpRunner runner_;  // touched only by the thread applying a request
   const int64_t start_ns_;                // service_.clock_
+  const CallLimiter::Permit stream_permit_;  // released when the reactor goes
   v1::ChargeBatchRequest request_;        // owned by the outstanding read
   v1::ChargeBatchResponse responses_[2];  // see `writing_` and `ready_`
 
@@ -348,11 +430,34 @@ class AccountingService::ChargeStreamReactor final
   int writing_ ABSL_GUARDED_BY(mu_) = 1;  // buffer last handed to StartWrite
   int ready_ ABSL_GUARDED_BY(mu_) = -1;   // built, waiting for the wire
   absl::Status status_ ABSL_GUARDED_BY(mu_);
+  // The in-flight permit of the request each response buffer answers, held
+  // until that response is written (or the reactor goes). Releasing one
+  // takes the limiter's leaf mutex under mu_.
+  CallLimiter::Permit permits_[2] ABSL_GUARDED_BY(mu_);
+};
+
+// A ChargeStream refused before it started (shed): finishes at once.
+class ShedStreamReactor final
+    : public grpc::ServerBidiReactor<v1::ChargeBatchRequest,
+                                     v1::ChargeBatchResponse> {
+ public:
+  explicit ShedStreamReactor(const grpc::Status& status) { Finish(status); }
+  void OnDone() override { delete this; }
 };
 
 grpc::ServerBidiReactor<v1::ChargeBatchRequest, v1::ChargeBatchResponse>*
 AccountingService::ChargeStream(grpc::CallbackServerContext* context) {
-  return new ChargeStreamReactor(*this, context);
+  const int64_t start_ns = clock_.NowNs();
+  ShedReason reason;
+  absl::StatusOr<CallLimiter::Permit> permit = limiter_.Acquire(
+      CallLimiter::Kind::kStream, CallerKey(context), &reason);
+  if (!permit.ok()) {
+    MarkShed(context, reason);
+    const grpc::Status status = ToGrpcStatus(permit.status());
+    RecordRpc(RpcMethod::kChargeStream, start_ns, status.error_code());
+    return new ShedStreamReactor(status);
+  }
+  return new ChargeStreamReactor(*this, context, *std::move(permit), start_ns);
 }
 
 }  // namespace cgacct

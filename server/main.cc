@@ -12,6 +12,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <climits>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
@@ -31,6 +32,8 @@
 #include "engine/types.h"
 #include "server/accounting_service.h"
 #include "server/events_watch.h"
+#include "server/limits.h"
+#include "server/memory_trim.h"
 #include "server/metrics.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
@@ -41,8 +44,14 @@ ABSL_FLAG(int, cpus, 0,
           "per-CPU slots of the engine; 0 = the machine's online CPUs");
 ABSL_FLAG(std::string, flush_lock_policy, "per_cpu",
           "rstat flush lock policy: per_cpu (retake per CPU), whole (hold "
-          "across CPUs, yield to waiters), batch:N (retake every N CPUs) or "
-          "adaptive (hold up to --flush_hold_budget, skip clean CPUs)");
+          "across CPUs; see --flush_preempt_model), batch:N (retake every N "
+          "CPUs) or adaptive (hold up to --flush_hold_budget, skip clean "
+          "CPUs)");
+ABSL_FLAG(std::string, flush_preempt_model, "none",
+          "kernel preemption model of the flush-lock holder: none (whole "
+          "holds the lock across every CPU, as without CONFIG_PREEMPTION) or "
+          "full (whole drops it between CPUs for a waiting flusher, as with "
+          "CONFIG_PREEMPT); other policies are the same under both");
 ABSL_FLAG(absl::Duration, flush_hold_budget, absl::Microseconds(50),
           "adaptive policy: longest planned flush-lock hold");
 ABSL_FLAG(absl::Duration, periodic_flush_interval, absl::Seconds(2),
@@ -65,6 +74,27 @@ ABSL_FLAG(uint32_t, stock_victim_sets, 64,
 ABSL_FLAG(int, metrics_group_depth, 2,
           "export cgacct_group_memory_current_bytes for groups down to this "
           "depth; 0 = off");
+ABSL_FLAG(uint64_t, max_charge_pages, cgacct::kDefaultMaxChargePages,
+          "most pages one Charge (or the charge ops of one ChargeBatch / "
+          "ChargeStream message together) may charge; more is "
+          "INVALID_ARGUMENT; 0 = only PAGE_COUNTER_MAX");
+ABSL_FLAG(uint32_t, max_streams_per_identity,
+          cgacct::kDefaultMaxStreamsPerIdentity,
+          "concurrent ChargeStreams per caller identity; more are shed with "
+          "RESOURCE_EXHAUSTED; 0 = no limit");
+ABSL_FLAG(uint32_t, max_in_flight_per_identity,
+          cgacct::kDefaultMaxInFlightPerIdentity,
+          "concurrent in-flight messages (unary calls, stream requests not "
+          "yet answered) per caller identity; more are shed with "
+          "RESOURCE_EXHAUSTED; 0 = no limit");
+ABSL_FLAG(uint32_t, max_message_bytes, 4u << 20,
+          "largest gRPC request or response message in bytes, 4096 .. "
+          "2147483647 (gRPC answers RESOURCE_EXHAUSTED above it)");
+ABSL_FLAG(uint32_t, max_concurrent_streams_per_connection, 100,
+          "HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS of every connection, >= 1");
+ABSL_FLAG(absl::Duration, memory_trim_interval, absl::Seconds(1),
+          "how often to give malloc's free heap back to the kernel when more "
+          "than 4 MiB of it is free; 0 = never");
 
 namespace {
 
@@ -91,11 +121,17 @@ int main(int argc, char** argv) {
       "userspace memory-cgroup accounting service.\n"
       "  cgacctd [--listen=HOST:PORT] [--metrics_listen=HOST:PORT] [--cpus=N]\n"
       "          [--flush_lock_policy=per_cpu|whole|batch:N|adaptive]\n"
+      "          [--flush_preempt_model=none|full]\n"
       "          [--flush_hold_budget=50us] [--periodic_flush_interval=2s]\n"
       "          [--page_size=4096]\n"
       "          [--metrics_group_depth=2] [--memory_recursiveprot]\n"
       "          [--charge_batch_pages=64] [--stock_pool_buckets=1024]\n"
-      "          [--stock_victim_sets=64]");
+      "          [--stock_victim_sets=64] [--max_charge_pages=1048576]\n"
+      "          [--max_streams_per_identity=256]\n"
+      "          [--max_in_flight_per_identity=1024]\n"
+      "          [--max_message_bytes=4194304]\n"
+      "          [--max_concurrent_streams_per_connection=100]\n"
+      "          [--memory_trim_interval=1s]");
   // --help lists the flags above (Abseil's default looks for them in a file
   // named after the program); Abseil's own flags stay under --helpfull.
   absl::FlagsUsageConfig usage_config;
@@ -121,6 +157,14 @@ int main(int argc, char** argv) {
                              "\" is not per_cpu, whole, adaptive or batch:N "
                              "(1 <= N <= 4096)"));
   }
+  const std::string preempt_name = absl::GetFlag(FLAGS_flush_preempt_model);
+  const std::optional<cgacct::FlushPreemptModel> preempt_model =
+      cgacct::ParseFlushPreemptModel(preempt_name);
+  if (!preempt_model.has_value()) {
+    return Fail(kExitUsage, absl::StrCat("--flush_preempt_model=\"",
+                                         preempt_name,
+                                         "\" is not none or full"));
+  }
   const int cpus = absl::GetFlag(FLAGS_cpus);
   if (cpus < 0 || cpus > cgacct::Engine::kMaxCpus) {
     return Fail(kExitUsage, absl::StrCat("--cpus=", cpus, " out of range [0, ",
@@ -130,6 +174,25 @@ int main(int argc, char** argv) {
   if (group_depth < 0) {
     return Fail(kExitUsage, absl::StrCat("--metrics_group_depth=", group_depth,
                                          " must be >= 0"));
+  }
+  const uint32_t max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  if (max_message_bytes < 4096 || max_message_bytes > INT_MAX) {
+    return Fail(kExitUsage,
+                absl::StrCat("--max_message_bytes=", max_message_bytes,
+                             " out of range [4096, ", INT_MAX, "]"));
+  }
+  const uint32_t streams_per_connection =
+      absl::GetFlag(FLAGS_max_concurrent_streams_per_connection);
+  if (streams_per_connection < 1 || streams_per_connection > INT_MAX) {
+    return Fail(kExitUsage,
+                absl::StrCat("--max_concurrent_streams_per_connection=",
+                             streams_per_connection, " out of range [1, ",
+                             INT_MAX, "]"));
+  }
+  const absl::Duration trim_interval =
+      absl::GetFlag(FLAGS_memory_trim_interval);
+  if (trim_interval < absl::ZeroDuration()) {
+    return Fail(kExitUsage, "--memory_trim_interval must be >= 0");
   }
 
   // SIGINT/SIGTERM are taken by sigwait() below: block them before any
@@ -151,6 +214,7 @@ int main(int argc, char** argv) {
   engine_options.page_size_bytes = absl::GetFlag(FLAGS_page_size);
   engine_options.flush_lock_policy = *policy;
   engine_options.flush_batch_cpus = batch_cpus;
+  engine_options.flush_preempt_model = *preempt_model;
   engine_options.flush_hold_budget = absl::GetFlag(FLAGS_flush_hold_budget);
   engine_options.periodic_flush_interval =
       absl::GetFlag(FLAGS_periodic_flush_interval);
@@ -170,6 +234,14 @@ int main(int argc, char** argv) {
   cgacct::RpcMetrics rpc_metrics;
   cgacct::AccountingServiceOptions service_options;
   service_options.events_hub = &events_hub;
+  service_options.max_charge_pages = absl::GetFlag(FLAGS_max_charge_pages);
+  service_options.limits.max_streams_per_identity =
+      absl::GetFlag(FLAGS_max_streams_per_identity);
+  service_options.limits.max_in_flight_per_identity =
+      absl::GetFlag(FLAGS_max_in_flight_per_identity);
+  service_options.max_message_bytes = max_message_bytes;
+  service_options.max_concurrent_streams_per_connection =
+      streams_per_connection;
   cgacct::AccountingService service(**engine, rpc_metrics, service_options);
 
   cgacct::MetricsOptions metrics_options;
@@ -195,9 +267,23 @@ int main(int argc, char** argv) {
   // gRPC sets SO_REUSEPORT by default: a second cgacctd on the same port
   // would start and split the traffic instead of failing.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // Server limits (docs/DESIGN.md §4.10). Debian's gRPC 1.51 has no limit on
+  // streams a client resets before they finish (the HTTP/2 "rapid reset"
+  // protection came with gRPC releases of late 2023); these bound what each
+  // connection and message can take.
+  builder.SetMaxReceiveMessageSize(static_cast<int>(max_message_bytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(max_message_bytes));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                             static_cast<int>(streams_per_connection));
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  std::optional<cgacct::MemoryTrimmer> trimmer;
+  if (trim_interval > absl::ZeroDuration()) {
+    cgacct::MemoryTrimmer::Options trim_options;
+    trim_options.interval = trim_interval;
+    trimmer.emplace(trim_options);
+  }
   if (server == nullptr || port == 0) {
     return Fail(kExitBind, absl::StrCat("cannot listen on ", listen,
                                         " (address in use or invalid)"));
@@ -215,10 +301,12 @@ int main(int argc, char** argv) {
       exposer ? absl::StrCat("metrics on ", HostOf(metrics_listen), ":",
                              exposer->port())
               : std::string("metrics off");
-  std::printf("cgacctd listening on %s:%d (%s, cpus=%d, policy=%s)\n",
-              HostOf(listen).c_str(), port, metrics_where.c_str(),
-              (*engine)->nr_cpus(),
-              (*engine)->GetInfo().flush_lock_policy_name.c_str());
+  const cgacct::EngineInfo started = (*engine)->GetInfo();
+  std::printf(
+      "cgacctd listening on %s:%d (%s, cpus=%d, policy=%s, preempt=%s)\n",
+      HostOf(listen).c_str(), port, metrics_where.c_str(),
+      (*engine)->nr_cpus(), started.flush_lock_policy_name.c_str(),
+      cgacct::FlushPreemptModelName(started.flush_preempt_model));
   std::fflush(stdout);
 
   int signal_number = 0;

@@ -1,6 +1,12 @@
 #include "server/metrics.h"
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <exception>
 #include <limits>
 #include <sstream>
@@ -63,16 +69,54 @@ ClientMetric HistogramMetric(const LatencyHistogram::Snapshot& snapshot,
   metric.histogram.sample_sum =
       static_cast<double>(snapshot.sum_ns) / kNanosPerSecond;
   uint64_t cumulative = 0;
-  for (int i = 0; i < LatencyHistogram::kNrBuckets; ++i) {
+  for (int i = 0; i <= snapshot.nr_finite; ++i) {
     cumulative += snapshot.buckets[i];
     ClientMetric::Bucket bucket;
     bucket.cumulative_count = cumulative;
-    bucket.upper_bound = i < LatencyHistogram::kNrFiniteBuckets
-                             ? LatencyHistogram::UpperBoundSeconds(i)
+    bucket.upper_bound = i < snapshot.nr_finite
+                             ? snapshot.upper_bound_seconds(i)
                              : std::numeric_limits<double>::infinity();
     metric.histogram.bucket.push_back(bucket);
   }
   return metric;
+}
+
+// Why `listen` ("HOST:PORT", "[V6]:PORT" or "PORT") cannot be bound: the
+// errno of a probe bind (with SO_REUSEADDR, as civetweb binds), or "invalid
+// address". The probe socket is closed at once.
+std::string WhyCannotBind(const std::string& listen) {
+  const size_t colon = listen.rfind(':');
+  std::string host =
+      colon == std::string::npos ? std::string() : listen.substr(0, colon);
+  const std::string port =
+      colon == std::string::npos ? listen : listen.substr(colon + 1);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.empty() ? nullptr : host.c_str(), port.c_str(), &hints,
+                  &found) != 0 ||
+      found == nullptr) {
+    return "invalid address (want HOST:PORT)";
+  }
+  std::string why = "cannot bind (civetweb refused it)";
+  const int fd = socket(found->ai_family, SOCK_STREAM, 0);
+  if (fd >= 0) {
+    const int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, found->ai_addr, found->ai_addrlen) != 0) {
+      why = errno == EADDRINUSE ? "address already in use (another cgacctd, "
+                                  "or another program, has the port)"
+                                : std::strerror(errno);
+    }
+    close(fd);
+  }
+  freeaddrinfo(found);
+  return why;
 }
 
 }  // namespace
@@ -100,6 +144,29 @@ double LatencyHistogram::UpperBoundSeconds(int i) {
   return static_cast<double>(uint64_t{1} << i) * 1e-6;
 }
 
+namespace {
+
+// kHoldNanos bounds: 1-2-5 from 50 ns to 1 s.
+constexpr uint64_t kHoldBoundsNs[LatencyHistogram::kNrHoldFiniteBuckets] = {
+    50,         100,        200,        500,        1'000,
+    2'000,      5'000,      10'000,     20'000,     50'000,
+    100'000,    200'000,    500'000,    1'000'000,  2'000'000,
+    5'000'000,  10'000'000, 20'000'000, 50'000'000, 100'000'000,
+    200'000'000, 500'000'000, 1'000'000'000};
+
+}  // namespace
+
+int LatencyHistogram::HoldBucketFor(uint64_t ns) {
+  // The first bound >= ns; a binary search of 23 (5 compares).
+  return static_cast<int>(std::lower_bound(std::begin(kHoldBoundsNs),
+                                           std::end(kHoldBoundsNs), ns) -
+                          std::begin(kHoldBoundsNs));
+}
+
+double LatencyHistogram::HoldUpperBoundSeconds(int i) {
+  return static_cast<double>(kHoldBoundsNs[i]) * 1e-9;
+}
+
 uint64_t LatencyHistogram::ToNanos(absl::Duration d) {
   const int64_t ns = absl::ToInt64Nanoseconds(d);
   return ns > 0 ? static_cast<uint64_t>(ns) : 0;
@@ -108,13 +175,17 @@ uint64_t LatencyHistogram::ToNanos(absl::Duration d) {
 void LatencyHistogram::RecordNanos(uint64_t ns) {
   Shard& shard = shards_[ThisThreadMetricShard()];
   // Relaxed: statistics (see the header's Memory ordering paragraph).
-  shard.buckets[BucketFor(ns)].fetch_add(1, std::memory_order_relaxed);
+  const int bucket = scale_ == HistogramScale::kHoldNanos ? HoldBucketFor(ns)
+                                                         : BucketFor(ns);
+  shard.buckets[bucket].fetch_add(1, std::memory_order_relaxed);
   shard.sum_ns.fetch_add(ns, std::memory_order_relaxed);
   AtomicMax(shard.max_ns, ns);
 }
 
 LatencyHistogram::Snapshot LatencyHistogram::Collect() const {
   Snapshot snapshot;
+  snapshot.scale = scale_;
+  snapshot.nr_finite = nr_finite_buckets();
   for (const Shard& shard : shards_) {
     for (int i = 0; i < kNrBuckets; ++i) {
       const uint64_t n = shard.buckets[i].load(std::memory_order_relaxed);
@@ -256,6 +327,21 @@ void RpcMetrics::Record(RpcMethod method, grpc::StatusCode code,
 void RpcMetrics::RecordChargeRejected() {
   shards_[ThisThreadMetricShard()].charges_rejected.fetch_add(
       1, std::memory_order_relaxed);
+}
+
+void RpcMetrics::RecordShed(ShedReason reason) {
+  shards_[ThisThreadMetricShard()]
+      .shed[static_cast<int>(reason)]
+      .fetch_add(1, std::memory_order_relaxed);
+}
+
+uint64_t RpcMetrics::shed(ShedReason reason) const {
+  uint64_t total = 0;
+  for (const HandledShard& shard : shards_) {
+    total += shard.shed[static_cast<int>(reason)].load(
+        std::memory_order_relaxed);
+  }
+  return total;
 }
 
 uint64_t RpcMetrics::handled(RpcMethod method, grpc::StatusCode code) const {
@@ -461,6 +547,21 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
     out.push_back(std::move(handled));
     out.push_back(std::move(seconds));
   }
+  {
+    MetricFamily shed = Family(
+        "cgacct_shed_total",
+        "Calls shed with RESOURCE_EXHAUSTED by a per-identity limit, by "
+        "reason (streams_per_identity, in_flight_per_identity); memory.max "
+        "OOMs are cgacct_charges_total{result=\"oom\"}, never here.",
+        MetricType::Counter);
+    for (int r = 0; r < kNrShedReasons; ++r) {
+      const ShedReason reason = static_cast<ShedReason>(r);
+      shed.metric.push_back(
+          CounterMetric(static_cast<double>(rpc_.shed(reason)),
+                        {{"reason", ShedReasonName(reason)}}));
+    }
+    out.push_back(std::move(shed));
+  }
 
   if (options_.group_depth > 0) CollectGroups(out);
   return out;
@@ -521,15 +622,23 @@ absl::StatusOr<std::unique_ptr<MetricsExposer>> MetricsExposer::Start(
     std::shared_ptr<prometheus::Collectable> collectable) {
   std::unique_ptr<prometheus::Exposer> exposer;
   try {
-    // civetweb options: enough threads that a few idle connections cannot
-    // starve scrapes, and a request timeout that drops idle ones.
+    // civetweb serves one connection per worker thread, and a worker waits
+    // up to request_timeout_ms for a slow client's request: with 8 workers
+    // and 5 s, 16 half-open connections held a scrape for ~10 s. 32 workers
+    // serve a scrape at once behind up to 31 slow connections; past that a
+    // scrape waits at most 2 s per 32 of them.
     exposer = std::make_unique<prometheus::Exposer>(std::vector<std::string>{
-        "listening_ports", listen, "num_threads", "8", "request_timeout_ms",
-        "5000", "linger_timeout_ms", "0"});
+        "listening_ports", listen, "num_threads",
+        std::to_string(kMetricsHttpThreads), "request_timeout_ms",
+        std::to_string(kMetricsHttpRequestTimeoutMs), "linger_timeout_ms",
+        "0"});
   } catch (const std::exception& e) {
-    // civetweb reports a taken port or a bad address by throwing.
-    return absl::UnavailableError(
-        absl::StrCat("cannot serve metrics on ", listen, ": ", e.what()));
+    // civetweb reports a taken port or a bad address by throwing, with a
+    // message about its own internals ("null context when constructing
+    // CivetServer"); say what the operator can act on instead.
+    return absl::UnavailableError(absl::StrCat(
+        "cannot serve metrics on ", listen, ": ", WhyCannotBind(listen),
+        " (--metrics_listen)"));
   }
   exposer->RegisterCollectable(collectable);
   const std::vector<int> ports = exposer->GetListeningPorts();

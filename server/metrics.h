@@ -36,6 +36,7 @@
 #include "engine/observer.h"
 #include "engine/types.h"
 #include "prometheus/collectable.h"
+#include "server/limits.h"
 #include "prometheus/metric_family.h"
 
 namespace prometheus {
@@ -52,27 +53,48 @@ inline constexpr int kNrMetricShards = 64;
 // the thread's first call, then fixed. Thread-safe, lock-free.
 int ThisThreadMetricShard();
 
-// A latency histogram with fixed power-of-2 buckets from 1 µs to 2^20 µs
-// (~1.05 s) plus +Inf, recorded lock-free into per-thread shards.
+// Bucket layouts of a LatencyHistogram (docs/DESIGN.md §6.1).
+enum class HistogramScale : uint8_t {
+  // Upper bounds 2^0 .. 2^20 µs (~1.05 s), then +Inf: RPCs, flushes, reclaim.
+  kPow2Micros,
+  // Upper bounds in a 1-2-5 series from 50 ns to 1 s (50 ns, 100 ns, 200 ns,
+  // 500 ns, 1 µs ... 500 ms, 1 s), then +Inf: flush-lock holds and waits,
+  // where one per_cpu hold is a fraction of a microsecond.
+  kHoldNanos,
+};
+
+// A latency histogram with fixed buckets (HistogramScale) plus +Inf,
+// recorded lock-free into per-thread shards.
 //
 // Thread safety: thread-safe; Record() is wait-free except for the running
 // maximum (a CAS loop only when a new per-shard maximum is seen).
 class LatencyHistogram {
  public:
-  // Upper bounds 2^0 .. 2^20 µs, then +Inf.
+  // Finite buckets of kPow2Micros and of kHoldNanos.
   static constexpr int kNrFiniteBuckets = 21;
-  static constexpr int kNrBuckets = kNrFiniteBuckets + 1;
+  static constexpr int kNrHoldFiniteBuckets = 23;
+  // Storage for the larger layout's finite buckets and +Inf.
+  static constexpr int kNrBuckets = kNrHoldFiniteBuckets + 1;
 
   // Summed over shards at read time. `buckets` are per bucket, not
-  // cumulative; count is their sum.
+  // cumulative; count is their sum. Buckets [0, nr_finite) are finite,
+  // bucket nr_finite is +Inf, the rest are unused.
   struct Snapshot {
     std::array<uint64_t, kNrBuckets> buckets{};
+    HistogramScale scale = HistogramScale::kPow2Micros;
+    int nr_finite = kNrFiniteBuckets;
+    // Upper bound of finite bucket i in seconds (the layout's).
+    double upper_bound_seconds(int i) const {
+      return scale == HistogramScale::kHoldNanos ? HoldUpperBoundSeconds(i)
+                                                 : UpperBoundSeconds(i);
+    }
     uint64_t count = 0;
     uint64_t sum_ns = 0;
     uint64_t max_ns = 0;
   };
 
-  LatencyHistogram() = default;
+  LatencyHistogram() : scale_(HistogramScale::kPow2Micros) {}
+  explicit LatencyHistogram(HistogramScale scale) : scale_(scale) {}
   LatencyHistogram(const LatencyHistogram&) = delete;
   LatencyHistogram& operator=(const LatencyHistogram&) = delete;
 
@@ -82,11 +104,21 @@ class LatencyHistogram {
 
   Snapshot Collect() const;
 
-  // Bucket index for a value in nanoseconds: the smallest i with
-  // ns <= 2^i µs, or kNrFiniteBuckets (+Inf).
+  HistogramScale scale() const { return scale_; }
+  int nr_finite_buckets() const {
+    return scale_ == HistogramScale::kHoldNanos ? kNrHoldFiniteBuckets
+                                                : kNrFiniteBuckets;
+  }
+
+  // kPow2Micros: bucket index for a value in nanoseconds, the smallest i
+  // with ns <= 2^i µs, or kNrFiniteBuckets (+Inf).
   static int BucketFor(uint64_t ns);
-  // Upper bound of finite bucket i in seconds.
+  // kPow2Micros: upper bound of finite bucket i in seconds.
   static double UpperBoundSeconds(int i);
+  // kHoldNanos: the smallest i with ns <= bound i, or kNrHoldFiniteBuckets
+  // (+Inf); and bound i in seconds.
+  static int HoldBucketFor(uint64_t ns);
+  static double HoldUpperBoundSeconds(int i);
 
   static uint64_t ToNanos(absl::Duration d);
 
@@ -99,6 +131,7 @@ class LatencyHistogram {
   static_assert(sizeof(Shard) % kCacheLineBytes == 0,
                 "shards must not share cache lines");
 
+  const HistogramScale scale_;
   std::array<Shard, kNrMetricShards> shards_{};
 };
 
@@ -149,8 +182,19 @@ class RstatFlushObserver final : public EngineObserver {
   static_assert(sizeof(ReclaimShard) % kCacheLineBytes == 0,
                 "shards must not share cache lines");
 
-  std::array<LatencyHistogram, kNrPolicySlots> lock_hold_;
-  std::array<LatencyHistogram, kNrPolicySlots> lock_wait_;
+  // Holds and waits on the 1-2-5 scale from 50 ns: a per_cpu hold is a
+  // fraction of a microsecond, a whole hold on 400 CPUs tens of them.
+  static_assert(kNrPolicySlots == 4, "one initialiser per policy slot");
+  std::array<LatencyHistogram, kNrPolicySlots> lock_hold_{
+      LatencyHistogram(HistogramScale::kHoldNanos),
+      LatencyHistogram(HistogramScale::kHoldNanos),
+      LatencyHistogram(HistogramScale::kHoldNanos),
+      LatencyHistogram(HistogramScale::kHoldNanos)};
+  std::array<LatencyHistogram, kNrPolicySlots> lock_wait_{
+      LatencyHistogram(HistogramScale::kHoldNanos),
+      LatencyHistogram(HistogramScale::kHoldNanos),
+      LatencyHistogram(HistogramScale::kHoldNanos),
+      LatencyHistogram(HistogramScale::kHoldNanos)};
   LatencyHistogram flush_duration_;
   std::array<LatencyHistogram, 2> reclaim_cycle_;  // [partial, full]
   std::array<ReclaimShard, kNrMetricShards> reclaim_pages_{};
@@ -203,8 +247,12 @@ class RpcMetrics {
   // is the engine's own view (it also counts the NOT_FOUND of a stale
   // GroupHandle that the service retries) and is not added to it.
   void RecordChargeRejected();
+  // One call shed by a per-identity limit (server/limits.h); the only count
+  // behind cgacct_shed_total{reason}.
+  void RecordShed(ShedReason reason);
 
   uint64_t handled(RpcMethod method, grpc::StatusCode code) const;
+  uint64_t shed(ShedReason reason) const;
   LatencyHistogram::Snapshot latency(RpcMethod method) const;
   uint64_t charges_rejected() const;
 
@@ -212,6 +260,7 @@ class RpcMetrics {
   struct alignas(kCacheLineBytes) HandledShard {
     std::atomic<uint64_t> handled[kNrRpcMethods][kNrCodes];
     std::atomic<uint64_t> charges_rejected;
+    std::atomic<uint64_t> shed[kNrShedReasons];
   };
   static_assert(sizeof(HandledShard) % kCacheLineBytes == 0,
                 "shards must not share cache lines");
@@ -257,15 +306,22 @@ class MetricsCollector final : public prometheus::Collectable {
 // what /metrics serves. Thread-safe if the collectable is.
 std::string SerializeMetrics(const prometheus::Collectable& collectable);
 
+// civetweb worker threads of the /metrics server, and how long one waits for
+// a client's request before dropping the connection.
+inline constexpr int kMetricsHttpThreads = 32;
+inline constexpr int kMetricsHttpRequestTimeoutMs = 2000;
+
 // Serves a collectable on http://HOST:PORT/metrics (prometheus-cpp pull
-// Exposer, 8 civetweb threads, 5 s request timeout).
+// Exposer, kMetricsHttpThreads civetweb threads, each connection dropped
+// after kMetricsHttpRequestTimeoutMs without a complete request).
 //
 // Thread safety: thread-safe after Start(); the destructor stops serving.
 class MetricsExposer {
  public:
   // Binds `listen` ("HOST:PORT"; port 0 picks a free one) and registers
   // `collectable` on /metrics. Errors: UNAVAILABLE naming the address when
-  // it cannot be bound (prometheus::Exposer throws; this catches it).
+  // it cannot be bound and why ("address already in use"), in one line
+  // (prometheus::Exposer throws; this catches it).
   static absl::StatusOr<std::unique_ptr<MetricsExposer>> Start(
       const std::string& listen,
       std::shared_ptr<prometheus::Collectable> collectable);

@@ -4,23 +4,30 @@
 // over `nr_cpus` CPUs, the shape of a memory.stat read on a big machine. The
 // per_cpu policy pays one lock round trip per CPU; whole pays one per flush.
 // Baseline: the same flush under the other policy, same binary, same run.
-// With ->Threads(2) two readers flush the same tree at once.
+// With ->Threads(2) two readers flush the same tree at once. `preempt` is the
+// flush preempt model (0 none, 1 full; EngineOptions::flush_preempt_model):
+// whole runs under both, since with two readers only full drops the lock for
+// the waiting one.
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "benchmark/benchmark.h"
 #include "engine/engine.h"
 
 namespace cgacct {
 namespace {
 
-std::unique_ptr<Engine> MakeEngine(FlushLockPolicy policy, int nr_cpus,
+std::unique_ptr<Engine> MakeEngine(FlushLockPolicy policy,
+                                   FlushPreemptModel model, int nr_cpus,
                                    int nr_groups) {
   EngineOptions options;
   options.nr_cpus = nr_cpus;
   options.flush_lock_policy = policy;
+  options.flush_preempt_model = model;
   auto engine = std::move(*Engine::Create(options));
   (void)engine->CreateGroup("/bench", {});
   for (int i = 0; i < nr_groups; ++i)
@@ -32,6 +39,7 @@ std::unique_ptr<Engine> engine;  // built by Setup before the threads start
 
 void Setup(const benchmark::State& state) {
   engine = MakeEngine(static_cast<FlushLockPolicy>(state.range(0)),
+                      static_cast<FlushPreemptModel>(state.range(3)),
                       static_cast<int>(state.range(1)), 16);
 }
 void Teardown(const benchmark::State&) { engine.reset(); }
@@ -52,7 +60,13 @@ void BM_Flush(benchmark::State& state) {
     auto stats = engine->GetStats("/bench", FlushMode::kExact);
     benchmark::DoNotOptimize(stats);
   }
-  state.SetLabel(FlushLockPolicyName(policy));
+  state.SetLabel(
+      policy == FlushLockPolicy::kWhole
+          ? absl::StrCat(FlushLockPolicyName(policy), "(",
+                         FlushPreemptModelName(static_cast<FlushPreemptModel>(
+                             state.range(3))),
+                         ")")
+          : std::string(FlushLockPolicyName(policy)));
   if (state.thread_index() == 0) {
     state.counters["hold_max_us"] =
         absl::ToDoubleMicroseconds(engine->GetInfo().flush_lock_hold_max);
@@ -60,10 +74,15 @@ void BM_Flush(benchmark::State& state) {
 }
 
 void Args(benchmark::internal::Benchmark* b) {
-  for (int policy : {0, 1})
+  const int per_cpu = static_cast<int>(FlushLockPolicy::kPerCpu);
+  const int whole = static_cast<int>(FlushLockPolicy::kWhole);
+  const int none = static_cast<int>(FlushPreemptModel::kNone);
+  const int full = static_cast<int>(FlushPreemptModel::kFull);
+  for (auto [policy, preempt] : {std::pair{per_cpu, none}, std::pair{whole, none},
+                                 std::pair{whole, full}})
     for (int cpus : {2, 64, 400})
-      for (int updates : {0, 256}) b->Args({policy, cpus, updates});
-  b->ArgNames({"policy", "cpus", "updates"});
+      for (int updates : {0, 256}) b->Args({policy, cpus, updates, preempt});
+  b->ArgNames({"policy", "cpus", "updates", "preempt"});
 }
 
 BENCHMARK(BM_Flush)

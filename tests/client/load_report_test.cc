@@ -34,6 +34,10 @@ LoadReport SeedRstatReport() {
   r.flush_lock_policy = "per_cpu";
   r.flush_lock_hold_max_us = 4142.0;
   r.flush_lock_hold_max_us_before = 100.0;
+  r.hog_cpus = 400;
+  r.flush_preempt_model = "none";
+  r.longest_holds.push_back({4142.0, 400, 1203, "/cgacct-load", "whole"});
+  r.longest_holds.push_back({980.5, 400, 411, "/", "whole"});
   return r;
 }
 
@@ -62,6 +66,25 @@ TEST(LoadReportTest, TableShowsTheHeadlineNumbers) {
   EXPECT_TRUE(Contains(table, "4142.0 us")) << table;
   EXPECT_TRUE(Contains(table, "[8, 16)")) << table;
   EXPECT_TRUE(Contains(table, "[64, 128)")) << table;
+}
+
+// The longest holds come with the work each did, and the hogs say how many
+// CPUs they charged on.
+TEST(LoadReportTest, TableListsTheLongestHoldsWithTheirWork) {
+  const std::string table = FormatLoadReportTable(SeedRstatReport());
+  EXPECT_TRUE(Contains(table, "2 workers on 400 CPUs")) << table;
+  EXPECT_TRUE(Contains(table, "preempt model none")) << table;
+  EXPECT_TRUE(Contains(table, "the 2 longest of 2")) << table;
+  EXPECT_TRUE(Contains(table, "4142.0 us, 400 CPUs walked, 1203 entries "
+                              "folded (whole, root /cgacct-load)"))
+      << table;
+  EXPECT_TRUE(Contains(table, "980.5 us, 400 CPUs walked, 411 entries"))
+      << table;
+  const std::string json = LoadReportJson(SeedRstatReport());
+  EXPECT_TRUE(Contains(json, "\"hog_cpus\": 400")) << json;
+  EXPECT_TRUE(Contains(json, "\"flush_preempt_model\": \"none\"")) << json;
+  EXPECT_TRUE(Contains(json, "\"groups_folded\": 1203")) << json;
+  EXPECT_TRUE(Contains(json, "\"cpus_walked\": 400")) << json;
 }
 
 TEST(LoadReportTest, TableSaysNaWhenTheScrapeFailed) {

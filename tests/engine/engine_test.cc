@@ -433,6 +433,46 @@ TEST(EngineOptionsTest, RejectsBadFlushOptions) {
   options.periodic_flush_interval = -absl::Seconds(1);
   EXPECT_EQ(Engine::Create(options).status().code(),
             absl::StatusCode::kInvalidArgument);
+  options.periodic_flush_interval = absl::Seconds(2);
+  options.flush_preempt_model = static_cast<FlushPreemptModel>(7);
+  const absl::Status bad_model = Engine::Create(options).status();
+  EXPECT_EQ(bad_model.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad_model.message()),
+              ::testing::HasSubstr("flush_preempt_model"));
+}
+
+// The preempt model is `none` unless set, and GetInfo and every hold record
+// say which; a `whole` flush's record carries the CPUs it walked and the
+// (group, CPU) entries it folded.
+TEST(EngineInfoTest, ReportsThePreemptModelAndTheWorkOfEachHold) {
+  EXPECT_EQ(EngineOptions().flush_preempt_model, FlushPreemptModel::kNone);
+  for (FlushPreemptModel model :
+       {FlushPreemptModel::kNone, FlushPreemptModel::kFull}) {
+    EngineOptions options;
+    options.nr_cpus = 4;
+    options.flush_lock_policy = FlushLockPolicy::kWhole;
+    options.flush_preempt_model = model;
+    options.periodic_flush_interval = absl::ZeroDuration();
+    auto engine = std::move(*Engine::Create(options));
+    ASSERT_TRUE(engine->CreateGroup("/g", {}).ok());
+    ASSERT_TRUE(engine->CreateGroup("/g/h", {}).ok());
+    EXPECT_EQ(engine->GetInfo().flush_preempt_model, model);
+    for (int i = 0; i < 50 && engine->GetInfo().longest_flush_holds.empty();
+         ++i) {
+      for (int cpu = 0; cpu < 4; ++cpu)
+        ASSERT_TRUE(engine->Charge("/g/h", 1, PageKind::kAnon, cpu).ok());
+      ASSERT_TRUE(engine->GetStats("/g").ok());
+    }
+    const EngineInfo info = engine->GetInfo();
+    ASSERT_FALSE(info.longest_flush_holds.empty());
+    for (const FlushHoldRecord& r : info.longest_flush_holds) {
+      EXPECT_EQ(r.preempt_model, model);
+      EXPECT_EQ(r.policy, "whole");
+      EXPECT_EQ(r.root_path, "/g");
+      EXPECT_EQ(r.cpus_walked, 4);      // one uncontended hold, every CPU
+      EXPECT_EQ(r.groups_folded, 2 * 4);  // /g/h and /g on each CPU
+    }
+  }
 }
 
 TEST(EngineInfoTest, ReportsPolicyNameAndLongestHolds) {

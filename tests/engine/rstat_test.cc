@@ -1,12 +1,17 @@
 #include "engine/rstat.h"
 
 #include <atomic>
+#include <functional>
 #include <map>
+#include <thread>
+#include <utility>
 #include <memory>
 #include <random>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "engine/clock.h"
+#include "engine/mutex.h"
 #include "gtest/gtest.h"
 
 namespace cgacct {
@@ -73,7 +78,12 @@ class TickingClock final : public Clock {
 
 // Names the parameter in test output (instead of its bytes).
 void PrintTo(const FlushLockConfig& config, std::ostream* os) {
-  *os << FlushLockConfigName(config);
+  *os << FlushLockConfigName(config) << "("
+      << FlushPreemptModelName(config.preempt_model) << ")";
+}
+
+void PrintTo(FlushPreemptModel model, std::ostream* os) {
+  *os << FlushPreemptModelName(model);
 }
 
 namespace {
@@ -84,8 +94,12 @@ std::vector<FlushLockConfig> AllPolicies() {
   batch.batch_cpus = 3;
   FlushLockConfig adaptive;
   adaptive.policy = FlushLockPolicy::kAdaptive;
+  FlushLockConfig whole_full;
+  whole_full.policy = FlushLockPolicy::kWhole;
+  whole_full.preempt_model = FlushPreemptModel::kFull;
   return {FlushLockConfig{FlushLockPolicy::kPerCpu},
-          FlushLockConfig{FlushLockPolicy::kWhole}, batch, adaptive};
+          FlushLockConfig{FlushLockPolicy::kWhole}, whole_full, batch,
+          adaptive};
 }
 
 TEST_P(RstatTest, AfterAFlushEveryAncestorEqualsItsSubtreeSum) {
@@ -102,7 +116,7 @@ TEST_P(RstatTest, AfterAFlushEveryAncestorEqualsItsSubtreeSum) {
       int64_t delta = static_cast<int64_t>(rng() % 100) - 30;
       int64_t deltas[kNrStatItems] = {};
       deltas[kStatAnon] = delta;
-      deltas[kStatPgpgin] = 1;
+      deltas[kStatPgscanDirect] = 1;
       rstat.Update(tree.nodes[node].get(), cpu, deltas, 1);
       own[node] += delta;
     }
@@ -118,7 +132,7 @@ TEST_P(RstatTest, AfterAFlushEveryAncestorEqualsItsSubtreeSum) {
           << "node " << root << " round " << round;
     }
   }
-  EXPECT_EQ(tree.nodes[0]->total(kStatPgpgin), 2500);
+  EXPECT_EQ(tree.nodes[0]->total(kStatPgscanDirect), 2500);
   EXPECT_EQ(observer.flushes, 10);
   switch (GetParam().policy) {
     case FlushLockPolicy::kPerCpu:
@@ -315,9 +329,118 @@ TEST(RstatClockTest, HoldsAndTheAdaptiveBudgetAreTimedOnTheInjectedClock) {
 INSTANTIATE_TEST_SUITE_P(Policies, RstatTest,
                          ::testing::ValuesIn(AllPolicies()),
                          [](const auto& info) {
-                           return std::string(
-                               FlushLockPolicyName(info.param.policy));
+                           return absl::StrCat(
+                               FlushLockPolicyName(info.param.policy), "_",
+                               FlushPreemptModelName(
+                                   info.param.preempt_model));
                          });
+
+// A clock whose first cycle read (the flush lock just taken, in the first
+// FlushHold) runs `on_first_hold` on the holder's thread; then real time.
+class HookClock final : public Clock {
+ public:
+  explicit HookClock(std::function<void()> on_first_hold)
+      : on_first_hold_(std::move(on_first_hold)) {}
+  int64_t NowNs() const override { return Clock::Real().NowNs(); }
+  int64_t NowCycles() const override {
+    if (!fired_.exchange(true)) on_first_hold_();
+    return NowNs();
+  }
+
+ private:
+  const std::function<void()> on_first_hold_;
+  mutable std::atomic<bool> fired_{false};
+};
+
+// Seed 000: under FlushPreemptModel::kNone a kWhole flush holds the lock
+// across every CPU even while another flusher waits (spin_needbreak() is 0
+// without CONFIG_PREEMPTION); under kFull it drops the lock for the waiter
+// after the CPU it is on. The waiter is made to block while the first hold
+// is in progress, before the holder walks its first CPU.
+class RstatPreemptModelTest
+    : public ::testing::TestWithParam<FlushPreemptModel> {};
+
+TEST_P(RstatPreemptModelTest, WholeDropsTheLockForAWaiterOnlyUnderFull) {
+  constexpr int kCpus = 64;
+  struct ThreadHolds final : public EngineObserver {
+    void OnFlushLockHold(const FlushLockHold& hold) override {
+      MutexLock l(&mu);
+      holds.emplace_back(std::this_thread::get_id(), hold);
+    }
+    void OnFlushDone(absl::Duration, int, int) override {}
+    Mutex mu;  // engine/mutex.h: visible to TSan, unlike absl::Mutex here
+    std::vector<std::pair<std::thread::id, FlushLockHold>> holds
+        ABSL_GUARDED_BY(mu);
+  } observer;
+  Rstat* rstat_ptr = nullptr;
+  RstatGroup* other_ptr = nullptr;
+  std::thread waiter;
+  HookClock clock([&] {
+    waiter = std::thread([&] { rstat_ptr->Flush(other_ptr); });
+    while (rstat_ptr->flush_waiters() == 0) std::this_thread::yield();
+  });
+  FlushLockConfig config;
+  config.policy = FlushLockPolicy::kWhole;
+  config.preempt_model = GetParam();
+  Rstat rstat(kCpus, config, &observer, clock);
+  rstat_ptr = &rstat;
+  RstatGroup root(&rstat, nullptr, "/");
+  RstatGroup child(&rstat, &root, "/a");
+  RstatGroup other(&rstat, &root, "/b");
+  other_ptr = &other;
+  int64_t d[kNrStatItems] = {};
+  d[kStatAnon] = 1;
+  for (int cpu = 0; cpu < kCpus; ++cpu) rstat.Update(&child, cpu, d, 1);
+  rstat.Flush(&root);
+  waiter.join();
+  EXPECT_EQ(root.total(kStatAnon), kCpus);
+  const std::thread::id me = std::this_thread::get_id();
+  MutexLock l(&observer.mu);
+  std::vector<FlushLockHold> mine;
+  for (const auto& [tid, hold] : observer.holds)
+    if (tid == me) mine.push_back(hold);
+  ASSERT_FALSE(mine.empty());
+  int cpus = 0, folded = 0;
+  for (const FlushLockHold& h : mine) {
+    cpus += h.cpus_walked;
+    folded += h.groups_folded;
+  }
+  EXPECT_EQ(cpus, kCpus);
+  EXPECT_EQ(folded, 2 * kCpus);  // child and root on every CPU
+  if (GetParam() == FlushPreemptModel::kNone) {
+    // One hold covers every CPU although a flusher waited all along.
+    ASSERT_EQ(mine.size(), 1u);
+    EXPECT_EQ(mine[0].cpus_walked, kCpus);
+    EXPECT_EQ(mine[0].groups_folded, 2 * kCpus);
+  } else {
+    // The waiter was there before the first CPU: the first hold ends after
+    // one CPU and the flush goes on in further holds.
+    EXPECT_EQ(mine[0].cpus_walked, 1);
+    EXPECT_GE(mine.size(), 2u);
+  }
+  // The waiter's flush took the lock and walked every CPU too.
+  int waiter_cpus = 0;
+  for (const auto& [tid, hold] : observer.holds)
+    if (tid != me) waiter_cpus += hold.cpus_walked;
+  EXPECT_EQ(waiter_cpus, kCpus);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, RstatPreemptModelTest,
+                         ::testing::Values(FlushPreemptModel::kNone,
+                                           FlushPreemptModel::kFull),
+                         [](const auto& info) {
+                           return std::string(
+                               FlushPreemptModelName(info.param));
+                         });
+
+TEST(FlushPreemptModelTest, ParsesNames) {
+  EXPECT_EQ(ParseFlushPreemptModel("none"), FlushPreemptModel::kNone);
+  EXPECT_EQ(ParseFlushPreemptModel("full"), FlushPreemptModel::kFull);
+  for (const char* bad : {"", "NONE", "voluntary", "full "})
+    EXPECT_EQ(ParseFlushPreemptModel(bad), std::nullopt) << bad;
+  EXPECT_STREQ(FlushPreemptModelName(FlushPreemptModel::kNone), "none");
+  EXPECT_STREQ(FlushPreemptModelName(FlushPreemptModel::kFull), "full");
+}
 
 TEST(FlushLockPolicyTest, ParsesNamesAndBatchSizes) {
   int n = 0;

@@ -910,6 +910,7 @@ TEST_F(AccountingServiceTest, GetEngineInfo) {
   EXPECT_EQ(info.max_batch_ops(), kMaxBatchOps);
   EXPECT_EQ(info.periodic_flush_interval_ms(), 2000u);
   EXPECT_EQ(info.flush_hold_budget_us(), 0u);  // per_cpu has no budget
+  EXPECT_EQ(info.flush_preempt_model(), "none");  // EngineOptions' default
 }
 
 TEST_F(AccountingServiceTest, GetEngineInfoListsTheLongestFlushHolds) {
@@ -929,6 +930,8 @@ TEST_F(AccountingServiceTest, GetEngineInfoListsTheLongestFlushHolds) {
   const v1::FlushLockHold& longest = info.longest_flush_holds(0);
   EXPECT_EQ(longest.policy(), "per_cpu");
   EXPECT_EQ(longest.cpus_walked(), 1u);  // per_cpu: one CPU per hold
+  EXPECT_EQ(longest.preempt_model(), "none");
+  EXPECT_LE(longest.groups_folded(), 3u);  // at most /a, / and nothing else
   EXPECT_GT(longest.when_unix_us(), 0);
   EXPECT_EQ(longest.hold_ns() / 1000, info.flush_lock_hold_max_us());
   EXPECT_GE(info.flush_lock_hold_wall_max_us(), info.flush_lock_hold_max_us());
@@ -1018,6 +1021,16 @@ TEST_F(AccountingServiceTest, MetricsTextHasEveryFamily) {
   EXPECT_THAT(text,
               HasSubstr("cgacct_rstat_flush_lock_hold_seconds_bucket{policy="
                         "\"per_cpu\",le=\"+Inf\"}"));
+  // Hold buckets start at 50 ns (1-2-5 series), RPC buckets at 1 µs.
+  EXPECT_THAT(text,
+              HasSubstr("cgacct_rstat_flush_lock_hold_seconds_bucket{policy="
+                        "\"per_cpu\",le=\"5e-08\"}"));
+  EXPECT_THAT(text,
+              HasSubstr("cgacct_rstat_flush_lock_hold_seconds_bucket{policy="
+                        "\"per_cpu\",le=\"0.001\"}"));
+  EXPECT_THAT(text, ::testing::Not(HasSubstr(
+                        "cgacct_rstat_flush_lock_hold_seconds_bucket{policy="
+                        "\"per_cpu\",le=\"1.048576\"}")));
   // Groups down to depth 2.
   EXPECT_THAT(text, HasSubstr("cgacct_group_memory_current_bytes{path=\"/\"}"));
   EXPECT_THAT(text,

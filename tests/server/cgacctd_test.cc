@@ -1,13 +1,16 @@
 // Runs the real cgacctd binary: start line with the real ports, a call over
 // gRPC, a scrape of /metrics, clean exit on SIGTERM/SIGINT, and the exit
 // codes of bad flags and taken ports.
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -27,6 +30,7 @@ namespace cgacct {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 // A spawned cgacctd with its stdout and stderr on pipes.
@@ -125,7 +129,7 @@ struct StartLine {
 
 StartLine ParseStartLine(const std::string& line) {
   static const std::regex kLine(
-      R"(cgacctd listening on 127\.0\.0\.1:(\d+) \(metrics on 127\.0\.0\.1:(\d+), cpus=3, policy=whole\))");
+      R"(cgacctd listening on 127\.0\.0\.1:(\d+) \(metrics on 127\.0\.0\.1:(\d+), cpus=3, policy=whole, preempt=(none|full)\))");
   std::smatch m;
   if (!std::regex_match(line, m, kLine)) return {};
   return {std::stoi(m[1]), std::stoi(m[2])};
@@ -149,6 +153,7 @@ TEST(CgacctdTest, ServesPrintsRealPortsAndStopsOnSigterm) {
   ASSERT_TRUE(s.ok()) << s.error_message();
   EXPECT_EQ(info.nr_cpus(), 3u);
   EXPECT_EQ(info.flush_lock_policy(), "whole");
+  EXPECT_EQ(info.flush_preempt_model(), "none");  // the default
 
   const std::string metrics =
       test_util::HttpGet(ports.metrics_port, "/metrics");
@@ -316,6 +321,36 @@ TEST(CgacctdTest, BadPolicyExits2WithOneLine) {
   EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
 }
 
+TEST(CgacctdTest, BadPreemptModelExits2WithOneLine) {
+  Daemon daemon({"--listen=127.0.0.1:0", "--flush_preempt_model=voluntary"});
+  EXPECT_EQ(daemon.WaitExit(kTimeout), 2);
+  const std::string err = daemon.ReadStderr();
+  EXPECT_THAT(err, HasSubstr("--flush_preempt_model"));
+  EXPECT_THAT(err, HasSubstr("voluntary"));
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+}
+
+TEST(CgacctdTest, FullPreemptModelIsReported) {
+  Daemon daemon({"--listen=127.0.0.1:0", "--metrics_listen=", "--cpus=3",
+                 "--flush_lock_policy=whole", "--flush_preempt_model=full"});
+  const std::string line = daemon.ReadStdoutLine(kTimeout);
+  EXPECT_THAT(line, HasSubstr("policy=whole, preempt=full)")) << line;
+  static const std::regex kPort(R"(listening on 127\.0\.0\.1:(\d+) )");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(line, m, kPort)) << line;
+  auto stub = cgacct::v1::Accounting::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + m[1].str(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  cgacct::v1::EngineInfo info;
+  const grpc::Status s =
+      stub->GetEngineInfo(&context, cgacct::v1::GetEngineInfoRequest(), &info);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(info.flush_preempt_model(), "full");
+  stub.reset();  // closes the connection: no shutdown grace to wait out
+  daemon.Signal(SIGTERM);
+  EXPECT_EQ(daemon.WaitExit(kTimeout), 0) << daemon.ReadStderr();
+}
+
 TEST(CgacctdTest, TakenPortsExit1WithOneLine) {
   Daemon first({"--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0",
                 "--cpus=3", "--flush_lock_policy=whole"});
@@ -336,9 +371,59 @@ TEST(CgacctdTest, TakenPortsExit1WithOneLine) {
   EXPECT_THAT(metrics_err, HasSubstr(std::to_string(ports.metrics_port)));
   EXPECT_EQ(std::count(metrics_err.begin(), metrics_err.end(), '\n'), 1)
       << metrics_err;
+  // What the operator can act on, not civetweb's internals.
+  EXPECT_THAT(metrics_err, HasSubstr("address already in use")) << metrics_err;
+  EXPECT_THAT(metrics_err, HasSubstr("--metrics_listen")) << metrics_err;
+  EXPECT_THAT(metrics_err, Not(HasSubstr("CivetServer"))) << metrics_err;
 
   first.Signal(SIGTERM);
   EXPECT_EQ(first.WaitExit(kTimeout), 0);
+}
+
+// A TCP connection to 127.0.0.1:port that sent `bytes` and then nothing.
+int HalfOpenConnection(int port, const std::string& bytes) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  if (!bytes.empty()) {
+    EXPECT_EQ(write(fd, bytes.data(), bytes.size()),
+              static_cast<ssize_t>(bytes.size()));
+  }
+  return fd;
+}
+
+// "16 half-open HTTP connections stall a scrape for ~10 s".
+TEST(CgacctdTest, HalfOpenHttpConnectionsDoNotStallAScrape) {
+  Daemon daemon({"--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0",
+                 "--cpus=3", "--flush_lock_policy=whole"});
+  const StartLine ports = ParseStartLine(daemon.ReadStdoutLine(kTimeout));
+  ASSERT_GT(ports.metrics_port, 0);
+  std::vector<int> slow;
+  for (int i = 0; i < 16; ++i) {
+    // Half of them silent, half stopped in the middle of their headers.
+    slow.push_back(HalfOpenConnection(
+        ports.metrics_port,
+        i % 2 == 0 ? "" : "GET /metrics HTTP/1.1\r\nHost: x\r\n"));
+    ASSERT_GE(slow.back(), 0);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const auto start = std::chrono::steady_clock::now();
+  const std::string scrape =
+      test_util::HttpGet(ports.metrics_port, "/metrics");
+  const double seconds = std::chrono::duration<double>(
+                             std::chrono::steady_clock::now() - start)
+                             .count();
+  EXPECT_THAT(scrape, HasSubstr("cgacct_groups"));
+  EXPECT_LT(seconds, 2.0) << "a scrape behind 16 half-open connections";
+  for (int fd : slow) close(fd);
+  daemon.Signal(SIGTERM);
+  EXPECT_EQ(daemon.WaitExit(kTimeout), 0);
 }
 
 }  // namespace

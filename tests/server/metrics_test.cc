@@ -36,6 +36,37 @@ TEST(LatencyHistogramTest, BucketsArePowersOfTwoMicroseconds) {
   EXPECT_DOUBLE_EQ(LatencyHistogram::UpperBoundSeconds(20), 1.048576);
 }
 
+// Flush-lock holds: a 1-2-5 series from 50 ns, so a per_cpu hold (tens to
+// hundreds of ns) lands in a bucket of its own instead of le=1e-06.
+TEST(LatencyHistogramTest, HoldBucketsAreOneTwoFiveFromFiftyNanoseconds) {
+  EXPECT_EQ(LatencyHistogram::HoldBucketFor(0), 0);
+  EXPECT_EQ(LatencyHistogram::HoldBucketFor(50), 0);    // le 50 ns
+  EXPECT_EQ(LatencyHistogram::HoldBucketFor(51), 1);    // le 100 ns
+  EXPECT_EQ(LatencyHistogram::HoldBucketFor(150), 2);   // le 200 ns
+  EXPECT_EQ(LatencyHistogram::HoldBucketFor(201), 3);   // le 500 ns
+  EXPECT_EQ(LatencyHistogram::HoldBucketFor(999), 4);   // le 1 µs
+  EXPECT_EQ(LatencyHistogram::HoldBucketFor(45'341'000), 18);  // le 50 ms
+  EXPECT_EQ(LatencyHistogram::HoldBucketFor(1'000'000'000), 22);  // le 1 s
+  EXPECT_EQ(LatencyHistogram::HoldBucketFor(1'000'000'001),
+            LatencyHistogram::kNrHoldFiniteBuckets);  // +Inf
+  EXPECT_DOUBLE_EQ(LatencyHistogram::HoldUpperBoundSeconds(0), 50e-9);
+  EXPECT_DOUBLE_EQ(LatencyHistogram::HoldUpperBoundSeconds(4), 1e-6);
+  EXPECT_DOUBLE_EQ(LatencyHistogram::HoldUpperBoundSeconds(13), 1e-3);
+  EXPECT_DOUBLE_EQ(LatencyHistogram::HoldUpperBoundSeconds(22), 1.0);
+  for (int i = 1; i < LatencyHistogram::kNrHoldFiniteBuckets; ++i)
+    EXPECT_LT(LatencyHistogram::HoldUpperBoundSeconds(i - 1),
+              LatencyHistogram::HoldUpperBoundSeconds(i));
+  LatencyHistogram h(HistogramScale::kHoldNanos);
+  h.RecordNanos(70);
+  h.RecordNanos(80);
+  h.RecordNanos(3'000);
+  const LatencyHistogram::Snapshot s = h.Collect();
+  EXPECT_EQ(s.nr_finite, LatencyHistogram::kNrHoldFiniteBuckets);
+  EXPECT_EQ(s.buckets[1], 2u);  // (50, 100] ns
+  EXPECT_EQ(s.buckets[6], 1u);  // (2, 5] µs
+  EXPECT_DOUBLE_EQ(s.upper_bound_seconds(1), 100e-9);
+}
+
 TEST(LatencyHistogramTest, RecordsSumCountAndMax) {
   LatencyHistogram h;
   h.Record(absl::Microseconds(3));
