@@ -17,8 +17,15 @@
 
 namespace cgacct::client {
 
-// Creates an insecure channel to `target` (a gRPC target string, typically
-// HOST:PORT). With `own_connection`, the channel gets a private subchannel
+// Creates a channel to `target` (a gRPC target string, typically
+// HOST:PORT). Plaintext unless the client TLS flags (defined here, shared by
+// cgacctctl and cgacct-load) say otherwise: --tls_ca=PEM turns TLS on
+// (server verified against that CA bundle; --tls_server_name overrides the
+// name checked), --tls_cert/--tls_key present a client certificate (mTLS),
+// --token_file sends "authorization: Bearer TOKEN" (TLS only: gRPC never
+// sends call credentials in plaintext). A flag file that cannot be read
+// makes the calls fail UNAVAILABLE/UNAUTHENTICATED with gRPC's message.
+// With `own_connection`, the channel gets a private subchannel
 // pool and therefore its own TCP connection; otherwise gRPC shares one
 // connection between channels with equal arguments. Does not connect yet.
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target,

@@ -6,6 +6,8 @@
 #     prometheus-cpp, GoogleTest/GoogleMock, Google Benchmark);
 #   - cmake, g++, make: the build;
 #   - curl: the run command's readiness check of /metrics;
+#   - openssl: the access-control tests make their CA and certificates with
+#     the real openssl CLI at test time (nothing is shipped or downloaded);
 #   - clang-14 and libclang-rt-14-dev: the test command compiles the engine,
 #     server and clients with clang too, whose -Wthread-safety analysis
 #     checks the lock annotations (g++ ignores them), and runs the engine's
@@ -16,7 +18,7 @@
 set -euo pipefail
 
 packages=(
-  cmake g++ make pkg-config curl clang-14 libclang-rt-14-dev
+  cmake g++ make pkg-config curl openssl clang-14 libclang-rt-14-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev
   python3-grpcio python3-protobuf

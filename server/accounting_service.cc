@@ -9,7 +9,9 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "engine/group_path.h"
 #include "absl/time/time.h"
+#include "server/caller_identity.h"
 #include "server/status.h"
 #include "server/wire.h"
 
@@ -138,13 +140,12 @@ AccountingService::AccountingService(Engine& engine, RpcMetrics& rpc_metrics,
       max_concurrent_streams_per_connection_(
           options.max_concurrent_streams_per_connection),
       limiter_(options.limits),
+      authorizer_(options.authorizer),
       dedup_(DedupOptions(options)) {}
 
 std::string AccountingService::CallerKey(
     const grpc::ServerContextBase* context) {
-  // TODO(merge): CallerIdentity(context) (server/caller_identity.h).
-  (void)context;
-  return std::string();
+  return CallerIdentity(context);
 }
 
 void AccountingService::MarkShed(grpc::ServerContextBase* context,
@@ -232,6 +233,25 @@ grpc::ServerUnaryReactor* AccountingService::FinishUnary(
   return reactor;
 }
 
+absl::StatusOr<AuthCaller> AccountingService::AuthenticateCall(
+    const grpc::ServerContextBase& context) const {
+  if (authorizer_ == nullptr) return AuthCaller();
+  return authorizer_->Authenticate(context);
+}
+
+absl::Status AccountingService::AuthorizeCall(
+    const grpc::ServerContextBase& context, Access access,
+    const std::string& path, AuthCaller* caller) const {
+  if (authorizer_ == nullptr) return absl::OkStatus();
+  absl::StatusOr<AuthCaller> who = authorizer_->Authenticate(context);
+  if (!who.ok()) return who.status();
+  if (absl::Status s = ValidateGroupPath(path); !s.ok()) return s;
+  if (absl::Status s = authorizer_->Check(*who, access, path); !s.ok())
+    return s;
+  if (caller != nullptr) *caller = *std::move(who);
+  return absl::OkStatus();
+}
+
 void AccountingService::CountChargeAnswer(const absl::Status& status) {
   if (!status.ok() && status.code() != absl::StatusCode::kResourceExhausted)
     rpc_metrics_.RecordChargeRejected();
@@ -259,8 +279,14 @@ absl::Status AccountingService::ValidatePageArgs(
 grpc::ServerUnaryReactor* AccountingService::CreateGroup(
     grpc::CallbackServerContext* context, const v1::CreateGroupRequest* request,
     v1::Group* response) {
-  return Unary(context, RpcMethod::kCreateGroup,
-               [&] { return DoCreateGroup(*request, response); });
+  return Unary(context, RpcMethod::kCreateGroup, [&] {
+    if (absl::Status s =
+            AuthorizeCall(*context, Access::kConfigure, request->path());
+        !s.ok()) {
+      return s;
+    }
+    return DoCreateGroup(*request, response);
+  });
 }
 
 absl::Status AccountingService::DoCreateGroup(
@@ -275,8 +301,14 @@ absl::Status AccountingService::DoCreateGroup(
 grpc::ServerUnaryReactor* AccountingService::DeleteGroup(
     grpc::CallbackServerContext* context, const v1::DeleteGroupRequest* request,
     v1::DeleteGroupResponse* response) {
-  return Unary(context, RpcMethod::kDeleteGroup,
-               [&] { return DoDeleteGroup(*request, response); });
+  return Unary(context, RpcMethod::kDeleteGroup, [&] {
+    if (absl::Status s =
+            AuthorizeCall(*context, Access::kConfigure, request->path());
+        !s.ok()) {
+      return s;
+    }
+    return DoDeleteGroup(*request, response);
+  });
 }
 
 absl::Status AccountingService::DoDeleteGroup(
@@ -290,18 +322,40 @@ absl::Status AccountingService::DoDeleteGroup(
 grpc::ServerUnaryReactor* AccountingService::ListGroups(
     grpc::CallbackServerContext* context, const v1::ListGroupsRequest* request,
     v1::ListGroupsResponse* response) {
-  return Unary(context, RpcMethod::kListGroups,
-               [&] { return DoListGroups(*request, response); });
+  return Unary(context, RpcMethod::kListGroups, [&] {
+    absl::StatusOr<AuthCaller> caller = AuthenticateCall(*context);
+    if (!caller.ok()) return caller.status();
+    return DoListGroups(*caller, *request, response);
+  });
 }
 
 absl::Status AccountingService::DoListGroups(
-    const v1::ListGroupsRequest& request, v1::ListGroupsResponse* response) {
+    const AuthCaller& caller, const v1::ListGroupsRequest& request,
+    v1::ListGroupsResponse* response) {
+  if (authorizer_ != nullptr) {
+    // Checked before the engine is asked: NOT_FOUND would tell a tenant
+    // whether a group outside its grants exists.
+    if (absl::Status s = ValidateGroupPath(request.path()); !s.ok()) return s;
+    if (absl::Status s = authorizer_->CheckList(caller, request.path());
+        !s.ok())
+      return s;
+  }
   absl::StatusOr<std::vector<std::string>> paths =
       engine_.ListGroups(request.path(), request.recursive());
   if (!paths.ok()) return paths.status();
   if (absl::Status s = ValidatePageToken(request.page_token(), request.path());
       !s.ok())
     return s;
+  // A tenant sees only what it may read (listing an ancestor of its grant
+  // shows the grant's subtree, nothing beside it). Filtered before paging,
+  // so page sizes and tokens work as without access control.
+  if (!caller.admin()) {
+    paths->erase(std::remove_if(paths->begin(), paths->end(),
+                                [&](const std::string& p) {
+                                  return !Authorizer::CanRead(caller, p);
+                                }),
+                 paths->end());
+  }
   // The engine returns them sorted; the cursor below depends on it.
   if (!std::is_sorted(paths->begin(), paths->end())) {
     std::sort(paths->begin(), paths->end());
@@ -340,8 +394,14 @@ absl::Status AccountingService::DoListGroups(
 grpc::ServerUnaryReactor* AccountingService::SetLimits(
     grpc::CallbackServerContext* context, const v1::SetLimitsRequest* request,
     v1::Group* response) {
-  return Unary(context, RpcMethod::kSetLimits,
-               [&] { return DoSetLimits(*request, response); });
+  return Unary(context, RpcMethod::kSetLimits, [&] {
+    if (absl::Status s =
+            AuthorizeCall(*context, Access::kConfigure, request->path());
+        !s.ok()) {
+      return s;
+    }
+    return DoSetLimits(*request, response);
+  });
 }
 
 absl::Status AccountingService::DoSetLimits(const v1::SetLimitsRequest& request,
@@ -356,8 +416,15 @@ absl::Status AccountingService::DoSetLimits(const v1::SetLimitsRequest& request,
 grpc::ServerUnaryReactor* AccountingService::Charge(
     grpc::CallbackServerContext* context, const v1::ChargeRequest* request,
     v1::ChargeResponse* response) {
-  return Unary(context, RpcMethod::kCharge,
-               [&] { return DoCharge(*request, response); });
+  return Unary(context, RpcMethod::kCharge, [&] {
+    if (absl::Status s =
+            AuthorizeCall(*context, Access::kWrite, request->path());
+        !s.ok()) {
+      CountChargeAnswer(s);  // a refused Charge is a rejected charge
+      return s;
+    }
+    return DoCharge(*request, response);
+  });
 }
 
 template <typename Request, typename Call>
@@ -420,8 +487,14 @@ absl::Status AccountingService::DoCharge(const v1::ChargeRequest& request,
 grpc::ServerUnaryReactor* AccountingService::Uncharge(
     grpc::CallbackServerContext* context, const v1::UnchargeRequest* request,
     v1::UnchargeResponse* response) {
-  return Unary(context, RpcMethod::kUncharge,
-               [&] { return DoUncharge(*request, response); });
+  return Unary(context, RpcMethod::kUncharge, [&] {
+    if (absl::Status s =
+            AuthorizeCall(*context, Access::kWrite, request->path());
+        !s.ok()) {
+      return s;
+    }
+    return DoUncharge(*request, response);
+  });
 }
 
 absl::Status AccountingService::DoUncharge(const v1::UnchargeRequest& request,
@@ -448,8 +521,14 @@ absl::Status AccountingService::DoUncharge(const v1::UnchargeRequest& request,
 grpc::ServerUnaryReactor* AccountingService::GetStats(
     grpc::CallbackServerContext* context, const v1::GetStatsRequest* request,
     v1::GroupStats* response) {
-  return Unary(context, RpcMethod::kGetStats,
-               [&] { return DoGetStats(*request, response); });
+  return Unary(context, RpcMethod::kGetStats, [&] {
+    if (absl::Status s =
+            AuthorizeCall(*context, Access::kRead, request->path());
+        !s.ok()) {
+      return s;
+    }
+    return DoGetStats(*request, response);
+  });
 }
 
 absl::Status AccountingService::DoGetStats(const v1::GetStatsRequest& request,
@@ -488,8 +567,14 @@ absl::Status AccountingService::DoGetStats(const v1::GetStatsRequest& request,
 grpc::ServerUnaryReactor* AccountingService::Reclaim(
     grpc::CallbackServerContext* context, const v1::ReclaimRequest* request,
     v1::ReclaimResponse* response) {
-  return Unary(context, RpcMethod::kReclaim,
-               [&] { return DoReclaim(*request, response); });
+  return Unary(context, RpcMethod::kReclaim, [&] {
+    if (absl::Status s =
+            AuthorizeCall(*context, Access::kWrite, request->path());
+        !s.ok()) {
+      return s;
+    }
+    return DoReclaim(*request, response);
+  });
 }
 
 absl::Status AccountingService::DoReclaim(const v1::ReclaimRequest& request,
@@ -509,12 +594,18 @@ grpc::ServerUnaryReactor* AccountingService::GetEngineInfo(
     grpc::CallbackServerContext* context,
     const v1::GetEngineInfoRequest* request, v1::EngineInfo* response) {
   const int64_t start_ns = clock_.NowNs();
-  DoGetEngineInfo(response);
+  absl::StatusOr<AuthCaller> caller = AuthenticateCall(*context);
+  if (!caller.ok())
+    return FinishUnary(context, RpcMethod::kGetEngineInfo, start_ns,
+                       caller.status());
+  DoGetEngineInfo(*caller, response);
   return FinishUnary(context, RpcMethod::kGetEngineInfo, start_ns,
                      absl::OkStatus());
 }
 
-void AccountingService::DoGetEngineInfo(v1::EngineInfo* response) {
+void AccountingService::DoGetEngineInfo(const AuthCaller& caller,
+                                        v1::EngineInfo* response) {
+  response->set_caller_identity(caller.identity());
   const EngineInfo info = engine_.GetInfo();
   response->set_nr_cpus(static_cast<uint32_t>(info.nr_cpus));
   response->set_page_size_bytes(info.page_size_bytes);
@@ -536,7 +627,9 @@ void AccountingService::DoGetEngineInfo(v1::EngineInfo* response) {
   for (const FlushHoldRecord& record : info.longest_flush_holds) {
     v1::FlushLockHold* hold = response->add_longest_flush_holds();
     hold->set_policy(record.policy);
-    hold->set_root_path(record.root_path);
+    // A flush-hold path outside the caller's grants is not its to see.
+    if (Authorizer::CanRead(caller, record.root_path))
+      hold->set_root_path(record.root_path);
     hold->set_cpus_walked(static_cast<uint32_t>(record.cpus_walked));
     hold->set_groups_folded(static_cast<uint32_t>(record.groups_folded));
     hold->set_hold_ns(

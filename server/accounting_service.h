@@ -21,6 +21,13 @@
 //    once, when they answer (ToGrpcStatus, server/status.h);
 //  - per-method/per-code RPC metrics and the rejected-charge count
 //    (RpcMetrics, lock-free).
+//  - access control (server/auth.h, when an Authorizer is given): every RPC
+//    first authenticates its caller (UNAUTHENTICATED), validates the path it
+//    names (INVALID_ARGUMENT) and checks the caller's grant on it
+//    (PERMISSION_DENIED) before anything can be found or changed; so a
+//    tenant learns nothing about groups outside its grants, not even whether
+//    they exist. ListGroups answers only paths the caller may read;
+//    GetEngineInfo hides flush-hold paths it may not read.
 // Every handler runs to completion on the gRPC callback thread and finishes
 // with the default unary reactor; nothing blocks except the engine call.
 //
@@ -45,6 +52,7 @@
 #include "engine/clock.h"
 #include "engine/engine.h"
 #include "engine/types.h"
+#include "server/auth.h"
 #include "server/events_watch.h"
 #include "server/limits.h"
 #include "server/metrics.h"
@@ -87,6 +95,11 @@ struct AccountingServiceOptions {
   // (cgacctd's main.cc); only reported in EngineInfo here. 0 = not set.
   uint32_t max_message_bytes = 0;
   uint32_t max_concurrent_streams_per_connection = 0;
+  // Access control (server/auth.h): every RPC authenticates its caller and
+  // checks the path(s) it touches before anything else but the path's own
+  // validation. Null: no access control, every caller is admin. Not owned;
+  // must outlive the service.
+  const Authorizer* authorizer = nullptr;
 };
 
 class AccountingService final : public cgacct::v1::Accounting::CallbackService {
@@ -222,7 +235,7 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
   // The per-identity limiter, for tests (which hold permits to saturate it).
   CallLimiter& limiter() { return limiter_; }
 
-  // Never fails.
+  // Errors: only access control's (UNAUTHENTICATED, PERMISSION_DENIED).
   grpc::ServerUnaryReactor* GetEngineInfo(
       grpc::CallbackServerContext* context,
       const cgacct::v1::GetEngineInfoRequest* request,
@@ -283,7 +296,8 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
                              cgacct::v1::Group* response);
   absl::Status DoDeleteGroup(const cgacct::v1::DeleteGroupRequest& request,
                              cgacct::v1::DeleteGroupResponse* response);
-  absl::Status DoListGroups(const cgacct::v1::ListGroupsRequest& request,
+  absl::Status DoListGroups(const AuthCaller& caller,
+                            const cgacct::v1::ListGroupsRequest& request,
                             cgacct::v1::ListGroupsResponse* response);
   absl::Status DoSetLimits(const cgacct::v1::SetLimitsRequest& request,
                            cgacct::v1::Group* response);
@@ -295,7 +309,8 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
                           cgacct::v1::GroupStats* response);
   absl::Status DoReclaim(const cgacct::v1::ReclaimRequest& request,
                          cgacct::v1::ReclaimResponse* response);
-  void DoGetEngineInfo(cgacct::v1::EngineInfo* response);
+  void DoGetEngineInfo(const AuthCaller& caller,
+                       cgacct::v1::EngineInfo* response);
 
   // The nr_pages, kind and cpu of a Charge, Uncharge or ChargeOp, checked in
   // that order by the engine's exported checks (and CpuFromProto for the
@@ -315,6 +330,16 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
   DedupAnswer ApplyPageRequest(const Request& request, bool charge,
                                DedupFingerprint::Method method, Call&& call,
                                bool* replayed);
+
+  // The caller of `context` (an admin caller when there is no authorizer).
+  // Errors: UNAUTHENTICATED, PERMISSION_DENIED (Authorizer::Authenticate).
+  absl::StatusOr<AuthCaller> AuthenticateCall(
+      const grpc::ServerContextBase& context) const;
+  // AuthenticateCall(), then ValidateGroupPath(path), then the caller's
+  // `access` on `path`. *caller (if not null) gets the caller.
+  absl::Status AuthorizeCall(const grpc::ServerContextBase& context,
+                             Access access, const std::string& path,
+                             AuthCaller* caller = nullptr) const;
 
   // Wire limits (bytes) -> engine update (pages); see the file comment.
   LimitsUpdate LimitsFromProto(const cgacct::v1::Limits& limits) const;
@@ -338,6 +363,8 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
 
   // Thread-safe on its own.
   CallLimiter limiter_;
+
+  const Authorizer* const authorizer_;  // may be null; thread-safe
 
   // Thread-safe on its own; only touched by calls carrying a request_id.
   RequestDedupCache dedup_;

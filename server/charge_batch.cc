@@ -67,7 +67,10 @@ void FreeMessage(Message* message) {
 // Thread safety: thread-compatible; one per call or stream.
 class AccountingService::ChargeOpRunner {
  public:
-  explicit ChargeOpRunner(AccountingService& service) : service_(service) {}
+  // `caller`: who sends the ops (each distinct path is checked for
+  // Access::kWrite once, when first resolved); must outlive the runner.
+  ChargeOpRunner(AccountingService& service, const AuthCaller& caller)
+      : service_(service), caller_(caller) {}
 
   // Fills `response` with one result per op of `request`, in order. The
   // caller has checked the op count against kMaxBatchOps.
@@ -128,6 +131,10 @@ class AccountingService::ChargeOpRunner {
     if (handle == nullptr) {
       absl::Status s = ValidateGroupPath(path);
       if (s.ok()) s = RefuseRootCharge(path);
+      // Access control before anything else can tell whether it exists;
+      // a path stays cached only once it passed.
+      if (s.ok() && service_.authorizer_ != nullptr)
+        s = service_.authorizer_->Check(caller_, Access::kWrite, path);
       if (!s.ok()) return Fail(index, op, s, result);
     }
     const std::optional<uint32_t> cpu =
@@ -200,6 +207,7 @@ class AccountingService::ChargeOpRunner {
   }
 
   AccountingService& service_;
+  const AuthCaller& caller_;
   // Pages the valid charge ops of the current request may still charge
   // (max_charge_pages per request; unused when that is 0).
   uint64_t budget_ = 0;
@@ -221,7 +229,9 @@ grpc::ServerUnaryReactor* AccountingService::ChargeBatch(
     v1::ChargeBatchResponse* response) {
   return Unary(context, RpcMethod::kChargeBatch, [&] {
     if (absl::Status s = CheckBatch(*request); !s.ok()) return s;
-    ChargeOpRunner runner(*this);
+    absl::StatusOr<AuthCaller> caller = AuthenticateCall(*context);
+    if (!caller.ok()) return caller.status();
+    ChargeOpRunner runner(*this, *caller);
     runner.Run(*request, response);
     return absl::OkStatus();
   });
@@ -257,10 +267,12 @@ class AccountingService::ChargeStreamReactor final
  public:
   ChargeStreamReactor(AccountingService& service,
                       grpc::CallbackServerContext* context,
-                      CallLimiter::Permit stream_permit, int64_t start_ns)
+                      CallLimiter::Permit stream_permit, int64_t start_ns,
+                      AuthCaller caller)
       : service_(service),
         context_(context),
-        runner_(service),
+        caller_(std::move(caller)),
+        runner_(service, caller_),
         start_ns_(start_ns),
         stream_permit_(std::move(stream_permit)) {
     read_outstanding_ = true;
@@ -415,6 +427,7 @@ class AccountingService::ChargeStreamReactor final
 
   AccountingService& service_;
   grpc::CallbackServerContext* const context_;
+  const AuthCaller caller_;  // authenticated when the stream started
   ChargeOpRunner runner_;  // touched only by the thread applying a request
   const int64_t start_ns_;                // service_.clock_
   const CallLimiter::Permit stream_permit_;  // released when the reactor goes
@@ -436,7 +449,8 @@ class AccountingService::ChargeStreamReactor final
   CallLimiter::Permit permits_[2] ABSL_GUARDED_BY(mu_);
 };
 
-// A ChargeStream refused before it started (shed): finishes at once.
+// A ChargeStream refused before it started (shed, or access control):
+// finishes at once.
 class ShedStreamReactor final
     : public grpc::ServerBidiReactor<v1::ChargeBatchRequest,
                                      v1::ChargeBatchResponse> {
@@ -457,7 +471,16 @@ AccountingService::ChargeStream(grpc::CallbackServerContext* context) {
     RecordRpc(RpcMethod::kChargeStream, start_ns, status.error_code());
     return new ShedStreamReactor(status);
   }
-  return new ChargeStreamReactor(*this, context, *std::move(permit), start_ns);
+  // Access control after shedding: an unauthenticated flood is shed under
+  // the anonymous identity's limits.
+  absl::StatusOr<AuthCaller> caller = AuthenticateCall(*context);
+  if (!caller.ok()) {
+    const grpc::Status status = ToGrpcStatus(caller.status());
+    RecordRpc(RpcMethod::kChargeStream, start_ns, status.error_code());
+    return new ShedStreamReactor(status);
+  }
+  return new ChargeStreamReactor(*this, context, *std::move(permit), start_ns,
+                                 *std::move(caller));
 }
 
 }  // namespace cgacct

@@ -5,7 +5,13 @@
 // Exit codes: 0 after SIGINT/SIGTERM (clean shutdown); 1 when a port cannot
 // be bound, or when Abseil's flag parser rejects a value that is not of the
 // flag's type (e.g. --cpus=abc); 2 for flag values that parse but are out of
-// range or inconsistent. Every failure is one line on stderr.
+// range or inconsistent (a bad TLS, token or policy file included, and a
+// plaintext or unauthenticated listener on a non-loopback address without
+// --insecure). Every failure is one line on stderr.
+//
+// SIGHUP re-reads --tokens_file and --authz_policy (a bad file is reported
+// on stderr and the previous one stays); certificates are re-read by gRPC
+// every --tls_refresh_interval.
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
@@ -24,6 +30,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
@@ -31,6 +38,9 @@
 #include "engine/engine.h"
 #include "engine/types.h"
 #include "server/accounting_service.h"
+#include "server/auth.h"
+#include "server/caller_identity.h"
+#include "server/tls.h"
 #include "server/events_watch.h"
 #include "server/limits.h"
 #include "server/memory_trim.h"
@@ -71,6 +81,32 @@ ABSL_FLAG(uint32_t, stock_victim_sets, 64,
           "sets (4 ways each) of every CPU's stock victim table, behind its 7 "
           "slots (power of two <= 1024; nr_cpus x sets x 64 bytes); 0 = the "
           "kernel's 7 slots alone");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate chain of the server; with --tls_key turns TLS on "
+          "(re-read every --tls_refresh_interval)");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, client_ca, "",
+          "PEM CA bundle: clients may present a certificate chaining to it "
+          "(mTLS); its identity (SAN, else CN) names the caller");
+ABSL_FLAG(absl::Duration, tls_refresh_interval, absl::Seconds(10),
+          "how often the TLS files are re-read (>= 1s)");
+ABSL_FLAG(std::string, tokens_file, "",
+          "bearer tokens, one 'IDENTITY TOKEN' per line (>= 16-byte "
+          "tokens); re-read on SIGHUP");
+ABSL_FLAG(std::string, authz_policy, "",
+          "authorization policy, one 'IDENTITY admin|ro PATH|rw PATH' per "
+          "line; empty = every authenticated caller is admin; re-read on "
+          "SIGHUP");
+ABSL_FLAG(bool, insecure, false,
+          "allow --listen on a non-loopback address without TLS and client "
+          "authentication (and --metrics_listen without a token)");
+ABSL_FLAG(std::string, metrics_token_file, "",
+          "file holding a token /metrics then requires as the HTTP basic-auth "
+          "password (any user name); needed for a non-loopback "
+          "--metrics_listen of a server with access control");
+ABSL_FLAG(std::string, reflection, "auto",
+          "gRPC server reflection: on, off, or auto (on unless access control "
+          "is on)");
 ABSL_FLAG(int, metrics_group_depth, 2,
           "export cgacct_group_memory_current_bytes for groups down to this "
           "depth; 0 = off");
@@ -80,7 +116,7 @@ ABSL_FLAG(uint64_t, max_charge_pages, cgacct::kDefaultMaxChargePages,
           "INVALID_ARGUMENT; 0 = only PAGE_COUNTER_MAX");
 ABSL_FLAG(uint32_t, max_streams_per_identity,
           cgacct::kDefaultMaxStreamsPerIdentity,
-          "concurrent ChargeStreams per caller identity; more are shed with "
+          "concurrent ChargeStreams and WatchEvents streams per caller identity; more are shed with "
           "RESOURCE_EXHAUSTED; 0 = no limit");
 ABSL_FLAG(uint32_t, max_in_flight_per_identity,
           cgacct::kDefaultMaxInFlightPerIdentity,
@@ -114,6 +150,47 @@ int Fail(int code, const std::string& message) {
   return code;
 }
 
+// --tokens_file and --authz_policy (each absent when its flag is empty).
+struct AuthFiles {
+  std::optional<cgacct::TokenTable> tokens;
+  std::optional<cgacct::AuthzPolicy> policy;
+};
+
+absl::StatusOr<AuthFiles> LoadAuthFiles() {
+  AuthFiles out;
+  const std::string tokens = absl::GetFlag(FLAGS_tokens_file);
+  if (!tokens.empty()) {
+    absl::StatusOr<cgacct::TokenTable> t = cgacct::TokenTable::LoadFile(tokens);
+    if (!t.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--tokens_file: ", t.status().message()));
+    }
+    out.tokens = *std::move(t);
+  }
+  const std::string policy = absl::GetFlag(FLAGS_authz_policy);
+  if (!policy.empty()) {
+    absl::StatusOr<cgacct::AuthzPolicy> p =
+        cgacct::AuthzPolicy::LoadFile(policy);
+    if (!p.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--authz_policy: ", p.status().message()));
+    }
+    out.policy = *std::move(p);
+  }
+  return out;
+}
+
+// The first line of `path`, whitespace trimmed ("" if unreadable).
+std::string ReadToken(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "r");
+  if (f == nullptr) return "";
+  char buf[512];
+  std::string out;
+  if (std::fgets(buf, sizeof buf, f) != nullptr) out = buf;
+  std::fclose(f);
+  return std::string(absl::StripAsciiWhitespace(out));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -131,7 +208,10 @@ int main(int argc, char** argv) {
       "          [--max_in_flight_per_identity=1024]\n"
       "          [--max_message_bytes=4194304]\n"
       "          [--max_concurrent_streams_per_connection=100]\n"
-      "          [--memory_trim_interval=1s]");
+      "          [--memory_trim_interval=1s]\n"
+      "          [--tls_cert=PEM --tls_key=PEM [--client_ca=PEM]]\n"
+      "          [--tokens_file=FILE] [--authz_policy=FILE] [--insecure]\n"
+      "          [--metrics_token_file=FILE] [--reflection=auto|on|off]");
   // --help lists the flags above (Abseil's default looks for them in a file
   // named after the program); Abseil's own flags stay under --helpfull.
   absl::FlagsUsageConfig usage_config;
@@ -146,6 +226,17 @@ int main(int argc, char** argv) {
   // The tests keep it on to catch lock-order inversions; the server does not
   // pay for it.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+
+  // SIGINT/SIGTERM/SIGHUP are taken by sigwait() below: block them before
+  // any thread exists (engine, gRPC, civetweb) so every thread inherits the
+  // mask. The first gRPC object (the credentials below) starts gRPC's
+  // threads, so this comes before it.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   const std::string policy_name = absl::GetFlag(FLAGS_flush_lock_policy);
   int batch_cpus = 8;
@@ -195,13 +286,76 @@ int main(int argc, char** argv) {
     return Fail(kExitUsage, "--memory_trim_interval must be >= 0");
   }
 
-  // SIGINT/SIGTERM are taken by sigwait() below: block them before any
-  // thread exists (engine, gRPC, civetweb) so every thread inherits the mask.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // Access control and transport security, all checked before anything
+  // starts.
+  const std::string listen = absl::GetFlag(FLAGS_listen);
+  const std::string metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  cgacct::TlsFiles tls_files;
+  tls_files.cert = absl::GetFlag(FLAGS_tls_cert);
+  tls_files.key = absl::GetFlag(FLAGS_tls_key);
+  tls_files.client_ca = absl::GetFlag(FLAGS_client_ca);
+  tls_files.refresh_interval = absl::GetFlag(FLAGS_tls_refresh_interval);
+  if (tls_files.cert.empty() != tls_files.key.empty()) {
+    return Fail(kExitUsage, "--tls_cert and --tls_key go together");
+  }
+  const bool tls = !tls_files.cert.empty();
+  if (!tls && !tls_files.client_ca.empty()) {
+    return Fail(kExitUsage, "--client_ca needs --tls_cert and --tls_key");
+  }
+  std::shared_ptr<grpc::ServerCredentials> credentials =
+      grpc::InsecureServerCredentials();
+  if (tls) {
+    absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> made =
+        cgacct::MakeTlsServerCredentials(tls_files);
+    if (!made.ok()) return Fail(kExitUsage, std::string(made.status().message()));
+    credentials = *std::move(made);
+  }
+  absl::StatusOr<AuthFiles> auth_files = LoadAuthFiles();
+  if (!auth_files.ok()) {
+    return Fail(kExitUsage, std::string(auth_files.status().message()));
+  }
+  const bool access_control = !tls_files.client_ca.empty() ||
+                              auth_files->tokens.has_value() ||
+                              auth_files->policy.has_value();
+  const bool insecure = absl::GetFlag(FLAGS_insecure);
+  if (!insecure && !cgacct::IsLoopbackListenAddress(listen) &&
+      !(tls && access_control)) {
+    return Fail(kExitUsage,
+                absl::StrCat("--listen=", listen,
+                             " is not a loopback address: it needs TLS "
+                             "(--tls_cert, --tls_key) and client "
+                             "authentication (--client_ca or --tokens_file), "
+                             "or --insecure"));
+  }
+  const std::string metrics_token_file =
+      absl::GetFlag(FLAGS_metrics_token_file);
+  std::string metrics_token;
+  if (!metrics_token_file.empty()) {
+    metrics_token = ReadToken(metrics_token_file);
+    if (metrics_token.size() < cgacct::TokenTable::kMinTokenBytes) {
+      return Fail(kExitUsage,
+                  absl::StrCat("--metrics_token_file=", metrics_token_file,
+                               ": unreadable, or a token under ",
+                               cgacct::TokenTable::kMinTokenBytes, " bytes"));
+    }
+  }
+  if (!insecure && !metrics_listen.empty() && metrics_token.empty() &&
+      (tls || access_control) &&
+      !cgacct::IsLoopbackListenAddress(metrics_listen)) {
+    return Fail(kExitUsage,
+                absl::StrCat("--metrics_listen=", metrics_listen,
+                             " is not a loopback address: with TLS or access "
+                             "control on, /metrics needs --metrics_token_file "
+                             "(or --insecure)"));
+  }
+  const std::string reflection = absl::GetFlag(FLAGS_reflection);
+  if (reflection != "auto" && reflection != "on" && reflection != "off") {
+    return Fail(kExitUsage, absl::StrCat("--reflection=\"", reflection,
+                                         "\" is not auto, on or off"));
+  }
+  const bool serve_reflection =
+      reflection == "on" || (reflection == "auto" && !access_control);
+
 
   // Declaration order is destruction order reversed: the server stops first,
   // then metrics, then the service, the engine and its observer.
@@ -232,6 +386,17 @@ int main(int argc, char** argv) {
   }
 
   cgacct::RpcMetrics rpc_metrics;
+  auto auth_metrics = std::make_shared<cgacct::AuthMetrics>();
+  std::unique_ptr<cgacct::Authorizer> authorizer;
+  if (access_control) {
+    cgacct::AuthConfig auth_config;
+    auth_config.client_certificates = !tls_files.client_ca.empty();
+    auth_config.tokens = std::move(auth_files->tokens);
+    auth_config.policy = std::move(auth_files->policy);
+    authorizer = std::make_unique<cgacct::Authorizer>(std::move(auth_config),
+                                                      auth_metrics.get());
+  }
+  cgacct::InstallCallerIdentitySource(authorizer.get());
   cgacct::AccountingServiceOptions service_options;
   service_options.events_hub = &events_hub;
   service_options.max_charge_pages = absl::GetFlag(FLAGS_max_charge_pages);
@@ -242,17 +407,21 @@ int main(int argc, char** argv) {
   service_options.max_message_bytes = max_message_bytes;
   service_options.max_concurrent_streams_per_connection =
       streams_per_connection;
+  service_options.authorizer = authorizer.get();
   cgacct::AccountingService service(**engine, rpc_metrics, service_options);
 
   cgacct::MetricsOptions metrics_options;
   metrics_options.group_depth = group_depth;
   auto collector = std::make_shared<cgacct::MetricsCollector>(
       **engine, flush_observer, rpc_metrics, metrics_options);
-  const std::string metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   std::unique_ptr<cgacct::MetricsExposer> exposer;
   if (!metrics_listen.empty()) {
+    cgacct::MetricsExposerOptions exposer_options;
+    exposer_options.extra_collectables.push_back(auth_metrics);
+    exposer_options.basic_auth_password = metrics_token;
     absl::StatusOr<std::unique_ptr<cgacct::MetricsExposer>> started =
-        cgacct::MetricsExposer::Start(metrics_listen, collector);
+        cgacct::MetricsExposer::Start(metrics_listen, collector,
+                                      std::move(exposer_options));
     if (!started.ok()) {
       return Fail(kExitBind, std::string(started.status().message()));
     }
@@ -260,8 +429,7 @@ int main(int argc, char** argv) {
   }
 
   grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  const std::string listen = absl::GetFlag(FLAGS_listen);
+  if (serve_reflection) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   int port = 0;
   grpc::ServerBuilder builder;
   // gRPC sets SO_REUSEPORT by default: a second cgacctd on the same port
@@ -275,7 +443,7 @@ int main(int argc, char** argv) {
   builder.SetMaxSendMessageSize(static_cast<int>(max_message_bytes));
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
                              static_cast<int>(streams_per_connection));
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(listen, credentials, &port);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   std::optional<cgacct::MemoryTrimmer> trimmer;
@@ -301,16 +469,41 @@ int main(int argc, char** argv) {
       exposer ? absl::StrCat("metrics on ", HostOf(metrics_listen), ":",
                              exposer->port())
               : std::string("metrics off");
+  std::string security;
+  if (tls) absl::StrAppend(&security, ", tls");
+  if (!tls_files.client_ca.empty()) absl::StrAppend(&security, ", mtls");
+  if (access_control) {
+    absl::StrAppend(&security, ", access control",
+                    absl::GetFlag(FLAGS_authz_policy).empty() ? "" : " (policy)");
+  }
+  if (!serve_reflection) absl::StrAppend(&security, ", no reflection");
   const cgacct::EngineInfo started = (*engine)->GetInfo();
   std::printf(
-      "cgacctd listening on %s:%d (%s, cpus=%d, policy=%s, preempt=%s)\n",
+      "cgacctd listening on %s:%d (%s, cpus=%d, policy=%s, preempt=%s%s)\n",
       HostOf(listen).c_str(), port, metrics_where.c_str(),
       (*engine)->nr_cpus(), started.flush_lock_policy_name.c_str(),
-      cgacct::FlushPreemptModelName(started.flush_preempt_model));
+      cgacct::FlushPreemptModelName(started.flush_preempt_model),
+      security.c_str());
   std::fflush(stdout);
 
   int signal_number = 0;
-  sigwait(&stop_signals, &signal_number);
+  for (;;) {
+    sigwait(&stop_signals, &signal_number);
+    if (signal_number != SIGHUP) break;
+    if (authorizer == nullptr) {
+      std::fprintf(stderr, "cgacctd: SIGHUP: no access control to reload\n");
+      continue;
+    }
+    absl::StatusOr<AuthFiles> reloaded = LoadAuthFiles();
+    if (!reloaded.ok()) {
+      std::fprintf(stderr, "cgacctd: SIGHUP: %s; keeping the previous files\n",
+                   std::string(reloaded.status().message()).c_str());
+      continue;
+    }
+    authorizer->Reload(std::move(reloaded->tokens),
+                       std::move(reloaded->policy));
+    std::fprintf(stderr, "cgacctd: SIGHUP: tokens and policy reloaded\n");
+  }
   std::fprintf(stderr, "cgacctd: %s, shutting down\n",
                signal_number == SIGINT ? "SIGINT" : "SIGTERM");
   // In-flight calls get kShutdownGrace to finish, then are cancelled. The
@@ -328,5 +521,6 @@ int main(int argc, char** argv) {
   events_hub.Shutdown();
   server->Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
   server.reset();
+  cgacct::InstallCallerIdentitySource(nullptr);
   return 0;
 }

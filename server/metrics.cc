@@ -610,16 +610,18 @@ std::string SerializeMetrics(const prometheus::Collectable& collectable) {
 
 MetricsExposer::MetricsExposer(
     std::unique_ptr<prometheus::Exposer> exposer,
-    std::shared_ptr<prometheus::Collectable> collectable, int port)
+    std::vector<std::shared_ptr<prometheus::Collectable>> collectables,
+    int port)
     : exposer_(std::move(exposer)),
-      collectable_(std::move(collectable)),
+      collectables_(std::move(collectables)),
       port_(port) {}
 
 MetricsExposer::~MetricsExposer() = default;
 
 absl::StatusOr<std::unique_ptr<MetricsExposer>> MetricsExposer::Start(
     const std::string& listen,
-    std::shared_ptr<prometheus::Collectable> collectable) {
+    std::shared_ptr<prometheus::Collectable> collectable,
+    MetricsExposerOptions options) {
   std::unique_ptr<prometheus::Exposer> exposer;
   try {
     // civetweb serves one connection per worker thread, and a worker waits
@@ -640,11 +642,30 @@ absl::StatusOr<std::unique_ptr<MetricsExposer>> MetricsExposer::Start(
         "cannot serve metrics on ", listen, ": ", WhyCannotBind(listen),
         " (--metrics_listen)"));
   }
-  exposer->RegisterCollectable(collectable);
+  if (!options.basic_auth_password.empty()) {
+    // Registered before any collectable, so /metrics never answers without
+    // it. Every byte compared: the time does not tell how much matched.
+    exposer->RegisterAuth(
+        [password = options.basic_auth_password](const std::string&,
+                                                 const std::string& given) {
+          unsigned char diff = given.size() == password.size() ? 0 : 1;
+          for (size_t i = 0; i < password.size(); ++i) {
+            diff |= static_cast<unsigned char>(
+                password[i] ^ (given.empty() ? 0 : given[i % given.size()]));
+          }
+          return diff == 0;
+        },
+        "cgacct");
+  }
+  std::vector<std::shared_ptr<prometheus::Collectable>> collectables;
+  collectables.push_back(std::move(collectable));
+  for (auto& extra : options.extra_collectables)
+    collectables.push_back(std::move(extra));
+  for (const auto& c : collectables) exposer->RegisterCollectable(c);
   const std::vector<int> ports = exposer->GetListeningPorts();
   const int port = ports.empty() ? 0 : ports.front();
   return std::unique_ptr<MetricsExposer>(
-      new MetricsExposer(std::move(exposer), std::move(collectable), port));
+      new MetricsExposer(std::move(exposer), std::move(collectables), port));
 }
 
 }  // namespace cgacct

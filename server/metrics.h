@@ -311,6 +311,14 @@ std::string SerializeMetrics(const prometheus::Collectable& collectable);
 inline constexpr int kMetricsHttpThreads = 32;
 inline constexpr int kMetricsHttpRequestTimeoutMs = 2000;
 
+struct MetricsExposerOptions {
+  // Served on /metrics after the main collectable (e.g. AuthMetrics).
+  std::vector<std::shared_ptr<prometheus::Collectable>> extra_collectables;
+  // Non-empty: /metrics requires HTTP basic auth with this password (any
+  // user name; compared in constant time); 401 otherwise.
+  std::string basic_auth_password;
+};
+
 // Serves a collectable on http://HOST:PORT/metrics (prometheus-cpp pull
 // Exposer, kMetricsHttpThreads civetweb threads, each connection dropped
 // after kMetricsHttpRequestTimeoutMs without a complete request).
@@ -324,7 +332,8 @@ class MetricsExposer {
   // (prometheus::Exposer throws; this catches it).
   static absl::StatusOr<std::unique_ptr<MetricsExposer>> Start(
       const std::string& listen,
-      std::shared_ptr<prometheus::Collectable> collectable);
+      std::shared_ptr<prometheus::Collectable> collectable,
+      MetricsExposerOptions options = {});
 
   ~MetricsExposer();
   MetricsExposer(const MetricsExposer&) = delete;
@@ -335,12 +344,13 @@ class MetricsExposer {
 
  private:
   MetricsExposer(std::unique_ptr<prometheus::Exposer> exposer,
-                 std::shared_ptr<prometheus::Collectable> collectable,
+                 std::vector<std::shared_ptr<prometheus::Collectable>>
+                     collectables,
                  int port);
 
   std::unique_ptr<prometheus::Exposer> exposer_;
-  // The Exposer keeps only a weak_ptr; this keeps the collectable alive.
-  std::shared_ptr<prometheus::Collectable> collectable_;
+  // The Exposer keeps only weak_ptrs; this keeps the collectables alive.
+  std::vector<std::shared_ptr<prometheus::Collectable>> collectables_;
   int port_ = 0;
 };
 

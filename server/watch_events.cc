@@ -47,10 +47,12 @@ class AccountingService::WatchEventsReactor final
       public EventsWatchHub::Watcher {
  public:
   WatchEventsReactor(AccountingService* service, GroupHandle group,
-                     std::string path, int64_t start_ns)
+                     std::string path, CallLimiter::Permit permit,
+                     int64_t start_ns)
       : service_(service),
         group_(group),
         path_(std::move(path)),
+        permit_(std::move(permit)),
         start_ns_(start_ns) {}
 
   // Subscribes, then sends the current counts. Called once, right after
@@ -181,6 +183,9 @@ class AccountingService::WatchEventsReactor final
   AccountingService* const service_;
   const GroupHandle group_;
   const std::string path_;
+  // The caller's stream slot (--max_streams_per_identity), given back when
+  // the reactor is deleted in OnDone().
+  CallLimiter::Permit permit_;
   const int64_t start_ns_;
 
   absl::Mutex mu_;
@@ -208,10 +213,21 @@ grpc::ServerWriteReactor<v1::EventsUpdate>* AccountingService::WatchEvents(
   if (events_hub_ == nullptr)
     return fail(absl::UnavailableError(
         "WatchEvents is not served by this server (no events hub)"));
+  if (absl::Status s = AuthorizeCall(*context, Access::kRead, request->path());
+      !s.ok())
+    return fail(s);
   absl::StatusOr<GroupHandle> group = engine_.ResolveGroup(request->path());
   if (!group.ok()) return fail(group.status());
-  auto* reactor =
-      new WatchEventsReactor(this, *group, request->path(), start_ns);
+  // A watch is a stream: it counts against the caller's streams.
+  ShedReason reason;
+  absl::StatusOr<CallLimiter::Permit> permit = limiter_.Acquire(
+      CallLimiter::Kind::kStream, CallerKey(context), &reason);
+  if (!permit.ok()) {
+    MarkShed(context, reason);
+    return fail(permit.status());
+  }
+  auto* reactor = new WatchEventsReactor(this, *group, request->path(),
+                                         *std::move(permit), start_ns);
   reactor->Start();
   return reactor;
 }

@@ -22,7 +22,9 @@
 
 #include "cgacct/v1/accounting.grpc.pb.h"
 #include "health_check.grpc.pb.h"
+#include "absl/strings/escaping.h"
 #include "http_get.h"
+#include "test_certs.h"
 
 extern char** environ;
 
@@ -424,6 +426,194 @@ TEST(CgacctdTest, HalfOpenHttpConnectionsDoNotStallAScrape) {
   for (int fd : slow) close(fd);
   daemon.Signal(SIGTERM);
   EXPECT_EQ(daemon.WaitExit(kTimeout), 0);
+}
+
+// ---------------------------------------------------------------------------
+// Access control (server/auth.h). On main@57bd3eb cgacctd listened in
+// plaintext on any address and answered everyone.
+
+// The port of "cgacctd listening on HOST:PORT (...".
+int PortOf(const std::string& line) {
+  static const std::regex kPort(R"(listening on [^ ]+:(\d+) )");
+  std::smatch m;
+  if (!std::regex_search(line, m, kPort)) return 0;
+  return std::stoi(m[1]);
+}
+
+int MetricsPortOf(const std::string& line) {
+  static const std::regex kPort(R"(metrics on [^ ]+:(\d+),)");
+  std::smatch m;
+  if (!std::regex_search(line, m, kPort)) return 0;
+  return std::stoi(m[1]);
+}
+
+void WriteFile(const std::string& path, const std::string& text) {
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  ASSERT_NE(f, nullptr) << path;
+  std::fputs(text.c_str(), f);
+  std::fclose(f);
+}
+
+TEST(CgacctdAuthTest, NonLoopbackNeedsTlsAndClientAuthOrInsecure) {
+  for (const char* listen : {"--listen=0.0.0.0:0", "--listen=[::]:0"}) {
+    Daemon daemon({listen, "--metrics_listen="});
+    EXPECT_EQ(daemon.WaitExit(kTimeout), 2);
+    const std::string err = daemon.ReadStderr();
+    EXPECT_THAT(err, HasSubstr("is not a loopback address"));
+    EXPECT_THAT(err, HasSubstr("--insecure"));
+    EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+  }
+  test_util::TestCerts certs;
+  ASSERT_EQ(certs.MakeCa("ca"), 0);
+  ASSERT_EQ(certs.MakeServer("server", "ca"), 0);
+  {
+    // TLS without any client authentication is not enough off loopback.
+    Daemon daemon({"--listen=0.0.0.0:0", "--metrics_listen=",
+                   "--tls_cert=" + certs.Path("server.pem"),
+                   "--tls_key=" + certs.Path("server.key")});
+    EXPECT_EQ(daemon.WaitExit(kTimeout), 2);
+    EXPECT_THAT(daemon.ReadStderr(), HasSubstr("client authentication"));
+  }
+  {
+    Daemon daemon({"--listen=0.0.0.0:0", "--metrics_listen=", "--insecure"});
+    const std::string line = daemon.ReadStdoutLine(kTimeout);
+    EXPECT_THAT(line, StartsWith("cgacctd listening on 0.0.0.0:"));
+    daemon.Signal(SIGTERM);
+    EXPECT_EQ(daemon.WaitExit(kTimeout), 0) << daemon.ReadStderr();
+  }
+  {
+    // A file that is not what its flag says: exit 2, one line naming it.
+    Daemon daemon({"--listen=127.0.0.1:0", "--metrics_listen=",
+                   "--tls_cert=" + certs.Path("server.key"),
+                   "--tls_key=" + certs.Path("server.key")});
+    EXPECT_EQ(daemon.WaitExit(kTimeout), 2);
+    const std::string err = daemon.ReadStderr();
+    EXPECT_THAT(err, HasSubstr("--tls_cert=" + certs.Path("server.key") +
+                               ": no PEM CERTIFICATE block"));
+    EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+  }
+}
+
+// The daemon with mTLS, tokens and a policy on a non-loopback address: a
+// tenant certificate gets in, an anonymous call and an unknown token do not
+// (counted on /metrics), and SIGHUP loads a new token.
+TEST(CgacctdAuthTest, MtlsTokensPolicyAndSighupReload) {
+  test_util::TestCerts certs;
+  ASSERT_EQ(certs.MakeCa("ca"), 0);
+  ASSERT_EQ(certs.MakeServer("server", "ca"), 0);
+  ASSERT_EQ(certs.MakeLeaf("tenant", "ca", "tenant-a", "", "clientAuth"), 0);
+  const std::string tokens = certs.Path("tokens");
+  const std::string policy = certs.Path("policy");
+  WriteFile(tokens, "ops old-token-0123456789abcdef\n");
+  WriteFile(policy, "tenant-a rw /a\nops admin\nnew-ops admin\n");
+  Daemon daemon({"--listen=0.0.0.0:0", "--metrics_listen=127.0.0.1:0",
+                 "--tls_cert=" + certs.Path("server.pem"),
+                 "--tls_key=" + certs.Path("server.key"),
+                 "--client_ca=" + certs.Path("ca.pem"),
+                 "--tokens_file=" + tokens, "--authz_policy=" + policy});
+  const std::string line = daemon.ReadStdoutLine(kTimeout);
+  const int port = PortOf(line);
+  ASSERT_GT(port, 0) << line;
+  EXPECT_THAT(line, HasSubstr("tls, mtls, access control (policy), no "
+                              "reflection"));
+  auto stub = [&](bool with_cert) {
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = certs.Read("ca.pem");
+    if (with_cert) {
+      ssl.pem_cert_chain = certs.Read("tenant.pem");
+      ssl.pem_private_key = certs.Read("tenant.key");
+    }
+    grpc::ChannelArguments args;
+    args.SetSslTargetNameOverride("localhost");
+    return cgacct::v1::Accounting::NewStub(grpc::CreateCustomChannel(
+        "127.0.0.1:" + std::to_string(port), grpc::SslCredentials(ssl),
+        args));
+  };
+  auto info = [](cgacct::v1::Accounting::Stub& s, const std::string& token,
+                 grpc::Status* status) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(10));
+    if (!token.empty()) context.AddMetadata("authorization", "Bearer " + token);
+    cgacct::v1::EngineInfo out;
+    *status = s.GetEngineInfo(&context, cgacct::v1::GetEngineInfoRequest(),
+                              &out);
+    return out.caller_identity();
+  };
+  grpc::Status status;
+  auto tenant = stub(true);
+  EXPECT_EQ(info(*tenant, "", &status), "tenant-a");
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  auto anonymous = stub(false);
+  info(*anonymous, "", &status);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(info(*anonymous, "old-token-0123456789abcdef", &status), "ops");
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  info(*anonymous, "new-token-0123456789abcdef", &status);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+
+  const std::string metrics =
+      test_util::HttpGet(MetricsPortOf(line), "/metrics");
+  EXPECT_THAT(metrics, HasSubstr("cgacct_auth_failures_total{code="
+                                 "\"UNAUTHENTICATED\",reason=\"no_"
+                                 "credentials\"} 1"));
+  EXPECT_THAT(metrics, HasSubstr("cgacct_auth_failures_total{code="
+                                 "\"UNAUTHENTICATED\",reason=\"bad_token\"} "
+                                 "1"));
+
+  WriteFile(tokens, "new-ops new-token-0123456789abcdef\n");
+  daemon.Signal(SIGHUP);
+  std::string who;
+  for (int i = 0; i < 100 && who.empty(); ++i) {
+    who = info(*anonymous, "new-token-0123456789abcdef", &status);
+    if (who.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(who, "new-ops");
+  info(*anonymous, "old-token-0123456789abcdef", &status);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+
+  daemon.Signal(SIGINT);
+  EXPECT_EQ(daemon.WaitExit(kTimeout), 0) << daemon.ReadStderr();
+  EXPECT_THAT(daemon.ReadStderr(), HasSubstr("SIGHUP: tokens and policy "
+                                             "reloaded"));
+}
+
+// /metrics of a server with access control: loopback only, or a token.
+TEST(CgacctdAuthTest, MetricsOffLoopbackNeedsAToken) {
+  test_util::TestCerts certs;
+  ASSERT_TRUE(certs.ok());
+  const std::string tokens = certs.Path("tokens");
+  WriteFile(tokens, "ops a-token-0123456789abcdef\n");
+  {
+    Daemon daemon({"--listen=127.0.0.1:0", "--metrics_listen=0.0.0.0:0",
+                   "--tokens_file=" + tokens});
+    EXPECT_EQ(daemon.WaitExit(kTimeout), 2);
+    EXPECT_THAT(daemon.ReadStderr(), HasSubstr("--metrics_token_file"));
+  }
+  const std::string metrics_token = certs.Path("metrics-token");
+  WriteFile(metrics_token, "scrape-token-0123456789\n");
+  Daemon daemon({"--listen=127.0.0.1:0", "--metrics_listen=0.0.0.0:0",
+                 "--tokens_file=" + tokens,
+                 "--metrics_token_file=" + metrics_token});
+  const std::string line = daemon.ReadStdoutLine(kTimeout);
+  const int metrics_port = MetricsPortOf(line);
+  ASSERT_GT(metrics_port, 0) << line;
+  EXPECT_THAT(test_util::HttpGet(metrics_port, "/metrics"),
+              StartsWith("HTTP/1.1 401"));
+  EXPECT_THAT(
+      test_util::HttpGet(metrics_port, "/metrics",
+                         "Authorization: Basic " +
+                             absl::Base64Escape("prometheus:wrong-token-xxxx") +
+                             "\r\n"),
+      StartsWith("HTTP/1.1 401"));
+  const std::string ok = test_util::HttpGet(
+      metrics_port, "/metrics",
+      "Authorization: Basic " +
+          absl::Base64Escape("prometheus:scrape-token-0123456789") + "\r\n");
+  EXPECT_THAT(ok, StartsWith("HTTP/1.1 200"));
+  EXPECT_THAT(ok, HasSubstr("cgacct_auth_failures_total"));
+  daemon.Signal(SIGTERM);
+  EXPECT_EQ(daemon.WaitExit(kTimeout), 0) << daemon.ReadStderr();
 }
 
 }  // namespace

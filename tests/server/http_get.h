@@ -13,8 +13,10 @@ namespace cgacct {
 namespace test_util {
 
 // GET http://127.0.0.1:port/path; returns the whole response (status line,
-// headers and body), or "" if the connection fails.
-inline std::string HttpGet(int port, const std::string& path) {
+// headers and body), or "" if the connection fails. `headers`: extra header
+// lines, each ending in "\r\n".
+inline std::string HttpGet(int port, const std::string& path,
+                           const std::string& headers = "") {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return "";
   sockaddr_in addr{};
@@ -26,7 +28,7 @@ inline std::string HttpGet(int port, const std::string& path) {
     return "";
   }
   const std::string request =
-      "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+      "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n" + headers + "\r\n";
   if (write(fd, request.data(), request.size()) !=
       static_cast<ssize_t>(request.size())) {
     close(fd);

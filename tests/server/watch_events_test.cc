@@ -33,7 +33,8 @@ constexpr uint64_t kPage = 4096;
 
 class WatchEventsTest : public ::testing::Test {
  protected:
-  void SetUp() override {
+  void SetUp() override { StartServer(AccountingServiceOptions()); }
+  void StartServer(AccountingServiceOptions options) {
     hub_ = std::make_unique<EventsWatchHub>(&flush_observer_);
     EngineOptions engine_options;
     engine_options.nr_cpus = 2;
@@ -43,7 +44,6 @@ class WatchEventsTest : public ::testing::Test {
         Engine::Create(engine_options);
     ASSERT_TRUE(engine.ok()) << engine.status();
     engine_ = *std::move(engine);
-    AccountingServiceOptions options;
     options.events_hub = hub_.get();
     service_ =
         std::make_unique<AccountingService>(*engine_, rpc_metrics_, options);
@@ -52,7 +52,8 @@ class WatchEventsTest : public ::testing::Test {
     server_ = std::move(started.server);
     stub_ = std::move(started.stub);
   }
-  void TearDown() override {
+  void TearDown() override { StopServer(); }
+  void StopServer() {
     hub_->Shutdown();
     if (server_) server_->Shutdown();
     server_.reset();
@@ -263,6 +264,23 @@ TEST_F(WatchEventsTest, ASlowReaderGetsTheLatestCountsNotABacklog) {
                            update.events_local().oom_kill();
   EXPECT_LT(static_cast<uint64_t>(updates), changes / 2);
   w->context.TryCancel();
+}
+
+TEST_F(WatchEventsTest, AWatchCountsAgainstTheCallersStreams) {
+  StopServer();
+  AccountingServiceOptions options;
+  options.limits.max_streams_per_identity = 1;
+  StartServer(options);
+  Create("/p", 1);
+  auto first = StartWatch("/p");
+  v1::EventsUpdate update;
+  ASSERT_TRUE(first->reader->Read(&update));
+  auto second = StartWatch("/p");
+  EXPECT_FALSE(second->reader->Read(&update));
+  const grpc::Status s = second->reader->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(s.error_message(), HasSubstr("shedding load"));
+  first->context.TryCancel();
 }
 
 // --- The hub on its own ----------------------------------------------------
