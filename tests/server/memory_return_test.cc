@@ -46,7 +46,21 @@ long RssKb(pid_t pid) {
   return -1;
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+#define CGACCT_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define CGACCT_ASAN 1
+#endif
+#endif
+
 TEST(MemoryReturnTest, RssBackUnderTwiceIdleAfter300BigStreamsClose) {
+#ifdef CGACCT_ASAN
+  // Under AddressSanitizer the RSS is its allocator's (quarantine, shadow
+  // memory, no malloc_trim): 494 MB 10 s after the streams closed, against
+  // 33 MB idle. What this test measures is glibc's, in the g++ build.
+  GTEST_SKIP() << "RSS under AddressSanitizer is not cgacctd's";
+#endif
   // The daemon, with its stdout on a pipe for the start line.
   int out[2];
   ASSERT_EQ(pipe(out), 0);
