@@ -359,9 +359,9 @@ void Reclaimer::ShrinkLruvec(Group* memcg, ScanControl& sc) {
   const uint64_t goal_chunks =
       sc.nr_to_reclaim / kSwapClusterMax +
       (sc.nr_to_reclaim % kSwapClusterMax != 0 ? 1 : 0);
-  const uint64_t goal =
-      goal_chunks > UINT64_MAX / kSwapClusterMax ? UINT64_MAX
-                                                 : goal_chunks * kSwapClusterMax;
+  const uint64_t goal = goal_chunks > UINT64_MAX / kSwapClusterMax
+                            ? UINT64_MAX
+                            : goal_chunks * kSwapClusterMax;
   // shrink_inactive_list(): every isolated page is clean, unreferenced page
   // cache here, so it is freed.
   const uint64_t nr_reclaimed = memcg->IsolateLruPages(std::min(scan, goal));
@@ -400,6 +400,18 @@ absl::StatusOr<uint64_t> Reclaimer::MemoryReclaim(Group* memcg,
   return nr_reclaimed;
 }
 
+// The most pages any of `memcg` and its ancestors below the root has above
+// its memory.high (0 if none is over).
+uint64_t Reclaimer::PagesOverHigh(Group* memcg) {
+  uint64_t worst = 0;
+  for (Group* m = memcg; m != nullptr && !m->is_root(); m = m->parent()) {
+    const uint64_t usage = m->memory().Read();
+    const uint64_t high = m->memory().high();
+    if (usage > high) worst = std::max(worst, usage - high);
+  }
+  return worst;
+}
+
 uint64_t Reclaimer::ReclaimHigh(Group* memcg, uint64_t nr_pages, int cpu) {
   uint64_t nr_reclaimed = 0;
   for (Group* m = memcg; m != nullptr && !m->is_root(); m = m->parent()) {
@@ -417,10 +429,18 @@ absl::Duration Reclaimer::HandleOverHigh(Group* memcg,
   int nr_retries = kMaxReclaimRetries;
   bool in_retry = false;
   for (;;) {
-    // The charging task reclaims at least its batch; retries only what
-    // keeps the group from growing.
-    const uint64_t reclaimed = ReclaimHigh(
-        memcg, in_retry ? kSwapClusterMax : nr_pages_over_high, cpu);
+    // The charging task reclaims at least its batch. The kernel's retries
+    // take SWAP_CLUSTER_MAX (32) pages each and go on while they make
+    // progress; with page counts up to PAGE_COUNTER_MAX that loop could run
+    // for hours (a group 2^40 FILE pages over memory.high: found by
+    // tests/fuzz/engine_ops_fuzzer), so a retry here takes at least what
+    // keeps the worst ancestor over its memory.high (one isolation step,
+    // ShrinkLruvec), which ends the loop once that much is reclaimable.
+    const uint64_t reclaimed =
+        ReclaimHigh(memcg,
+                    in_retry ? std::max(kSwapClusterMax, PagesOverHigh(memcg))
+                             : nr_pages_over_high,
+                    cpu);
     // No swap: swap_find_max_overage() is always 0.
     uint64_t penalty_jiffies =
         CalculateHighDelay(nr_pages_over_high, MemFindMaxOverage(memcg));

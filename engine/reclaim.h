@@ -215,6 +215,9 @@ class Reclaimer {
   absl::StatusOr<uint64_t> MemoryReclaim(Group* memcg, uint64_t nr_pages,
                                          int cpu);
 
+  // The most pages memcg or an ancestor below the root has above its
+  // memory.high (HandleOverHigh's retry amount; not in the kernel).
+  static uint64_t PagesOverHigh(Group* memcg);
   // reclaim_high(): for memcg and each ancestor below the root with usage >
   // high, raises `high` there and reclaims nr_pages from it. Returns pages
   // reclaimed.

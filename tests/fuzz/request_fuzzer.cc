@@ -201,7 +201,10 @@ class Env {
 
   // Back to the fixture: every group but the root deleted (the root holds
   // no pages of its own), then /a, /a/b, /c with pages; and past the request_id
-  // window, so an id used by an earlier input is new again.
+  // window, so an id used by an earlier input is new again. Groups are
+  // deleted and created through the service, so that its state store holds
+  // exactly the engine's groups (a group made behind the service's back has
+  // no stored row, and deleting it through the service is then INTERNAL).
   void Reset() {
     absl::StatusOr<std::vector<std::string>> paths =
         engine_->ListGroups("/", true);
@@ -213,16 +216,31 @@ class Env {
                 return std::count(x.begin(), x.end(), '/') >
                        std::count(y.begin(), y.end(), '/');
               });
+    auto stub = v1::Accounting::NewStub(channel_);
     for (const std::string& p : *paths) {
-      absl::StatusOr<uint64_t> r = engine_->DeleteGroup(p);
-      FUZZ_CHECK(r.ok(), "reset: delete %s: %s", p.c_str(),
-                 r.status().ToString().c_str());
+      grpc::ClientContext context;
+      v1::DeleteGroupRequest request;
+      request.set_path(p);
+      v1::DeleteGroupResponse response;
+      const grpc::Status s = stub->DeleteGroup(&context, request, &response);
+      FUZZ_CHECK(s.ok(), "reset: delete %s: %s", p.c_str(),
+                 s.error_message().c_str());
     }
-    LimitsUpdate a;
-    a.max_pages = 1024;
-    FUZZ_CHECK(engine_->CreateGroup("/a", a).ok(), "reset: create /a");
-    FUZZ_CHECK(engine_->CreateGroup("/a/b", {}).ok(), "reset: create /a/b");
-    FUZZ_CHECK(engine_->CreateGroup("/c", {}).ok(), "reset: create /c");
+    auto create = [&](const char* path, uint64_t max_pages) {
+      grpc::ClientContext context;
+      v1::CreateGroupRequest request;
+      request.set_path(path);
+      if (max_pages != 0)
+        request.mutable_limits()->set_max_bytes(max_pages *
+                                                engine_->page_size_bytes());
+      v1::Group group;
+      const grpc::Status s = stub->CreateGroup(&context, request, &group);
+      FUZZ_CHECK(s.ok(), "reset: create %s: %s", path,
+                 s.error_message().c_str());
+    };
+    create("/a", 1024);
+    create("/a/b", 0);
+    create("/c", 0);
     FUZZ_CHECK(engine_->Charge("/a/b", 100, PageKind::kAnon, 0).ok(),
                "reset: charge /a/b");
     FUZZ_CHECK(engine_->Charge("/a/b", 300, PageKind::kFile, 1).ok(),
