@@ -636,8 +636,11 @@ absl::StatusOr<std::unique_ptr<MetricsExposer>> MetricsExposer::Start(
     exposer = std::make_unique<prometheus::Exposer>(std::vector<std::string>{
         "listening_ports", listen, "num_threads",
         std::to_string(kMetricsHttpThreads), "request_timeout_ms",
-        std::to_string(kMetricsHttpRequestTimeoutMs), "linger_timeout_ms",
-        "0"});
+        std::to_string(kMetricsHttpRequestTimeoutMs)});
+    // No linger_timeout_ms: civetweb's default closes gracefully. With 0
+    // (SO_LINGER 0) the close reset the connection while a large body was
+    // still in flight: clients that do not ask for gzip lost scrapes above
+    // ~2,000 groups ("Connection reset by peer").
   } catch (const std::exception& e) {
     // civetweb reports a taken port or a bad address by throwing, with a
     // message about its own internals ("null context when constructing

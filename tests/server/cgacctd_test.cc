@@ -90,6 +90,49 @@ TEST(CgacctdTest, ServesPrintsRealPortsAndStopsOnSigterm) {
   EXPECT_EQ(daemon.WaitExit(std::chrono::seconds(3)), 0) << daemon.ReadStderr();
 }
 
+// A large /metrics body reaches a plain HTTP/1.0 client (no gzip) whole:
+// with civetweb's linger_timeout_ms=0 the close reset the connection while
+// the body was still in flight (curl: "Connection reset by peer" in 25 of
+// 40 scrapes at 2,000 groups). Every scrape's body must be as long as its
+// Content-Length says.
+TEST(CgacctdTest, LargeScrapeArrivesWholeWithoutGzip) {
+  Daemon daemon({"--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0",
+                 "--cpus=3", "--flush_lock_policy=whole"});
+  const std::string line = daemon.ReadStdoutLine(kTimeout);
+  const StartLine ports = ParseStartLine(line);
+  ASSERT_GT(ports.metrics_port, 0) << "start line: " << line;
+  auto stub = cgacct::v1::Accounting::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(ports.port),
+                          grpc::InsecureChannelCredentials()));
+  constexpr int kGroups = 3000;
+  for (int i = 0; i < kGroups; ++i) {
+    grpc::ClientContext context;
+    cgacct::v1::CreateGroupRequest request;
+    request.set_path("/scrape-group-" + std::to_string(i));
+    cgacct::v1::Group group;
+    ASSERT_TRUE(stub->CreateGroup(&context, request, &group).ok()) << i;
+  }
+  for (int scrape = 0; scrape < 20; ++scrape) {
+    const std::string response =
+        test_util::HttpGet(ports.metrics_port, "/metrics");
+    const size_t header_end = response.find("\r\n\r\n");
+    ASSERT_NE(header_end, std::string::npos) << "scrape " << scrape;
+    static const std::regex kLength(R"(Content-Length: (\d+))",
+                                    std::regex::icase);
+    std::smatch m;
+    const std::string headers = response.substr(0, header_end);
+    ASSERT_TRUE(std::regex_search(headers, m, kLength)) << headers;
+    const size_t body = response.size() - header_end - 4;
+    EXPECT_EQ(body, std::stoul(m[1])) << "scrape " << scrape;
+    EXPECT_NE(response.find("/scrape-group-" + std::to_string(kGroups - 1) +
+                            "\""),
+              std::string::npos)
+        << "scrape " << scrape << ": the last group's series is missing";
+  }
+  daemon.Signal(SIGTERM);
+  EXPECT_EQ(daemon.WaitExit(kTimeout), 0) << daemon.ReadStderr();
+}
+
 TEST(CgacctdTest, SigintStopsCleanlyWithMetricsOff) {
   Daemon daemon({"--listen=127.0.0.1:0", "--metrics_listen="});
   const std::string line = daemon.ReadStdoutLine(kTimeout);
