@@ -16,9 +16,7 @@ std::string QuotePath(absl::string_view path) {
   return absl::StrCat("\"", ShortPath(path), "\"");
 }
 
-absl::Status RefuseRootCharge(absl::string_view path,
-                              absl::string_view field) {
-  if (path != "/") return absl::OkStatus();
+absl::Status RootChargeError(absl::string_view field) {
   return absl::InvalidArgumentError(absl::StrCat(
       field,
       " \"/\": the root cannot be charged or uncharged directly; its usage "

@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <string>
 
+#include "absl/base/optimization.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 
@@ -34,9 +35,14 @@ absl::Status ValidateGroupPath(absl::string_view path,
 // uncharged directly, because the kernel never charges the root's
 // page_counter itself (try_charge() returns 0 for the root memcg); the
 // root's usage is the sum of its children's. INVALID_ARGUMENT naming `field`
-// for "/", OK for any other path.
-absl::Status RefuseRootCharge(absl::string_view path,
-                              absl::string_view field = "path");
+// for "/", OK for any other path. Inline (every path charge runs it), with
+// the message built out of line. Thread-safe.
+absl::Status RootChargeError(absl::string_view field);
+inline absl::Status RefuseRootCharge(absl::string_view path,
+                                     absl::string_view field = "path") {
+  if (ABSL_PREDICT_TRUE(path != "/")) return absl::OkStatus();
+  return RootChargeError(field);
+}
 
 // `path` for an error message: its first 128 bytes (all of it when shorter,
 // else followed by "... (N bytes)", for gRPC's 8 KiB metadata limit), C-escaped
