@@ -19,8 +19,11 @@ Then, through Prometheus' HTTP API (/api/v1/query):
     finite number after stats reads that flushed;
   - EVERY PromQL expression of deploy/grafana/cgacct-dashboard.json (panels
     and template variables) and of deploy/prometheus/cgacct-alerts.yml
-    evaluates without error, and every metric name they use is one the
-    scrape has (a renamed metric fails here, not on a dashboard).
+    evaluates without error or warning, every metric name they use is one
+    the scrape has (a renamed metric fails here, not on a dashboard), and
+    every selector in them, matchers included, selects a series (the test
+    provokes an OOM, a rejected charge and stats reads first);
+  - `promtool check metrics` finds nothing to say about a live scrape.
 Grafana's variables are replaced by concrete values (substitute()).
 Runs with Debian's python3-grpcio, python3-protobuf and python3-yaml
 (deploy/install-deps.sh); STUBS_DIR holds the Python stubs generated from
@@ -198,8 +201,9 @@ class PrometheusAgainstCgacctd(unittest.TestCase):
             except OSError:
                 pass
             if cls.prometheus.poll() is not None or time.monotonic() > deadline:
+                log = cls.prometheus_log()
                 cls.tearDownClass()
-                raise RuntimeError("prometheus did not get ready:\n" + cls.prometheus_log())
+                raise RuntimeError("prometheus did not get ready:\n" + log)
             time.sleep(0.2)
 
     @classmethod
@@ -345,6 +349,7 @@ class PrometheusAgainstCgacctd(unittest.TestCase):
         scraped = set(names["data"])
 
         errors = []
+        selectors = set()
         for where, expr in exprs:
             promql = substitute(expr, variables)
             if "$" in promql or "[[" in promql:
@@ -361,13 +366,36 @@ class PrometheusAgainstCgacctd(unittest.TestCase):
             bare = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", "",
                           bare)
             bare = re.sub(r'"[^"]*"', '""', bare)
+            metrics = set()
             for name in re.findall(r"\b([a-zA-Z_:][a-zA-Z0-9_:]*)\b(?!\s*\()", bare):
                 if name in ("and", "or", "unless", "offset", "bool", "inf", "nan") or \
                         re.fullmatch(r"\d+[smhdwy]|[a-z]", name):
                     continue
+                metrics.add(name)
                 if name not in scraped:
                     errors.append("%s: metric %s is not in the scrape" % (where, name))
+            # Each selector with its matchers, e.g. a bucket le="0.001"
+            # that is not one of the histogram's bounds.
+            for m in re.finditer(r"(?<![\w\"{,=~!])([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?",
+                                 promql):
+                if m.group(1) in metrics:
+                    selectors.add((where, m.group(0)))
+        self.assertGreaterEqual(len(selectors), len(exprs))
+        for where, selector in sorted(selectors):
+            answer = self.query(selector)
+            if answer.get("status") != "success" or not answer["data"]["result"]:
+                errors.append("%s: selector %s selects no series: %s" % (where, selector, answer))
         self.assertEqual(errors, [], "\n".join(errors))
+
+    def test_d_promtool_check_metrics_on_a_live_scrape(self):
+        self.charge_and_flush()
+        with urllib.request.urlopen("http://%s/metrics" % self.metrics_target,
+                                    timeout=10) as r:
+            body = r.read()
+        self.assertIn(b'cgacct_group_memory_current_bytes{path="/prom/job"}', body)
+        check = subprocess.run([PROMTOOL, "check", "metrics"], input=body,
+                               capture_output=True, timeout=60)
+        self.assertEqual((check.returncode, check.stdout, check.stderr), (0, b"", b""))
 
 
 if __name__ == "__main__":
