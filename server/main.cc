@@ -482,6 +482,11 @@ int main(int argc, char** argv) {
   if (!health_listen.empty()) {
     health_builder = std::make_unique<grpc::ServerBuilder>();
     health_builder->AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+    // Unauthenticated and off loopback: health requests are a service name,
+    // so messages stay small; streams per connection as on --listen.
+    health_builder->SetMaxReceiveMessageSize(4096);
+    health_builder->AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                                       static_cast<int>(streams_per_connection));
     health_builder->AddListeningPort(
         health_listen, grpc::InsecureServerCredentials(), &health_port);
   }
