@@ -5,15 +5,16 @@
 # ExecStart= names the installed cgacctd, and nothing else of it changed),
 # and the scrape config, alert rules, dashboard and manifests under
 # share/cgacct (byte-identical to deploy/).
-#   install_test.sh BUILD_DIR SOURCE_DIR
+#   install_test.sh BUILD_DIR SOURCE_DIR [CMAKE]
 set -euo pipefail
 build=$1
 src=$2
+cmake=${3:-cmake}
 prefix=$(mktemp -d)
 trap 'rm -rf "$prefix"' EXIT
 fail() { echo "install_test: FAIL: $*" >&2; exit 1; }
 
-cmake --install "$build" --prefix "$prefix" >"$prefix.log" 2>&1 ||
+"$cmake" --install "$build" --prefix "$prefix" >"$prefix.log" 2>&1 ||
   { cat "$prefix.log" >&2; rm -f "$prefix.log"; fail "cmake --install failed"; }
 rm -f "$prefix.log"
 

@@ -15,7 +15,8 @@ the security flags the README's Security section asks for off loopback
 --metrics_token_file for a non-loopback /metrics) name files on mounted
 Secret volumes; the Service's ports target named container ports (not the
 health port); and no prometheus.io/* annotations, which the shipped scrape
-config does not read.
+config does not read. And deploy/Dockerfile's shape (DockerfileShape: it is
+not built in CI, which has no docker daemon).
 """
 import glob
 import os
@@ -189,6 +190,43 @@ class KubernetesManifests(unittest.TestCase):
                     if key.startswith("prometheus.io/"):
                         self.assertTrue(uses_sd, "%s: annotation %s that no scrape config reads"
                                         % (name, key))
+
+
+
+class DockerfileShape(unittest.TestCase):
+    """deploy/Dockerfile is not built in CI (no docker daemon there): its
+    shape is checked here. Two stages on the same pinned Debian 12 point
+    release, the build stage running install-deps.sh and cmake --install, the
+    runtime stage copying only from the build stage, a non-root USER; and a
+    .dockerignore that keeps host build trees out of the context."""
+
+    def test_multi_stage_pinned_non_root(self):
+        with open(os.path.join(SOURCE, "deploy", "Dockerfile")) as f:
+            text = f.read()
+        froms = re.findall(r"^FROM\s+(\S+)(?:\s+AS\s+(\S+))?\s*$", text, re.M | re.I)
+        self.assertGreaterEqual(len(froms), 2, froms)
+        for image, _ in froms:
+            self.assertRegex(image, r"^debian:12\.\d+(-slim)?$", "not a pinned point release")
+        self.assertEqual(len({image for image, _ in froms}), 1, froms)
+        build_stage = froms[0][1]
+        self.assertTrue(build_stage, "the first stage has no name")
+        runtime = text[text.rindex("\nFROM "):]
+        self.assertIn("deploy/install-deps.sh", text[:text.rindex("\nFROM ")])
+        self.assertIn("cmake --install", text[:text.rindex("\nFROM ")])
+        copies = re.findall(r"^COPY\s+(.*)$", runtime, re.M)
+        self.assertTrue(copies)
+        for copy in copies:
+            self.assertIn("--from=%s" % build_stage, copy, "runtime COPY from the host: " + copy)
+        self.assertNotRegex(runtime, r"(?m)^RUN .*(g\+\+|cmake|-dev\b)")
+        user = re.findall(r"^USER\s+(\S+)\s*$", runtime, re.M)
+        self.assertEqual(len(user), 1)
+        self.assertNotIn(user[0].split(":")[0], ("0", "root"))
+
+    def test_dockerignore_keeps_build_trees_out(self):
+        with open(os.path.join(SOURCE, ".dockerignore")) as f:
+            ignored = {line.strip() for line in f if line.strip() and not line.startswith("#")}
+        for entry in (".git", "build", "build-*"):
+            self.assertIn(entry, ignored)
 
 
 if __name__ == "__main__":
