@@ -79,7 +79,7 @@ std::string ReadFile(const std::string& path) {
 }
 
 // Runs `command` with /bin/sh; its exit status (-1 if it did not exit).
-int Run(const std::string& command) {
+int RunShell(const std::string& command) {
   const int status = std::system(command.c_str());
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
@@ -152,7 +152,7 @@ Scrape CurlScrape(int port, bool gzip, const std::string& dir) {
       gzip ? "-H 'Accept-Encoding: gzip' " : "", "-D ", headers, " -o ", body,
       " -w '%{size_download} %{time_total}' http://127.0.0.1:", port,
       "/metrics > ", stats);
-  EXPECT_EQ(Run(command), 0) << command;
+  EXPECT_EQ(RunShell(command), 0) << command;
   std::istringstream(ReadFile(stats)) >> out.wire_bytes >> out.seconds;
   const std::string head = ReadFile(headers);
   static const std::regex kLength(R"(Content-Length: (\d+))",
@@ -163,7 +163,7 @@ Scrape CurlScrape(int port, bool gzip, const std::string& dir) {
   EXPECT_EQ(ReadFile(body).size(), out.wire_bytes);
   if (gzip) {
     EXPECT_NE(head.find("Content-Encoding: gzip"), std::string::npos) << head;
-    EXPECT_EQ(Run(absl::StrCat("gzip -dc < ", body, " > ", body, ".txt")), 0);
+    EXPECT_EQ(RunShell(absl::StrCat("gzip -dc < ", body, " > ", body, ".txt")), 0);
     out.body = ReadFile(body + ".txt");
   } else {
     out.body = ReadFile(body);
@@ -291,7 +291,7 @@ TEST(MetricsScaleTest, TenAndHundredThousandGroups) {
             0);
   all.Signal(SIGTERM);
   EXPECT_EQ(all.WaitExit(kTimeout), 0);
-  Run("rm -rf " + dir);
+  RunShell("rm -rf " + dir);
 }
 
 }  // namespace

@@ -33,13 +33,13 @@ std::string ReadFile(const std::string& path) {
   return s.str();
 }
 
-int Run(const std::string& command) {
+int RunShell(const std::string& command) {
   const int status = std::system(command.c_str());
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 TEST(PromtoolTest, LiveScrapeIsClean) {
-  ASSERT_EQ(Run("command -v promtool > /dev/null"), 0)
+  ASSERT_EQ(RunShell("command -v promtool > /dev/null"), 0)
       << "promtool missing: deploy/install-deps.sh installs Debian's "
          "prometheus package";
   char dir_template[] = "/tmp/cgacct-promtool-XXXXXX";
@@ -111,7 +111,7 @@ TEST(PromtoolTest, LiveScrapeIsClean) {
   }
 
   const std::string scrape = dir + "/scrape.txt";
-  ASSERT_EQ(Run(absl::StrCat("curl -sS --fail -o ", scrape,
+  ASSERT_EQ(RunShell(absl::StrCat("curl -sS --fail -o ", scrape,
                              " http://127.0.0.1:", metrics_port, "/metrics")),
             0);
   const std::string text = ReadFile(scrape);
@@ -124,14 +124,14 @@ TEST(PromtoolTest, LiveScrapeIsClean) {
     EXPECT_NE(text.find(family), std::string::npos) << family;
   }
   const std::string output = dir + "/promtool.out";
-  const int status = Run(absl::StrCat("promtool check metrics < ", scrape,
+  const int status = RunShell(absl::StrCat("promtool check metrics < ", scrape,
                                       " > ", output, " 2>&1"));
   EXPECT_EQ(status, 0) << ReadFile(output);
   EXPECT_EQ(ReadFile(output), "") << "promtool check metrics is not clean";
 
   daemon.Signal(SIGTERM);
   EXPECT_EQ(daemon.WaitExit(std::chrono::seconds(20)), 0);
-  Run("rm -rf " + dir);
+  RunShell("rm -rf " + dir);
 }
 
 }  // namespace
