@@ -5,7 +5,12 @@
 #   - the libraries and code generators (gRPC, Protobuf, Abseil,
 #     prometheus-cpp, GoogleTest/GoogleMock, Google Benchmark);
 #   - cmake, g++, make: the build;
-#   - curl: the run command's readiness check of /metrics;
+#   - curl: the run command's readiness check of /metrics; the scale test
+#     (tests/server/metrics_scale_test) scrapes /metrics with it, plain and
+#     gzip, at 10,000 and 100,000 groups;
+#   - prometheus: its promtool (`promtool check metrics`) lints a live scrape
+#     of cgacctd in the test command (tests/server/promtool_test); Debian
+#     ships promtool only in this package;
 #   - openssl: the access-control tests make their CA and certificates with
 #     the real openssl CLI at test time (nothing is shipped or downloaded);
 #   - clang-14 and libclang-rt-14-dev: the test command compiles the engine,
@@ -26,6 +31,7 @@ packages=(
   libabsl-dev prometheus-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev
   libsqlite3-dev sqlite3
   python3-grpcio python3-protobuf
+  prometheus
 )
 
 missing=()
