@@ -3,6 +3,7 @@
 # files differ from it, "unknown" outside a git checkout. Run at every
 # build (server/CMakeLists.txt); file(CONFIGURE) rewrites OUT only when the
 # text changes, so an unchanged revision recompiles nothing.
+cmake_minimum_required(VERSION 3.25)
 execute_process(COMMAND git -C "${SRC}" rev-parse --short=12 HEAD
   OUTPUT_VARIABLE revision OUTPUT_STRIP_TRAILING_WHITESPACE
   RESULT_VARIABLE failed ERROR_QUIET)
