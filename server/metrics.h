@@ -295,7 +295,7 @@ struct MetricsOptions {
   // Called once per collector, the first time a scrape leaves groups out
   // because of max_groups, with a one-line message (cgacctd prints it on
   // stderr). May be empty. Called on a scrape thread.
-  std::function<void(const std::string&)> on_first_drop;
+  std::function<void(const std::string&)> on_first_drop = nullptr;
 };
 
 // Builds every cgacct_* family at scrape time from the engine (counters,
