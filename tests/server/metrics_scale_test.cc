@@ -179,7 +179,9 @@ Scrape CurlScrape(int port, bool gzip, const std::string& dir) {
                                   std::regex::icase);
   std::smatch m;
   EXPECT_TRUE(std::regex_search(head, m, kLength)) << head;
-  if (!m.empty()) EXPECT_EQ(out.wire_bytes, std::stoul(m[1]));
+  if (!m.empty()) {
+    EXPECT_EQ(out.wire_bytes, std::stoul(m[1]));
+  }
   EXPECT_EQ(ReadFile(body).size(), out.wire_bytes);
   if (gzip) {
     EXPECT_NE(head.find("Content-Encoding: gzip"), std::string::npos) << head;
