@@ -5,7 +5,9 @@
 #   - the libraries and code generators (gRPC, Protobuf, Abseil,
 #     prometheus-cpp, GoogleTest/GoogleMock, Google Benchmark);
 #   - cmake, g++, make: the build;
-#   - curl: the run command's readiness check of /metrics;
+#   - curl: the run command's readiness check of /metrics; the scale test
+#     (tests/server/metrics_scale_test) scrapes /metrics with it, plain and
+#     gzip, at 10,000 and 100,000 groups;
 #   - openssl: the access-control tests make their CA and certificates with
 #     the real openssl CLI at test time (nothing is shipped or downloaded);
 #   - clang-14 and libclang-rt-14-dev: the test command compiles the engine,
@@ -18,8 +20,10 @@
 #     with SQLite's own integrity_check;
 #   - python3-grpcio, python3-protobuf: the test command drives cgacctd from
 #     Python over stubs it generates from the proto (tests/python).
-#   - prometheus (Debian's 2.42, with promtool), python3-yaml: the test
-#     command checks deploy/prometheus with promtool, starts a real
+#   - prometheus (Debian's 2.42; Debian ships promtool only in it),
+#     python3-yaml: `promtool check metrics` lints a live scrape of cgacctd
+#     (tests/server/promtool_test); the test command checks deploy/prometheus
+#     with promtool, starts a real
 #     Prometheus on loopback scraping a test cgacctd through the shipped
 #     scrape config and evaluates every dashboard/alert expression, and
 #     parses the Kubernetes manifests (tests/deploy).

@@ -48,7 +48,9 @@
 #include "server/events_watch.h"
 #include "server/limits.h"
 #include "server/memory_trim.h"
+#include "server/grpc_metrics.h"
 #include "server/metrics.h"
+#include "server/process_metrics.h"
 #include "server/sqlite_state_store.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
@@ -116,9 +118,13 @@ ABSL_FLAG(std::string, metrics_token_file, "",
 ABSL_FLAG(std::string, reflection, "auto",
           "gRPC server reflection: on, off, or auto (on unless access control "
           "is on)");
-ABSL_FLAG(int, metrics_group_depth, 2,
-          "export cgacct_group_memory_current_bytes for groups down to this "
-          "depth; 0 = off");
+ABSL_FLAG(int, metrics_group_depth, 3,
+          "export per-group series (memory.current, memory.max, "
+          "memory.events) for groups at most this many path segments deep "
+          "(\"/\" = 0); 0 = off");
+ABSL_FLAG(uint64_t, metrics_max_groups, 10000,
+          "most groups with per-group series per scrape (the shallowest "
+          "first); the rest are counted in cgacct_group_series_dropped");
 ABSL_FLAG(uint64_t, max_charge_pages, cgacct::kDefaultMaxChargePages,
           "most pages one Charge (or the charge ops of one ChargeBatch / "
           "ChargeStream message together) may charge; more is "
@@ -215,7 +221,8 @@ int main(int argc, char** argv) {
       "          [--flush_preempt_model=none|full]\n"
       "          [--flush_hold_budget=50us] [--periodic_flush_interval=2s]\n"
       "          [--page_size=4096]\n"
-      "          [--metrics_group_depth=2] [--memory_recursiveprot]\n"
+      "          [--metrics_group_depth=3] [--metrics_max_groups=10000]\n"
+      "          [--memory_recursiveprot]\n"
       "          [--charge_batch_pages=64] [--stock_pool_buckets=1024]\n"
       "          [--stock_victim_sets=64] [--max_charge_pages=1048576]\n"
       "          [--max_streams_per_identity=256]\n"
@@ -454,12 +461,25 @@ int main(int argc, char** argv) {
 
   cgacct::MetricsOptions metrics_options;
   metrics_options.group_depth = group_depth;
+  metrics_options.max_groups = absl::GetFlag(FLAGS_metrics_max_groups);
+  metrics_options.on_first_drop = [](const std::string& message) {
+    std::fprintf(stderr, "cgacctd: %s\n", message.c_str());
+  };
+  // grpc_server_* (go-grpc-prometheus names), recorded by an interceptor
+  // on every service of the server.
+  auto grpc_metrics =
+      std::make_shared<cgacct::GrpcServerMetrics>(cgacct::CgacctdGrpcMethods());
   auto collector = std::make_shared<cgacct::MetricsCollector>(
       **engine, flush_observer, rpc_metrics, metrics_options);
   std::unique_ptr<cgacct::MetricsExposer> exposer;
   if (!metrics_listen.empty()) {
     cgacct::MetricsExposerOptions exposer_options;
     exposer_options.extra_collectables.push_back(auth_metrics);
+    exposer_options.extra_collectables.push_back(grpc_metrics);
+    exposer_options.extra_collectables.push_back(
+        std::make_shared<cgacct::ProcessCollector>());
+    exposer_options.extra_collectables.push_back(
+        std::make_shared<cgacct::BuildInfoCollector>());
     exposer_options.basic_auth_password = metrics_token;
     absl::StatusOr<std::unique_ptr<cgacct::MetricsExposer>> started =
         cgacct::MetricsExposer::Start(metrics_listen, collector,
@@ -506,6 +526,13 @@ int main(int argc, char** argv) {
                              static_cast<int>(streams_per_connection));
   builder.AddListeningPort(listen, credentials, &port);
   builder.RegisterService(&service);
+  {
+    std::vector<
+        std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+        interceptors;
+    interceptors.push_back(grpc_metrics->NewInterceptorFactory());
+    builder.experimental().SetInterceptorCreators(std::move(interceptors));
+  }
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   std::optional<cgacct::MemoryTrimmer> trimmer;
   if (trim_interval > absl::ZeroDuration()) {

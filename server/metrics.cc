@@ -81,6 +81,21 @@ ClientMetric HistogramMetric(const LatencyHistogram::Snapshot& snapshot,
   return metric;
 }
 
+// cgacct_group_series_dropped{reason}: groups a scrape left out.
+MetricFamily DroppedFamily(uint64_t by_depth, uint64_t by_max_groups) {
+  MetricFamily dropped = Family(
+      "cgacct_group_series_dropped",
+      "Groups this scrape exported no per-group series for, by reason: "
+      "depth (deeper than --metrics_group_depth) or max_groups (past "
+      "--metrics_max_groups).",
+      MetricType::Gauge);
+  dropped.metric.push_back(
+      GaugeMetric(static_cast<double>(by_depth), {{"reason", "depth"}}));
+  dropped.metric.push_back(GaugeMetric(static_cast<double>(by_max_groups),
+                                       {{"reason", "max_groups"}}));
+  return dropped;
+}
+
 // Why `listen` ("HOST:PORT", "[V6]:PORT" or "PORT") cannot be bound: the
 // errno of a probe bind (with SO_REUSEADDR, as civetweb binds), or "invalid
 // address". The probe socket is closed at once.
@@ -567,32 +582,71 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
     out.push_back(std::move(shed));
   }
 
-  if (options_.group_depth > 0) CollectGroups(out);
+  if (options_.group_depth > 0) {
+    CollectGroups(out, info.nr_groups);
+  } else {
+    // Per-group series off: every group is left out by depth.
+    out.push_back(DroppedFamily(info.nr_groups, 0));
+  }
   return out;
 }
 
-void MetricsCollector::CollectGroups(std::vector<MetricFamily>& out) const {
-  MetricFamily family =
+void MetricsCollector::CollectGroups(std::vector<MetricFamily>& out,
+                                     uint64_t nr_groups) const {
+  MetricFamily current =
       Family("cgacct_group_memory_current_bytes",
              "memory.current of a group (pages in per-CPU stocks included).",
              MetricType::Gauge);
+  MetricFamily max = Family(
+      "cgacct_group_memory_max_bytes",
+      "memory.max of a group; +Inf when it is \"max\" (no limit).",
+      MetricType::Gauge);
+  MetricFamily events = Family(
+      "cgacct_group_memory_events_total",
+      "memory.events of a group (hierarchical: the group and its "
+      "descendants), by event.",
+      MetricType::Counter);
   const uint64_t page_size = engine_.page_size_bytes();
-  // Level by level, so the work is bounded by the groups exported rather
-  // than by the whole tree.
+  const uint64_t page_counter_max = engine_.page_counter_max();
+  uint64_t exported = 0;
+  uint64_t dropped_max_groups = 0;
+  // Level by level (the shallowest groups first), so the work is bounded by
+  // the groups within the depth rather than by the whole tree: past the cap
+  // a group is only counted, and listed for its children.
   std::vector<std::string> level = {"/"};
   for (int depth = 0; depth <= options_.group_depth && !level.empty();
        ++depth) {
     std::vector<std::string> next;
     for (const std::string& path : level) {
-      if (family.metric.size() >= options_.max_group_series) break;
-      // kNone: a scrape must not force an rstat flush; memory.current is
-      // the page_counter and exact anyway.
-      absl::StatusOr<GroupStats> stats =
-          engine_.GetStats(path, FlushMode::kNone);
-      if (!stats.ok()) continue;  // deleted since it was listed
-      family.metric.push_back(GaugeMetric(
-          static_cast<double>(stats->memory_current_pages * page_size),
-          {{"path", path}}));
+      if (exported < options_.max_groups) {
+        // kNone: a scrape must not force an rstat flush; memory.current,
+        // memory.max and memory.events are exact without one.
+        absl::StatusOr<GroupStats> stats =
+            engine_.GetStats(path, FlushMode::kNone);
+        if (!stats.ok()) continue;  // deleted since it was listed
+        ++exported;
+        current.metric.push_back(GaugeMetric(
+            static_cast<double>(stats->memory_current_pages * page_size),
+            {{"path", path}}));
+        max.metric.push_back(GaugeMetric(
+            stats->limits.max_pages >= page_counter_max
+                ? std::numeric_limits<double>::infinity()
+                : static_cast<double>(stats->limits.max_pages * page_size),
+            {{"path", path}}));
+        for (const MemoryEventField& field : kMemoryEventFields) {
+          // oom_group_kill and sock_throttled are always 0 here (no
+          // memory.oom.group, no socket memory): not exported.
+          if (field.value == &MemoryEvents::oom_group_kill ||
+              field.value == &MemoryEvents::sock_throttled) {
+            continue;
+          }
+          events.metric.push_back(CounterMetric(
+              static_cast<double>(stats->events.*field.value),
+              {{"event", field.name}, {"path", path}}));
+        }
+      } else {
+        ++dropped_max_groups;
+      }
       if (depth < options_.group_depth) {
         absl::StatusOr<std::vector<std::string>> children =
             engine_.ListGroups(path, /*recursive=*/false);
@@ -602,7 +656,26 @@ void MetricsCollector::CollectGroups(std::vector<MetricFamily>& out) const {
     }
     level = std::move(next);
   }
-  out.push_back(std::move(family));
+  out.push_back(std::move(current));
+  out.push_back(std::move(max));
+  out.push_back(std::move(events));
+
+  // Groups created or deleted during the walk can make the difference
+  // negative: clamp.
+  const uint64_t seen = exported + dropped_max_groups;
+  const uint64_t dropped_depth = nr_groups > seen ? nr_groups - seen : 0;
+  out.push_back(DroppedFamily(dropped_depth, dropped_max_groups));
+
+  if (dropped_max_groups > 0 && options_.on_first_drop &&
+      !drop_reported_.exchange(true, std::memory_order_relaxed)) {
+    options_.on_first_drop(absl::StrCat(
+        "/metrics: ", dropped_max_groups, " of ", seen,
+        " groups within --metrics_group_depth=", options_.group_depth,
+        " get no per-group series (--metrics_max_groups=",
+        options_.max_groups,
+        "); cgacct_group_series_dropped{reason=\"max_groups\"} counts them "
+        "on every scrape; this is said once"));
+  }
 }
 
 std::string SerializeMetrics(const prometheus::Collectable& collectable) {

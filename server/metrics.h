@@ -26,6 +26,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -280,18 +281,30 @@ class RpcMetrics {
 };
 
 struct MetricsOptions {
-  // cgacct_group_memory_current_bytes is exported for groups with at most
-  // this many path segments ("/" has 0, "/a" 1, "/a/b" 2). 0 turns the
-  // family off; otherwise "/" is always included.
-  int group_depth = 2;
-  // Hard cap on per-group series per scrape (cardinality bound even for a
-  // wide tree); groups past it, in path order, are left out.
-  size_t max_group_series = 10000;
+  // Per-group series (cgacct_group_memory_current_bytes,
+  // cgacct_group_memory_max_bytes, cgacct_group_memory_events_total) are
+  // exported for groups with at most this many path segments ("/" has 0,
+  // "/a" 1, "/a/b" 2). 0 turns them off; otherwise "/" is always included.
+  // --metrics_group_depth.
+  int group_depth = 3;
+  // At most this many groups get per-group series per scrape (a cardinality
+  // bound even for a wide tree): the shallowest first, then in path order
+  // within a level. Groups left out are counted in
+  // cgacct_group_series_dropped{reason="max_groups"}. --metrics_max_groups.
+  size_t max_groups = 10000;
+  // Called once per collector, the first time a scrape leaves groups out
+  // because of max_groups, with a one-line message (cgacctd prints it on
+  // stderr). May be empty. Called on a scrape thread.
+  std::function<void(const std::string&)> on_first_drop = nullptr;
 };
 
 // Builds every cgacct_* family at scrape time from the engine (counters,
-// info, per-group memory.current read with FlushMode::kNone, so a scrape
-// never forces an rstat flush), the flush observer and the RPC metrics.
+// info, per-group memory.current, memory.max and memory.events read with
+// FlushMode::kNone, so a scrape never forces an rstat flush), the flush
+// observer and the RPC metrics. Per-group series follow MetricsOptions'
+// depth and count policy; cgacct_group_series_dropped{reason} counts the
+// groups a scrape left out ("depth": deeper than group_depth; "max_groups":
+// within the depth but past max_groups).
 //
 // Thread safety: thread-safe; Collect() may run on several scrape threads at
 // once. `engine`, `flush` and `rpc` are not owned and must outlive this.
@@ -303,13 +316,18 @@ class MetricsCollector final : public prometheus::Collectable {
   std::vector<prometheus::MetricFamily> Collect() const override;
 
  private:
-  void CollectGroups(std::vector<prometheus::MetricFamily>& out) const;
+  // The per-group families and cgacct_group_series_dropped; `nr_groups`
+  // from the same scrape's EngineInfo.
+  void CollectGroups(std::vector<prometheus::MetricFamily>& out,
+                     uint64_t nr_groups) const;
 
   // Constant after construction.
   Engine& engine_;
   const RstatFlushObserver& flush_;
   const RpcMetrics& rpc_;
   const MetricsOptions options_;
+  // Set (once, by exchange) when on_first_drop has been called.
+  mutable std::atomic<bool> drop_reported_{false};
 };
 
 // The Prometheus text exposition (format 0.0.4) of `collectable`, exactly

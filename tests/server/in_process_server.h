@@ -7,6 +7,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <memory>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "cgacct/v1/accounting.grpc.pb.h"
@@ -20,10 +21,18 @@ struct InProcessServer {
 };
 
 // Builds and starts the server; `service` must outlive it. Callers check
-// `server != nullptr`.
-inline InProcessServer StartInProcessServer(grpc::Service* service) {
+// `server != nullptr`. `interceptors`: server interceptor factories (e.g.
+// GrpcServerMetrics::NewInterceptorFactory()).
+inline InProcessServer StartInProcessServer(
+    grpc::Service* service,
+    std::vector<std::unique_ptr<
+        grpc::experimental::ServerInterceptorFactoryInterface>>
+        interceptors = {}) {
   InProcessServer out;
   grpc::ServerBuilder builder;
+  if (!interceptors.empty()) {
+    builder.experimental().SetInterceptorCreators(std::move(interceptors));
+  }
   int port = 0;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
                            &port);
