@@ -369,7 +369,7 @@ absl::StatusOr<Invocation> ParseInvocation(
   } else if (c == "tree" || c == "top") {
     s = arity(0, 1);
   } else if (c == "set") {
-    s = arity(1, 4);
+    s = arity(1, 5);  // PATH and up to the four limit files
   } else if (c == "cat") {
     s = arity(2, std::size(kCatFiles));
   } else if (c == "reclaim") {

@@ -17,7 +17,12 @@
 #     request ids survive restarts); sqlite3: the tests check the store file
 #     with SQLite's own integrity_check;
 #   - python3-grpcio, python3-protobuf: the test command drives cgacctd from
-#     Python over stubs it generates from the proto (tests/python).
+#     Python over stubs it generates from the proto (tests/python);
+#   - libcurl4-openssl-dev: cgacct-load's /metrics scrape and the tests' HTTP
+#     GET (client/metrics_scrape.cc, tests/server/http_get.h) use libcurl
+#     instead of a hand-written HTTP client;
+#   - nlohmann-json3-dev: the clients' JSON (cgacct-load's reports, cgacctctl
+#     --json for cat/ls/tree/top) instead of a hand-written JSON writer.
 set -euo pipefail
 
 packages=(
@@ -26,6 +31,7 @@ packages=(
   libabsl-dev prometheus-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev
   libsqlite3-dev sqlite3
   python3-grpcio python3-protobuf
+  libcurl4-openssl-dev nlohmann-json3-dev
 )
 
 missing=()
