@@ -7,8 +7,8 @@
 #include "absl/flags/usage_config.h"
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "cgacct_build_info.h"
@@ -119,13 +119,26 @@ absl::StatusOr<uint64_t> Memparse(absl::string_view text,
   int shift = 0;
   if (i < text.size()) {
     switch (absl::ascii_tolower(text[i])) {
-      case 'e': shift = 60; break;
-      case 'p': shift = 50; break;
-      case 't': shift = 40; break;
-      case 'g': shift = 30; break;
-      case 'm': shift = 20; break;
-      case 'k': shift = 10; break;
-      default: break;
+      case 'e':
+        shift = 60;
+        break;
+      case 'p':
+        shift = 50;
+        break;
+      case 't':
+        shift = 40;
+        break;
+      case 'g':
+        shift = 30;
+        break;
+      case 'm':
+        shift = 20;
+        break;
+      case 'k':
+        shift = 10;
+        break;
+      default:
+        break;
     }
     if (shift > 0) ++i;
   }

@@ -119,8 +119,10 @@ constexpr char kUsage[] =
     "  uncharge PATH NR_PAGES anon|file [--cpu=K]\n"
     "exit status: 0 ok; 2 usage (nothing sent); 3 not found (NOT_FOUND);\n"
     "  4 refused (INVALID_ARGUMENT, PERMISSION_DENIED, UNAUTHENTICATED,\n"
-    "  FAILED_PRECONDITION, RESOURCE_EXHAUSTED, ALREADY_EXISTS, OUT_OF_RANGE);\n"
-    "  5 unavailable (UNAVAILABLE, DEADLINE_EXCEEDED, cannot connect; reclaim:\n"
+    "  FAILED_PRECONDITION, RESOURCE_EXHAUSTED, ALREADY_EXISTS, "
+    "OUT_OF_RANGE);\n"
+    "  5 unavailable (UNAVAILABLE, DEADLINE_EXCEEDED, cannot connect; "
+    "reclaim:\n"
     "  not all reclaimed); 1 anything else. --help itself exits 1 (Abseil).";
 
 // The class of a failed RPC.
@@ -152,8 +154,7 @@ std::string OneLine(absl::string_view text) {
 }
 
 int PrintUsageError(absl::string_view message) {
-  std::cerr << "cgacctctl: " << OneLine(message)
-            << "\ntry cgacctctl --help\n";
+  std::cerr << "cgacctctl: " << OneLine(message) << "\ntry cgacctctl --help\n";
   return kExitUsage;
 }
 
@@ -173,7 +174,8 @@ std::string ProtoJson(const google::protobuf::Message& message, bool pretty) {
   std::string out;
   const auto status =
       google::protobuf::util::MessageToJsonString(message, &out, options);
-  if (!status.ok()) return absl::StrCat("{\"error\": \"", status.ToString(), "\"}\n");
+  if (!status.ok())
+    return absl::StrCat("{\"error\": \"", status.ToString(), "\"}\n");
   if (out.empty() || out.back() != '\n') out.push_back('\n');
   return out;
 }
@@ -222,9 +224,9 @@ Json EventsJson(const v1::MemoryEvents& events) {
 
 // The cgroup v2 files `cat` knows, in the order `cgacctctl --help` lists.
 constexpr const char* kCatFiles[] = {
-    "memory.current", "memory.max",  "memory.high",   "memory.min",
-    "memory.low",     "memory.peak", "memory.stat",   "memory.events",
-    "memory.events.local"};
+    "memory.current", "memory.max",    "memory.high",
+    "memory.min",     "memory.low",    "memory.peak",
+    "memory.stat",    "memory.events", "memory.events.local"};
 
 bool IsCatFile(absl::string_view file) {
   return std::any_of(std::begin(kCatFiles), std::end(kCatFiles),
@@ -238,7 +240,8 @@ std::string CatText(const v1::GroupStats& stats, absl::string_view file) {
   if (file == "memory.current") {
     return absl::StrCat(stats.memory_current_bytes(), "\n");
   }
-  if (file == "memory.peak") return absl::StrCat(stats.memory_peak_bytes(), "\n");
+  if (file == "memory.peak")
+    return absl::StrCat(stats.memory_peak_bytes(), "\n");
   if (file == "memory.max") return FormatSizeBytes(limits.max_bytes()) + "\n";
   if (file == "memory.high") return FormatSizeBytes(limits.high_bytes()) + "\n";
   if (file == "memory.min") return FormatSizeBytes(limits.min_bytes()) + "\n";
@@ -305,7 +308,7 @@ struct Invocation {
   uint64_t nr_pages = 0;           // charge, uncharge
   v1::PageKind kind = v1::PAGE_KIND_UNSPECIFIED;
   v1::FlushMode flush = v1::FLUSH_MODE_EXACT;
-  int iterations = 0;              // top, events --watch; 0 = forever
+  int iterations = 0;  // top, events --watch; 0 = forever
 };
 
 // Applies `name`=`text` ("memory.max", "50M") to `limits`. Errors:
@@ -319,8 +322,7 @@ absl::Status SetLimit(absl::string_view name, absl::string_view text,
   };
   static const File kFiles[] = {
       {"memory.max", &v1::Limits::has_max_bytes, &v1::Limits::set_max_bytes},
-      {"memory.high", &v1::Limits::has_high_bytes,
-       &v1::Limits::set_high_bytes},
+      {"memory.high", &v1::Limits::has_high_bytes, &v1::Limits::set_high_bytes},
       {"memory.min", &v1::Limits::has_min_bytes, &v1::Limits::set_min_bytes},
       {"memory.low", &v1::Limits::has_low_bytes, &v1::Limits::set_low_bytes},
   };
@@ -357,8 +359,8 @@ absl::StatusOr<Invocation> ParseInvocation(
   const size_t nr_args = args.size() - 1;
   const auto arity = [&](size_t lo, size_t hi) -> absl::Status {
     if (nr_args >= lo && nr_args <= hi) return absl::OkStatus();
-    return absl::InvalidArgumentError(absl::StrCat(
-        c, ": wrong number of arguments (", nr_args, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(c, ": wrong number of arguments (", nr_args, ")"));
   };
   absl::Status s;
   if (c == "info") {
@@ -416,7 +418,8 @@ absl::StatusOr<Invocation> ParseInvocation(
   };
   for (const auto& [name, text] : flag_limits) {
     if (text.empty()) continue;
-    if (c != "set" && !(c == "create" && absl::string_view(name) == "memory.max")) {
+    if (c != "set" &&
+        !(c == "create" && absl::string_view(name) == "memory.max")) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--", absl::string_view(name).substr(7), " is not for ", c));
     }
@@ -429,13 +432,13 @@ absl::StatusOr<Invocation> ParseInvocation(
     for (size_t i = 2; i < args.size(); ++i) {
       const size_t eq = args[i].find('=');
       if (eq == std::string::npos) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "set: expected FILE=VALUE (memory.max=50M), got \"", args[i],
-            "\""));
+        return absl::InvalidArgumentError(
+            absl::StrCat("set: expected FILE=VALUE (memory.max=50M), got \"",
+                         args[i], "\""));
       }
-      if (absl::Status st = SetLimit(absl::string_view(args[i]).substr(0, eq),
-                                     absl::string_view(args[i]).substr(eq + 1),
-                                     &inv.limits);
+      if (absl::Status st =
+              SetLimit(absl::string_view(args[i]).substr(0, eq),
+                       absl::string_view(args[i]).substr(eq + 1), &inv.limits);
           !st.ok()) {
         return st;
       }
@@ -449,9 +452,9 @@ absl::StatusOr<Invocation> ParseInvocation(
   } else if (c == "cat") {
     for (size_t i = 2; i < args.size(); ++i) {
       if (!IsCatFile(args[i])) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "cat: no file \"", args[i], "\" (known: ",
-            absl::StrJoin(kCatFiles, ", "), ")"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("cat: no file \"", args[i],
+                         "\" (known: ", absl::StrJoin(kCatFiles, ", "), ")"));
       }
       inv.files.push_back(args[i]);
     }
@@ -619,7 +622,8 @@ class Ctl {
     v1::DeleteGroupResponse response;
     const grpc::Status status =
         stub_->DeleteGroup(Context().get(), request, &response);
-    if (!status.ok()) return PrintRpcError(absl::StrCat("delete ", path), status);
+    if (!status.ok())
+      return PrintRpcError(absl::StrCat("delete ", path), status);
     if (json_) {
       PrintProtoJson(response);
     } else {
@@ -647,7 +651,8 @@ class Ctl {
     v1::Group group;
     const grpc::Status status =
         stub_->SetLimits(Context().get(), request, &group);
-    if (!status.ok()) return PrintRpcError(absl::StrCat("set ", inv.path), status);
+    if (!status.ok())
+      return PrintRpcError(absl::StrCat("set ", inv.path), status);
     PrintGroup(group);
     return kExitOk;
   }
@@ -695,7 +700,8 @@ class Ctl {
   int Stat(const Invocation& inv) {
     v1::GroupStats stats;
     const grpc::Status status = GetStats(inv.path, inv.flush, &stats);
-    if (!status.ok()) return PrintRpcError(absl::StrCat("stat ", inv.path), status);
+    if (!status.ok())
+      return PrintRpcError(absl::StrCat("stat ", inv.path), status);
     if (json_) {
       PrintProtoJson(stats);
     } else {
@@ -707,7 +713,8 @@ class Ctl {
   int Cat(const Invocation& inv) {
     v1::GroupStats stats;
     const grpc::Status status = GetStats(inv.path, inv.flush, &stats);
-    if (!status.ok()) return PrintRpcError(absl::StrCat("cat ", inv.path), status);
+    if (!status.ok())
+      return PrintRpcError(absl::StrCat("cat ", inv.path), status);
     if (json_) {
       Json json = Json::object();
       for (const std::string& file : inv.files) {
@@ -806,7 +813,8 @@ class Ctl {
   int Tree(const Invocation& inv) {
     std::vector<GroupRow> rows;
     const grpc::Status status = ReadSubtree(inv.path, inv.flush, &rows);
-    if (!status.ok()) return PrintRpcError(absl::StrCat("tree ", inv.path), status);
+    if (!status.ok())
+      return PrintRpcError(absl::StrCat("tree ", inv.path), status);
     // Children by parent path, in ListGroups' sorted order per parent.
     std::map<std::string, std::vector<size_t>> children;
     for (size_t i = 1; i < rows.size(); ++i) {
@@ -876,7 +884,8 @@ class Ctl {
       if (i > 0) absl::SleepFor(delay);
       std::vector<GroupRow> rows;
       const grpc::Status status = ReadSubtree(inv.path, inv.flush, &rows);
-      if (!status.ok()) return PrintRpcError(absl::StrCat("top ", inv.path), status);
+      if (!status.ok())
+        return PrintRpcError(absl::StrCat("top ", inv.path), status);
       std::stable_sort(rows.begin(), rows.end(),
                        [](const GroupRow& a, const GroupRow& b) {
                          return a.stats.memory_current_bytes() >
@@ -913,8 +922,8 @@ class Ctl {
             &frame, "%-40s %10s %10s %10s %10s %8d %8d\n", row.path,
             HumanBytes(row.stats.memory_current_bytes()),
             HumanBytes(l.max_bytes()), HumanBytes(l.high_bytes()),
-            HumanBytes(row.stats.memory_peak_bytes()),
-            row.stats.events().max(), row.stats.events().oom());
+            HumanBytes(row.stats.memory_peak_bytes()), row.stats.events().max(),
+            row.stats.events().oom());
       }
       std::cout << frame << std::flush;
     }

@@ -38,8 +38,8 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target,
   if (own_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   const std::string ca = absl::GetFlag(FLAGS_tls_ca);
   if (ca.empty()) {
-    return grpc::CreateCustomChannel(
-        target, grpc::InsecureChannelCredentials(), args);
+    return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(),
+                                     args);
   }
   grpc::SslCredentialsOptions ssl;
   ssl.pem_root_certs = ReadFileOrEmpty(ca);

@@ -113,9 +113,9 @@ JsonWriter& JsonWriter::Null() {
 }
 
 const std::string& JsonWriter::str() const {
-  out_ = has_root_ ? root_.dump(indent_ > 0 ? indent_ : -1, ' ', false,
-                                kReplace)
-                   : std::string();
+  out_ = has_root_
+             ? root_.dump(indent_ > 0 ? indent_ : -1, ' ', false, kReplace)
+             : std::string();
   return out_;
 }
 

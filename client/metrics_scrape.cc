@@ -62,9 +62,8 @@ size_t AppendBody(char* ptr, size_t size, size_t nmemb, void* userdata) {
 // The status class of a failed transfer (see HttpGet's contract).
 absl::Status CurlError(CURLcode code, const char* detail,
                        absl::string_view url) {
-  const std::string message =
-      absl::StrCat("GET ", url, ": ", detail[0] != '\0' ? detail
-                                                         : curl_easy_strerror(code));
+  const std::string message = absl::StrCat(
+      "GET ", url, ": ", detail[0] != '\0' ? detail : curl_easy_strerror(code));
   switch (code) {
     case CURLE_PARTIAL_FILE:
     case CURLE_WEIRD_SERVER_REPLY:
@@ -187,9 +186,9 @@ absl::StatusOr<std::string> HttpGet(absl::string_view host_port,
   // Numeric loopback hosts only (plus "localhost"), so nothing ever leaves
   // the machine or goes to DNS.
   if (!IsLoopback(hp->host)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "metrics target \"", host_port,
-        "\": host must be \"localhost\" or a loopback address"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("metrics target \"", host_port,
+                     "\": host must be \"localhost\" or a loopback address"));
   }
   const std::string host = hp->host == "localhost" ? "127.0.0.1" : hp->host;
   const std::string url =

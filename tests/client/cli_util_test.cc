@@ -58,11 +58,19 @@ TEST(ParseSizeBytesTest, RejectsWhatTheKernelRefuses) {
   // number has no 8 or 9, "0x" needs a hex digit. Refused here although the
   // kernel takes them: "" (the kernel reads 0) and values past 2^64 - 1 (the
   // kernel wraps them).
-  for (const char* text :
-       {"", " ", "M", "12X", "-1", "+1", "1.5G", "1 G", "1GG", "1iB", "50MiB",
-        "64MB", "64mib", "100B", "MAX", "Max", "maximum", "08", "0x", "0xg",
-        "1KK", "18446744073709551616", "16777216T", "17179869184G", "16E",
-        "0x10000000000000000"}) {
+  for (const char* text : {"",          " ",
+                           "M",         "12X",
+                           "-1",        "+1",
+                           "1.5G",      "1 G",
+                           "1GG",       "1iB",
+                           "50MiB",     "64MB",
+                           "64mib",     "100B",
+                           "MAX",       "Max",
+                           "maximum",   "08",
+                           "0x",        "0xg",
+                           "1KK",       "18446744073709551616",
+                           "16777216T", "17179869184G",
+                           "16E",       "0x10000000000000000"}) {
     absl::StatusOr<uint64_t> got = ParseSizeBytes(text);
     EXPECT_FALSE(got.ok()) << "\"" << text << "\" parsed as " << *got;
     if (!got.ok()) {

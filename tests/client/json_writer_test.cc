@@ -24,14 +24,14 @@ TEST(JsonQuoteTest, EscapesQuotesBackslashesAndControls) {
 // nlohmann-json's error_handler_t::replace: each invalid byte becomes
 // U+FFFD, written as UTF-8.
 TEST(JsonQuoteTest, KeepsValidUtf8AndReplacesInvalidBytes) {
-  const std::string r = "\xEF\xBF\xBD";  // U+FFFD
+  const std::string r = "\xEF\xBF\xBD";                              // U+FFFD
   EXPECT_EQ(JsonQuote("64 \xC2\xB5s"), "\"64 \xC2\xB5s\"");          // µ
   EXPECT_EQ(JsonQuote("\xE2\x86\x92"), "\"\xE2\x86\x92\"");          // →
   EXPECT_EQ(JsonQuote("\xF0\x9F\x90\xA7"), "\"\xF0\x9F\x90\xA7\"");  // 4 bytes
   EXPECT_EQ(JsonQuote("a\xFFz"), "\"a" + r + "z\"");                 // stray
-  EXPECT_EQ(JsonQuote("\xC2"), "\"" + r + "\"");                      // cut
+  EXPECT_EQ(JsonQuote("\xC2"), "\"" + r + "\"");                     // cut
   EXPECT_EQ(JsonQuote("\xC0\xAF"), "\"" + r + r + "\"");             // overlong
-  EXPECT_EQ(JsonQuote("\xED\xA0\x80"), "\"" + r + r + r + "\"");    // surrogate
+  EXPECT_EQ(JsonQuote("\xED\xA0\x80"), "\"" + r + r + r + "\"");  // surrogate
   EXPECT_EQ(JsonQuote("\xF4\x90\x80\x80"),
             "\"" + r + r + r + r + "\"");  // past U+10FFFF
 }

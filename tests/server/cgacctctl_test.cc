@@ -53,8 +53,8 @@ class Ctl {
     std::vector<char*> argv;
     for (std::string& a : argv_strings) argv.push_back(a.data());
     argv.push_back(nullptr);
-    EXPECT_EQ(posix_spawn(&pid_, CGACCTCTL_PATH, &actions, nullptr,
-                          argv.data(), environ),
+    EXPECT_EQ(posix_spawn(&pid_, CGACCTCTL_PATH, &actions, nullptr, argv.data(),
+                          environ),
               0);
     posix_spawn_file_actions_destroy(&actions);
     close(out[1]);
@@ -100,11 +100,17 @@ class Ctl {
       char buf[4096];
       if (out_open && pfds[0].revents != 0) {
         const ssize_t n = read(out_, buf, sizeof(buf));
-        if (n <= 0) out_open = false; else out.append(buf, n);
+        if (n <= 0)
+          out_open = false;
+        else
+          out.append(buf, n);
       }
       if (err_open && pfds[1].revents != 0) {
         const ssize_t n = read(err_, buf, sizeof(buf));
-        if (n <= 0) err_open = false; else err.append(buf, n);
+        if (n <= 0)
+          err_open = false;
+        else
+          err.append(buf, n);
       }
     }
     int status = 0;
@@ -203,7 +209,9 @@ TEST_F(CgacctctlTest, VersionIsTheProjectsNotAbseilsDefault) {
   Ctl ctl({"--version"});
   EXPECT_EQ(ctl.Wait(), 0);
   EXPECT_TRUE(std::regex_match(
-      ctl.out, std::regex(R"(cgacctctl \d+\.\d+\.\d+ \(git ([0-9a-f]{12}|unknown)\)\n)")))
+      ctl.out,
+      std::regex(
+          R"(cgacctctl \d+\.\d+\.\d+ \(git ([0-9a-f]{12}|unknown)\)\n)")))
       << ctl.out;
   EXPECT_THAT(ctl.out, Not(HasSubstr("Debug build")));
 }
@@ -217,8 +225,7 @@ TEST_F(CgacctctlTest, UsageErrorsExit2WithOneLineAndSendNothing) {
   ExpectUsageError(Run({"set", "/a", "memory.max=64MB"}), "64MB");
   ExpectUsageError(Run({"set", "/a", "memory.max=-1"}), "-1");
   ExpectUsageError(Run({"set", "/a", "memory.max=MAX"}), "MAX");
-  ExpectUsageError(Run({"set", "/a", "memory.swap.max=1G"}),
-                   "memory.swap.max");
+  ExpectUsageError(Run({"set", "/a", "memory.swap.max=1G"}), "memory.swap.max");
   ExpectUsageError(Run({"set", "/a"}), "at least one");
   ExpectUsageError(Run({"set", "/a", "memory.max=1G", "memory.max=2G"}),
                    "more than once");
@@ -254,9 +261,9 @@ TEST_F(CgacctctlTest, SetTakesMemparseAndCatPrintsWhatTheFileWould) {
   EXPECT_EQ(Ok({"cat", "/memparse", "memory.current"}), "1048576\n");
   EXPECT_EQ(Ok({"cat", "/memparse", "memory.peak"}), "1048576\n");
   // --json: the files by name, numbers as numbers, "max" as a string.
-  const Json json = Json::parse(Ok(
-      {"--json", "cat", "/memparse", "memory.current", "memory.max",
-       "memory.events"}));
+  const Json json =
+      Json::parse(Ok({"--json", "cat", "/memparse", "memory.current",
+                      "memory.max", "memory.events"}));
   EXPECT_EQ(json["memory.current"], 1048576);
   EXPECT_EQ(json["memory.max"], "max");
   EXPECT_EQ(json["memory.events"]["oom"], 0);
@@ -298,8 +305,9 @@ TEST_F(CgacctctlTest, EventsRefusalsAndNotFound) {
   const std::string events = Ok({"events", "/small"});
   const std::vector<std::string> lines = Lines(events);
   ASSERT_EQ(lines.size(), 7u) << events;
-  const char* const kNames[] = {"low", "high", "max", "oom", "oom_kill",
-                                "oom_group_kill", "sock_throttled"};
+  const char* const kNames[] = {"low",           "high",     "max",
+                                "oom",           "oom_kill", "oom_group_kill",
+                                "sock_throttled"};
   for (size_t i = 0; i < 7; ++i) {
     EXPECT_THAT(lines[i], StartsWith(absl::StrCat(kNames[i], " "))) << events;
   }
@@ -415,8 +423,7 @@ TEST_F(CgacctctlTest, JsonOnInfoAndLs) {
   Ok({"create", "/ls"});
   Ok({"create", "/ls/one"});
   EXPECT_EQ(Ok({"ls", "/ls"}), "/ls/one\n");
-  EXPECT_EQ(Json::parse(Ok({"--json", "ls", "/ls"})),
-            Json::array({"/ls/one"}));
+  EXPECT_EQ(Json::parse(Ok({"--json", "ls", "/ls"})), Json::array({"/ls/one"}));
 }
 
 }  // namespace

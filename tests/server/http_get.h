@@ -33,13 +33,12 @@ inline std::string HttpGet(int port, const std::string& path,
     size_t end = headers.find("\r\n", start);
     if (end == std::string::npos) end = headers.size();
     if (end > start) {
-      list.reset(curl_slist_append(
-          list.release(), headers.substr(start, end - start).c_str()));
+      list.reset(curl_slist_append(list.release(),
+                                   headers.substr(start, end - start).c_str()));
     }
     start = end + 2;
   }
-  const std::string url =
-      "http://127.0.0.1:" + std::to_string(port) + path;
+  const std::string url = "http://127.0.0.1:" + std::to_string(port) + path;
   std::string response;
   CURL* h = curl.get();
   curl_easy_setopt(h, CURLOPT_URL, url.c_str());
