@@ -216,6 +216,20 @@ TEST_F(CgacctctlTest, VersionIsTheProjectsNotAbseilsDefault) {
   EXPECT_THAT(ctl.out, Not(HasSubstr("Debug build")));
 }
 
+// --help lists the commands and the exit status table (and exits 1, as every
+// Abseil program's --help does).
+TEST_F(CgacctctlTest, HelpHasTheCommandsAndTheExitStatusTable) {
+  Ctl ctl({"--help"});
+  EXPECT_EQ(ctl.Wait(), 1);
+  for (const char* text :
+       {"cat PATH FILE", "set PATH memory.max=SIZE", "reclaim PATH SIZE",
+        "events PATH", "tree [PATH]", "top [PATH]", "exit status: 0 ok",
+        "2 usage", "3 not found", "4 refused", "5 unavailable",
+        "1 anything else", "--json", "--iterations", "--delay"}) {
+    EXPECT_THAT(ctl.out, HasSubstr(text));
+  }
+}
+
 TEST_F(CgacctctlTest, UsageErrorsExit2WithOneLineAndSendNothing) {
   ExpectUsageError(Run({}), "missing command");
   ExpectUsageError(Run({"frobnicate", "/a"}), "unknown command \"frobnicate\"");
