@@ -112,11 +112,10 @@ JsonWriter& JsonWriter::Null() {
   return *this;
 }
 
-const std::string& JsonWriter::str() const {
-  out_ = has_root_
+std::string JsonWriter::str() const {
+  return has_root_
              ? root_.dump(indent_ > 0 ? indent_ : -1, ' ', false, kReplace)
              : std::string();
-  return out_;
 }
 
 }  // namespace cgacct::client

@@ -51,7 +51,7 @@ class JsonWriter {
   JsonWriter& Null();
 
   // The document, serialized; meaningful once every Begin has its End.
-  const std::string& str() const;
+  std::string str() const;
   // True when at least one value was written and every container is closed.
   bool complete() const { return stack_.empty() && has_root_; }
 
@@ -68,7 +68,6 @@ class JsonWriter {
   std::vector<nlohmann::ordered_json*> stack_;
   std::string pending_key_;
   bool has_key_ = false;
-  mutable std::string out_;  // str()'s cache
 };
 
 }  // namespace cgacct::client
