@@ -22,17 +22,35 @@
 #     GET (client/metrics_scrape.cc, tests/server/http_get.h) use libcurl
 #     instead of a hand-written HTTP client;
 #   - nlohmann-json3-dev: the clients' JSON (cgacct-load's reports, cgacctctl
-#     --json for cat/ls/tree/top) instead of a hand-written JSON writer.
+#     --json for cat/ls/tree/top) instead of a hand-written JSON writer;
+#   - prometheus (Debian's 2.42, with promtool), python3-yaml: the test
+#     command checks deploy/prometheus with promtool, starts a real
+#     Prometheus on loopback scraping a test cgacctd through the shipped
+#     scrape config and evaluates every dashboard/alert expression, and
+#     parses the Kubernetes manifests (tests/deploy).
+# CGACCT_DEPS=build installs only what building the three binaries needs
+# (no tests, benchmarks or tools): deploy/Dockerfile's build stage.
 set -euo pipefail
 
-packages=(
-  cmake g++ make pkg-config curl openssl clang-14 libclang-rt-14-dev
+# Building cgacctd, cgacctctl, cgacct-load (-DCGACCT_BUILD_TESTS=OFF).
+build_packages=(
+  cmake g++ make pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libabsl-dev prometheus-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev
-  libsqlite3-dev sqlite3
-  python3-grpcio python3-protobuf
+  libabsl-dev prometheus-cpp-dev libsqlite3-dev
   libcurl4-openssl-dev nlohmann-json3-dev
 )
+packages=(
+  "${build_packages[@]}"
+  curl openssl clang-14 libclang-rt-14-dev
+  libgtest-dev libgmock-dev libbenchmark-dev sqlite3
+  python3-grpcio python3-protobuf
+  prometheus python3-yaml
+)
+case "${CGACCT_DEPS:-all}" in
+  all) ;;
+  build) packages=("${build_packages[@]}") ;;
+  *) echo "cgacct: CGACCT_DEPS=${CGACCT_DEPS} (all or build)" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${packages[@]}"; do
