@@ -1,14 +1,17 @@
 #include "client/cli_util.h"
 
+#include <errno.h>  // program_invocation_short_name
+
 #include <algorithm>
 
 #include "absl/flags/usage_config.h"
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "cgacct_build_info.h"
 
 namespace cgacct::client {
 
@@ -67,48 +70,106 @@ absl::StatusOr<std::string> MetricsTargetFor(absl::string_view grpc_target,
   return JoinHostPort(hp->host, port);
 }
 
-absl::StatusOr<uint64_t> ParseSizeBytes(absl::string_view text) {
-  const absl::string_view original = text;
-  text = absl::StripAsciiWhitespace(text);
-  if (absl::AsciiStrToLower(text) == "max") return UINT64_MAX;
-  auto invalid = [&]() {
+namespace {
+
+// memparse(): simple_strtoull(text, &end, 0), then one optional suffix.
+// Returns the bytes, or an error naming `original`.
+absl::StatusOr<uint64_t> Memparse(absl::string_view text,
+                                  absl::string_view original) {
+  auto invalid = [&](absl::string_view why) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "invalid size \"", original,
-        "\": expected \"max\" or a byte count with an optional K/M/G/T "
-        "suffix"));
+        "invalid size \"", original, "\": ", why,
+        " (the kernel's memparse() takes a number, decimal, 0x hex or 0 "
+        "octal, with one optional K/M/G/T/P/E suffix)"));
   };
-  size_t digits = 0;
-  while (digits < text.size() && absl::ascii_isdigit(text[digits])) ++digits;
-  if (digits == 0) return invalid();
+  if (text.empty()) return invalid("empty");
+  // _parse_integer_fixup_radix(): "0x" followed by a hex digit is base 16,
+  // a leading "0" base 8, anything else base 10.
+  int base = 10;
+  size_t i = 0;
+  if (text[0] == '0') {
+    if (text.size() > 2 && (text[1] == 'x' || text[1] == 'X') &&
+        absl::ascii_isxdigit(text[2])) {
+      base = 16;
+      i = 2;
+    } else {
+      base = 8;
+    }
+  }
+  const size_t digits_start = i;
   uint64_t value = 0;
-  if (!absl::SimpleAtoi(text.substr(0, digits), &value)) return invalid();
-  std::string suffix = absl::AsciiStrToLower(text.substr(digits));
-  // Accept "K", "KB", "Ki", "KiB" (all binary, like the kernel's memparse).
-  if (!suffix.empty() && suffix.back() == 'b') suffix.pop_back();
-  if (suffix.size() == 2 && suffix.back() == 'i') suffix.pop_back();
+  for (; i < text.size(); ++i) {
+    const char c = text[i];
+    int digit = 0;
+    if (absl::ascii_isdigit(c)) {
+      digit = c - '0';
+    } else if (absl::ascii_isalpha(c)) {
+      digit = absl::ascii_tolower(c) - 'a' + 10;
+    } else {
+      break;
+    }
+    if (digit >= base) break;
+    if (value > (UINT64_MAX - static_cast<uint64_t>(digit)) /
+                    static_cast<uint64_t>(base)) {
+      return invalid("does not fit in 64 bits");
+    }
+    value = value * static_cast<uint64_t>(base) + static_cast<uint64_t>(digit);
+  }
+  if (i == digits_start) return invalid("no digits");
   int shift = 0;
-  if (suffix.empty()) {
-    shift = 0;
-  } else if (suffix == "k") {
-    shift = 10;
-  } else if (suffix == "m") {
-    shift = 20;
-  } else if (suffix == "g") {
-    shift = 30;
-  } else if (suffix == "t") {
-    shift = 40;
-  } else {
-    return invalid();
+  if (i < text.size()) {
+    switch (absl::ascii_tolower(text[i])) {
+      case 'e':
+        shift = 60;
+        break;
+      case 'p':
+        shift = 50;
+        break;
+      case 't':
+        shift = 40;
+        break;
+      case 'g':
+        shift = 30;
+        break;
+      case 'm':
+        shift = 20;
+        break;
+      case 'k':
+        shift = 10;
+        break;
+      default:
+        break;
+    }
+    if (shift > 0) ++i;
+  }
+  if (i != text.size()) {
+    return invalid(absl::StrCat("trailing \"", text.substr(i), "\""));
   }
   if (shift > 0 && value > (UINT64_MAX >> shift)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("size \"", original, "\" does not fit in 64 bits"));
+    return invalid("does not fit in 64 bits");
   }
   return value << shift;
 }
 
+}  // namespace
+
+absl::StatusOr<uint64_t> ParseSizeBytes(absl::string_view text) {
+  const absl::string_view stripped = absl::StripAsciiWhitespace(text);
+  if (stripped == "max") return UINT64_MAX;
+  return Memparse(stripped, text);
+}
+
+absl::StatusOr<uint64_t> ParseMemparseBytes(absl::string_view text) {
+  return Memparse(absl::StripAsciiWhitespace(text), text);
+}
+
 std::string FormatSizeBytes(uint64_t bytes) {
   return bytes == UINT64_MAX ? std::string("max") : absl::StrCat(bytes);
+}
+
+std::string VersionText(absl::string_view program) {
+  return absl::StrCat(program, " ", kCgacctVersion, " (git ",
+                      kCgacctGitRevision, ")\n");
 }
 
 bool AbslParseFlag(absl::string_view text, ByteSize* out, std::string* error) {
@@ -132,6 +193,9 @@ void ShowOwnFlagsInHelp() {
   };
   config.contains_help_flags = own;
   config.contains_helpshort_flags = own;
+  config.version_string = [] {
+    return VersionText(program_invocation_short_name);
+  };
   absl::SetFlagsUsageConfig(config);
 }
 

@@ -34,21 +34,36 @@ std::string JoinHostPort(absl::string_view host, uint16_t port);
 absl::StatusOr<std::string> MetricsTargetFor(
     absl::string_view grpc_target, uint16_t port = kDefaultMetricsPort);
 
-// Parses a size in bytes the way cgroup v2 limit files are written: "max"
-// (returns UINT64_MAX, the wire's "max"), or a decimal number with an optional
-// binary suffix K, M, G or T (case-insensitive, optionally followed by "i"
-// and/or "B": "64M", "64MiB", "4096"). Errors: INVALID_ARGUMENT when malformed
-// or when the value does not fit in 64 bits.
+// Parses a size in bytes exactly as the kernel parses a write to a memcg
+// limit file: page_counter_memparse() (mm/page_counter.c) over memparse()
+// (lib/cmdline.c). Surrounding whitespace is stripped (strstrip()); "max"
+// (case-sensitive, as strcmp() compares it) returns UINT64_MAX, the wire's
+// "max"; otherwise simple_strtoull() with base 0 -- "0x1000" is hex, "0755"
+// octal, "4096" decimal -- followed by at most one suffix K, M, G, T, P or E
+// (either case, binary: K = 2^10 ... E = 2^60), and nothing after it: "50M"
+// and "1P" are accepted, "50MiB", "50MB", "1.5G", "-1" and "0x" are not
+// (EINVAL in the kernel). Two deliberate differences, both refusals of input
+// the kernel takes silently: "" (the kernel reads 0) and values past 2^64 - 1
+// (the kernel wraps them). Errors: INVALID_ARGUMENT naming the text.
 absl::StatusOr<uint64_t> ParseSizeBytes(absl::string_view text);
+
+// memparse() alone, as memory.reclaim parses its write: the same number and
+// suffix rules as ParseSizeBytes, but "max" is not a size (EINVAL).
+absl::StatusOr<uint64_t> ParseMemparseBytes(absl::string_view text);
 
 // "max" for UINT64_MAX, the decimal byte count otherwise.
 std::string FormatSizeBytes(uint64_t bytes);
 
 // Makes --help and --helpshort list this program's own flags (Abseil's
 // default lists only flags defined in a file named after the program, which
-// none of ours is) and leaves Abseil's built-in flags to --helpfull. Call
-// before absl::ParseCommandLine().
+// none of ours is) and leaves Abseil's built-in flags to --helpfull; makes
+// --version print "PROGRAM VERSION (git REVISION)" (the CMake project version
+// and the git revision configured at build time, "unknown" outside git)
+// instead of Abseil's default. Call before absl::ParseCommandLine().
 void ShowOwnFlagsInHelp();
+
+// "PROGRAM VERSION (git REVISION)\n", what --version prints.
+std::string VersionText(absl::string_view program);
 
 // A byte-size flag value: `ABSL_FLAG(ByteSize, hog_max_bytes, ...)` accepts
 // everything ParseSizeBytes does.

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "absl/flags/flag.h"
+#include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 
@@ -37,8 +38,8 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target,
   if (own_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   const std::string ca = absl::GetFlag(FLAGS_tls_ca);
   if (ca.empty()) {
-    return grpc::CreateCustomChannel(
-        target, grpc::InsecureChannelCredentials(), args);
+    return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(),
+                                     args);
   }
   grpc::SslCredentialsOptions ssl;
   ssl.pem_root_certs = ReadFileOrEmpty(ca);
@@ -74,51 +75,17 @@ std::chrono::system_clock::time_point DeadlineAfter(absl::Duration timeout) {
   return absl::ToChronoTime(absl::Now() + timeout);
 }
 
-absl::string_view StatusCodeName(grpc::StatusCode code) {
-  switch (code) {
-    case grpc::StatusCode::OK:
-      return "OK";
-    case grpc::StatusCode::CANCELLED:
-      return "CANCELLED";
-    case grpc::StatusCode::UNKNOWN:
-      return "UNKNOWN";
-    case grpc::StatusCode::INVALID_ARGUMENT:
-      return "INVALID_ARGUMENT";
-    case grpc::StatusCode::DEADLINE_EXCEEDED:
-      return "DEADLINE_EXCEEDED";
-    case grpc::StatusCode::NOT_FOUND:
-      return "NOT_FOUND";
-    case grpc::StatusCode::ALREADY_EXISTS:
-      return "ALREADY_EXISTS";
-    case grpc::StatusCode::PERMISSION_DENIED:
-      return "PERMISSION_DENIED";
-    case grpc::StatusCode::UNAUTHENTICATED:
-      return "UNAUTHENTICATED";
-    case grpc::StatusCode::RESOURCE_EXHAUSTED:
-      return "RESOURCE_EXHAUSTED";
-    case grpc::StatusCode::FAILED_PRECONDITION:
-      return "FAILED_PRECONDITION";
-    case grpc::StatusCode::ABORTED:
-      return "ABORTED";
-    case grpc::StatusCode::OUT_OF_RANGE:
-      return "OUT_OF_RANGE";
-    case grpc::StatusCode::UNIMPLEMENTED:
-      return "UNIMPLEMENTED";
-    case grpc::StatusCode::INTERNAL:
-      return "INTERNAL";
-    case grpc::StatusCode::UNAVAILABLE:
-      return "UNAVAILABLE";
-    case grpc::StatusCode::DATA_LOSS:
-      return "DATA_LOSS";
-    default:
-      return "UNKNOWN_CODE";
-  }
+std::string StatusCodeName(grpc::StatusCode code) {
+  // grpc::StatusCode and absl::StatusCode are both google.rpc.Code.
+  std::string name =
+      absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
+  return name.empty() ? absl::StrCat("CODE_", static_cast<int>(code)) : name;
 }
 
 std::string FormatStatus(const grpc::Status& status) {
   if (status.error_message().empty() ||
       status.error_message() == StatusCodeName(status.error_code())) {
-    return std::string(StatusCodeName(status.error_code()));
+    return StatusCodeName(status.error_code());
   }
   return absl::StrCat(StatusCodeName(status.error_code()), ": ",
                       status.error_message());

@@ -40,8 +40,10 @@ absl::Status WaitForConnected(grpc::Channel& channel, absl::string_view target,
 // takes.
 std::chrono::system_clock::time_point DeadlineAfter(absl::Duration timeout);
 
-// The canonical name of a status code ("RESOURCE_EXHAUSTED").
-absl::string_view StatusCodeName(grpc::StatusCode code);
+// The canonical name of a status code ("RESOURCE_EXHAUSTED"), as
+// absl::StatusCodeToString() spells it; "CODE_N" for a number outside
+// google.rpc.Code.
+std::string StatusCodeName(grpc::StatusCode code);
 
 // "CODE: message" (or just "CODE" when the message is empty).
 std::string FormatStatus(const grpc::Status& status);

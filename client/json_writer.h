@@ -1,4 +1,7 @@
-// A small streaming JSON writer for the load client's --json report.
+// The load client's --json reports, written through nlohmann-json (Debian's
+// nlohmann-json3-dev): this file is only the fluent Begin/Key/End front end
+// the reports were written against; quoting, escaping, UTF-8 checking and
+// layout are nlohmann::ordered_json's (keys keep the order written).
 //
 // Thread safety: JsonWriter is thread-compatible.
 #ifndef CGACCT_CLIENT_JSON_WRITER_H_
@@ -9,19 +12,22 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
+#include "nlohmann/json.hpp"
 
 namespace cgacct::client {
 
-// Returns `text` as a quoted JSON string (RFC 8259): '"', '\\' and control
-// characters are escaped, invalid UTF-8 bytes become U+FFFD, everything else
-// is copied as is.
+// Returns `text` as a quoted JSON string (RFC 8259), by nlohmann-json: '"',
+// '\\' and control characters are escaped, each invalid UTF-8 byte becomes
+// U+FFFD (written as UTF-8), everything else is copied as is.
 std::string JsonQuote(absl::string_view text);
 
-// Builds one JSON document, pretty-printed with `indent` spaces per level (0:
-// one line). Inside an object every value must be preceded by Key(); commas
-// and indentation are inserted automatically. Non-finite doubles are written
-// as null (JSON has no NaN or Infinity). Misuse (a value without a key inside
-// an object, unbalanced End*) is a programming error caught by assert().
+// Builds one JSON document (an nlohmann::ordered_json), pretty-printed with
+// `indent` spaces per level (0: one line). Inside an object every value must
+// be preceded by Key(). Doubles keep 15 significant digits (the old writer's
+// "%.15g", so reports read the same) and integral ones print without ".0";
+// non-finite doubles are written as null (JSON has no NaN or Infinity).
+// Misuse (a value without a key inside an object, unbalanced End*) is a
+// programming error caught by assert().
 //
 //   JsonWriter w;
 //   w.BeginObject().Key("reads").Uint(12).Key("path").String("/a").EndObject();
@@ -44,26 +50,24 @@ class JsonWriter {
   JsonWriter& Bool(bool value);
   JsonWriter& Null();
 
-  // The document written so far; complete once every Begin has its End.
-  const std::string& str() const { return out_; }
+  // The document, serialized; meaningful once every Begin has its End.
+  std::string str() const;
   // True when at least one value was written and every container is closed.
-  bool complete() const { return stack_.empty() && !out_.empty(); }
+  bool complete() const { return stack_.empty() && has_root_; }
 
  private:
-  struct Level {
-    bool is_object = false;
-    int nr_items = 0;
-    bool has_key = false;  // objects: Key() written, value pending
-  };
-
-  // Writes the separator and indentation that precede a value or key.
-  void BeforeValue();
-  void BeforeKeyOrEnd(bool is_end);
-  void NewLine(size_t depth);
+  // Adds `value` where the document is: the root, the open array, or the
+  // open object under the pending Key(). Returns the stored value.
+  nlohmann::ordered_json& Add(nlohmann::ordered_json value);
 
   const int indent_;
-  std::string out_;
-  std::vector<Level> stack_;
+  nlohmann::ordered_json root_;
+  bool has_root_ = false;
+  // The open containers, innermost last (pointers into root_; stable, as
+  // only the innermost container grows).
+  std::vector<nlohmann::ordered_json*> stack_;
+  std::string pending_key_;
+  bool has_key_ = false;
 };
 
 }  // namespace cgacct::client

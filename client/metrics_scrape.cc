@@ -1,17 +1,14 @@
 #include "client/metrics_scrape.h"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
-#include <netdb.h>
+#include <curl/curl.h>
 #include <netinet/in.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
-#include <cerrno>
+#include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
+#include <memory>
+#include <mutex>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
@@ -25,191 +22,62 @@
 namespace cgacct::client {
 namespace {
 
-// Closes a file descriptor on scope exit.
-class ScopedFd {
- public:
-  explicit ScopedFd(int fd) : fd_(fd) {}
-  ~ScopedFd() {
-    if (fd_ >= 0) close(fd_);
+bool IsLoopback(absl::string_view host) {
+  if (host == "localhost") return true;
+  in_addr v4{};
+  if (inet_pton(AF_INET, std::string(host).c_str(), &v4) == 1) {
+    return (ntohl(v4.s_addr) >> 24) == 127;
   }
-  ScopedFd(const ScopedFd&) = delete;
-  ScopedFd& operator=(const ScopedFd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
-absl::Status ErrnoError(absl::string_view what, int err) {
-  return absl::UnavailableError(absl::StrCat(what, ": ", std::strerror(err)));
-}
-
-bool IsLoopback(const sockaddr* addr) {
-  if (addr->sa_family == AF_INET) {
-    const auto* in = reinterpret_cast<const sockaddr_in*>(addr);
-    return (ntohl(in->sin_addr.s_addr) >> 24) == 127;
-  }
-  if (addr->sa_family == AF_INET6) {
-    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(addr);
-    return IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr);
+  in6_addr v6{};
+  if (inet_pton(AF_INET6, std::string(host).c_str(), &v6) == 1) {
+    return IN6_IS_ADDR_LOOPBACK(&v6);
   }
   return false;
 }
 
-// Milliseconds left until `deadline`, for poll(); at least 0.
-int PollTimeoutMs(absl::Time deadline) {
-  const absl::Duration left = deadline - absl::Now();
-  if (left <= absl::ZeroDuration()) return 0;
-  return static_cast<int>(
-      std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1, 60'000));
+// libcurl's global state, set up once (curl_global_init() is not
+// thread-safe in every libcurl build; call_once makes it so).
+void InitCurlOnce() {
+  static std::once_flag once;
+  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
 }
 
-// Waits until `fd` is ready for `events` or the deadline passes.
-absl::Status WaitFd(int fd, short events, absl::Time deadline,
-                    absl::string_view what) {
-  while (true) {
-    pollfd pfd{fd, events, 0};
-    const int n = poll(&pfd, 1, PollTimeoutMs(deadline));
-    if (n > 0) return absl::OkStatus();
-    if (n == 0) {
-      if (absl::Now() >= deadline) {
-        return absl::UnavailableError(absl::StrCat(what, ": timed out"));
-      }
-      continue;
-    }
-    if (errno != EINTR) return ErrnoError(what, errno);
+struct Body {
+  std::string data;
+  size_t max_bytes = 0;
+  bool too_large = false;
+};
+
+size_t AppendBody(char* ptr, size_t size, size_t nmemb, void* userdata) {
+  Body* body = static_cast<Body*>(userdata);
+  const size_t n = size * nmemb;
+  if (body->data.size() + n > body->max_bytes) {
+    body->too_large = true;
+    return 0;  // aborts the transfer with CURLE_WRITE_ERROR
   }
+  body->data.append(ptr, n);
+  return n;
 }
 
-// Connects a non-blocking TCP socket to a loopback `host_port`.
-absl::StatusOr<int> ConnectLoopback(absl::string_view host_port,
-                                    absl::Time deadline) {
-  absl::StatusOr<HostPort> hp = SplitHostPort(host_port);
-  if (!hp.ok()) return hp.status();
-  // Numeric hosts only (plus "localhost"), so nothing ever goes to DNS.
-  const std::string host = hp->host == "localhost" ? "127.0.0.1" : hp->host;
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
-  addrinfo* result = nullptr;
-  const std::string port = absl::StrCat(hp->port);
-  if (getaddrinfo(host.c_str(), port.c_str(), &hints, &result) != 0 ||
-      result == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("metrics target \"", host_port,
-                     "\": host must be \"localhost\" or a loopback address"));
+// The status class of a failed transfer (see HttpGet's contract).
+absl::Status CurlError(CURLcode code, const char* detail,
+                       absl::string_view url) {
+  const std::string message = absl::StrCat(
+      "GET ", url, ": ", detail[0] != '\0' ? detail : curl_easy_strerror(code));
+  switch (code) {
+    case CURLE_PARTIAL_FILE:
+    case CURLE_WEIRD_SERVER_REPLY:
+    case CURLE_BAD_CONTENT_ENCODING:
+    case CURLE_RECV_ERROR:
+      // A body cut short or malformed HTTP; RECV_ERROR is a reset while
+      // reading, i.e. a lost body.
+      return code == CURLE_RECV_ERROR ? absl::UnavailableError(message)
+                                      : absl::DataLossError(message);
+    case CURLE_URL_MALFORMAT:
+      return absl::InvalidArgumentError(message);
+    default:
+      return absl::UnavailableError(message);
   }
-  sockaddr_storage addr{};
-  const socklen_t addr_len = result->ai_addrlen;
-  std::memcpy(&addr, result->ai_addr, addr_len);
-  const int family = result->ai_family;
-  freeaddrinfo(result);
-  if (!IsLoopback(reinterpret_cast<const sockaddr*>(&addr))) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("metrics target \"", host_port,
-                     "\" is not a loopback address; only loopback is scraped"));
-  }
-  const int fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return ErrnoError("socket", errno);
-  if (connect(fd, reinterpret_cast<const sockaddr*>(&addr), addr_len) != 0 &&
-      errno != EINPROGRESS) {
-    const int err = errno;
-    close(fd);
-    return ErrnoError(absl::StrCat("connect to ", host_port), err);
-  }
-  absl::Status ready =
-      WaitFd(fd, POLLOUT, deadline, absl::StrCat("connect to ", host_port));
-  int err = 0;
-  socklen_t err_len = sizeof(err);
-  if (ready.ok() && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &err_len) == 0 &&
-      err != 0) {
-    ready = ErrnoError(absl::StrCat("connect to ", host_port), err);
-  }
-  if (!ready.ok()) {
-    close(fd);
-    return ready;
-  }
-  return fd;
-}
-
-// Decodes a chunked transfer-encoded body (RFC 9112 §7.1); trailers ignored.
-absl::StatusOr<std::string> DecodeChunked(absl::string_view body) {
-  std::string out;
-  while (true) {
-    const size_t eol = body.find("\r\n");
-    if (eol == absl::string_view::npos) {
-      return absl::DataLossError("chunked body: missing chunk size line");
-    }
-    absl::string_view size_text = body.substr(0, eol);
-    size_text = size_text.substr(0, size_text.find(';'));  // extensions
-    size_text = absl::StripAsciiWhitespace(size_text);
-    uint64_t size = 0;
-    if (size_text.empty() || size_text.size() > 15 ||
-        !absl::SimpleHexAtoi(size_text, &size)) {
-      return absl::DataLossError("chunked body: bad chunk size");
-    }
-    body.remove_prefix(eol + 2);
-    if (size == 0) return out;
-    if (body.size() < size + 2 || body.substr(size, 2) != "\r\n") {
-      return absl::DataLossError("chunked body: truncated chunk");
-    }
-    out.append(body.data(), size);
-    body.remove_prefix(size + 2);
-  }
-}
-
-// Splits a raw HTTP/1.x response into its body, checking the status.
-// `response` is everything read until the server closed the connection.
-absl::StatusOr<std::string> ParseHttpResponse(absl::string_view response) {
-  const size_t header_end = response.find("\r\n\r\n");
-  if (header_end == absl::string_view::npos) {
-    return absl::DataLossError("HTTP response without a complete header");
-  }
-  std::vector<absl::string_view> lines =
-      absl::StrSplit(response.substr(0, header_end), "\r\n");
-  // "HTTP/1.1 200 OK"
-  std::vector<absl::string_view> status_parts =
-      absl::StrSplit(lines[0], absl::MaxSplits(' ', 2));
-  int status = 0;
-  if (status_parts.size() < 2 || !absl::StartsWith(status_parts[0], "HTTP/") ||
-      !absl::SimpleAtoi(status_parts[1], &status)) {
-    return absl::DataLossError(
-        absl::StrCat("malformed HTTP status line \"", lines[0], "\""));
-  }
-  if (status != 200) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("HTTP status \"", lines[0], "\""));
-  }
-  bool chunked = false;
-  std::optional<uint64_t> content_length;
-  for (size_t i = 1; i < lines.size(); ++i) {
-    const size_t colon = lines[i].find(':');
-    if (colon == absl::string_view::npos) continue;
-    const std::string name = absl::AsciiStrToLower(lines[i].substr(0, colon));
-    const absl::string_view value =
-        absl::StripAsciiWhitespace(lines[i].substr(colon + 1));
-    if (name == "transfer-encoding") {
-      chunked = absl::StrContains(absl::AsciiStrToLower(value), "chunked");
-    } else if (name == "content-length") {
-      uint64_t length = 0;
-      if (!absl::SimpleAtoi(value, &length)) {
-        return absl::DataLossError("malformed Content-Length");
-      }
-      content_length = length;
-    }
-  }
-  absl::string_view body = response.substr(header_end + 4);
-  if (chunked) return DecodeChunked(body);
-  if (content_length.has_value()) {
-    if (body.size() < *content_length) {
-      return absl::DataLossError(
-          absl::StrCat("HTTP body truncated: ", body.size(), " of ",
-                       *content_length, " bytes"));
-    }
-    return std::string(body.substr(0, *content_length));
-  }
-  return std::string(body);
 }
 
 // Parses a sample value: a float, or NaN / +Inf / -Inf as the format writes.
@@ -313,54 +181,56 @@ absl::StatusOr<std::string> HttpGet(absl::string_view host_port,
     return absl::InvalidArgumentError(
         absl::StrCat("bad HTTP path \"", path, "\""));
   }
-  const absl::Time deadline = absl::Now() + timeout;
-  absl::StatusOr<int> fd_or = ConnectLoopback(host_port, deadline);
-  if (!fd_or.ok()) return fd_or.status();
-  ScopedFd fd(*fd_or);
-
-  // HTTP/1.0 with Connection: close: the server ends the body by closing, and
-  // there is no keep-alive state to manage. No Accept-Encoding: plain text.
-  const std::string request =
-      absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: ", host_port,
-                   "\r\nAccept: text/plain\r\nConnection: close\r\n\r\n");
-  size_t sent = 0;
-  while (sent < request.size()) {
-    absl::Status ready = WaitFd(fd.get(), POLLOUT, deadline, "HTTP send");
-    if (!ready.ok()) return ready;
-    const ssize_t n = send(fd.get(), request.data() + sent,
-                           request.size() - sent, MSG_NOSIGNAL);
-    if (n < 0) {
-      if (errno == EINTR || errno == EAGAIN) continue;
-      return ErrnoError("HTTP send", errno);
-    }
-    sent += static_cast<size_t>(n);
+  absl::StatusOr<HostPort> hp = SplitHostPort(host_port);
+  if (!hp.ok()) return hp.status();
+  // Numeric loopback hosts only (plus "localhost"), so nothing ever leaves
+  // the machine or goes to DNS.
+  if (!IsLoopback(hp->host)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("metrics target \"", host_port,
+                     "\": host must be \"localhost\" or a loopback address"));
   }
+  const std::string host = hp->host == "localhost" ? "127.0.0.1" : hp->host;
+  const std::string url =
+      absl::StrCat("http://", JoinHostPort(host, hp->port), path);
 
-  std::string response;
-  char buf[16384];
-  // Headers are small; allow them on top of the body limit.
-  const size_t max_response_bytes = max_body_bytes + 64 * 1024;
-  while (true) {
-    absl::Status ready = WaitFd(fd.get(), POLLIN, deadline, "HTTP receive");
-    if (!ready.ok()) return ready;
-    const ssize_t n = recv(fd.get(), buf, sizeof(buf), 0);
-    if (n < 0) {
-      if (errno == EINTR || errno == EAGAIN) continue;
-      return ErrnoError("HTTP receive", errno);
-    }
-    if (n == 0) break;  // server closed: the response is complete
-    response.append(buf, static_cast<size_t>(n));
-    if (response.size() > max_response_bytes) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "HTTP response larger than ", max_response_bytes, " bytes"));
-    }
-  }
-  absl::StatusOr<std::string> body = ParseHttpResponse(response);
-  if (body.ok() && body->size() > max_body_bytes) {
+  InitCurlOnce();
+  std::unique_ptr<CURL, void (*)(CURL*)> curl(curl_easy_init(),
+                                              curl_easy_cleanup);
+  if (curl == nullptr) return absl::InternalError("curl_easy_init failed");
+  Body body;
+  body.max_bytes = max_body_bytes;
+  char error[CURL_ERROR_SIZE] = {0};
+  CURL* h = curl.get();
+  curl_easy_setopt(h, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http");
+  curl_easy_setopt(h, CURLOPT_NOPROXY, "*");  // never through a proxy
+  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);  // thread-safe timeouts
+  curl_easy_setopt(h, CURLOPT_TIMEOUT_MS,
+                   static_cast<long>(std::max<int64_t>(
+                       1, absl::ToInt64Milliseconds(timeout))));
+  curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
+  curl_easy_setopt(h, CURLOPT_ERRORBUFFER, error);
+  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, AppendBody);
+  curl_easy_setopt(h, CURLOPT_WRITEDATA, &body);
+  curl_easy_setopt(h, CURLOPT_MAXFILESIZE_LARGE,
+                   static_cast<curl_off_t>(max_body_bytes));
+  std::unique_ptr<curl_slist, void (*)(curl_slist*)> headers(
+      curl_slist_append(nullptr, "Accept: text/plain"), curl_slist_free_all);
+  curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers.get());
+  const CURLcode code = curl_easy_perform(h);
+  if (body.too_large || code == CURLE_FILESIZE_EXCEEDED) {
     return absl::ResourceExhaustedError(
         absl::StrCat("HTTP body larger than ", max_body_bytes, " bytes"));
   }
-  return body;
+  if (code != CURLE_OK) return CurlError(code, error, url);
+  long status = 0;
+  curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+  if (status != 200) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("GET ", url, ": HTTP status ", status));
+  }
+  return std::move(body.data);
 }
 
 absl::StatusOr<std::vector<MetricSample>> ParseMetricsText(

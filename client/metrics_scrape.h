@@ -1,5 +1,5 @@
-// Reading the server's Prometheus /metrics endpoint without an HTTP library:
-// a blocking HTTP/1.0 GET over a plain TCP socket, and a parser for the
+// Reading the server's Prometheus /metrics endpoint: a blocking HTTP GET
+// through libcurl (Debian's libcurl4-openssl-dev), and a parser for the
 // Prometheus text exposition format (version 0.0.4).
 //
 // Thread safety: all functions are thread-safe (no shared state).
@@ -20,12 +20,14 @@ namespace cgacct::client {
 // Fetches http://host_port/path and returns the response body. `host_port` is
 // "HOST:PORT" or "[V6]:PORT" and must name the loopback interface
 // ("localhost", 127.0.0.0/8 or ::1): the load client never sends requests off
-// the machine. Handles Content-Length, chunked and close-delimited bodies.
-// Blocks for at most `timeout` in total.
+// the machine (no DNS, no proxy). HTTP/1.1 through libcurl, which handles
+// Content-Length, chunked and close-delimited bodies; no Accept-Encoding, so
+// the body is plain text. Blocks for at most `timeout` in total.
 // Errors: INVALID_ARGUMENT (malformed or non-loopback target), UNAVAILABLE
-// (connect/read failed, or timed out), RESOURCE_EXHAUSTED (body over
-// `max_body_bytes`), DATA_LOSS (malformed HTTP), FAILED_PRECONDITION (HTTP
-// status other than 200).
+// (connect/read failed, connection reset, or timed out), RESOURCE_EXHAUSTED
+// (body over `max_body_bytes`), DATA_LOSS (body shorter than its
+// Content-Length, malformed HTTP), FAILED_PRECONDITION (HTTP status other
+// than 200). Messages carry libcurl's error text.
 absl::StatusOr<std::string> HttpGet(absl::string_view host_port,
                                     absl::string_view path,
                                     absl::Duration timeout,

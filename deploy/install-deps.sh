@@ -19,7 +19,12 @@
 #     request ids survive restarts); sqlite3: the tests check the store file
 #     with SQLite's own integrity_check;
 #   - python3-grpcio, python3-protobuf: the test command drives cgacctd from
-#     Python over stubs it generates from the proto (tests/python).
+#     Python over stubs it generates from the proto (tests/python);
+#   - libcurl4-openssl-dev: cgacct-load's /metrics scrape and the tests' HTTP
+#     GET (client/metrics_scrape.cc, tests/server/http_get.h) use libcurl
+#     instead of a hand-written HTTP client;
+#   - nlohmann-json3-dev: the clients' JSON (cgacct-load's reports, cgacctctl
+#     --json for cat/ls/tree/top) instead of a hand-written JSON writer;
 #   - prometheus (Debian's 2.42; Debian ships promtool only in it),
 #     python3-yaml: `promtool check metrics` lints a live scrape of cgacctd
 #     (tests/server/promtool_test); the test command checks deploy/prometheus
@@ -36,6 +41,7 @@ build_packages=(
   cmake g++ make pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev libsqlite3-dev
+  libcurl4-openssl-dev nlohmann-json3-dev
 )
 packages=(
   "${build_packages[@]}"

@@ -21,17 +21,19 @@ TEST(JsonQuoteTest, EscapesQuotesBackslashesAndControls) {
   EXPECT_EQ(JsonQuote(std::string("nul\0x", 5)), "\"nul\\u0000x\"");
 }
 
+// nlohmann-json's error_handler_t::replace: each invalid byte becomes
+// U+FFFD, written as UTF-8.
 TEST(JsonQuoteTest, KeepsValidUtf8AndReplacesInvalidBytes) {
+  const std::string r = "\xEF\xBF\xBD";                              // U+FFFD
   EXPECT_EQ(JsonQuote("64 \xC2\xB5s"), "\"64 \xC2\xB5s\"");          // µ
   EXPECT_EQ(JsonQuote("\xE2\x86\x92"), "\"\xE2\x86\x92\"");          // →
   EXPECT_EQ(JsonQuote("\xF0\x9F\x90\xA7"), "\"\xF0\x9F\x90\xA7\"");  // 4 bytes
-  EXPECT_EQ(JsonQuote("a\xFFz"), "\"a\\ufffdz\"");                   // stray
-  EXPECT_EQ(JsonQuote("\xC2"), "\"\\ufffd\"");                       // cut
-  EXPECT_EQ(JsonQuote("\xC0\xAF"), "\"\\ufffd\\ufffd\"");            // overlong
-  EXPECT_EQ(JsonQuote("\xED\xA0\x80"),
-            "\"\\ufffd\\ufffd\\ufffd\"");  // surrogate
+  EXPECT_EQ(JsonQuote("a\xFFz"), "\"a" + r + "z\"");                 // stray
+  EXPECT_EQ(JsonQuote("\xC2"), "\"" + r + "\"");                     // cut
+  EXPECT_EQ(JsonQuote("\xC0\xAF"), "\"" + r + r + "\"");             // overlong
+  EXPECT_EQ(JsonQuote("\xED\xA0\x80"), "\"" + r + r + r + "\"");  // surrogate
   EXPECT_EQ(JsonQuote("\xF4\x90\x80\x80"),
-            "\"\\ufffd\\ufffd\\ufffd\\ufffd\"");  // past U+10FFFF
+            "\"" + r + r + r + r + "\"");  // past U+10FFFF
 }
 
 TEST(JsonWriterTest, CompactDocument) {
@@ -84,8 +86,14 @@ TEST(JsonWriterTest, Doubles) {
   w.Double(0.5).Double(12345678.9).Double(1e20).Double(-0.25).Double(0);
   w.Double(std::nan("")).Double(std::numeric_limits<double>::infinity());
   w.Double(-std::numeric_limits<double>::infinity());
+  // 15 significant digits, integral values without ".0", small ones as
+  // "%.15g" writes them: the reports read as they did before nlohmann-json.
+  w.Double(100).Double(0.1 + 0.2).Double(1e-5).Double(0.0001);
+  w.Double(1234567.1234567891);
   w.EndArray();
-  EXPECT_EQ(w.str(), "[0.5,12345678.9,1e+20,-0.25,0,null,null,null]");
+  EXPECT_EQ(w.str(),
+            "[0.5,12345678.9,1e+20,-0.25,0,null,null,null,100,0.3,1e-05,0.0001,"
+            "1234567.12345679]");
 }
 
 TEST(JsonWriterTest, IncompleteUntilClosed) {

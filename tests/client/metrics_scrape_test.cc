@@ -184,7 +184,7 @@ TEST(HttpGetTest, ContentLengthBody) {
       HttpGet(server.target(), "/metrics", absl::Seconds(5));
   ASSERT_TRUE(body.ok()) << body.status();
   EXPECT_EQ(*body, "hello");
-  EXPECT_EQ(server.request().rfind("GET /metrics HTTP/1.0\r\n", 0), 0u)
+  EXPECT_EQ(server.request().rfind("GET /metrics HTTP/1.1\r\n", 0), 0u)
       << server.request();
 }
 
