@@ -241,6 +241,12 @@ int main(int argc, char** argv) {
     return !absl::StrContains(file, "absl/");
   };
   usage_config.contains_helpshort_flags = usage_config.contains_help_flags;
+  // --version: the project version and git revision (Abseil's default
+  // prints only whether NDEBUG was defined).
+  usage_config.version_string = [] {
+    return absl::StrCat("cgacctd ", cgacct::CgacctVersion(), " (git ",
+                        cgacct::CgacctRevision(), ")\n");
+  };
   absl::SetFlagsUsageConfig(usage_config);
   absl::ParseCommandLine(argc, argv);
   // Debian's Abseil keeps absl::Mutex's lock-order graph on; it costs about

@@ -156,7 +156,10 @@ int LatencyHistogram::BucketFor(uint64_t ns) {
 }
 
 double LatencyHistogram::UpperBoundSeconds(int i) {
-  return static_cast<double>(uint64_t{1} << i) * 1e-6;
+  // Divided, not multiplied by 1e-6: the quotient is correctly rounded, so
+  // the bound prints as the decimal it is (le="0.008", never
+  // "0.008000000000000002").
+  return static_cast<double>(uint64_t{1} << i) / 1e6;
 }
 
 namespace {
@@ -179,7 +182,8 @@ int LatencyHistogram::HoldBucketFor(uint64_t ns) {
 }
 
 double LatencyHistogram::HoldUpperBoundSeconds(int i) {
-  return static_cast<double>(kHoldBoundsNs[i]) * 1e-9;
+  // Divided (see UpperBoundSeconds): le="5e-07", not 5.000000000000001e-07.
+  return static_cast<double>(kHoldBoundsNs[i]) / 1e9;
 }
 
 uint64_t LatencyHistogram::ToNanos(absl::Duration d) {

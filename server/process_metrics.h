@@ -31,8 +31,8 @@ class ProcessCollector final : public prometheus::Collectable {
 };
 
 // cgacct_build_info{version,revision} 1: the version of the project
-// (CMake's PROJECT_VERSION, "0.0.0" when none is declared) and the git
-// revision it was built from (CgacctRevision()).
+// (CMake's PROJECT_VERSION) and the git revision it was built from
+// (CgacctRevision()).
 //
 // Thread safety: thread-safe (constant).
 class BuildInfoCollector final : public prometheus::Collectable {
@@ -40,9 +40,10 @@ class BuildInfoCollector final : public prometheus::Collectable {
   std::vector<prometheus::MetricFamily> Collect() const override;
 };
 
-// The project version, and the git revision of the source tree at build
-// time ("1a2b3c4d5e6f", with "-dirty" when tracked files had changes, or
-// "unknown" outside a git checkout). Constant strings.
+// The project version, and the git revision of the source tree when CMake
+// last configured it ("1a2b3c4d5e6f", 12 hex digits; CMake re-configures
+// when git's HEAD moves; "unknown" outside a git checkout). Constant
+// strings, from cgacct_build_info.h.
 const char* CgacctVersion();
 const char* CgacctRevision();
 

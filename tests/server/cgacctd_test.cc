@@ -330,6 +330,17 @@ TEST(CgacctdTest, BadPolicyExits2WithOneLine) {
   EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
 }
 
+// --version names the project version and the git revision (Abseil's
+// default printed "Debug build (NDEBUG not #defined)" on a release build).
+TEST(CgacctdTest, VersionIsTheProjectsNotAbseilsDefault) {
+  Daemon daemon({"--version"});
+  const std::string line = daemon.ReadStdoutLine(kTimeout);
+  EXPECT_EQ(daemon.WaitExit(kTimeout), 0) << daemon.ReadStderr();
+  EXPECT_TRUE(std::regex_match(
+      line, std::regex(R"(cgacctd \d+\.\d+\.\d+ \(git ([0-9a-f]{12}|unknown)\)\n?)")))
+      << line;
+}
+
 TEST(CgacctdTest, BadPreemptModelExits2WithOneLine) {
   Daemon daemon({"--listen=127.0.0.1:0", "--flush_preempt_model=voluntary"});
   EXPECT_EQ(daemon.WaitExit(kTimeout), 2);

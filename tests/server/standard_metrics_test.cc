@@ -478,7 +478,7 @@ TEST(BuildInfoTest, VersionAndRevision) {
   const std::string text = SerializeMetrics(BuildInfoCollector());
   EXPECT_THAT(text, HasSubstr("# TYPE cgacct_build_info gauge"));
   static const std::regex kLine(
-      R"re(\ncgacct_build_info\{revision="([0-9a-f]{12}(-dirty)?|unknown)",version="[0-9]+\.[0-9]+\.[0-9]+"\} 1\n)re");
+      R"re(\ncgacct_build_info\{revision="([0-9a-f]{12}|unknown)",version="[0-9]+\.[0-9]+\.[0-9]+"\} 1\n)re");
   EXPECT_TRUE(std::regex_search(text, kLine)) << text;
   EXPECT_EQ(std::string(CgacctVersion()).empty(), false);
 }
