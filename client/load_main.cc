@@ -83,6 +83,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "cgacct/v1/accounting.grpc.pb.h"
+#include "grpcpp/alarm.h"
 #include "client/cli_util.h"
 #include "client/grpc_util.h"
 #include "client/histogram.h"
@@ -99,7 +100,9 @@ ABSL_FLAG(std::string, metrics_target, "",
 ABSL_FLAG(std::string, scenario, "stat-reader",
           "stat-reader | hog | seed-rstat | reclaim | netperf "
           "(client/netperf.h)");
-ABSL_FLAG(int32_t, threads, 8, "stat-reader threads (stat-reader, seed-rstat)");
+ABSL_FLAG(int32_t, threads, 8,
+          "stat readers, each one GetStats call in flight at a time on its "
+          "own connection (stat-reader, seed-rstat); driven by --io_threads");
 ABSL_FLAG(int32_t, hogs, 8, "memory hog workers (hog, seed-rstat)");
 ABSL_FLAG(absl::Duration, duration, absl::Seconds(10), "how long to run");
 ABSL_FLAG(std::string, json, "", "also write the report as JSON to this file");
@@ -140,6 +143,9 @@ ABSL_FLAG(std::string, flush, "exact",
 ABSL_FLAG(int32_t, channels, 0,
           "gRPC connections shared round-robin by the workers; 0: one per "
           "worker");
+ABSL_FLAG(int32_t, io_threads, 1,
+          "threads driving the stat readers' calls (each reader is one call "
+          "in flight at a time; the threads share them round-robin)");
 ABSL_FLAG(absl::Duration, connect_timeout, absl::Seconds(5),
           "how long to wait for the server to accept connections");
 ABSL_FLAG(absl::Duration, rpc_timeout, absl::Seconds(5),
@@ -189,6 +195,7 @@ struct Options {
   std::string flush_name;
   v1::FlushMode flush = v1::FLUSH_MODE_EXACT;
   int channels = 0;
+  int io_threads = 1;  // threads driving the stat readers' calls
   absl::Duration connect_timeout;
   absl::Duration rpc_timeout;
 };
@@ -300,6 +307,10 @@ absl::StatusOr<Options> OptionsFromFlags() {
   o.channels = absl::GetFlag(FLAGS_channels);
   if (o.channels < 0)
     return absl::InvalidArgumentError("--channels must be >= 0");
+  o.io_threads = absl::GetFlag(FLAGS_io_threads);
+  if (o.io_threads < 1 || o.io_threads > 256) {
+    return absl::InvalidArgumentError("--io_threads must be in 1..256");
+  }
   o.connect_timeout = absl::GetFlag(FLAGS_connect_timeout);
   o.rpc_timeout = absl::GetFlag(FLAGS_rpc_timeout);
   if (o.rpc_timeout <= absl::ZeroDuration()) {
@@ -391,13 +402,20 @@ bool IsAmbiguous(grpc::StatusCode code) {
          code == grpc::StatusCode::INTERNAL;
 }
 
-void NoteError(absl::string_view rpc, const grpc::Status& status,
-               LiveCounters& live, WorkerResult& result) {
+// Counts a failed call (and keeps the first error's text).
+void NoteErrorNoSleep(absl::string_view rpc, const grpc::Status& status,
+                      LiveCounters& live, WorkerResult& result) {
   ++result.errors;
   live.errors.fetch_add(1, std::memory_order_relaxed);
   if (result.first_error.empty()) {
     result.first_error = absl::StrCat(rpc, ": ", FormatStatus(status));
   }
+}
+
+// NoteErrorNoSleep, then a pause after UNAVAILABLE or DEADLINE_EXCEEDED.
+void NoteError(absl::string_view rpc, const grpc::Status& status,
+               LiveCounters& live, WorkerResult& result) {
+  NoteErrorNoSleep(rpc, status, live, result);
   if (status.error_code() == grpc::StatusCode::UNAVAILABLE ||
       status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
     // Do not spin against a server that is down or drowning.
@@ -422,69 +440,211 @@ bool SleepUntil(Clock::time_point t, const RunControl& control) {
   return !control.stopping();
 }
 
-// A stat reader: GetStats on the group, closed loop, or open loop on its
-// share of --rate (reader `index` of o.readers).
-void RunStatReader(v1::Accounting::Stub& stub, const Options& o, int index,
-                   RunControl& control, LiveCounters& live,
-                   IntervalRecorder& interval, WorkerResult& result) {
-  v1::GetStatsRequest request;
-  request.set_path(o.group);
-  request.set_flush(o.flush);
-  v1::GroupStats response;
-  control.go.WaitForNotification();
-  std::optional<OpenLoopSchedule> schedule;
-  if (o.rate > 0) schedule.emplace(o.rate, o.readers, index, control.start);
-  while (!control.stopping()) {
-    Clock::time_point intended;
+// The stat readers: each reader is one GetStats call in flight at a time on
+// its own stub (channel), closed loop, or open loop on its share of --rate.
+// Readers are not threads: --io_threads threads each drive a share of them
+// through one completion queue (asynchronous calls and, in open loop,
+// grpc::Alarm for the intended send times), as h2load drives its
+// connections from one event loop. The thread that polls is the thread that
+// handles the answer: no wake-up of a second thread per call, which is what
+// the blocking stubs cost (measured in tests/bench/RESULTS.md, "cgacct-load
+// against h2load").
+class ReaderDriver {
+ public:
+  // One reader: its call, its schedule and where its numbers go (written
+  // only by the driver's thread; read after join()).
+  struct Reader {
+    int index = 0;  // among all readers (for its share of the schedule)
+    v1::Accounting::Stub* stub = nullptr;
+    LiveCounters* live = nullptr;
+    IntervalRecorder* interval = nullptr;
+    WorkerResult* result = nullptr;
+    std::optional<OpenLoopSchedule> schedule;
+    std::unique_ptr<grpc::ClientContext> context;
+    std::unique_ptr<grpc::ClientAsyncResponseReader<v1::GroupStats>> call;
+    v1::GroupStats response;
+    grpc::Status status;
+    // Open loop: the alarm of the next due call (or closed loop, the pause
+    // after UNAVAILABLE), one per wait; set while alarm_pending.
+    std::unique_ptr<grpc::Alarm> alarm;
+    bool alarm_pending = false;
+    bool back_off = false;  // the last call failed UNAVAILABLE/DEADLINE
+    Clock::time_point intended;  // open loop: the current call's due time
+    Clock::time_point sent;      // when the current call started
     bool late = false;
-    if (schedule.has_value()) {
-      intended = schedule->intended();
-      // Free before the call is due: wait for it. Still busy with the last
-      // call when it was due: send at once, late.
-      if (Clock::now() < intended) {
-        if (!SleepUntil(intended, control)) break;
+  };
+
+  ReaderDriver(const Options& o, RunControl& control)
+      : o_(o), control_(control) {
+    request_.set_path(o.group);
+    request_.set_flush(o.flush);
+  }
+
+  void Add(int index, v1::Accounting::Stub* stub, LiveCounters* live,
+           IntervalRecorder* interval, WorkerResult* result) {
+    auto r = std::make_unique<Reader>();
+    r->index = index;
+    r->stub = stub;
+    r->live = live;
+    r->interval = interval;
+    r->result = result;
+    readers_.push_back(std::move(r));
+  }
+
+  // Runs every reader until the run stops and its last call has returned.
+  void Run() {
+    control_.go.WaitForNotification();
+    for (std::unique_ptr<Reader>& r : readers_) {
+      if (o_.rate > 0) {
+        r->schedule.emplace(o_.rate, o_.readers, r->index, control_.start);
+      }
+      Next(*r);
+    }
+    bool stop_seen = false;
+    while (pending_ > 0) {
+      void* tag = nullptr;
+      bool ok = false;
+      // Wake up at least every 100 ms to see the stop.
+      const grpc::CompletionQueue::NextStatus next = cq_.AsyncNext(
+          &tag, &ok,
+          std::chrono::system_clock::now() + std::chrono::milliseconds(100));
+      if (next == grpc::CompletionQueue::SHUTDOWN) break;
+      if (control_.stopping() && !stop_seen) {
+        stop_seen = true;
+        // Calls not yet due will not be sent: fire their alarms now.
+        for (std::unique_ptr<Reader>& r : readers_) {
+          if (r->alarm_pending) r->alarm->Cancel();
+        }
+      }
+      if (next == grpc::CompletionQueue::TIMEOUT) continue;
+      --pending_;
+      const uintptr_t bits = reinterpret_cast<uintptr_t>(tag);
+      Reader& r = *reinterpret_cast<Reader*>(bits & ~uintptr_t{1});
+      if (bits & 1) {
+        // The alarm: the call is due (ok), or the run stopped (!ok).
+        r.alarm_pending = false;
+        if (ok && !control_.stopping()) {
+          Send(r);
+        } else {
+          Finish(r);
+        }
       } else {
-        late = true;
+        Done(r);
+        Next(r);
       }
     }
-    grpc::ClientContext context;
-    context.set_deadline(DeadlineAfter(o.rpc_timeout));
-    const Clock::time_point start = Clock::now();
-    const grpc::Status status = stub.GetStats(&context, request, &response);
-    const Clock::time_point from = schedule.has_value() ? intended : start;
+    cq_.Shutdown();
+    void* tag = nullptr;
+    bool ok = false;
+    while (cq_.Next(&tag, &ok)) {
+    }
+  }
+
+ private:
+  // Sends r's next call now, or sets its alarm for the intended time.
+  void Next(Reader& r) {
+    if (control_.stopping()) {
+      Finish(r);
+      return;
+    }
+    r.late = false;
+    const Clock::time_point now = Clock::now();
+    if (r.schedule.has_value()) {
+      r.intended = r.schedule->intended();
+      if (now < r.intended) {
+        SetAlarm(r, r.intended - now);
+        return;
+      }
+      // Still busy with the last call when this one was due: late.
+      r.late = true;
+    } else if (r.back_off) {
+      // Closed loop: do not spin against a server that is down or drowning.
+      r.back_off = false;
+      SetAlarm(r, std::chrono::milliseconds(10));
+      return;
+    }
+    Send(r);
+  }
+
+  void SetAlarm(Reader& r, Clock::duration after) {
+    // grpc::Alarm takes system_clock deadlines.
+    r.alarm = std::make_unique<grpc::Alarm>();
+    r.alarm->Set(
+        &cq_,
+        std::chrono::system_clock::now() +
+            std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                after),
+        Tag(r, /*alarm=*/true));
+    r.alarm_pending = true;
+    ++pending_;
+  }
+
+  void Send(Reader& r) {
+    r.context = std::make_unique<grpc::ClientContext>();
+    r.context->set_deadline(DeadlineAfter(o_.rpc_timeout));
+    r.sent = Clock::now();
+    r.call = r.stub->PrepareAsyncGetStats(r.context.get(), request_, &cq_);
+    r.call->StartCall();
+    r.call->Finish(&r.response, &r.status, Tag(r, /*alarm=*/false));
+    ++pending_;
+  }
+
+  // The call returned: its numbers.
+  void Done(Reader& r) {
+    const Clock::time_point from = r.schedule.has_value() ? r.intended : r.sent;
     const uint64_t ns = NanosSince(from);
-    if (schedule.has_value()) schedule->Advance();
-    const bool measured = control.Measured(from);
-    if (status.ok()) {
-      live.reads.fetch_add(1, std::memory_order_relaxed);
+    if (r.schedule.has_value()) r.schedule->Advance();
+    const bool measured = control_.Measured(from);
+    WorkerResult& result = *r.result;
+    if (r.status.ok()) {
+      r.live->reads.fetch_add(1, std::memory_order_relaxed);
     } else {
       // Errors count over the whole run, warm-up included: never hidden.
-      if (measured) interval.Error();
-      NoteError("GetStats", status, live, result);
+      if (measured) r.interval->Error();
+      NoteErrorNoSleep("GetStats", r.status, *r.live, result);
+      r.back_off =
+          r.status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+          r.status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
     }
-    if (!measured) continue;  // warm-up
+    if (!measured) return;  // warm-up
     ++result.sent;
-    if (schedule.has_value()) {
-      result.late += late ? 1 : 0;
+    if (r.schedule.has_value()) {
+      result.late += r.late ? 1 : 0;
       result.max_lag_ns = std::max<uint64_t>(
           result.max_lag_ns,
-          std::chrono::duration_cast<std::chrono::nanoseconds>(start - intended)
+          std::chrono::duration_cast<std::chrono::nanoseconds>(r.sent -
+                                                               r.intended)
               .count());
     }
-    if (status.ok()) {
+    if (r.status.ok()) {
       result.latency.Record(ns);
-      interval.Record(ns);
+      r.interval->Record(ns);
       ++result.ok;
     }
   }
-  if (schedule.has_value()) {
-    // The calls due in the measured window that never went out.
-    const Clock::time_point stop = std::min(control.end, Clock::now());
-    result.unsent = schedule->DueBefore(stop) -
-                    std::min(schedule->DueBefore(stop),
-                             schedule->DueBefore(control.measure_start));
+
+  // The reader sends no more: the calls due in the measured window that
+  // never went out.
+  void Finish(Reader& r) {
+    if (!r.schedule.has_value()) return;
+    const Clock::time_point stop = std::min(control_.end, Clock::now());
+    const uint64_t due = r.schedule->DueBefore(stop);
+    r.result->unsent =
+        due - std::min(due, r.schedule->DueBefore(control_.measure_start));
   }
-}
+
+  static void* Tag(Reader& r, bool alarm) {
+    return reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(&r) |
+                                   (alarm ? 1 : 0));
+  }
+
+  const Options& o_;
+  RunControl& control_;
+  v1::GetStatsRequest request_;  // the same for every call: built once
+  grpc::CompletionQueue cq_;
+  std::vector<std::unique_ptr<Reader>> readers_;
+  int64_t pending_ = 0;  // operations (calls, alarms) not yet off cq_
+};
 
 // The group's pages of memory.stat entry `name` ("anon", "file": bytes)
 // from an exact stats read.
@@ -1101,6 +1261,10 @@ int Run(const Options& o) {
   std::vector<std::unique_ptr<v1::Accounting::Stub>> stubs;
   std::vector<std::unique_ptr<Hog>> hogs;
   std::vector<std::unique_ptr<Writer>> writers;
+  std::vector<std::unique_ptr<ReaderDriver>> drivers;
+  for (int i = 0; i < std::min(o.io_threads, o.readers); ++i) {
+    drivers.push_back(std::make_unique<ReaderDriver>(o, run));
+  }
   std::vector<std::thread> threads;
   stubs.reserve(nr_workers);
   threads.reserve(nr_workers + 1);
@@ -1108,9 +1272,8 @@ int Run(const Options& o) {
     stubs.push_back(v1::Accounting::NewStub(channels[w % nr_channels]));
     v1::Accounting::Stub* stub = stubs.back().get();
     if (w < o.readers) {
-      threads.emplace_back([&, stub, w] {
-        RunStatReader(*stub, o, w, run, live[w], intervals[w], results[w]);
-      });
+      drivers[w % drivers.size()]->Add(w, stub, &live[w], &intervals[w],
+                                       &results[w]);
     } else if (w < o.readers + o.hogs) {
       const int i = w - o.readers;
       // Spread the hogs over --hog_cpus of the server's per-CPU slots; with
@@ -1135,6 +1298,9 @@ int Run(const Options& o) {
         writer->Run(run, live[w], intervals[w], results[w]);
       });
     }
+  }
+  for (std::unique_ptr<ReaderDriver>& d : drivers) {
+    threads.emplace_back([&d] { d->Run(); });
   }
   if (o.writers > 0) {
     threads.emplace_back([&] {
@@ -1381,6 +1547,10 @@ int main(int argc, char** argv) {
       "(docs/DESIGN.md §6.2); the report goes "
       "to stdout, progress to stderr.");
   cgacct::client::ShowOwnFlagsInHelp();
+  // Debian's Abseil keeps absl::Mutex's lock-order graph on (as cgacctd
+  // notes); gRPC's locks paid for it on every call here (GraphCycles
+  // ~3% of the client's CPU under perf).
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   if (positional.size() > 1) {
     std::cerr << "cgacct-load: unexpected argument \"" << positional[1]
