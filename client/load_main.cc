@@ -102,7 +102,7 @@ ABSL_FLAG(std::string, scenario, "stat-reader",
           "(client/netperf.h)");
 ABSL_FLAG(int32_t, threads, 8,
           "stat readers, each one GetStats call in flight at a time on its "
-          "own connection (stat-reader, seed-rstat); driven by --io_threads");
+          "own connection (stat-reader, seed-rstat)");
 ABSL_FLAG(int32_t, hogs, 8, "memory hog workers (hog, seed-rstat)");
 ABSL_FLAG(absl::Duration, duration, absl::Seconds(10), "how long to run");
 ABSL_FLAG(std::string, json, "", "also write the report as JSON to this file");
@@ -144,8 +144,9 @@ ABSL_FLAG(int32_t, channels, 0,
           "gRPC connections shared round-robin by the workers; 0: one per "
           "worker");
 ABSL_FLAG(int32_t, io_threads, 1,
-          "threads driving the stat readers' calls (each reader is one call "
-          "in flight at a time; the threads share them round-robin)");
+          "closed loop: threads driving the stat readers' asynchronous calls "
+          "(shared round-robin); 0: a blocking thread per reader. Open loop "
+          "(--rate) always runs a thread per reader");
 ABSL_FLAG(absl::Duration, connect_timeout, absl::Seconds(5),
           "how long to wait for the server to accept connections");
 ABSL_FLAG(absl::Duration, rpc_timeout, absl::Seconds(5),
@@ -308,8 +309,8 @@ absl::StatusOr<Options> OptionsFromFlags() {
   if (o.channels < 0)
     return absl::InvalidArgumentError("--channels must be >= 0");
   o.io_threads = absl::GetFlag(FLAGS_io_threads);
-  if (o.io_threads < 1 || o.io_threads > 256) {
-    return absl::InvalidArgumentError("--io_threads must be in 1..256");
+  if (o.io_threads < 0 || o.io_threads > 256) {
+    return absl::InvalidArgumentError("--io_threads must be in 0..256");
   }
   o.connect_timeout = absl::GetFlag(FLAGS_connect_timeout);
   o.rpc_timeout = absl::GetFlag(FLAGS_rpc_timeout);
@@ -440,38 +441,102 @@ bool SleepUntil(Clock::time_point t, const RunControl& control) {
   return !control.stopping();
 }
 
-// The stat readers: each reader is one GetStats call in flight at a time on
-// its own stub (channel), closed loop, or open loop on its share of --rate.
+// An open-loop stat reader: one thread, GetStats on the group on its share of
+// --rate (reader `index` of o.readers), sleeping (sleep_until) until each
+// call is due. Open loop keeps a thread per reader: the asynchronous driver
+// below could only wait for a due time with grpc::Alarm, whose timers fire
+// on a millisecond grid, or take the send from a timer thread; both added
+// 0.4-0.9 ms to the p50 at 1,000-4,000 calls/s in side-by-side runs
+// (tests/bench/RESULTS.md, "cgacct-load against h2load"). (Closed loop with
+// this function is what --io_threads=0 selects.)
+void RunStatReader(v1::Accounting::Stub& stub, const Options& o, int index,
+                   RunControl& control, LiveCounters& live,
+                   IntervalRecorder& interval, WorkerResult& result) {
+  v1::GetStatsRequest request;
+  request.set_path(o.group);
+  request.set_flush(o.flush);
+  v1::GroupStats response;
+  control.go.WaitForNotification();
+  std::optional<OpenLoopSchedule> schedule;
+  if (o.rate > 0) schedule.emplace(o.rate, o.readers, index, control.start);
+  while (!control.stopping()) {
+    Clock::time_point intended;
+    bool late = false;
+    if (schedule.has_value()) {
+      intended = schedule->intended();
+      // Free before the call is due: wait for it. Still busy with the last
+      // call when it was due: send at once, late.
+      if (Clock::now() < intended) {
+        if (!SleepUntil(intended, control)) break;
+      } else {
+        late = true;
+      }
+    }
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineAfter(o.rpc_timeout));
+    const Clock::time_point start = Clock::now();
+    const grpc::Status status = stub.GetStats(&context, request, &response);
+    const Clock::time_point from = schedule.has_value() ? intended : start;
+    const uint64_t ns = NanosSince(from);
+    if (schedule.has_value()) schedule->Advance();
+    const bool measured = control.Measured(from);
+    if (status.ok()) {
+      live.reads.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      // Errors count over the whole run, warm-up included: never hidden.
+      if (measured) interval.Error();
+      NoteError("GetStats", status, live, result);
+    }
+    if (!measured) continue;  // warm-up
+    ++result.sent;
+    if (schedule.has_value()) {
+      result.late += late ? 1 : 0;
+      result.max_lag_ns = std::max<uint64_t>(
+          result.max_lag_ns,
+          std::chrono::duration_cast<std::chrono::nanoseconds>(start - intended)
+              .count());
+    }
+    if (status.ok()) {
+      result.latency.Record(ns);
+      interval.Record(ns);
+      ++result.ok;
+    }
+  }
+  if (schedule.has_value()) {
+    // The calls due in the measured window that never went out.
+    const Clock::time_point stop = std::min(control.end, Clock::now());
+    result.unsent = schedule->DueBefore(stop) -
+                    std::min(schedule->DueBefore(stop),
+                             schedule->DueBefore(control.measure_start));
+  }
+}
+
+// The closed-loop stat readers: each reader is one GetStats call in flight
+// at a time on its own stub (channel), the next sent when it returns.
 // Readers are not threads: --io_threads threads each drive a share of them
-// through one completion queue (asynchronous calls and, in open loop,
-// grpc::Alarm for the intended send times), as h2load drives its
+// through one completion queue with asynchronous calls, as h2load drives its
 // connections from one event loop. The thread that polls is the thread that
-// handles the answer: no wake-up of a second thread per call, which is what
-// the blocking stubs cost (measured in tests/bench/RESULTS.md, "cgacct-load
-// against h2load").
+// handles the answer: no second thread woken per call, which is what the
+// blocking stubs cost (tests/bench/RESULTS.md, "cgacct-load against
+// h2load").
 class ReaderDriver {
  public:
-  // One reader: its call, its schedule and where its numbers go (written
-  // only by the driver's thread; read after join()).
+  // One reader: its call and where its numbers go. Touched only by the
+  // driver's thread (the results are read after join()).
   struct Reader {
-    int index = 0;  // among all readers (for its share of the schedule)
     v1::Accounting::Stub* stub = nullptr;
     LiveCounters* live = nullptr;
     IntervalRecorder* interval = nullptr;
     WorkerResult* result = nullptr;
-    std::optional<OpenLoopSchedule> schedule;
     std::unique_ptr<grpc::ClientContext> context;
     std::unique_ptr<grpc::ClientAsyncResponseReader<v1::GroupStats>> call;
     v1::GroupStats response;
     grpc::Status status;
-    // Open loop: the alarm of the next due call (or closed loop, the pause
-    // after UNAVAILABLE), one per wait; set while alarm_pending.
+    Clock::time_point sent;  // when the current call started
+    // After UNAVAILABLE or DEADLINE_EXCEEDED: a 10 ms pause (grpc::Alarm's
+    // millisecond grain does not matter here) before the next call.
+    bool back_off = false;
     std::unique_ptr<grpc::Alarm> alarm;
-    bool alarm_pending = false;
-    bool back_off = false;  // the last call failed UNAVAILABLE/DEADLINE
-    Clock::time_point intended;  // open loop: the current call's due time
-    Clock::time_point sent;      // when the current call started
-    bool late = false;
   };
 
   ReaderDriver(const Options& o, RunControl& control)
@@ -480,10 +545,9 @@ class ReaderDriver {
     request_.set_flush(o.flush);
   }
 
-  void Add(int index, v1::Accounting::Stub* stub, LiveCounters* live,
+  void Add(v1::Accounting::Stub* stub, LiveCounters* live,
            IntervalRecorder* interval, WorkerResult* result) {
     auto r = std::make_unique<Reader>();
-    r->index = index;
     r->stub = stub;
     r->live = live;
     r->interval = interval;
@@ -494,43 +558,32 @@ class ReaderDriver {
   // Runs every reader until the run stops and its last call has returned.
   void Run() {
     control_.go.WaitForNotification();
-    for (std::unique_ptr<Reader>& r : readers_) {
-      if (o_.rate > 0) {
-        r->schedule.emplace(o_.rate, o_.readers, r->index, control_.start);
-      }
-      Next(*r);
-    }
-    bool stop_seen = false;
+    for (std::unique_ptr<Reader>& r : readers_) Send(*r);
     while (pending_ > 0) {
       void* tag = nullptr;
       bool ok = false;
-      // Wake up at least every 100 ms to see the stop.
+      // Wake up at least every 100 ms (a stopped run sends nothing more and
+      // ends when the calls in flight are back).
       const grpc::CompletionQueue::NextStatus next = cq_.AsyncNext(
           &tag, &ok,
           std::chrono::system_clock::now() + std::chrono::milliseconds(100));
       if (next == grpc::CompletionQueue::SHUTDOWN) break;
-      if (control_.stopping() && !stop_seen) {
-        stop_seen = true;
-        // Calls not yet due will not be sent: fire their alarms now.
-        for (std::unique_ptr<Reader>& r : readers_) {
-          if (r->alarm_pending) r->alarm->Cancel();
-        }
-      }
       if (next == grpc::CompletionQueue::TIMEOUT) continue;
       --pending_;
       const uintptr_t bits = reinterpret_cast<uintptr_t>(tag);
       Reader& r = *reinterpret_cast<Reader*>(bits & ~uintptr_t{1});
-      if (bits & 1) {
-        // The alarm: the call is due (ok), or the run stopped (!ok).
-        r.alarm_pending = false;
-        if (ok && !control_.stopping()) {
-          Send(r);
-        } else {
-          Finish(r);
-        }
+      if ((bits & 1) == 0) Done(r);  // else: the back-off pause is over
+      if (control_.stopping()) continue;
+      if (r.back_off) {
+        r.back_off = false;
+        r.alarm = std::make_unique<grpc::Alarm>();
+        r.alarm->Set(&cq_,
+                     std::chrono::system_clock::now() +
+                         std::chrono::milliseconds(10),
+                     Tag(r, /*alarm=*/true));
+        ++pending_;
       } else {
-        Done(r);
-        Next(r);
+        Send(r);
       }
     }
     cq_.Shutdown();
@@ -541,44 +594,6 @@ class ReaderDriver {
   }
 
  private:
-  // Sends r's next call now, or sets its alarm for the intended time.
-  void Next(Reader& r) {
-    if (control_.stopping()) {
-      Finish(r);
-      return;
-    }
-    r.late = false;
-    const Clock::time_point now = Clock::now();
-    if (r.schedule.has_value()) {
-      r.intended = r.schedule->intended();
-      if (now < r.intended) {
-        SetAlarm(r, r.intended - now);
-        return;
-      }
-      // Still busy with the last call when this one was due: late.
-      r.late = true;
-    } else if (r.back_off) {
-      // Closed loop: do not spin against a server that is down or drowning.
-      r.back_off = false;
-      SetAlarm(r, std::chrono::milliseconds(10));
-      return;
-    }
-    Send(r);
-  }
-
-  void SetAlarm(Reader& r, Clock::duration after) {
-    // grpc::Alarm takes system_clock deadlines.
-    r.alarm = std::make_unique<grpc::Alarm>();
-    r.alarm->Set(
-        &cq_,
-        std::chrono::system_clock::now() +
-            std::chrono::duration_cast<std::chrono::system_clock::duration>(
-                after),
-        Tag(r, /*alarm=*/true));
-    r.alarm_pending = true;
-    ++pending_;
-  }
-
   void Send(Reader& r) {
     r.context = std::make_unique<grpc::ClientContext>();
     r.context->set_deadline(DeadlineAfter(o_.rpc_timeout));
@@ -591,10 +606,8 @@ class ReaderDriver {
 
   // The call returned: its numbers.
   void Done(Reader& r) {
-    const Clock::time_point from = r.schedule.has_value() ? r.intended : r.sent;
-    const uint64_t ns = NanosSince(from);
-    if (r.schedule.has_value()) r.schedule->Advance();
-    const bool measured = control_.Measured(from);
+    const uint64_t ns = NanosSince(r.sent);
+    const bool measured = control_.Measured(r.sent);
     WorkerResult& result = *r.result;
     if (r.status.ok()) {
       r.live->reads.fetch_add(1, std::memory_order_relaxed);
@@ -608,29 +621,11 @@ class ReaderDriver {
     }
     if (!measured) return;  // warm-up
     ++result.sent;
-    if (r.schedule.has_value()) {
-      result.late += r.late ? 1 : 0;
-      result.max_lag_ns = std::max<uint64_t>(
-          result.max_lag_ns,
-          std::chrono::duration_cast<std::chrono::nanoseconds>(r.sent -
-                                                               r.intended)
-              .count());
-    }
     if (r.status.ok()) {
       result.latency.Record(ns);
       r.interval->Record(ns);
       ++result.ok;
     }
-  }
-
-  // The reader sends no more: the calls due in the measured window that
-  // never went out.
-  void Finish(Reader& r) {
-    if (!r.schedule.has_value()) return;
-    const Clock::time_point stop = std::min(control_.end, Clock::now());
-    const uint64_t due = r.schedule->DueBefore(stop);
-    r.result->unsent =
-        due - std::min(due, r.schedule->DueBefore(control_.measure_start));
   }
 
   static void* Tag(Reader& r, bool alarm) {
@@ -643,7 +638,7 @@ class ReaderDriver {
   v1::GetStatsRequest request_;  // the same for every call: built once
   grpc::CompletionQueue cq_;
   std::vector<std::unique_ptr<Reader>> readers_;
-  int64_t pending_ = 0;  // operations (calls, alarms) not yet off cq_
+  int64_t pending_ = 0;  // calls and alarms not yet off cq_
 };
 
 // The group's pages of memory.stat entry `name` ("anon", "file": bytes)
@@ -1262,7 +1257,11 @@ int Run(const Options& o) {
   std::vector<std::unique_ptr<Hog>> hogs;
   std::vector<std::unique_ptr<Writer>> writers;
   std::vector<std::unique_ptr<ReaderDriver>> drivers;
-  for (int i = 0; i < std::min(o.io_threads, o.readers); ++i) {
+  // Closed loop: the readers' calls driven by --io_threads threads (0: a
+  // blocking thread per reader). Open loop: a thread per reader.
+  const bool async_readers = o.rate == 0 && o.io_threads > 0;
+  for (int i = 0; async_readers && i < std::min(o.io_threads, o.readers);
+       ++i) {
     drivers.push_back(std::make_unique<ReaderDriver>(o, run));
   }
   std::vector<std::thread> threads;
@@ -1271,9 +1270,13 @@ int Run(const Options& o) {
   for (int w = 0; w < nr_workers; ++w) {
     stubs.push_back(v1::Accounting::NewStub(channels[w % nr_channels]));
     v1::Accounting::Stub* stub = stubs.back().get();
-    if (w < o.readers) {
-      drivers[w % drivers.size()]->Add(w, stub, &live[w], &intervals[w],
+    if (w < o.readers && async_readers) {
+      drivers[w % drivers.size()]->Add(stub, &live[w], &intervals[w],
                                        &results[w]);
+    } else if (w < o.readers) {
+      threads.emplace_back([&, stub, w] {
+        RunStatReader(*stub, o, w, run, live[w], intervals[w], results[w]);
+      });
     } else if (w < o.readers + o.hogs) {
       const int i = w - o.readers;
       // Spread the hogs over --hog_cpus of the server's per-CPU slots; with
