@@ -18,6 +18,10 @@
 #     with SQLite's own integrity_check;
 #   - python3-grpcio, python3-protobuf: the test command drives cgacctd from
 #     Python over stubs it generates from the proto (tests/python).
+#   - gnuplot-nox: cgacct-load --chart draws its latency PNG with gnuplot (the
+#     test command runs the real one: label "gnuplot"); -nox: no X11 needed.
+#   - nghttp2-client: h2load, the reference client tests/bench/h2load_compare.sh
+#     measures cgacct-load's own per-call overhead against.
 set -euo pipefail
 
 packages=(
@@ -26,6 +30,7 @@ packages=(
   libabsl-dev prometheus-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev
   libsqlite3-dev sqlite3
   python3-grpcio python3-protobuf
+  gnuplot-nox nghttp2-client
 )
 
 missing=()

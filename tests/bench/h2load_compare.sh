@@ -16,12 +16,19 @@
 # GroupStats for GROUP back (h2load itself counts HTTP status only, and a
 # gRPC error also comes with HTTP 200).
 #
-# The report: every run's mean and p99-ish (h2load's max) latency and rate,
-# the medians of RUNS runs, and the ratio of the median means
-# (cgacct-load / h2load; goal <= 1.20).
+# The report: every run's mean latency, rate and the client's own CPU per
+# call (user + system time of the client process from /usr/bin/time, over
+# rate x (WARMUP + DURATION) calls, the same estimate for both), the medians
+# of RUNS runs, and the ratios of the medians (cgacct-load / h2load; goal for
+# the mean latency <= 1.20). On 2 cores shared with the server and with
+# other work the latencies swing with the machine's load from run to run;
+# the CPU per call is the client's overhead itself and moves much less.
 #
 # Environment: C (8), DURATION (5), WARMUP (1), RUNS (3), PORT (57431),
-# CPUS (4), GROUP (/h2load-cmp), LOAD_ARGS (extra cgacct-load flags).
+# CPUS (4), GROUP (/h2load-cmp), LOAD_ARGS (extra cgacct-load flags),
+# OLD_LOAD (another cgacct-load binary, e.g. one built from an older commit,
+# run as a third client in every round; it gets no --warmup, which older
+# builds do not have, so its figures include its first second).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${1:-build}
@@ -93,7 +100,7 @@ PY
 
 run_h2load() {
   local out="$tmp/h2load.$1"
-  h2load -c "$C" -m 1 -t 1 -D "$DURATION" --warm-up-time="$WARMUP" \
+  /usr/bin/time -o "$tmp/h2load.$1.time" -f '%U %S' h2load -c "$C" -m 1 -t 1 -D "$DURATION" --warm-up-time="$WARMUP" \
     -d "$frame" -H 'content-type: application/grpc' -H 'te: trailers' \
     "http://127.0.0.1:$PORT/cgacct.v1.Accounting/GetStats" >"$out" 2>&1 || {
       cat "$out" >&2; exit 1; }
@@ -104,7 +111,13 @@ run_h2load() {
   local mean rate
   mean=$(awk '/time for request:/ {print $6}' "$out")
   rate=$(awk '/^finished in/ {print $4}' "$out")
-  echo "$(to_us "$mean") $rate"
+  echo "$(to_us "$mean") $rate $(cpu_us_per_call "$tmp/h2load.$1.time" "$rate")"
+}
+
+# Client CPU (user + system) per call in us, over rate x (WARMUP + DURATION).
+cpu_us_per_call() {
+  awk -v r="$2" -v t="$((WARMUP + DURATION))" \
+    '{printf "%.1f", ($1 + $2) * 1e6 / (r * t)}' "$1"
 }
 
 # h2load prints 637us, 1.23ms or 2.00s.
@@ -117,34 +130,51 @@ to_us() {
 }
 
 run_load() {
-  local json="$tmp/load.$1.json"
+  local json="$tmp/load.$1.json" bin="${2:-$LOAD}" warm="--warmup=${WARMUP}s"
+  [ "$bin" = "$LOAD" ] || warm="--duration=$((WARMUP + DURATION))s"
   # shellcheck disable=SC2086
-  "$LOAD" --target=127.0.0.1:"$PORT" --metrics_target= --group="$GROUP" \
+  /usr/bin/time -o "$tmp/load.$1.time" -f '%U %S' "$bin" --target=127.0.0.1:"$PORT" --metrics_target= --group="$GROUP" \
     --scenario=stat-reader --threads="$C" --duration="${DURATION}s" \
-    --warmup="${WARMUP}s" --json="$json" $LOAD_ARGS >"$tmp/load.$1.out" 2>&1 || {
+    "$warm" --json="$json" $LOAD_ARGS >"$tmp/load.$1.out" 2>&1 || {
       cat "$tmp/load.$1.out" >&2; exit 1; }
   /usr/bin/python3 -c '
 import json, sys
 r = json.load(open(sys.argv[1]))["reads"]
 assert r["errors"] == 0, r["errors"]
-print("%.1f %.1f" % (r["latency"]["mean_us"], r["per_s"]))' "$json"
+print("%.1f %.1f" % (r["latency"]["mean_us"], r["per_s"]))' "$json" >"$tmp/load.$1.r"
+  local mean rate
+  read -r mean rate <"$tmp/load.$1.r"
+  echo "$mean $rate $(cpu_us_per_call "$tmp/load.$1.time" "$rate")"
 }
 
 echo "h2load_compare: C=$C DURATION=${DURATION}s WARMUP=${WARMUP}s RUNS=$RUNS CPUS=$CPUS; uptime: $(uptime)"
-h2_means=(); load_means=()
+h2_means=(); load_means=(); h2_cpus=(); load_cpus=(); old_means=(); old_cpus=()
 for i in $(seq "$RUNS"); do
   # Alternate the order so a drift of the machine's load favours neither.
   if (( i % 2 )); then
-    read -r lm lr < <(run_load "$i"); read -r hm hr < <(run_h2load "$i")
+    read -r lm lr lc < <(run_load "$i"); read -r hm hr hc < <(run_h2load "$i")
   else
-    read -r hm hr < <(run_h2load "$i"); read -r lm lr < <(run_load "$i")
+    read -r hm hr hc < <(run_h2load "$i"); read -r lm lr lc < <(run_load "$i")
   fi
-  printf 'run %d: h2load mean %8.1f us %9.0f req/s | cgacct-load mean %8.1f us %9.0f req/s\n' \
-    "$i" "$hm" "$hr" "$lm" "$lr"
-  h2_means+=("$hm"); load_means+=("$lm")
+  printf 'run %d: h2load mean %8.1f us %9.0f req/s %5.1f us CPU/call | cgacct-load mean %8.1f us %9.0f req/s %5.1f us CPU/call\n' \
+    "$i" "$hm" "$hr" "$hc" "$lm" "$lr" "$lc"
+  h2_means+=("$hm"); load_means+=("$lm"); h2_cpus+=("$hc"); load_cpus+=("$lc")
+  if [ -n "${OLD_LOAD:-}" ]; then
+    read -r om or oc < <(run_load "old$i" "$OLD_LOAD")
+    printf 'run %d: OLD_LOAD mean %8.1f us %9.0f req/s %5.1f us CPU/call\n' "$i" "$om" "$or" "$oc"
+    old_means+=("$om"); old_cpus+=("$oc")
+  fi
 done
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 hmed=$(median "${h2_means[@]}")
 lmed=$(median "${load_means[@]}")
 ratio=$(awk -v l="$lmed" -v h="$hmed" 'BEGIN {printf "%.3f", l / h}')
-echo "median mean latency: h2load $hmed us, cgacct-load $lmed us; ratio cgacct-load/h2load $ratio (goal <= 1.20); uptime: $(uptime)"
+hcpu=$(median "${h2_cpus[@]}")
+lcpu=$(median "${load_cpus[@]}")
+cratio=$(awk -v l="$lcpu" -v h="$hcpu" 'BEGIN {printf "%.2f", l / h}')
+echo "median mean latency: h2load $hmed us, cgacct-load $lmed us; ratio cgacct-load/h2load $ratio (goal <= 1.20)"
+echo "median client CPU per call: h2load $hcpu us, cgacct-load $lcpu us; ratio $cratio"
+if [ -n "${OLD_LOAD:-}" ]; then
+  echo "OLD_LOAD ($OLD_LOAD): median mean latency $(median "${old_means[@]}") us, CPU per call $(median "${old_cpus[@]}") us; ratio to h2load $(awk -v l="$(median "${old_means[@]}")" -v h="$hmed" 'BEGIN {printf "%.3f", l / h}')"
+fi
+echo "uptime: $(uptime)"
