@@ -34,8 +34,9 @@ class LoadAgainstCgacctd(unittest.TestCase):
         self.tmp = tempfile.mkdtemp(prefix="cgacct_load_")
 
     def tearDown(self):
-        os.kill(self.daemon.pid, signal.SIGCONT)
-        self.daemon.terminate()
+        if self.daemon.poll() is None:
+            os.kill(self.daemon.pid, signal.SIGCONT)
+            self.daemon.terminate()
         self.daemon.wait(timeout=20)
 
     def load(self, *args, stall_at=None, stall_s=0.0):
@@ -143,6 +144,44 @@ class LoadAgainstCgacctd(unittest.TestCase):
         self.assertGreater(len(c["time_series"]), 0, r)
         with open(png, "rb") as f:
             self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+
+    def test_closed_loop_client_modes_agree(self):
+        # The asynchronous driver on 1 and 2 threads and the blocking
+        # thread per reader (--io_threads=0) all count what they did.
+        for io in ("1", "2", "0"):
+            code, r = self.load("--scenario=stat-reader", "--threads=4",
+                                "--io_threads=" + io, "--warmup=0.2s",
+                                "--duration=1s")
+            self.assertEqual(code, 0, self.last_output)
+            reads = r["reads"]
+            self.assertGreater(reads["total"], 100, (io, r))
+            self.assertEqual(reads["errors"], 0, (io, r))
+            self.assertEqual(reads["latency"]["count"], reads["total"])
+            self.assertEqual(sum(s["count"] for s in reads["time_series"]),
+                             reads["total"], (io, reads["time_series"]))
+
+    def test_server_killed_mid_run_is_counted_not_hung(self):
+        # The asynchronous readers see UNAVAILABLE, pause 10 ms between
+        # tries, and the run still ends on time with exit status 3.
+        out = os.path.join(self.tmp, "killed.json")
+        proc = subprocess.Popen(
+            [LOAD, "--target=" + self.target, "--metrics_target=",
+             "--json=" + out, "--scenario=stat-reader", "--threads=4",
+             "--warmup=0.2s", "--duration=3s", "--rpc_timeout=1s"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(1.5)
+        self.daemon.kill()
+        start = time.monotonic()
+        stdout, stderr = proc.communicate(timeout=60)
+        self.assertLess(time.monotonic() - start, 20, stdout + stderr)
+        self.assertEqual(proc.returncode, 3, stdout + stderr)
+        with open(out) as f:
+            r = json.load(f)
+        self.assertGreater(r["reads"]["total"], 0, r)
+        self.assertGreater(r["reads"]["errors"], 0, r)
+        self.assertIn("UNAVAILABLE", r["first_error"])
+        # 10 ms pauses: at most a few hundred tries per reader in ~1.5 s.
+        self.assertLess(r["reads"]["errors"], 4 * 400, r)
 
     def test_rate_without_readers_is_a_usage_error(self):
         proc = subprocess.run(
