@@ -31,8 +31,11 @@
 //                reclaimed and GROUP's memory.events deltas (high, max, oom).
 //
 // Closed loop (the default): each worker sends its next call when the last
-// one returns, and latency runs from send to answer. Open loop (--rate=N,
-// stat readers): N GetStats calls per second in total on a fixed schedule
+// one returns, and latency runs from send to answer; the stat readers are
+// then asynchronous calls driven by --io_threads threads (ReaderDriver), the
+// hogs, writers and reclaimer blocking threads. Open loop (--rate=N, stat
+// readers, a blocking thread each: RunStatReader): N GetStats calls per
+// second in total on a fixed schedule
 // spread evenly over the readers (client/open_loop.h); latency runs from each
 // call's intended send time, as wrk2 measures it, so a server stall counts
 // against every call it delayed; the report says how many calls went out
