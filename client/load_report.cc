@@ -151,10 +151,10 @@ std::string FormatLoadReportTable(const LoadReport& r) {
   if (r.threads > 0) {
     Row(&out, "stat readers",
         r.rate > 0
-            ? absl::StrFormat("%d threads, open loop at %.0f calls/s "
+            ? absl::StrFormat("%d readers, open loop at %.0f calls/s "
                               "(latency from each call's intended send time)",
                               r.threads, r.rate)
-            : absl::StrCat(r.threads, " threads, closed loop"));
+            : absl::StrCat(r.threads, " readers, closed loop"));
     Row(&out, "reads",
         absl::StrFormat("%d total, %.0f/s, %d errors", r.reads,
                         PerSecond(r.reads, r.elapsed), r.read_errors));

@@ -77,7 +77,7 @@ struct LoadReport {
   // Run before the measurement starts and excluded from every figure below
   // (calls started, or due in open loop, before its end are not counted).
   absl::Duration warmup;
-  int threads = 0;          // stat-reader threads (0: none)
+  int threads = 0;          // stat readers, --threads (0: none)
   int hogs = 0;             // hog workers (0: none)
   uint64_t hog_chunk_pages = 0;
   uint64_t hog_max_bytes = 0;  // memory.max of the group for hogs
