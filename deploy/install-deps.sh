@@ -18,20 +18,38 @@
 #     with SQLite's own integrity_check;
 #   - python3-grpcio, python3-protobuf: the test command drives cgacctd from
 #     Python over stubs it generates from the proto (tests/python).
+#   - prometheus (Debian's 2.42, with promtool), python3-yaml: the test
+#     command checks deploy/prometheus with promtool, starts a real
+#     Prometheus on loopback scraping a test cgacctd through the shipped
+#     scrape config and evaluates every dashboard/alert expression, and
+#     parses the Kubernetes manifests (tests/deploy).
 #   - gnuplot-nox: cgacct-load --chart draws its latency PNG with gnuplot (the
 #     test command runs the real one: label "gnuplot"); -nox: no X11 needed.
 #   - nghttp2-client: h2load, the reference client tests/bench/h2load_compare.sh
 #     measures cgacct-load's own per-call overhead against.
+# CGACCT_DEPS=build installs only what building the three binaries needs
+# (no tests, benchmarks or tools): deploy/Dockerfile's build stage.
 set -euo pipefail
 
-packages=(
-  cmake g++ make pkg-config curl openssl clang-14 libclang-rt-14-dev
+# Building cgacctd, cgacctctl, cgacct-load (-DCGACCT_BUILD_TESTS=OFF).
+build_packages=(
+  cmake g++ make pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libabsl-dev prometheus-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev
-  libsqlite3-dev sqlite3
+  libabsl-dev prometheus-cpp-dev libsqlite3-dev
+)
+packages=(
+  "${build_packages[@]}"
+  curl openssl clang-14 libclang-rt-14-dev
+  libgtest-dev libgmock-dev libbenchmark-dev sqlite3
   python3-grpcio python3-protobuf
+  prometheus python3-yaml
   gnuplot-nox nghttp2-client
 )
+case "${CGACCT_DEPS:-all}" in
+  all) ;;
+  build) packages=("${build_packages[@]}") ;;
+  *) echo "cgacct: CGACCT_DEPS=${CGACCT_DEPS} (all or build)" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${packages[@]}"; do

@@ -13,6 +13,9 @@
 #      (deploy/fuzz.sh; FUZZ_SECONDS overrides).
 #   3. g++, everything (-Werror), then the whole test suite with ctest in
 #      parallel. Benchmarks are built but not run (tests/bench).
+# The suites of stages 2 and 3 include the deploy files' tests (tests/deploy,
+# labels "prometheus" and "deploy": promtool, a real Prometheus on loopback,
+# the Kubernetes manifests, cmake --install); deploy/README.md lists them.
 # Each stage prints its wall time.
 set -euo pipefail
 cd "$(dirname "$0")/.."

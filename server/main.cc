@@ -140,6 +140,10 @@ ABSL_FLAG(uint32_t, max_concurrent_streams_per_connection, 100,
 ABSL_FLAG(absl::Duration, memory_trim_interval, absl::Seconds(1),
           "how often to give malloc's free heap back to the kernel when more "
           "than 4 MiB of it is free; 0 = never");
+ABSL_FLAG(std::string, health_listen, "",
+          "a second, plaintext gRPC listen address HOST:PORT serving only "
+          "grpc.health.v1 (for Kubernetes' native grpc probes, which speak "
+          "no TLS); empty = none");
 
 namespace {
 
@@ -222,7 +226,7 @@ int main(int argc, char** argv) {
       "          [--tls_cert=PEM --tls_key=PEM [--client_ca=PEM]]\n"
       "          [--tokens_file=FILE] [--authz_policy=FILE] [--insecure]\n"
       "          [--metrics_token_file=FILE] [--reflection=auto|on|off]\n"
-      "          [--state_dir=DIR]");
+      "          [--state_dir=DIR] [--health_listen=HOST:PORT]");
   // --help lists the flags above (Abseil's default looks for them in a file
   // named after the program); Abseil's own flags stay under --helpfull.
   absl::FlagsUsageConfig usage_config;
@@ -467,6 +471,25 @@ int main(int argc, char** argv) {
   }
 
   grpc::EnableDefaultHealthCheckService(true);
+  // --health_listen: a server of its own with gRPC's health service alone,
+  // plaintext on any address (health names no group and stays
+  // unauthenticated on --listen too). Its builder is made before the
+  // reflection plugin is registered (builders copy the plugins when made),
+  // so it serves no reflection either.
+  const std::string health_listen = absl::GetFlag(FLAGS_health_listen);
+  std::unique_ptr<grpc::ServerBuilder> health_builder;
+  int health_port = 0;
+  if (!health_listen.empty()) {
+    health_builder = std::make_unique<grpc::ServerBuilder>();
+    health_builder->AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+    // Unauthenticated and off loopback: health requests are a service name,
+    // so messages stay small; streams per connection as on --listen.
+    health_builder->SetMaxReceiveMessageSize(4096);
+    health_builder->AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                                       static_cast<int>(streams_per_connection));
+    health_builder->AddListeningPort(
+        health_listen, grpc::InsecureServerCredentials(), &health_port);
+  }
   if (serve_reflection) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   int port = 0;
   grpc::ServerBuilder builder;
@@ -495,10 +518,26 @@ int main(int argc, char** argv) {
                                         " (address in use or invalid)"));
   }
 
+  std::unique_ptr<grpc::Server> health_server;
+  if (health_builder != nullptr) {
+    health_server = health_builder->BuildAndStart();
+    if (health_server == nullptr || health_port == 0) {
+      server->Shutdown();
+      return Fail(kExitBind, absl::StrCat("cannot listen on --health_listen=",
+                                          health_listen,
+                                          " (address in use or invalid)"));
+    }
+  }
+
   // Health by service name as well as the server's "" (grpc.health.v1):
-  // both SERVING until shutdown begins.
-  grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
-  if (health != nullptr) {
+  // both SERVING until shutdown begins, on --listen and --health_listen.
+  std::vector<grpc::HealthCheckServiceInterface*> healths;
+  for (grpc::Server* s : {server.get(), health_server.get()}) {
+    if (s != nullptr && s->GetHealthCheckService() != nullptr) {
+      healths.push_back(s->GetHealthCheckService());
+    }
+  }
+  for (grpc::HealthCheckServiceInterface* health : healths) {
     health->SetServingStatus(cgacct::v1::Accounting::service_full_name(), true);
     health->SetServingStatus(true);
   }
@@ -515,6 +554,10 @@ int main(int argc, char** argv) {
                     absl::GetFlag(FLAGS_authz_policy).empty() ? "" : " (policy)");
   }
   if (!serve_reflection) absl::StrAppend(&security, ", no reflection");
+  if (health_server != nullptr) {
+    absl::StrAppend(&security, ", health on ", HostOf(health_listen), ":",
+                    health_port);
+  }
   absl::StrAppend(&security, restored);
   const cgacct::EngineInfo started = (*engine)->GetInfo();
   std::printf(
@@ -550,7 +593,7 @@ int main(int argc, char** argv) {
   // ChargeStreams answer what they have read and end UNAVAILABLE, and
   // WatchEvents streams end UNAVAILABLE, now rather than hold the grace
   // period open. Unary calls already running finish.
-  if (health != nullptr) {
+  for (grpc::HealthCheckServiceInterface* health : healths) {
     health->SetServingStatus(cgacct::v1::Accounting::service_full_name(),
                              false);
     health->SetServingStatus(false);
@@ -590,6 +633,11 @@ int main(int argc, char** argv) {
   }
   shutdown_thread.join();
   server.reset();
+  // The health-only server last: probes see NOT_SERVING through the drain.
+  if (health_server != nullptr) {
+    health_server->Shutdown(std::chrono::system_clock::now());
+    health_server.reset();
+  }
   // The store closes with `store` (its last writes were committed by the
   // calls that made them).
   cgacct::InstallCallerIdentitySource(nullptr);

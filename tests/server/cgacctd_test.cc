@@ -208,6 +208,55 @@ TEST(CgacctdTest, HealthPerServiceAndStreamsEndOnSigterm) {
   EXPECT_EQ(daemon.WaitExit(kTimeout), 0) << daemon.ReadStderr();
 }
 
+// --health_listen: a second, plaintext port serving grpc.health.v1 alone
+// (Kubernetes' native grpc probes speak no TLS): SERVING for "" and
+// cgacct.v1.Accounting, the accounting service itself UNIMPLEMENTED there,
+// allowed on a non-loopback address without --insecure, and NOT_SERVING
+// from SIGTERM on like the main port.
+TEST(CgacctdTest, HealthListenServesHealthAlone) {
+  Daemon daemon({"--listen=127.0.0.1:0", "--metrics_listen=", "--cpus=2",
+                 "--health_listen=0.0.0.0:0"});
+  const std::string line = daemon.ReadStdoutLine(kTimeout);
+  static const std::regex kHealth(R"(, health on 0\.0\.0\.0:(\d+)\))");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(line, m, kHealth)) << line;
+  auto channel = grpc::CreateChannel("127.0.0.1:" + m[1].str(),
+                                     grpc::InsecureChannelCredentials());
+  auto health = grpc::health::v1::Health::NewStub(channel);
+  for (const char* service : {"", "cgacct.v1.Accounting"}) {
+    grpc::ClientContext context;
+    grpc::health::v1::HealthCheckRequest request;
+    request.set_service(service);
+    grpc::health::v1::HealthCheckResponse response;
+    const grpc::Status s = health->Check(&context, request, &response);
+    ASSERT_TRUE(s.ok()) << "service \"" << service
+                        << "\": " << s.error_message();
+    EXPECT_EQ(response.status(),
+              grpc::health::v1::HealthCheckResponse::SERVING);
+  }
+  {
+    grpc::ClientContext context;
+    cgacct::v1::EngineInfo info;
+    const grpc::Status s = cgacct::v1::Accounting::NewStub(channel)->GetEngineInfo(
+        &context, cgacct::v1::GetEngineInfoRequest(), &info);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNIMPLEMENTED)
+        << s.error_message();
+  }
+  grpc::ClientContext watch_context;
+  grpc::health::v1::HealthCheckRequest watch_request;
+  watch_request.set_service("cgacct.v1.Accounting");
+  auto watch = health->Watch(&watch_context, watch_request);
+  grpc::health::v1::HealthCheckResponse update;
+  ASSERT_TRUE(watch->Read(&update));
+  EXPECT_EQ(update.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+  daemon.Signal(SIGTERM);
+  ASSERT_TRUE(watch->Read(&update));
+  EXPECT_EQ(update.status(),
+            grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+  watch_context.TryCancel();
+  EXPECT_EQ(daemon.WaitExit(kTimeout), 0) << daemon.ReadStderr();
+}
+
 // --memory_recursiveprot reaches the engine: B's low (1000 pages) is not
 // claimed by its children, so with the option their effective low is B's,
 // shared 1:3 by usage (without it, 0); computed by a memory.reclaim walk.
