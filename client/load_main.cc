@@ -354,32 +354,6 @@ struct WorkerResult {
   std::string first_error;
 };
 
-// One worker's calls of the current interval (about a second), taken by the
-// main thread at each progress tick to build the per-second series. The
-// worker records into it after every call; the tick swaps the histogram out,
-// so the lock is held for O(1) by either side.
-struct IntervalRecorder {
-  void Record(uint64_t ns) {
-    absl::MutexLock l(&mu);
-    latency.Record(ns);
-  }
-  void Error() {
-    absl::MutexLock l(&mu);
-    ++errors;
-  }
-  // Moves the interval's samples into `out` (which must be empty) and its
-  // error count into `*errors_out`, starting a new interval.
-  void Take(LatencyHistogram& out, uint64_t* errors_out) {
-    absl::MutexLock l(&mu);
-    std::swap(latency, out);
-    *errors_out = errors;
-    errors = 0;
-  }
-
-  absl::Mutex mu;
-  LatencyHistogram latency ABSL_GUARDED_BY(mu);
-  uint64_t errors ABSL_GUARDED_BY(mu) = 0;
-};
 
 // Shared by all workers of a run.
 struct RunControl {

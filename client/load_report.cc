@@ -66,6 +66,8 @@ void OptionalDouble(JsonWriter& w, const std::optional<double>& v) {
   }
 }
 
+}  // namespace
+
 void WriteSeriesJson(JsonWriter& w, const std::vector<IntervalStats>& series) {
   w.BeginArray();
   for (const IntervalStats& i : series) {
@@ -83,8 +85,6 @@ void WriteSeriesJson(JsonWriter& w, const std::vector<IntervalStats>& series) {
   }
   w.EndArray();
 }
-
-}  // namespace
 
 IntervalStats SummarizeInterval(const LatencyHistogram& h, uint64_t errors,
                                 double t_end_s, double seconds) {

@@ -8,9 +8,11 @@
 
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <string>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "client/histogram.h"
 #include "client/json_writer.h"
@@ -57,6 +59,38 @@ struct IntervalStats {
 // The summary of one interval's histogram (`h` holds its successful calls).
 IntervalStats SummarizeInterval(const LatencyHistogram& h, uint64_t errors,
                                 double t_end_s, double seconds);
+
+// One worker's calls of the current interval (about a second), taken by the
+// main thread at each progress tick to build the per-second series. The
+// worker records into it after every call; the tick swaps the histogram out,
+// so the lock is held for O(1) by either side.
+struct IntervalRecorder {
+  // Thread-safe.
+  void Record(uint64_t ns) {
+    absl::MutexLock l(&mu);
+    latency.Record(ns);
+  }
+  void Error() {
+    absl::MutexLock l(&mu);
+    ++errors;
+  }
+  // Moves the interval's samples into `out` (which must be empty) and its
+  // error count into `*errors_out`, starting a new interval.
+  void Take(LatencyHistogram& out, uint64_t* errors_out) {
+    absl::MutexLock l(&mu);
+    std::swap(latency, out);
+    *errors_out = errors;
+    errors = 0;
+  }
+
+  absl::Mutex mu;
+  LatencyHistogram latency ABSL_GUARDED_BY(mu);
+  uint64_t errors ABSL_GUARDED_BY(mu) = 0;
+};
+
+// Writes `series` as a JSON array of {t_s, seconds, count, errors, per_s,
+// p50_us, p90_us, p99_us, max_us}. Shared by every scenario's --json.
+void WriteSeriesJson(JsonWriter& w, const std::vector<IntervalStats>& series);
 
 // memory.events counters of one group (hierarchical), for deltas.
 struct EventCounts {

@@ -183,6 +183,19 @@ class LoadAgainstCgacctd(unittest.TestCase):
         # 10 ms pauses: at most a few hundred tries per reader in ~1.5 s.
         self.assertLess(r["reads"]["errors"], 4 * 400, r)
 
+    def test_netperf_json_has_the_series_and_draws_a_chart(self):
+        png = os.path.join(self.tmp, "netperf.png")
+        code, r = self.load("--scenario=netperf", "--streams=2",
+                            "--duration=1.5s", "--chart=" + png)
+        self.assertEqual(code, 0, self.last_output)
+        self.assertGreater(r["messages"], 0, r)
+        self.assertGreaterEqual(len(r["time_series"]), 1, r)
+        self.assertEqual(sum(s["count"] for s in r["time_series"]),
+                         r["messages"], r)
+        self.assertEqual(r["latency"]["count"], r["messages"])
+        with open(png, "rb") as f:
+            self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+
     def test_rate_without_readers_is_a_usage_error(self):
         proc = subprocess.run(
             [LOAD, "--target=" + self.target, "--scenario=reclaim",
