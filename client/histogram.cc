@@ -52,6 +52,16 @@ void LatencyHistogram::Record(uint64_t ns) {
   sum_ns_ += static_cast<double>(ns);
 }
 
+void LatencyHistogram::Reset() {
+  if (count_ == 0) return;
+  std::fill(counts_.begin(), counts_.end(), 0);
+  pow2_counts_.fill(0);
+  count_ = 0;
+  min_ns_ = UINT64_MAX;
+  max_ns_ = 0;
+  sum_ns_ = 0;
+}
+
 void LatencyHistogram::Merge(const LatencyHistogram& other) {
   if (other.count_ == 0) return;
   for (int i = 0; i < kNumBuckets; ++i) counts_[i] += other.counts_[i];

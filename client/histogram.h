@@ -41,6 +41,10 @@ class LatencyHistogram {
   // Adds every sample of `other` to this histogram.
   void Merge(const LatencyHistogram& other);
 
+  // Forgets every sample (back to the state of a new histogram) without
+  // giving back the bucket array. O(buckets) when non-empty, O(1) when empty.
+  void Reset();
+
   // Number of samples recorded.
   uint64_t count() const { return count_; }
   // Smallest and largest samples in ns, exact; 0 when empty.

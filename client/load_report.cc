@@ -68,6 +68,38 @@ void OptionalDouble(JsonWriter& w, const std::optional<double>& v) {
 
 }  // namespace
 
+void WriteSeriesJson(JsonWriter& w, const std::vector<IntervalStats>& series) {
+  w.BeginArray();
+  for (const IntervalStats& i : series) {
+    w.BeginObject();
+    w.Key("t_s").Double(i.t_end_s);
+    w.Key("seconds").Double(i.seconds);
+    w.Key("count").Uint(i.count);
+    w.Key("errors").Uint(i.errors);
+    w.Key("per_s").Double(i.seconds > 0 ? i.count / i.seconds : 0.0);
+    w.Key("p50_us").Double(NsToUs(i.p50_ns));
+    w.Key("p90_us").Double(NsToUs(i.p90_ns));
+    w.Key("p99_us").Double(NsToUs(i.p99_ns));
+    w.Key("max_us").Double(NsToUs(i.max_ns));
+    w.EndObject();
+  }
+  w.EndArray();
+}
+
+IntervalStats SummarizeInterval(const LatencyHistogram& h, uint64_t errors,
+                                double t_end_s, double seconds) {
+  IntervalStats i;
+  i.t_end_s = t_end_s;
+  i.seconds = seconds;
+  i.count = h.count();
+  i.errors = errors;
+  i.p50_ns = h.PercentileNs(0.50);
+  i.p90_ns = h.PercentileNs(0.90);
+  i.p99_ns = h.PercentileNs(0.99);
+  i.max_ns = h.max_ns();
+  return i;
+}
+
 std::string LatencyLine(const LatencyHistogram& h) {
   if (h.count() == 0) return "no samples";
   return absl::StrFormat(
@@ -113,17 +145,77 @@ std::string FormatLoadReportTable(const LoadReport& r) {
   Row(&out, "duration",
       absl::StrFormat("%.2f s (requested %s)", absl::ToDoubleSeconds(r.elapsed),
                       absl::FormatDuration(r.duration)));
+  Row(&out, "warm-up",
+      absl::StrCat(absl::FormatDuration(r.warmup),
+                   " before the measurement, excluded from every figure"));
   if (r.threads > 0) {
-    Row(&out, "stat readers", absl::StrCat(r.threads, " threads"));
+    Row(&out, "stat readers",
+        r.rate > 0
+            ? absl::StrFormat("%d readers, open loop at %.0f calls/s "
+                              "(latency from each call's intended send time)",
+                              r.threads, r.rate)
+            : absl::StrCat(r.threads, " readers, closed loop"));
     Row(&out, "reads",
         absl::StrFormat("%d total, %.0f/s, %d errors", r.reads,
                         PerSecond(r.reads, r.elapsed), r.read_errors));
+    if (r.rate > 0) {
+      const uint64_t sent = r.sent_reads;
+      Row(&out, "schedule",
+          absl::StrFormat("achieved %.0f of %.0f calls/s; %d of %d sent late "
+                          "(%.2f%%), max send lag %.1f us; %d due never sent",
+                          PerSecond(sent, r.elapsed), r.rate, r.late_reads,
+                          sent, sent > 0 ? 100.0 * r.late_reads / sent : 0.0,
+                          NsToUs(r.max_send_lag_ns), r.unsent_reads));
+    }
     Row(&out, "read latency (us)", LatencyLine(r.read_latency));
     Row(&out, "read latency mode",
         r.read_latency.count() == 0
             ? std::string("n/a")
             : absl::StrCat(r.read_latency.Pow2ModeUs(),
                            " usec (power-of-2 bucket lower bound)"));
+  }
+  if (r.writers > 0) {
+    Row(&out, "writers",
+        absl::StrFormat("%d writers charging FILE pages, %d pages per "
+                        "charge, memory.high %s",
+                        r.writers, r.write_chunk_pages,
+                        SizeText(r.high_bytes)));
+    Row(&out, "charges",
+        absl::StrFormat("%d total, %.0f/s, %d pages, %d errors; %d over "
+                        "memory.high (throttled)",
+                        r.charges, PerSecond(r.charges, r.elapsed),
+                        r.charged_pages, r.charge_errors, r.over_high_charges));
+    Row(&out, "charge latency (us)", LatencyLine(r.charge_latency));
+    Row(&out, "memory.high throttle",
+        absl::StrFormat("%d us honoured (%.1f ms/s over all writers)",
+                        r.throttle_us,
+                        PerSecond(r.throttle_us, r.elapsed) / 1000.0));
+    Row(&out, "memory.reclaim",
+        absl::StrFormat("%s every %s: %d calls, %d short (UNAVAILABLE), "
+                        "%d errors; %d pages reclaimed",
+                        SizeText(r.reclaim_bytes),
+                        absl::FormatDuration(r.reclaim_interval), r.reclaims,
+                        r.reclaims_short, r.reclaim_errors,
+                        r.reclaimed_pages));
+    Row(&out, "reclaim latency (us)", LatencyLine(r.reclaim_latency));
+    Row(&out, "memory.events delta",
+        r.events_delta.has_value()
+            ? absl::StrFormat("high %d  max %d  oom %d  oom_kill %d",
+                              r.events_delta->high, r.events_delta->max,
+                              r.events_delta->oom, r.events_delta->oom_kill)
+            : std::string("n/a (GetStats failed)"));
+    Row(&out, "pgsteal delta",
+        r.pgsteal_delta.has_value()
+            ? absl::StrCat(*r.pgsteal_delta,
+                           " pages (over-high and proactive reclaim)")
+            : std::string("n/a"));
+    std::string cleanup = absl::StrCat(
+        r.writers - r.hog_groups_left, " of ", r.writers,
+        " writer groups deleted, ", r.reparented_pages, " pages reparented");
+    if (r.hog_groups_left == 0 && r.reparented_pages == 0) {
+      absl::StrAppend(&cleanup, " (clean)");
+    }
+    Row(&out, "writer cleanup", cleanup);
   }
   if (r.hogs > 0) {
     Row(&out, "hogs",
@@ -219,6 +311,8 @@ std::string LoadReportJson(const LoadReport& r) {
   w.Key("threads").Int(r.threads);
   w.Key("hogs").Int(r.hogs);
   w.Key("hog_cpus").Uint(r.hog_cpus);
+  w.Key("warmup_s").Double(absl::ToDoubleSeconds(r.warmup));
+  w.Key("mode").String(r.rate > 0 ? "open" : "closed");
 
   w.Key("reads").BeginObject();
   w.Key("total").Uint(r.reads);
@@ -226,7 +320,24 @@ std::string LoadReportJson(const LoadReport& r) {
   w.Key("errors").Uint(r.read_errors);
   w.Key("latency");
   WriteLatencyJson(w, r.read_latency, /*pow2_buckets=*/true);
+  w.Key("time_series");
+  WriteSeriesJson(w, r.read_series);
   w.EndObject();
+
+  w.Key("open_loop");
+  if (r.rate > 0) {
+    const uint64_t sent = r.sent_reads;
+    w.BeginObject();
+    w.Key("rate_per_s").Double(r.rate);
+    w.Key("achieved_per_s").Double(PerSecond(sent, r.elapsed));
+    w.Key("sent").Uint(sent);
+    w.Key("late").Uint(r.late_reads);
+    w.Key("unsent").Uint(r.unsent_reads);
+    w.Key("max_send_lag_us").Double(NsToUs(r.max_send_lag_ns));
+    w.EndObject();
+  } else {
+    w.Null();
+  }
 
   w.Key("charges").BeginObject();
   w.Key("total").Uint(r.charges);
@@ -243,7 +354,47 @@ std::string LoadReportJson(const LoadReport& r) {
   w.Key("hog_groups_left").Int(r.hog_groups_left);
   w.Key("latency");
   WriteLatencyJson(w, r.charge_latency, /*pow2_buckets=*/true);
+  w.Key("time_series");
+  WriteSeriesJson(w, r.charge_series);
   w.EndObject();
+
+  w.Key("reclaim");
+  if (r.writers > 0) {
+    w.BeginObject();
+    w.Key("writers").Int(r.writers);
+    w.Key("high_bytes").Uint(r.high_bytes);
+    w.Key("write_chunk_pages").Uint(r.write_chunk_pages);
+    w.Key("over_high_charges").Uint(r.over_high_charges);
+    w.Key("reclaim_bytes").Uint(r.reclaim_bytes);
+    w.Key("reclaim_interval_s")
+        .Double(absl::ToDoubleSeconds(r.reclaim_interval));
+    w.Key("reclaims").Uint(r.reclaims);
+    w.Key("reclaims_short").Uint(r.reclaims_short);
+    w.Key("errors").Uint(r.reclaim_errors);
+    w.Key("reclaimed_pages").Uint(r.reclaimed_pages);
+    w.Key("latency");
+    WriteLatencyJson(w, r.reclaim_latency, /*pow2_buckets=*/false);
+    w.Key("events_delta");
+    if (r.events_delta.has_value()) {
+      w.BeginObject();
+      w.Key("high").Uint(r.events_delta->high);
+      w.Key("max").Uint(r.events_delta->max);
+      w.Key("oom").Uint(r.events_delta->oom);
+      w.Key("oom_kill").Uint(r.events_delta->oom_kill);
+      w.EndObject();
+    } else {
+      w.Null();
+    }
+    w.Key("pgsteal_delta");
+    if (r.pgsteal_delta.has_value()) {
+      w.Uint(*r.pgsteal_delta);
+    } else {
+      w.Null();
+    }
+    w.EndObject();
+  } else {
+    w.Null();
+  }
 
   w.Key("server").BeginObject();
   w.Key("nr_cpus").Uint(r.nr_cpus);

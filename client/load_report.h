@@ -8,9 +8,11 @@
 
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <string>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "client/histogram.h"
 #include "client/json_writer.h"
@@ -41,15 +43,75 @@ inline constexpr uint64_t kCostlyChargePages = 8;
 enum class HogRefusal { kOomKill, kCostlyEnomem };
 HogRefusal ClassifyRefusedCharge(uint64_t nr_pages);
 
+// One interval (about a second) of a run's time series: the calls that
+// completed in it. Latencies in ns (PercentileNs's bucket upper edge).
+struct IntervalStats {
+  double t_end_s = 0;    // end of the interval, seconds after the warm-up
+  double seconds = 0;    // its length
+  uint64_t count = 0;    // successful calls completed in it
+  uint64_t errors = 0;   // failed calls completed in it
+  uint64_t p50_ns = 0;
+  uint64_t p90_ns = 0;
+  uint64_t p99_ns = 0;
+  uint64_t max_ns = 0;
+};
+
+// The summary of one interval's histogram (`h` holds its successful calls).
+IntervalStats SummarizeInterval(const LatencyHistogram& h, uint64_t errors,
+                                double t_end_s, double seconds);
+
+// One worker's calls of the current interval (about a second), taken by the
+// main thread at each progress tick to build the per-second series. The
+// worker records into it after every call; the tick swaps the histogram out,
+// so the lock is held for O(1) by either side.
+struct IntervalRecorder {
+  // Thread-safe.
+  void Record(uint64_t ns) {
+    absl::MutexLock l(&mu);
+    latency.Record(ns);
+  }
+  void Error() {
+    absl::MutexLock l(&mu);
+    ++errors;
+  }
+  // Moves the interval's samples into `out` (which must be empty) and its
+  // error count into `*errors_out`, starting a new interval.
+  void Take(LatencyHistogram& out, uint64_t* errors_out) {
+    absl::MutexLock l(&mu);
+    std::swap(latency, out);
+    *errors_out = errors;
+    errors = 0;
+  }
+
+  absl::Mutex mu;
+  LatencyHistogram latency ABSL_GUARDED_BY(mu);
+  uint64_t errors ABSL_GUARDED_BY(mu) = 0;
+};
+
+// Writes `series` as a JSON array of {t_s, seconds, count, errors, per_s,
+// p50_us, p90_us, p99_us, max_us}. Shared by every scenario's --json.
+void WriteSeriesJson(JsonWriter& w, const std::vector<IntervalStats>& series);
+
+// memory.events counters of one group (hierarchical), for deltas.
+struct EventCounts {
+  uint64_t high = 0;
+  uint64_t max = 0;
+  uint64_t oom = 0;
+  uint64_t oom_kill = 0;
+};
+
 struct LoadReport {
   // What was run.
-  std::string scenario;  // "stat-reader", "hog" or "seed-rstat"
+  std::string scenario;  // "stat-reader", "hog", "seed-rstat" or "reclaim"
   std::string target;
   std::string group;
   std::string flush_mode;   // GetStats flush: "exact", "threshold", "none"
   absl::Duration duration;  // requested
-  absl::Duration elapsed;   // measured, from start to the stop signal
-  int threads = 0;          // stat-reader threads (0: none)
+  absl::Duration elapsed;   // measured, from the warm-up's end to the stop
+  // Run before the measurement starts and excluded from every figure below
+  // (calls started, or due in open loop, before its end are not counted).
+  absl::Duration warmup;
+  int threads = 0;          // stat readers, --threads (0: none)
   int hogs = 0;             // hog workers (0: none)
   uint64_t hog_chunk_pages = 0;
   uint64_t hog_max_bytes = 0;  // memory.max of the group for hogs
@@ -59,8 +121,27 @@ struct LoadReport {
 
   // Stat readers: GetStats calls.
   uint64_t reads = 0;        // successful reads
-  uint64_t read_errors = 0;  // failed reads (any code)
+  // Failed reads (any code), over the whole run, warm-up included: a
+  // failure is never hidden.
+  uint64_t read_errors = 0;
+  // Closed loop: from the call's start to its end. Open loop (rate > 0): from
+  // the call's intended send time to its end.
   LatencyHistogram read_latency;
+  // Per-second series of the reads (and of the charges below), after the
+  // warm-up, by completion time.
+  std::vector<IntervalStats> read_series;
+
+  // Open loop (--rate): the total intended rate of GetStats calls, spread
+  // evenly over the stat readers; 0 = closed loop.
+  double rate = 0;
+  // Calls sent after their intended time because the reader was still
+  // waiting for its previous answer (the server fell behind the schedule).
+  uint64_t sent_reads = 0;  // calls measured (after the warm-up), ok or not
+  uint64_t late_reads = 0;
+  // Calls due before the end that were never sent (the backlog at the end).
+  uint64_t unsent_reads = 0;
+  // The longest delay of a send behind its intended time, ns.
+  uint64_t max_send_lag_ns = 0;
 
   // Hogs: Charge calls of ANON pages until refused, then uncharge and
   // repeat. A refused charge is an OOM kill or a costly ENOMEM
@@ -73,11 +154,33 @@ struct LoadReport {
   uint64_t charge_errors = 0;       // other failures of Charge/Uncharge
   uint64_t throttle_us = 0;         // memory.high throttle honoured, summed
   LatencyHistogram charge_latency;  // every Charge attempt, refusals included
+  std::vector<IntervalStats> charge_series;
   // Pages the server reparented when the hog groups were deleted at the end:
   // non-zero means the hogs' books and the server's disagree.
   uint64_t reparented_pages = 0;
   // Hog groups that could not be deleted at the end (server gone, ...).
   int hog_groups_left = 0;
+
+  // Scenario "reclaim": --writers charge FILE pages into GROUP/writer-i
+  // (memory.high = high_bytes on GROUP) in write_chunk_pages chunks, the
+  // charges above counting them; a reclaimer calls Reclaim (memory.reclaim)
+  // on GROUP every reclaim_interval.
+  int writers = 0;
+  uint64_t high_bytes = 0;
+  uint64_t write_chunk_pages = 0;
+  uint64_t reclaim_bytes = 0;  // asked per Reclaim call
+  absl::Duration reclaim_interval;
+  uint64_t reclaims = 0;          // Reclaim calls that reclaimed all asked
+  uint64_t reclaims_short = 0;    // UNAVAILABLE: could not reclaim all asked
+  uint64_t reclaim_errors = 0;    // other failures
+  uint64_t reclaimed_pages = 0;   // reclaimed_bytes / page size, summed
+  LatencyHistogram reclaim_latency;
+  uint64_t over_high_charges = 0;  // charges answered with throttle_us > 0
+  // GROUP's memory.events at the end minus at the start (hierarchical);
+  // nullopt when a GetStats failed.
+  std::optional<EventCounts> events_delta;
+  // memory.stat pgsteal (all reclaim: over-high and proactive) delta.
+  std::optional<uint64_t> pgsteal_delta;
 
   // Server side (GetEngineInfo before the run, /metrics after it).
   uint32_t nr_cpus = 0;

@@ -27,6 +27,7 @@
 #include "client/grpc_util.h"
 #include "client/histogram.h"
 #include "client/json_writer.h"
+#include "client/load_chart.h"
 #include "client/load_report.h"
 
 // Shared with the other scenarios (client/load_main.cc).
@@ -34,6 +35,7 @@ ABSL_DECLARE_FLAG(std::string, target);
 ABSL_DECLARE_FLAG(std::string, group);
 ABSL_DECLARE_FLAG(absl::Duration, duration);
 ABSL_DECLARE_FLAG(std::string, json);
+ABSL_DECLARE_FLAG(std::string, chart);
 ABSL_DECLARE_FLAG(absl::Duration, connect_timeout);
 ABSL_DECLARE_FLAG(absl::Duration, rpc_timeout);
 
@@ -209,6 +211,7 @@ struct StreamResult {
   uint64_t op_errors = 0;
   uint64_t rpc_errors = 0;
   LatencyHistogram latency;  // per message (round trip)
+  IntervalRecorder interval;  // the same, per progress interval
   std::string first_error;
   bool resident_charged = false;
   bool resident_released = false;
@@ -296,10 +299,14 @@ void RunStream(v1::Accounting::Stub& stub, const NetperfOptions& o,
         NoteError(r, "ChargeStream broke");
         break;
       }
-      r.latency.Record(static_cast<uint64_t>(
-          std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() -
-                                                               t0)
-              .count()));
+      {
+        const uint64_t ns = static_cast<uint64_t>(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() -
+                                                                 t0)
+                .count());
+        r.latency.Record(ns);
+        r.interval.Record(ns);
+      }
       CheckResults(response, o.batch, r);
       r.ops.fetch_add(static_cast<uint64_t>(o.batch),
                       std::memory_order_relaxed);
@@ -334,10 +341,14 @@ void RunStream(v1::Accounting::Stub& stub, const NetperfOptions& o,
                                       FormatStatus(s)));
             break;
           }
-          r.latency.Record(static_cast<uint64_t>(
-              std::chrono::duration_cast<std::chrono::nanoseconds>(
-                  Clock::now() - t)
-                  .count()));
+          {
+            const uint64_t ns = static_cast<uint64_t>(
+                std::chrono::duration_cast<std::chrono::nanoseconds>(
+                    Clock::now() - t)
+                    .count());
+            r.latency.Record(ns);
+            r.interval.Record(ns);
+          }
           r.messages.fetch_add(1, std::memory_order_relaxed);
           r.ops.fetch_add(1, std::memory_order_relaxed);
         }
@@ -347,10 +358,14 @@ void RunStream(v1::Accounting::Stub& stub, const NetperfOptions& o,
         break;
       }
       if (o.rpc == RpcKind::kBatch) {
-        r.latency.Record(static_cast<uint64_t>(
-            std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() -
-                                                                 t0)
-                .count()));
+        {
+          const uint64_t ns = static_cast<uint64_t>(
+              std::chrono::duration_cast<std::chrono::nanoseconds>(
+                  Clock::now() - t0)
+                  .count());
+          r.latency.Record(ns);
+          r.interval.Record(ns);
+        }
         r.ops.fetch_add(static_cast<uint64_t>(o.batch),
                         std::memory_order_relaxed);
         r.messages.fetch_add(1, std::memory_order_relaxed);
@@ -376,6 +391,7 @@ struct NetperfReport {
   uint64_t op_errors = 0;
   uint64_t rpc_errors = 0;
   LatencyHistogram latency;
+  std::vector<IntervalStats> series;  // per progress interval (~1 s)
   std::string first_error;
   std::optional<uint64_t> anon_left;
   uint32_t nr_cpus = 0;
@@ -446,6 +462,8 @@ std::string FormatJson(const NetperfOptions& o, const NetperfReport& r) {
       .Double(r.elapsed_s > 0 ? r.messages / r.elapsed_s : 0);
   w.Key("latency");
   WriteLatencyJson(w, h, /*pow2_buckets=*/false);
+  w.Key("time_series");
+  WriteSeriesJson(w, r.series);
   w.Key("op_errors").Uint(r.op_errors);
   w.Key("rpc_errors").Uint(r.rpc_errors);
   w.Key("anon_pages_left");
@@ -550,6 +568,18 @@ int RunNetperf() {
   go.Notify();
   Clock::time_point last_tick = start;
   uint64_t last_ops = 0;
+  // Every stream's messages since the last tick, into the series.
+  LatencyHistogram spare, interval;
+  auto take_interval = [&](double t_end_s, double seconds) {
+    for (StreamResult& r : results) {
+      uint64_t errors = 0;  // netperf counts its errors apart
+      r.interval.Take(spare, &errors);
+      interval.Merge(spare);
+      spare.Reset();
+    }
+    report.series.push_back(SummarizeInterval(interval, 0, t_end_s, seconds));
+    interval.Reset();
+  };
   while (true) {
     const Clock::time_point now = Clock::now();
     if (now >= end || g_stop_requested.load(std::memory_order_relaxed)) break;
@@ -561,10 +591,11 @@ int RunNetperf() {
     for (const StreamResult& r : results)
       ops += r.ops.load(std::memory_order_relaxed);
     const double dt = std::chrono::duration<double>(after - last_tick).count();
+    const double t = std::chrono::duration<double>(after - start).count();
+    take_interval(t, dt);
     std::cerr << absl::StrFormat(
-        "cgacct-load: [%6.1fs] ops %10.0f/s\n",
-        std::chrono::duration<double>(after - start).count(),
-        (ops - last_ops) / dt);
+        "cgacct-load: [%6.1fs] ops %10.0f/s  p99 %.1f us\n", t,
+        (ops - last_ops) / dt, report.series.back().p99_ns / 1000.0);
     last_tick = after;
     last_ops = ops;
   }
@@ -572,6 +603,13 @@ int RunNetperf() {
   report.elapsed_s =
       std::chrono::duration<double>(Clock::now() - start).count();
   for (std::thread& t : threads) t.join();
+  {
+    // The messages that completed after the last tick.
+    const Clock::time_point now = Clock::now();
+    take_interval(std::chrono::duration<double>(now - start).count(),
+                  std::chrono::duration<double>(now - last_tick).count());
+    if (report.series.back().count == 0) report.series.pop_back();
+  }
 
   for (StreamResult& r : results) {
     report.ops += r.ops.load(std::memory_order_relaxed);
@@ -592,6 +630,18 @@ int RunNetperf() {
     std::ofstream out(o.json_path, std::ios::trunc);
     out << FormatJson(o, report);
     if (!out) return Fail(absl::StrCat("cannot write ", o.json_path));
+  }
+  if (const std::string chart = absl::GetFlag(FLAGS_chart); !chart.empty()) {
+    // The message round trips, drawn as any scenario's charges.
+    LoadReport plotted;
+    plotted.scenario = absl::StrCat("netperf --rpc=", o.rpc_name);
+    plotted.elapsed = absl::Seconds(report.elapsed_s);
+    plotted.charge_latency = report.latency;
+    plotted.charge_series = report.series;
+    if (absl::Status s = WriteLatencyChart(plotted, chart); !s.ok()) {
+      return Fail(s.message());
+    }
+    std::cerr << "cgacct-load: chart written to " << chart << "\n";
   }
   if (g_stop_requested.load(std::memory_order_relaxed)) return 130;
   if (report.op_errors > 0 || report.rpc_errors > 0 ||

@@ -32,6 +32,10 @@
 #     Prometheus on loopback scraping a test cgacctd through the shipped
 #     scrape config and evaluates every dashboard/alert expression, and
 #     parses the Kubernetes manifests (tests/deploy).
+#   - gnuplot-nox: cgacct-load --chart draws its latency PNG with gnuplot (the
+#     test command runs the real one: label "gnuplot"); -nox: no X11 needed.
+#   - nghttp2-client: h2load, the reference client tests/bench/h2load_compare.sh
+#     measures cgacct-load's own per-call overhead against.
 # CGACCT_DEPS=build installs only what building the three binaries needs
 # (no tests, benchmarks or tools): deploy/Dockerfile's build stage.
 set -euo pipefail
@@ -49,6 +53,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev sqlite3
   python3-grpcio python3-protobuf
   prometheus python3-yaml
+  gnuplot-nox nghttp2-client
 )
 case "${CGACCT_DEPS:-all}" in
   all) ;;

@@ -16,6 +16,9 @@
 # The suites of stages 2 and 3 include the deploy files' tests (tests/deploy,
 # labels "prometheus" and "deploy": promtool, a real Prometheus on loopback,
 # the Kubernetes manifests, cmake --install); deploy/README.md lists them.
+# They also run cgacct-load against a real cgacctd (label "load": open loop
+# under a SIGSTOP stall, warm-up, the reclaim scenario) and its --chart
+# through the real gnuplot (label "gnuplot").
 # Each stage prints its wall time.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -194,5 +194,25 @@ TEST(LatencyHistogramTest, MergeIntoEmptyTakesTheOtherMin) {
   EXPECT_EQ(a.count(), 2u);
 }
 
+// Reset (used for the per-second series) forgets everything: the histogram
+// then behaves as a new one.
+TEST(LatencyHistogramTest, ResetForgetsEverySample) {
+  LatencyHistogram h;
+  h.Record(5);
+  h.Record(3'000'000);
+  h.Reset();
+  EXPECT_EQ(h.count(), 0u);
+  EXPECT_EQ(h.min_ns(), 0u);
+  EXPECT_EQ(h.max_ns(), 0u);
+  EXPECT_EQ(h.mean_ns(), 0.0);
+  EXPECT_EQ(h.PercentileNs(0.5), 0u);
+  EXPECT_TRUE(h.Pow2Buckets().empty());
+  h.Record(1'000);
+  EXPECT_EQ(h.count(), 1u);
+  EXPECT_EQ(h.min_ns(), 1'000u);
+  EXPECT_EQ(h.max_ns(), 1'000u);
+  EXPECT_EQ(h.Pow2ModeUs(), 1u);
+}
+
 }  // namespace
 }  // namespace cgacct::client

@@ -149,5 +149,106 @@ TEST(LoadReportTest, JsonCarriesTheSameNumbers) {
       << json;
 }
 
+// Open loop: the schedule's figures in the table and the JSON, with the
+// per-second series.
+TEST(LoadReportTest, OpenLoopReportsTheScheduleAndTheSeries) {
+  LoadReport r = SeedRstatReport();
+  r.scenario = "stat-reader";
+  r.hogs = 0;
+  r.rate = 100;
+  r.warmup = absl::Seconds(1);
+  r.sent_reads = 1000;
+  r.late_reads = 25;
+  r.unsent_reads = 3;
+  r.max_send_lag_ns = 2'500'000;
+  LatencyHistogram second;
+  second.Record(10'000);
+  second.Record(70'000);
+  r.read_series.push_back(SummarizeInterval(second, 1, 1.0, 1.0));
+  const std::string table = FormatLoadReportTable(r);
+  EXPECT_TRUE(Contains(table, "open loop at 100 calls/s")) << table;
+  EXPECT_TRUE(Contains(table,
+                       "achieved 100 of 100 calls/s; 25 of 1000 sent late "
+                       "(2.50%), max send lag 2500.0 us; 3 due never sent"))
+      << table;
+  EXPECT_TRUE(Contains(table, "1s before the measurement, excluded")) << table;
+  const std::string json = LoadReportJson(r);
+  EXPECT_TRUE(Contains(json, "\"mode\": \"open\"")) << json;
+  EXPECT_TRUE(Contains(json, "\"warmup_s\": 1")) << json;
+  EXPECT_TRUE(Contains(json, "\"rate_per_s\": 100")) << json;
+  EXPECT_TRUE(Contains(json, "\"late\": 25")) << json;
+  EXPECT_TRUE(Contains(json, "\"unsent\": 3")) << json;
+  EXPECT_TRUE(Contains(json, "\"max_send_lag_us\": 2500")) << json;
+  EXPECT_TRUE(Contains(json, "\"time_series\": [")) << json;
+  EXPECT_TRUE(Contains(json, "\"t_s\": 1")) << json;
+  EXPECT_TRUE(Contains(json, "\"errors\": 1")) << json;
+  EXPECT_TRUE(Contains(json, "\"max_us\": 70")) << json;
+  EXPECT_TRUE(Contains(json, "\"reclaim\": null")) << json;
+  // Closed loop: no schedule.
+  r.rate = 0;
+  EXPECT_TRUE(Contains(LoadReportJson(r), "\"open_loop\": null"));
+  EXPECT_FALSE(Contains(FormatLoadReportTable(r), "sent late"));
+}
+
+TEST(LoadReportTest, SummarizeIntervalTakesTheHistogramsPercentiles) {
+  LatencyHistogram h;
+  for (int i = 0; i < 99; ++i) h.Record(1'000);
+  h.Record(1'000'000);
+  const IntervalStats i = SummarizeInterval(h, 2, 3.0, 0.5);
+  EXPECT_EQ(i.count, 100u);
+  EXPECT_EQ(i.errors, 2u);
+  EXPECT_EQ(i.t_end_s, 3.0);
+  EXPECT_EQ(i.seconds, 0.5);
+  // The upper edge of 1000 ns's bucket (within 1/128 above it).
+  EXPECT_GE(i.p50_ns, 1'000u);
+  EXPECT_LE(i.p50_ns, 1'008u);
+  EXPECT_EQ(i.p99_ns, i.p50_ns);
+  EXPECT_EQ(i.max_ns, 1'000'000u);
+}
+
+TEST(LoadReportTest, ReclaimScenarioReportsThrottleReclaimAndEvents) {
+  LoadReport r;
+  r.scenario = "reclaim";
+  r.elapsed = absl::Seconds(2);
+  r.writers = 4;
+  r.high_bytes = 32 << 20;
+  r.write_chunk_pages = 16;
+  r.reclaim_bytes = 4 << 20;
+  r.reclaim_interval = absl::Milliseconds(100);
+  r.charges = 2000;
+  r.charged_pages = 32000;
+  r.over_high_charges = 40;
+  r.throttle_us = 600'000;
+  r.reclaims = 18;
+  r.reclaims_short = 2;
+  r.reclaimed_pages = 18432;
+  r.reclaim_latency.Record(50'000);
+  r.charge_latency.Record(20'000);
+  r.events_delta = EventCounts{40, 0, 0, 0};
+  r.pgsteal_delta = 30000;
+  const std::string table = FormatLoadReportTable(r);
+  EXPECT_TRUE(Contains(table, "4 writers charging FILE pages, 16 pages per "
+                              "charge, memory.high 33554432 B (32 MiB)"))
+      << table;
+  EXPECT_TRUE(Contains(table, "40 over memory.high (throttled)")) << table;
+  EXPECT_TRUE(Contains(table, "600000 us honoured (300.0 ms/s")) << table;
+  EXPECT_TRUE(Contains(table, "18 calls, 2 short (UNAVAILABLE), 0 errors; "
+                              "18432 pages reclaimed"))
+      << table;
+  EXPECT_TRUE(Contains(table, "high 40  max 0  oom 0  oom_kill 0")) << table;
+  EXPECT_TRUE(Contains(table, "30000 pages")) << table;
+  EXPECT_FALSE(Contains(table, "hog cycles")) << table;
+  const std::string json = LoadReportJson(r);
+  EXPECT_TRUE(Contains(json, "\"over_high_charges\": 40")) << json;
+  EXPECT_TRUE(Contains(json, "\"reclaimed_pages\": 18432")) << json;
+  EXPECT_TRUE(Contains(json, "\"reclaims_short\": 2")) << json;
+  EXPECT_TRUE(Contains(json, "\"high\": 40")) << json;
+  EXPECT_TRUE(Contains(json, "\"pgsteal_delta\": 30000")) << json;
+  EXPECT_TRUE(Contains(json, "\"throttle_us\": 600000")) << json;
+  r.events_delta.reset();
+  EXPECT_TRUE(Contains(FormatLoadReportTable(r), "n/a (GetStats failed)"));
+  EXPECT_TRUE(Contains(LoadReportJson(r), "\"events_delta\": null"));
+}
+
 }  // namespace
 }  // namespace cgacct::client
