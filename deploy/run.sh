@@ -14,9 +14,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 deploy/install-deps.sh
-# Only what the job runs: the server and the load client.
+# What the job runs (the server and the load client) and what the README's
+# tour runs after it (cgacctctl); the tests are the test command's.
 BUILD_DIR=${BUILD_DIR:-build}
-BUILD_TARGETS="cgacctd cgacct-load" BUILD_DIR="$BUILD_DIR" deploy/build.sh
+BUILD_TARGETS="cgacctd cgacct-load cgacctctl" BUILD_DIR="$BUILD_DIR" deploy/build.sh
 
 POLICY=${POLICY:-per_cpu}
 PREEMPT=${PREEMPT:-none}
