@@ -3,7 +3,6 @@
 #include <google/protobuf/descriptor.h>
 
 #include <chrono>
-#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -15,16 +14,6 @@ using prometheus::ClientMetric;
 using prometheus::MetricFamily;
 using prometheus::MetricType;
 using HookPoint = grpc::experimental::InterceptionHookPoints;
-
-constexpr double kNanosPerSecond = 1e9;
-
-MetricFamily Family(std::string name, std::string help, MetricType type) {
-  MetricFamily family;
-  family.name = std::move(name);
-  family.help = std::move(help);
-  family.type = type;
-  return family;
-}
 
 // One call's interceptor: created by the factory when the call starts, owned
 // (and deleted) by gRPC when it ends. Hooks of one call are not run
@@ -241,23 +230,7 @@ std::vector<MetricFamily> GrpcServerMetrics::Collect() const {
           {"grpc_code", GrpcCodeGoName(static_cast<grpc::StatusCode>(c))});
       handled.metric.push_back(std::move(metric));
     }
-    const LatencyHistogram::Snapshot h = latency_[i]->Collect();
-    ClientMetric histogram;
-    histogram.label = labels;
-    histogram.histogram.sample_count = h.count;
-    histogram.histogram.sample_sum =
-        static_cast<double>(h.sum_ns) / kNanosPerSecond;
-    uint64_t cumulative = 0;
-    for (int b = 0; b <= h.nr_finite; ++b) {
-      cumulative += h.buckets[b];
-      ClientMetric::Bucket bucket;
-      bucket.cumulative_count = cumulative;
-      bucket.upper_bound = b < h.nr_finite
-                               ? h.upper_bound_seconds(b)
-                               : std::numeric_limits<double>::infinity();
-      histogram.histogram.bucket.push_back(bucket);
-    }
-    seconds.metric.push_back(std::move(histogram));
+    seconds.metric.push_back(HistogramMetric(latency_[i]->Collect(), labels));
   }
   std::vector<MetricFamily> out;
   out.push_back(std::move(started));

@@ -37,14 +37,6 @@ void AtomicMax(std::atomic<uint64_t>& slot, uint64_t value) {
   }
 }
 
-MetricFamily Family(std::string name, std::string help, MetricType type) {
-  MetricFamily family;
-  family.name = std::move(name);
-  family.help = std::move(help);
-  family.type = type;
-  return family;
-}
-
 ClientMetric CounterMetric(double value,
                            std::vector<ClientMetric::Label> labels = {}) {
   ClientMetric metric;
@@ -61,25 +53,6 @@ ClientMetric GaugeMetric(double value,
   return metric;
 }
 
-ClientMetric HistogramMetric(const LatencyHistogram::Snapshot& snapshot,
-                             std::vector<ClientMetric::Label> labels = {}) {
-  ClientMetric metric;
-  metric.label = std::move(labels);
-  metric.histogram.sample_count = snapshot.count;
-  metric.histogram.sample_sum =
-      static_cast<double>(snapshot.sum_ns) / kNanosPerSecond;
-  uint64_t cumulative = 0;
-  for (int i = 0; i <= snapshot.nr_finite; ++i) {
-    cumulative += snapshot.buckets[i];
-    ClientMetric::Bucket bucket;
-    bucket.cumulative_count = cumulative;
-    bucket.upper_bound = i < snapshot.nr_finite
-                             ? snapshot.upper_bound_seconds(i)
-                             : std::numeric_limits<double>::infinity();
-    metric.histogram.bucket.push_back(bucket);
-  }
-  return metric;
-}
 
 // cgacct_group_series_dropped{reason}: groups a scrape left out.
 MetricFamily DroppedFamily(uint64_t by_depth, uint64_t by_max_groups) {
@@ -135,6 +108,34 @@ std::string WhyCannotBind(const std::string& listen) {
 }
 
 }  // namespace
+
+MetricFamily Family(std::string name, std::string help, MetricType type) {
+  MetricFamily family;
+  family.name = std::move(name);
+  family.help = std::move(help);
+  family.type = type;
+  return family;
+}
+
+ClientMetric HistogramMetric(const LatencyHistogram::Snapshot& snapshot,
+                             std::vector<ClientMetric::Label> labels) {
+  ClientMetric metric;
+  metric.label = std::move(labels);
+  metric.histogram.sample_count = snapshot.count;
+  metric.histogram.sample_sum =
+      static_cast<double>(snapshot.sum_ns) / kNanosPerSecond;
+  uint64_t cumulative = 0;
+  for (int i = 0; i <= snapshot.nr_finite; ++i) {
+    cumulative += snapshot.buckets[i];
+    ClientMetric::Bucket bucket;
+    bucket.cumulative_count = cumulative;
+    bucket.upper_bound = i < snapshot.nr_finite
+                             ? snapshot.upper_bound_seconds(i)
+                             : std::numeric_limits<double>::infinity();
+    metric.histogram.bucket.push_back(bucket);
+  }
+  return metric;
+}
 
 int ThisThreadMetricShard() {
   // Relaxed: only uniqueness of the ticket matters, not ordering.
@@ -303,28 +304,11 @@ const char* RpcMethodName(RpcMethod method) {
   return "unknown";
 }
 
-const char* GrpcCodeName(grpc::StatusCode code) {
-  static constexpr const char* kNames[RpcMetrics::kNrCodes] = {
-      "OK",
-      "CANCELLED",
-      "UNKNOWN",
-      "INVALID_ARGUMENT",
-      "DEADLINE_EXCEEDED",
-      "NOT_FOUND",
-      "ALREADY_EXISTS",
-      "PERMISSION_DENIED",
-      "RESOURCE_EXHAUSTED",
-      "FAILED_PRECONDITION",
-      "ABORTED",
-      "OUT_OF_RANGE",
-      "UNIMPLEMENTED",
-      "INTERNAL",
-      "UNAVAILABLE",
-      "DATA_LOSS",
-      "UNAUTHENTICATED",
-  };
-  const int i = static_cast<int>(code);
-  return (i >= 0 && i < RpcMetrics::kNrCodes) ? kNames[i] : "UNKNOWN";
+std::string GrpcCodeName(grpc::StatusCode code) {
+  // gRPC's and Abseil's codes share their numbers (google.rpc.Code).
+  std::string name =
+      absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
+  return name.empty() ? "UNKNOWN" : name;
 }
 
 namespace {

@@ -220,8 +220,19 @@ inline constexpr int kNrRpcMethods = 12;
 
 // "CreateGroup", ... (the proto method name).
 const char* RpcMethodName(RpcMethod method);
-// "OK", "INVALID_ARGUMENT", ... (the google.rpc.Code name).
-const char* GrpcCodeName(grpc::StatusCode code);
+// "OK", "INVALID_ARGUMENT", ... (the google.rpc.Code name, as
+// absl::StatusCodeToString() spells it; "UNKNOWN" outside the enum).
+std::string GrpcCodeName(grpc::StatusCode code);
+
+// A family with no metrics yet, for Collectables building their scrape.
+prometheus::MetricFamily Family(std::string name, std::string help,
+                                prometheus::MetricType type);
+// A Prometheus histogram of `snapshot`: cumulative bucket counts at its
+// bounds (in seconds) plus +Inf, sum in seconds. Shared by every collector
+// that exports a LatencyHistogram.
+prometheus::ClientMetric HistogramMetric(
+    const LatencyHistogram::Snapshot& snapshot,
+    std::vector<prometheus::ClientMetric::Label> labels = {});
 
 // Per-method, per-code handled counts and per-method handling latency of the
 // gRPC service, plus the charges it rejects. Recorded by AccountingService on

@@ -143,7 +143,7 @@ TEST(RpcMetricsTest, CountsPerMethodAndCode) {
   EXPECT_EQ(rpc.latency(RpcMethod::kCharge).count, 3u);
   EXPECT_EQ(rpc.charges_rejected(), 1u);
   EXPECT_STREQ(RpcMethodName(RpcMethod::kGetEngineInfo), "GetEngineInfo");
-  EXPECT_STREQ(GrpcCodeName(grpc::StatusCode::FAILED_PRECONDITION),
+  EXPECT_EQ(GrpcCodeName(grpc::StatusCode::FAILED_PRECONDITION),
                "FAILED_PRECONDITION");
 }
 
