@@ -35,100 +35,17 @@ using Json = nlohmann::json;
 constexpr std::chrono::seconds kTimeout(20);
 
 // A running cgacctctl with stdout and stderr on pipes.
-class Ctl {
+class Ctl : public test_util::Process {
  public:
-  explicit Ctl(const std::vector<std::string>& args) {
-    int out[2];
-    int err[2];
-    EXPECT_EQ(pipe(out), 0);
-    EXPECT_EQ(pipe(err), 0);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, out[1], 1);
-    posix_spawn_file_actions_adddup2(&actions, err[1], 2);
-    posix_spawn_file_actions_addclose(&actions, out[0]);
-    posix_spawn_file_actions_addclose(&actions, err[0]);
-    std::vector<std::string> argv_strings = {CGACCTCTL_PATH};
-    argv_strings.insert(argv_strings.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (std::string& a : argv_strings) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    EXPECT_EQ(posix_spawn(&pid_, CGACCTCTL_PATH, &actions, nullptr, argv.data(),
-                          environ),
-              0);
-    posix_spawn_file_actions_destroy(&actions);
-    close(out[1]);
-    close(err[1]);
-    out_ = out[0];
-    err_ = err[0];
-  }
-  ~Ctl() {
-    if (!exited_) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-    close(out_);
-    close(err_);
-  }
-
-  // The next stdout line (without '\n'), or "" after `timeout`.
-  std::string ReadLine(std::chrono::milliseconds timeout) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    std::string line;
-    while (std::chrono::steady_clock::now() < deadline) {
-      pollfd pfd{out_, POLLIN, 0};
-      if (poll(&pfd, 1, 50) <= 0) continue;
-      char c;
-      if (read(out_, &c, 1) != 1) break;
-      if (c == '\n') return line;
-      line.push_back(c);
-    }
-    return line;
-  }
+  explicit Ctl(const std::vector<std::string>& args)
+      : Process(CGACCTCTL_PATH, args) {}
 
   // Reads both pipes to their end and waits for the exit status (-1 on a
   // signal or after kTimeout).
-  int Wait() {
-    const auto deadline = std::chrono::steady_clock::now() + kTimeout;
-    bool out_open = true;
-    bool err_open = true;
-    while ((out_open || err_open) &&
-           std::chrono::steady_clock::now() < deadline) {
-      pollfd pfds[2] = {{out_open ? out_ : -1, POLLIN, 0},
-                        {err_open ? err_ : -1, POLLIN, 0}};
-      if (poll(pfds, 2, 50) <= 0) continue;
-      char buf[4096];
-      if (out_open && pfds[0].revents != 0) {
-        const ssize_t n = read(out_, buf, sizeof(buf));
-        if (n <= 0)
-          out_open = false;
-        else
-          out.append(buf, n);
-      }
-      if (err_open && pfds[1].revents != 0) {
-        const ssize_t n = read(err_, buf, sizeof(buf));
-        if (n <= 0)
-          err_open = false;
-        else
-          err.append(buf, n);
-      }
-    }
-    int status = 0;
-    if (out_open || err_open) kill(pid_, SIGKILL);
-    waitpid(pid_, &status, 0);
-    exited_ = true;
-    return WIFEXITED(status) && !(out_open || err_open) ? WEXITSTATUS(status)
-                                                        : -1;
-  }
+  int Wait() { return WaitCollect(kTimeout, &out, &err); }
 
   std::string out;  // what Wait() read
   std::string err;
-
- private:
-  pid_t pid_ = -1;
-  int out_ = -1;
-  int err_ = -1;
-  bool exited_ = false;
 };
 
 struct Result {
@@ -412,7 +329,7 @@ TEST_F(CgacctctlTest, EventsWatchPrintsEachUpdateAndEndsOnDelete) {
   Ok({"create", "/watch", "--max=64K"});
   Ctl watch({*target_, "--json", "events", "/watch", "--watch", "-n", "2"});
   // The counts on subscribe first.
-  const Json first = Json::parse(watch.ReadLine(kTimeout));
+  const Json first = Json::parse(watch.ReadStdoutLine(kTimeout));
   EXPECT_EQ(first["path"], "/watch");
   EXPECT_EQ(first["events"]["max"], "0");
   // A refused charge raises memory.events max: the second update.
@@ -424,7 +341,7 @@ TEST_F(CgacctctlTest, EventsWatchPrintsEachUpdateAndEndsOnDelete) {
 
   // Text: the file per update; deleting the group ends the watch (3).
   Ctl text({*target_, "events", "/watch", "--watch"});
-  const std::string low = text.ReadLine(kTimeout);
+  const std::string low = text.ReadStdoutLine(kTimeout);
   EXPECT_EQ(low, "low 0");
   Ok({"delete", "/watch"});
   EXPECT_EQ(text.Wait(), 3) << text.err;
