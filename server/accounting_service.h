@@ -164,6 +164,12 @@ using RawAccountingService =
 
 class AccountingService final : public RawAccountingService {
  public:
+  // Every method reads its request as raw bytes (the generated
+  // WithRawCallbackMethod_*; the typed message is named next to each
+  // ByteBuffer): bytes that are not a valid request are INVALID_ARGUMENT
+  // "request is not a valid cgacct.v1.<type>: <why>", nothing applied
+  // (server/raw_request.h).
+
   // `engine`: the accounting engine every RPC acts on. `rpc_metrics`: where
   // handled counts and latencies are recorded. Both must outlive the service.
   AccountingService(Engine& engine, RpcMetrics& rpc_metrics,
