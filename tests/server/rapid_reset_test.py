@@ -1,0 +1,121 @@
+#!/usr/bin/python3
+"""cgacctd's memory under an HTTP/2 rapid-reset flood (issue 11 item 2).
+
+  rapid_reset_test.py CGACCTD [--rounds N] [--seconds S] [--rate R]
+                     [--skip REASON]
+
+Each round starts a fresh cgacctd on 127.0.0.1 (port 0, metrics off,
+--cpus=2), reads its idle VmRSS (after one GetEngineInfo-free second),
+floods it with rapid_reset_flood.py (one connection, S seconds, R pairs/s;
+R 0 = the flood's maximum rate) while sampling VmRSS every 0.1 s (the peak), then,
+after the flood closes its connection, samples every 0.1 s for 10 s:
+"back" is the first time RSS is under 2x idle, "10 s" the RSS then. Prints
+a line per round; the check (issue 11's goal): every round back under 2x
+idle within 10 s of the connection closing, and cgacctd still alive.
+Exit 0 when met, 1 when not, 77 (ctest's skip) with --skip (sanitizer
+builds: the RSS there is the sanitizer allocator's).
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def rss_kb(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return -1
+
+
+def start_daemon(binary):
+    proc = subprocess.Popen(
+        [binary, "--listen=127.0.0.1:0", "--metrics_listen=", "--cpus=2"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    line = proc.stdout.readline()
+    m = re.search(r"127\.0\.0\.1:(\d+)", line)
+    if not m:
+        proc.kill()
+        raise RuntimeError("cgacctd did not start: %r" % line)
+    return proc, int(m.group(1))
+
+
+def one_round(binary, seconds, rate):
+    proc, port = start_daemon(binary)
+    try:
+        time.sleep(1.0)
+        idle = rss_kb(proc.pid)
+        flood = subprocess.Popen(
+            [sys.executable, os.path.join(HERE, "rapid_reset_flood.py"),
+             "127.0.0.1", str(port), str(seconds), str(rate)],
+            stdout=subprocess.PIPE, text=True)
+        peak = idle
+        while flood.poll() is None:
+            peak = max(peak, rss_kb(proc.pid))
+            time.sleep(0.1)
+        closed = time.monotonic()
+        out = flood.stdout.read().strip().splitlines()
+        if flood.returncode != 0 or not out:
+            raise RuntimeError("rapid_reset_flood.py failed (exit %d)" %
+                               flood.returncode)
+        result = json.loads(out[-1])
+        back = None
+        after = rss_kb(proc.pid)
+        while time.monotonic() - closed < 10.0:
+            after = rss_kb(proc.pid)
+            peak = max(peak, after)
+            if back is None and after < 2 * idle:
+                back = time.monotonic() - closed
+            time.sleep(0.1)
+        after_10s = rss_kb(proc.pid)
+        alive = proc.poll() is None
+        return {"idle_kb": idle, "peak_kb": peak, "after_10s_kb": after_10s,
+                "back_s": back, "alive": alive, **result}
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("cgacctd")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--rate", type=float, default=0.0)
+    parser.add_argument("--skip", default="")
+    args = parser.parse_args()
+    if args.skip:
+        print("skipped: %s" % args.skip)
+        return 77
+    ok = True
+    for i in range(args.rounds):
+        r = one_round(args.cgacctd, args.seconds, args.rate)
+        met = r["back_s"] is not None and r["alive"]
+        ok = ok and met
+        print("round %d: %d pairs in %.1f s (%d/s), GOAWAY %s, closed by "
+              "server %s; RSS idle %d KiB, peak %d KiB (%.1fx), 10 s after "
+              "close %d KiB; under 2x idle %s; %s" % (
+                  i + 1, r["pairs"], r["seconds"], r["pairs_per_s"],
+                  r["goaway"], r["closed_by_server"], r["idle_kb"],
+                  r["peak_kb"], r["peak_kb"] / r["idle_kb"],
+                  r["after_10s_kb"],
+                  "%.1f s after close" % r["back_s"] if r["back_s"] is not None
+                  else "NOT within 10 s",
+                  "alive" if r["alive"] else "cgacctd DIED"), flush=True)
+    print("goal (under 2x idle within 10 s, every round):",
+          "met" if ok else "NOT met")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
