@@ -399,6 +399,9 @@ class AccountingService final : public RawAccountingService {
       permit = *std::move(admitted);
     }
     Request request;
+    // A call reset before its request arrived (an HTTP/2 rapid-reset flood)
+    // still gets here, with no message: INVALID_ARGUMENT "... carried no
+    // request message" (counted, answered to nobody).
     absl::Status status = ParseRequest(*request_bytes, &request);
     if (status.ok()) {
       Response response;

@@ -154,6 +154,12 @@ std::string DescribeUndecodable(const pb::Descriptor& type,
 }
 
 absl::Status ParseRequest(const grpc::ByteBuffer& bytes, pb::Message* message) {
+  if (!bytes.Valid()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("request is not a valid ",
+                     message->GetDescriptor()->full_name(),
+                     ": the call carried no request message"));
+  }
   {
     // As grpc::GenericDeserialize, without consuming the buffer (its bytes
     // are needed to say what is wrong). The reader only reads.

@@ -23,8 +23,9 @@ namespace cgacct {
 // Parses `bytes` (one gRPC message, left as it is) into `*message`, the way
 // gRPC's own deserializer does (a zero-copy read of its slices). Errors:
 // INVALID_ARGUMENT "request is not a valid cgacct.v1.ChargeRequest: <why>"
-// (see DescribeUndecodable), *message then holds an unspecified partial
-// parse. Cost on success: the same as gRPC's typed path.
+// (see DescribeUndecodable; "...: the call carried no request message" for
+// a call without one), *message then holds an unspecified partial parse.
+// Cost on success: the same as gRPC's typed path.
 absl::Status ParseRequest(const grpc::ByteBuffer& bytes,
                           google::protobuf::Message* message);
 
