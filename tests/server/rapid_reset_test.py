@@ -10,8 +10,12 @@ floods it with rapid_reset_flood.py (one connection, S seconds, R pairs/s;
 R 0 = the flood's maximum rate) while sampling VmRSS every 0.1 s (the peak), then,
 after the flood closes its connection, samples every 0.1 s for 10 s:
 "back" is the first time RSS is under 2x idle, "10 s" the RSS then. Prints
-a line per round; the check (issue 11's goal): every round back under 2x
-idle within 10 s of the connection closing, and cgacctd still alive.
+a line per round. Checks: every round back under 2x idle within 10 s of
+the connection closing, and cgacctd still alive (issue 11's goal); and,
+first, that a unary call whose stream ends without a request message (what
+each reset stream is to the server) is answered INVALID_ARGUMENT "request
+is not a valid cgacct.v1.GetEngineInfoRequest: the call carried no request
+message" (fd66689 answered UNIMPLEMENTED with no message).
 Exit 0 when met, 1 when not, 77 (ctest's skip) with --skip (sanitizer
 builds: the RSS there is the sanitizer allocator's).
 """
@@ -19,9 +23,15 @@ import argparse
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
+import urllib.parse
+
+import h2.config
+import h2.connection
+import h2.events
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -44,6 +54,40 @@ def start_daemon(binary):
         proc.kill()
         raise RuntimeError("cgacctd did not start: %r" % line)
     return proc, int(m.group(1))
+
+
+def no_message_status(port):
+    """A unary call whose stream ends without a request message (what each
+    reset stream of the flood is to the server): its grpc-status and
+    grpc-message."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+    conn = h2.connection.H2Connection(
+        config=h2.config.H2Configuration(client_side=True,
+                                         header_encoding="utf-8"))
+    conn.initiate_connection()
+    conn.send_headers(1, [
+        (":method", "POST"), (":scheme", "http"),
+        (":path", "/cgacct.v1.Accounting/GetEngineInfo"),
+        (":authority", "127.0.0.1:%d" % port),
+        ("content-type", "application/grpc"), ("te", "trailers"),
+    ], end_stream=True)
+    sock.sendall(conn.data_to_send())
+    headers = {}
+    ended = False
+    while not ended:
+        data = sock.recv(1 << 16)
+        if not data:
+            break
+        for event in conn.receive_data(data):
+            if isinstance(event, (h2.events.ResponseReceived,
+                                  h2.events.TrailersReceived)):
+                headers.update(dict(event.headers))
+            elif isinstance(event, h2.events.StreamEnded):
+                ended = True
+        sock.sendall(conn.data_to_send())
+    sock.close()
+    return (int(headers.get("grpc-status", -1)),
+            urllib.parse.unquote(headers.get("grpc-message", "")))
 
 
 def one_round(binary, seconds, rate):
@@ -97,7 +141,20 @@ def main():
     if args.skip:
         print("skipped: %s" % args.skip)
         return 77
-    ok = True
+    # What the server answers a call that carries no request message: the
+    # service's INVALID_ARGUMENT (gRPC 1.51's typed path answered
+    # UNIMPLEMENTED with no message).
+    proc, port = start_daemon(args.cgacctd)
+    try:
+        code, message = no_message_status(port)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    expected = ("request is not a valid cgacct.v1.GetEngineInfoRequest: the "
+                "call carried no request message")
+    print("a call without a request message: grpc-status %d %r" %
+          (code, message))
+    ok = code == 3 and message == expected
     for i in range(args.rounds):
         r = one_round(args.cgacctd, args.seconds, args.rate)
         met = r["back_s"] is not None and r["alive"]
@@ -112,7 +169,8 @@ def main():
                   "%.1f s after close" % r["back_s"] if r["back_s"] is not None
                   else "NOT within 10 s",
                   "alive" if r["alive"] else "cgacctd DIED"), flush=True)
-    print("goal (under 2x idle within 10 s, every round):",
+    print("checks (a call without a request message is INVALID_ARGUMENT "
+          "naming it; under 2x idle within 10 s of the close, every round):",
           "met" if ok else "NOT met")
     return 0 if ok else 1
 
