@@ -340,16 +340,18 @@ absl::Status AccountingService::ValidatePageArgs(
 // Handlers
 
 grpc::ServerUnaryReactor* AccountingService::CreateGroup(
-    grpc::CallbackServerContext* context, const v1::CreateGroupRequest* request,
-    v1::Group* response) {
-  return Unary(context, RpcMethod::kCreateGroup, [&] {
-    if (absl::Status s =
-            AuthorizeCall(*context, Access::kConfigure, request->path());
-        !s.ok()) {
-      return s;
-    }
-    return DoCreateGroup(*request, response);
-  });
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request_bytes,
+    grpc::ByteBuffer* response_bytes) {
+  return Unary<v1::CreateGroupRequest, v1::Group>(
+      context, RpcMethod::kCreateGroup, request_bytes, response_bytes,
+      [&](const v1::CreateGroupRequest& request, v1::Group* response) {
+        if (absl::Status s =
+                AuthorizeCall(*context, Access::kConfigure, request.path());
+            !s.ok()) {
+          return s;
+        }
+        return DoCreateGroup(request, response);
+      });
 }
 
 absl::Status AccountingService::DoCreateGroup(
@@ -376,16 +378,19 @@ absl::Status AccountingService::DoCreateGroup(
 }
 
 grpc::ServerUnaryReactor* AccountingService::DeleteGroup(
-    grpc::CallbackServerContext* context, const v1::DeleteGroupRequest* request,
-    v1::DeleteGroupResponse* response) {
-  return Unary(context, RpcMethod::kDeleteGroup, [&] {
-    if (absl::Status s =
-            AuthorizeCall(*context, Access::kConfigure, request->path());
-        !s.ok()) {
-      return s;
-    }
-    return DoDeleteGroup(*request, response);
-  });
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request_bytes,
+    grpc::ByteBuffer* response_bytes) {
+  return Unary<v1::DeleteGroupRequest, v1::DeleteGroupResponse>(
+      context, RpcMethod::kDeleteGroup, request_bytes, response_bytes,
+      [&](const v1::DeleteGroupRequest& request,
+          v1::DeleteGroupResponse* response) {
+        if (absl::Status s =
+                AuthorizeCall(*context, Access::kConfigure, request.path());
+            !s.ok()) {
+          return s;
+        }
+        return DoDeleteGroup(request, response);
+      });
 }
 
 absl::Status AccountingService::DoDeleteGroup(
@@ -411,13 +416,16 @@ absl::Status AccountingService::DoDeleteGroup(
 }
 
 grpc::ServerUnaryReactor* AccountingService::ListGroups(
-    grpc::CallbackServerContext* context, const v1::ListGroupsRequest* request,
-    v1::ListGroupsResponse* response) {
-  return Unary(context, RpcMethod::kListGroups, [&] {
-    absl::StatusOr<AuthCaller> caller = AuthenticateCall(*context);
-    if (!caller.ok()) return caller.status();
-    return DoListGroups(*caller, *request, response);
-  });
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request_bytes,
+    grpc::ByteBuffer* response_bytes) {
+  return Unary<v1::ListGroupsRequest, v1::ListGroupsResponse>(
+      context, RpcMethod::kListGroups, request_bytes, response_bytes,
+      [&](const v1::ListGroupsRequest& request,
+          v1::ListGroupsResponse* response) {
+        absl::StatusOr<AuthCaller> caller = AuthenticateCall(*context);
+        if (!caller.ok()) return caller.status();
+        return DoListGroups(*caller, request, response);
+      });
 }
 
 absl::Status AccountingService::DoListGroups(
@@ -483,16 +491,18 @@ absl::Status AccountingService::DoListGroups(
 }
 
 grpc::ServerUnaryReactor* AccountingService::SetLimits(
-    grpc::CallbackServerContext* context, const v1::SetLimitsRequest* request,
-    v1::Group* response) {
-  return Unary(context, RpcMethod::kSetLimits, [&] {
-    if (absl::Status s =
-            AuthorizeCall(*context, Access::kConfigure, request->path());
-        !s.ok()) {
-      return s;
-    }
-    return DoSetLimits(*request, response);
-  });
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request_bytes,
+    grpc::ByteBuffer* response_bytes) {
+  return Unary<v1::SetLimitsRequest, v1::Group>(
+      context, RpcMethod::kSetLimits, request_bytes, response_bytes,
+      [&](const v1::SetLimitsRequest& request, v1::Group* response) {
+        if (absl::Status s =
+                AuthorizeCall(*context, Access::kConfigure, request.path());
+            !s.ok()) {
+          return s;
+        }
+        return DoSetLimits(request, response);
+      });
 }
 
 absl::Status AccountingService::DoSetLimits(const v1::SetLimitsRequest& request,
@@ -513,17 +523,19 @@ absl::Status AccountingService::DoSetLimits(const v1::SetLimitsRequest& request,
 }
 
 grpc::ServerUnaryReactor* AccountingService::Charge(
-    grpc::CallbackServerContext* context, const v1::ChargeRequest* request,
-    v1::ChargeResponse* response) {
-  return Unary(context, RpcMethod::kCharge, [&] {
-    if (absl::Status s =
-            AuthorizeCall(*context, Access::kWrite, request->path());
-        !s.ok()) {
-      CountChargeAnswer(s);  // a refused Charge is a rejected charge
-      return s;
-    }
-    return DoCharge(CallerKey(context), *request, response);
-  });
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request_bytes,
+    grpc::ByteBuffer* response_bytes) {
+  return Unary<v1::ChargeRequest, v1::ChargeResponse>(
+      context, RpcMethod::kCharge, request_bytes, response_bytes,
+      [&](const v1::ChargeRequest& request, v1::ChargeResponse* response) {
+        if (absl::Status s =
+                AuthorizeCall(*context, Access::kWrite, request.path());
+            !s.ok()) {
+          CountChargeAnswer(s);  // a refused Charge is a rejected charge
+          return s;
+        }
+        return DoCharge(CallerKey(context), request, response);
+      });
 }
 
 template <typename Request, typename Call>
@@ -684,16 +696,18 @@ absl::Status AccountingService::DoCharge(const std::string& identity,
 }
 
 grpc::ServerUnaryReactor* AccountingService::Uncharge(
-    grpc::CallbackServerContext* context, const v1::UnchargeRequest* request,
-    v1::UnchargeResponse* response) {
-  return Unary(context, RpcMethod::kUncharge, [&] {
-    if (absl::Status s =
-            AuthorizeCall(*context, Access::kWrite, request->path());
-        !s.ok()) {
-      return s;
-    }
-    return DoUncharge(CallerKey(context), *request, response);
-  });
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request_bytes,
+    grpc::ByteBuffer* response_bytes) {
+  return Unary<v1::UnchargeRequest, v1::UnchargeResponse>(
+      context, RpcMethod::kUncharge, request_bytes, response_bytes,
+      [&](const v1::UnchargeRequest& request, v1::UnchargeResponse* response) {
+        if (absl::Status s =
+                AuthorizeCall(*context, Access::kWrite, request.path());
+            !s.ok()) {
+          return s;
+        }
+        return DoUncharge(CallerKey(context), request, response);
+      });
 }
 
 absl::Status AccountingService::DoUncharge(const std::string& identity,
@@ -723,16 +737,18 @@ absl::Status AccountingService::DoUncharge(const std::string& identity,
 // ChargeBatch and ChargeStream: server/charge_batch.cc.
 
 grpc::ServerUnaryReactor* AccountingService::GetStats(
-    grpc::CallbackServerContext* context, const v1::GetStatsRequest* request,
-    v1::GroupStats* response) {
-  return Unary(context, RpcMethod::kGetStats, [&] {
-    if (absl::Status s =
-            AuthorizeCall(*context, Access::kRead, request->path());
-        !s.ok()) {
-      return s;
-    }
-    return DoGetStats(*request, response);
-  });
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request_bytes,
+    grpc::ByteBuffer* response_bytes) {
+  return Unary<v1::GetStatsRequest, v1::GroupStats>(
+      context, RpcMethod::kGetStats, request_bytes, response_bytes,
+      [&](const v1::GetStatsRequest& request, v1::GroupStats* response) {
+        if (absl::Status s =
+                AuthorizeCall(*context, Access::kRead, request.path());
+            !s.ok()) {
+          return s;
+        }
+        return DoGetStats(request, response);
+      });
 }
 
 absl::Status AccountingService::DoGetStats(const v1::GetStatsRequest& request,
@@ -769,16 +785,18 @@ absl::Status AccountingService::DoGetStats(const v1::GetStatsRequest& request,
 }
 
 grpc::ServerUnaryReactor* AccountingService::Reclaim(
-    grpc::CallbackServerContext* context, const v1::ReclaimRequest* request,
-    v1::ReclaimResponse* response) {
-  return Unary(context, RpcMethod::kReclaim, [&] {
-    if (absl::Status s =
-            AuthorizeCall(*context, Access::kWrite, request->path());
-        !s.ok()) {
-      return s;
-    }
-    return DoReclaim(*request, response);
-  });
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request_bytes,
+    grpc::ByteBuffer* response_bytes) {
+  return Unary<v1::ReclaimRequest, v1::ReclaimResponse>(
+      context, RpcMethod::kReclaim, request_bytes, response_bytes,
+      [&](const v1::ReclaimRequest& request, v1::ReclaimResponse* response) {
+        if (absl::Status s =
+                AuthorizeCall(*context, Access::kWrite, request.path());
+            !s.ok()) {
+          return s;
+        }
+        return DoReclaim(request, response);
+      });
 }
 
 absl::Status AccountingService::DoReclaim(const v1::ReclaimRequest& request,
@@ -795,16 +813,17 @@ absl::Status AccountingService::DoReclaim(const v1::ReclaimRequest& request,
 }
 
 grpc::ServerUnaryReactor* AccountingService::GetEngineInfo(
-    grpc::CallbackServerContext* context,
-    const v1::GetEngineInfoRequest* request, v1::EngineInfo* response) {
-  const int64_t start_ns = clock_.NowNs();
-  absl::StatusOr<AuthCaller> caller = AuthenticateCall(*context);
-  if (!caller.ok())
-    return FinishUnary(context, RpcMethod::kGetEngineInfo, start_ns,
-                       caller.status());
-  DoGetEngineInfo(*caller, response);
-  return FinishUnary(context, RpcMethod::kGetEngineInfo, start_ns,
-                     absl::OkStatus());
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request_bytes,
+    grpc::ByteBuffer* response_bytes) {
+  return Unary<v1::GetEngineInfoRequest, v1::EngineInfo>(
+      context, RpcMethod::kGetEngineInfo, request_bytes, response_bytes,
+      [&](const v1::GetEngineInfoRequest&, v1::EngineInfo* response) {
+        absl::StatusOr<AuthCaller> caller = AuthenticateCall(*context);
+        if (!caller.ok()) return caller.status();
+        DoGetEngineInfo(*caller, response);
+        return absl::OkStatus();
+      },
+      /*probe=*/true);
 }
 
 void AccountingService::DoGetEngineInfo(const AuthCaller& caller,

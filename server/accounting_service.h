@@ -45,17 +45,17 @@
 #include <optional>
 #include <string>
 #include <thread>
-#include <vector>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "absl/strings/string_view.h"
 #include "cgacct/v1/accounting.grpc.pb.h"
 #include "cgacct/v1/accounting.pb.h"
 #include "engine/clock.h"
@@ -66,6 +66,7 @@
 #include "server/events_watch.h"
 #include "server/limits.h"
 #include "server/metrics.h"
+#include "server/raw_request.h"
 #include "server/request_dedup.h"
 #include "server/state_store.h"
 
@@ -133,8 +134,42 @@ struct RestoreReport {
   size_t requests = 0;
 };
 
-class AccountingService final : public cgacct::v1::Accounting::CallbackService {
+// Every method of cgacct.v1.Accounting on the callback API, reading its
+// requests as raw bytes (the generated WithRawCallbackMethod_*): the service
+// parses them itself (server/raw_request.h), so bytes that are not a valid
+// request are INVALID_ARGUMENT with a message, not gRPC's UNIMPLEMENTED with
+// none. The method names and descriptors are the service's, so the wire,
+// reflection and generated clients are unchanged.
+using RawAccountingService =
+    cgacct::v1::Accounting::WithRawCallbackMethod_CreateGroup<
+        cgacct::v1::Accounting::WithRawCallbackMethod_DeleteGroup<
+            cgacct::v1::Accounting::WithRawCallbackMethod_ListGroups<
+                cgacct::v1::Accounting::WithRawCallbackMethod_SetLimits<
+                    cgacct::v1::Accounting::WithRawCallbackMethod_Charge<
+                        cgacct::v1::Accounting::WithRawCallbackMethod_Uncharge<
+                            cgacct::v1::Accounting::
+                                WithRawCallbackMethod_ChargeBatch<
+                                    cgacct::v1::Accounting::
+                                        WithRawCallbackMethod_ChargeStream<
+                                            cgacct::v1::Accounting::
+                                                WithRawCallbackMethod_GetStats<
+                                                    cgacct::v1::Accounting::
+                                                        WithRawCallbackMethod_Reclaim<
+                                                            cgacct::v1::Accounting::
+                                                                WithRawCallbackMethod_WatchEvents<
+                                                                    cgacct::v1::Accounting::
+                                                                        WithRawCallbackMethod_GetEngineInfo<
+                                                                            cgacct::v1::Accounting::
+                                                                                Service>>>>>>>>>>>>;
+
+class AccountingService final : public RawAccountingService {
  public:
+  // Every method reads its request as raw bytes (the generated
+  // WithRawCallbackMethod_*; the typed message is named next to each
+  // ByteBuffer): bytes that are not a valid request are INVALID_ARGUMENT
+  // "request is not a valid cgacct.v1.<type>: <why>", nothing applied
+  // (server/raw_request.h).
+
   // `engine`: the accounting engine every RPC acts on. `rpc_metrics`: where
   // handled counts and latencies are recorded. Both must outlive the service.
   AccountingService(Engine& engine, RpcMetrics& rpc_metrics,
@@ -164,16 +199,16 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
   // is in the state store; they are serialised with each other.
   grpc::ServerUnaryReactor* CreateGroup(
       grpc::CallbackServerContext* context,
-      const cgacct::v1::CreateGroupRequest* request,
-      cgacct::v1::Group* response) override;
+      const grpc::ByteBuffer* request,       // a cgacct.v1.CreateGroupRequest
+      grpc::ByteBuffer* response) override;  // a cgacct.v1.Group
 
   // Errors: NOT_FOUND; FAILED_PRECONDITION has children; INVALID_ARGUMENT
   // root or bad path; INTERNAL the state store failed after the engine
   // deleted the group (it would come back after a restart).
   grpc::ServerUnaryReactor* DeleteGroup(
       grpc::CallbackServerContext* context,
-      const cgacct::v1::DeleteGroupRequest* request,
-      cgacct::v1::DeleteGroupResponse* response) override;
+      const grpc::ByteBuffer* request,       // a cgacct.v1.DeleteGroupRequest
+      grpc::ByteBuffer* response) override;  // a cgacct.v1.DeleteGroupResponse
 
   // Sorted paths below `path`, paged (page_size 0 or > 10000 means 10000).
   // The page token is the last path of the previous page (opaque to
@@ -182,16 +217,16 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
   // Errors: NOT_FOUND; INVALID_ARGUMENT bad path.
   grpc::ServerUnaryReactor* ListGroups(
       grpc::CallbackServerContext* context,
-      const cgacct::v1::ListGroupsRequest* request,
-      cgacct::v1::ListGroupsResponse* response) override;
+      const grpc::ByteBuffer* request,       // a cgacct.v1.ListGroupsRequest
+      grpc::ByteBuffer* response) override;  // a cgacct.v1.ListGroupsResponse
 
   // Errors: NOT_FOUND; INVALID_ARGUMENT root or bad path; INTERNAL the
   // state store failed after the engine applied the limits (a restart would
   // restore the previous ones).
   grpc::ServerUnaryReactor* SetLimits(
       grpc::CallbackServerContext* context,
-      const cgacct::v1::SetLimitsRequest* request,
-      cgacct::v1::Group* response) override;
+      const grpc::ByteBuffer* request,       // a cgacct.v1.SetLimitsRequest
+      grpc::ByteBuffer* response) override;  // a cgacct.v1.Group
 
   // Every handler below except GetEngineInfo first admits the call as one
   // in-flight message of its caller's identity (ChargeStream: one stream,
@@ -210,15 +245,15 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
   // stored answer is not counted again).
   grpc::ServerUnaryReactor* Charge(
       grpc::CallbackServerContext* context,
-      const cgacct::v1::ChargeRequest* request,
-      cgacct::v1::ChargeResponse* response) override;
+      const grpc::ByteBuffer* request,       // a cgacct.v1.ChargeRequest
+      grpc::ByteBuffer* response) override;  // a cgacct.v1.ChargeResponse
 
   // Errors: as Charge, with FAILED_PRECONDITION (more ANON pages than held)
   // instead of RESOURCE_EXHAUSTED.
   grpc::ServerUnaryReactor* Uncharge(
       grpc::CallbackServerContext* context,
-      const cgacct::v1::UnchargeRequest* request,
-      cgacct::v1::UnchargeResponse* response) override;
+      const grpc::ByteBuffer* request,       // a cgacct.v1.UnchargeRequest
+      grpc::ByteBuffer* response) override;  // a cgacct.v1.UnchargeResponse
 
   // Applies every op in order with the semantics, validation and status codes
   // of Charge/Uncharge (no request_id), and answers one OpResult per op, in
@@ -233,8 +268,8 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
   // applied). Implemented in server/charge_batch.cc.
   grpc::ServerUnaryReactor* ChargeBatch(
       grpc::CallbackServerContext* context,
-      const cgacct::v1::ChargeBatchRequest* request,
-      cgacct::v1::ChargeBatchResponse* response) override;
+      const grpc::ByteBuffer* request,       // a cgacct.v1.ChargeBatchRequest
+      grpc::ByteBuffer* response) override;  // a cgacct.v1.ChargeBatchResponse
 
   // ChargeBatch over a stream: one ChargeBatchResponse per request, in
   // order, each exactly what ChargeBatch would answer. The server reads the
@@ -248,18 +283,23 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
   // it the same way with the shed RESOURCE_EXHAUSTED. A request or response
   // buffer grown past 64 KiB is freed once used, so an idle stream holds
   // little memory. Implemented in server/charge_batch.cc.
-  grpc::ServerBidiReactor<cgacct::v1::ChargeBatchRequest,
-                          cgacct::v1::ChargeBatchResponse>*
-  ChargeStream(grpc::CallbackServerContext* context) override;
+  // Messages are cgacct.v1.ChargeBatchRequest / ChargeBatchResponse as raw
+  // bytes; a message that does not parse ends the stream INVALID_ARGUMENT
+  // "request N: request is not a valid cgacct.v1.ChargeBatchRequest: ..."
+  // after the responses to the N-1 before it (applied); it and anything
+  // after it are not.
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* ChargeStream(
+      grpc::CallbackServerContext* context) override;
 
   // memory.current/peak/stat/events of a group; FLUSH_MODE_UNSPECIFIED is
   // EXACT. max_staleness_us is the age of the newest flush covering the
   // group (0 when this read flushed); a group no flush has covered yet
   // reports the time since the engine was created (Engine::GetStats).
   // Errors: NOT_FOUND; INVALID_ARGUMENT bad path or unknown flush.
-  grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* context,
-                                     const cgacct::v1::GetStatsRequest* request,
-                                     cgacct::v1::GroupStats* response) override;
+  grpc::ServerUnaryReactor* GetStats(
+      grpc::CallbackServerContext* context,
+      const grpc::ByteBuffer* request,       // a cgacct.v1.GetStatsRequest
+      grpc::ByteBuffer* response) override;  // a cgacct.v1.GroupStats
 
   // memory.reclaim: reclaims nr_bytes (rounded down to pages) from the
   // group's subtree, ignoring the group's own min/low; reclaimed_bytes is
@@ -269,8 +309,8 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
   // later: what was reclaimed stays reclaimed).
   grpc::ServerUnaryReactor* Reclaim(
       grpc::CallbackServerContext* context,
-      const cgacct::v1::ReclaimRequest* request,
-      cgacct::v1::ReclaimResponse* response) override;
+      const grpc::ByteBuffer* request,       // a cgacct.v1.ReclaimRequest
+      grpc::ByteBuffer* response) override;  // a cgacct.v1.ReclaimResponse
 
   // A group's memory.events and memory.events.local: the current counts on
   // subscribe, then the latest counts after every change, coalesced (a
@@ -280,9 +320,11 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
   // it subscribed to), CANCELLED when the client cancels, UNAVAILABLE when
   // the server shuts down (BeginShutdown()). Errors on subscribe:
   // INVALID_ARGUMENT bad path; NOT_FOUND; UNAVAILABLE no events hub.
-  grpc::ServerWriteReactor<cgacct::v1::EventsUpdate>* WatchEvents(
+  // `request` is a cgacct.v1.WatchEventsRequest, the stream's messages
+  // cgacct.v1.EventsUpdate, as raw bytes.
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* WatchEvents(
       grpc::CallbackServerContext* context,
-      const cgacct::v1::WatchEventsRequest* request) override;
+      const grpc::ByteBuffer* request) override;
 
   // The per-identity limiter, for tests (which hold permits to saturate it).
   CallLimiter& limiter() { return limiter_; }
@@ -290,8 +332,8 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
   // Errors: only access control's (UNAUTHENTICATED, PERMISSION_DENIED).
   grpc::ServerUnaryReactor* GetEngineInfo(
       grpc::CallbackServerContext* context,
-      const cgacct::v1::GetEngineInfoRequest* request,
-      cgacct::v1::EngineInfo* response) override;
+      const grpc::ByteBuffer* request,       // a cgacct.v1.GetEngineInfoRequest
+      grpc::ByteBuffer* response) override;  // a cgacct.v1.EngineInfo
 
  private:
   // server/charge_batch.cc: applies ChargeOps with a GroupHandle cache, and
@@ -326,24 +368,49 @@ class AccountingService final : public cgacct::v1::Accounting::CallbackService {
   // and the scope of request ids and idempotency keys ("" = anonymous).
   static std::string CallerKey(const grpc::ServerContextBase* context);
 
-  // Admits one in-flight message of the caller (a Permit held while `body`
-  // runs), runs `body` (returning absl::Status) and finishes the call; a
-  // shed call finishes at once without running it.
-  template <typename Body>
+  // The one adapter of the ten unary methods from raw bytes to typed
+  // messages. Unless `probe` (GetEngineInfo: served during shutdown, never
+  // shed): refuses the call after BeginShutdown() or past its deadline, and
+  // admits it as one in-flight message of the caller (a Permit held while
+  // `body` runs; a shed call finishes at once). Then parses `request_bytes`
+  // as a Request (INVALID_ARGUMENT naming the type otherwise; an
+  // undecodable Charge counts as a rejected charge), runs
+  // `body(const Request&, Response*)` (returning absl::Status), serializes
+  // its Response into `response_bytes` if OK, and finishes the call.
+  template <typename Request, typename Response, typename Body>
   grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* context,
-                                  RpcMethod method, Body&& body) {
+                                  RpcMethod method,
+                                  const grpc::ByteBuffer* request_bytes,
+                                  grpc::ByteBuffer* response_bytes, Body&& body,
+                                  bool probe = false) {
     const int64_t start_ns = clock_.NowNs();
-    // Shutdown and the deadline first: nothing changes for such a call.
-    if (absl::Status s = CheckCallable(*context); !s.ok())
-      return FinishUnary(context, method, start_ns, s);
-    ShedReason reason;
-    absl::StatusOr<CallLimiter::Permit> permit = limiter_.Acquire(
-        CallLimiter::Kind::kInFlight, CallerKey(context), &reason);
-    if (!permit.ok()) {
-      MarkShed(context, reason);
-      return FinishUnary(context, method, start_ns, permit.status());
+    CallLimiter::Permit permit;
+    if (!probe) {
+      // Shutdown and the deadline first: nothing changes for such a call.
+      if (absl::Status s = CheckCallable(*context); !s.ok())
+        return FinishUnary(context, method, start_ns, s);
+      ShedReason reason;
+      absl::StatusOr<CallLimiter::Permit> admitted = limiter_.Acquire(
+          CallLimiter::Kind::kInFlight, CallerKey(context), &reason);
+      if (!admitted.ok()) {
+        MarkShed(context, reason);
+        return FinishUnary(context, method, start_ns, admitted.status());
+      }
+      permit = *std::move(admitted);
     }
-    return FinishUnary(context, method, start_ns, body(), std::move(*permit));
+    Request request;
+    // A call reset before its request arrived (an HTTP/2 rapid-reset flood)
+    // still gets here, with no message: INVALID_ARGUMENT "... carried no
+    // request message" (counted, answered to nobody).
+    absl::Status status = ParseRequest(*request_bytes, &request);
+    if (status.ok()) {
+      Response response;
+      status = body(static_cast<const Request&>(request), &response);
+      if (status.ok()) status = SerializeResponse(response, response_bytes);
+    } else if (method == RpcMethod::kCharge) {
+      CountChargeAnswer(status);  // a refused Charge is a rejected charge
+    }
+    return FinishUnary(context, method, start_ns, status, std::move(permit));
   }
   // Counts a shed call and adds the cgacct-shed trailing metadata (call it
   // before Finish).

@@ -230,15 +230,18 @@ absl::Status AccountingService::CheckBatch(
 }
 
 grpc::ServerUnaryReactor* AccountingService::ChargeBatch(
-    grpc::CallbackServerContext* context, const v1::ChargeBatchRequest* request,
-    v1::ChargeBatchResponse* response) {
-  return Unary(context, RpcMethod::kChargeBatch, [&] {
-    if (absl::Status s = CheckBatch(*request); !s.ok()) return s;
-    absl::StatusOr<AuthCaller> caller = AuthenticateCall(*context);
-    if (!caller.ok()) return caller.status();
-    ChargeOpRunner runner(*this, *caller);
-    return RunBatch(runner, CallerKey(context), *request, response);
-  });
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request_bytes,
+    grpc::ByteBuffer* response_bytes) {
+  return Unary<v1::ChargeBatchRequest, v1::ChargeBatchResponse>(
+      context, RpcMethod::kChargeBatch, request_bytes, response_bytes,
+      [&](const v1::ChargeBatchRequest& request,
+          v1::ChargeBatchResponse* response) {
+        if (absl::Status s = CheckBatch(request); !s.ok()) return s;
+        absl::StatusOr<AuthCaller> caller = AuthenticateCall(*context);
+        if (!caller.ok()) return caller.status();
+        ChargeOpRunner runner(*this, *caller);
+        return RunBatch(runner, CallerKey(context), request, response);
+      });
 }
 
 absl::Status AccountingService::RunBatch(
@@ -349,8 +352,7 @@ absl::Status AccountingService::RunBatch(
 // Thread safety: gRPC may run OnReadDone and OnWriteDone concurrently; the
 // flags below are guarded by mu_, and Start*/Finish are called without it.
 class AccountingService::ChargeStreamReactor final
-    : public grpc::ServerBidiReactor<v1::ChargeBatchRequest,
-                                     v1::ChargeBatchResponse> {
+    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   ChargeStreamReactor(AccountingService& service,
                       grpc::CallbackServerContext* context,
@@ -380,7 +382,7 @@ class AccountingService::ChargeStreamReactor final
       DoFinish();
       return;
     }
-    StartRead(&request_);
+    StartRead(&request_bytes_);
     // A BeginShutdown() that reached this stream before the read was
     // started left the finishing to here (Finish must not precede it).
     bool finish;
@@ -426,8 +428,13 @@ class AccountingService::ChargeStreamReactor final
       if (finish) DoFinish();
       return;
     }
-    // The checks that need no lock first (they change nothing).
-    absl::Status refused = service_.CheckBatch(request_);
+    // The checks that need no lock first (they change nothing). The bytes
+    // are parsed here (not by gRPC, which would report a failed read, like
+    // a half-close): bytes that are no ChargeBatchRequest end the stream.
+    absl::Status undecodable = ParseRequest(request_bytes_, &request_);
+    request_bytes_.Clear();
+    absl::Status refused =
+        undecodable.ok() ? service_.CheckBatch(request_) : undecodable;
     CallLimiter::Permit permit;
     ShedReason reason{};
     bool shed = false;
@@ -460,6 +467,15 @@ class AccountingService::ChargeStreamReactor final
             " was applied; the ", applied_,
             " requests answered before it were applied"));
         stop = true;
+      } else if (!undecodable.ok()) {
+        reads_done_ = true;
+        if (status_.ok()) {
+          status_ = absl::InvalidArgumentError(absl::StrCat(
+              "request ", applied_ + 1, ": ", undecodable.message(), "; the ",
+              applied_,
+              " requests answered before it were applied, it was not"));
+        }
+        stop = true;
       } else if (!refused.ok()) {
         reads_done_ = true;
         if (status_.ok()) status_ = std::move(refused);
@@ -479,8 +495,13 @@ class AccountingService::ChargeStreamReactor final
       if (stop_finish) DoFinish();
       return;
     }
-    const absl::Status run = service_.RunBatch(runner_, identity_, request_,
-                                               &responses_[buffer]);
+    absl::Status run =
+        service_.RunBatch(runner_, identity_, request_, &responses_[buffer]);
+    // The wire form of the response, while its buffer is ours (not on the
+    // wire, not parked).
+    if (run.ok()) {
+      run = SerializeResponse(responses_[buffer], &response_bytes_[buffer]);
+    }
     // The request is done with; a big one is not kept while the stream idles
     // (the next read parses into a fresh message).
     if (request_.ByteSizeLong() > kMaxRetainedMessageBytes) {
@@ -519,8 +540,8 @@ class AccountingService::ChargeStreamReactor final
       }
       finish = ShouldFinishLocked();
     }
-    if (write) StartWrite(&responses_[buffer]);
-    if (read) StartRead(&request_);
+    if (write) StartWrite(&response_bytes_[buffer]);
+    if (read) StartRead(&request_bytes_);
     if (finish) DoFinish();
   }
 
@@ -535,6 +556,7 @@ class AccountingService::ChargeStreamReactor final
       // The buffer just written: nobody fills it before the next write
       // moves `writing_` (below, or in a later OnReadDone), so it is ours.
       permits_[writing_].Release();
+      response_bytes_[writing_].Clear();
       if (responses_[writing_].results_size() > kMaxRetainedResults) {
         FreeMessage(&responses_[writing_]);
       }
@@ -558,8 +580,8 @@ class AccountingService::ChargeStreamReactor final
       }
       finish = ShouldFinishLocked();
     }
-    if (write) StartWrite(&responses_[buffer]);
-    if (read) StartRead(&request_);
+    if (write) StartWrite(&response_bytes_[buffer]);
+    if (read) StartRead(&request_bytes_);
     if (finish) DoFinish();
   }
 
@@ -616,8 +638,10 @@ class AccountingService::ChargeStreamReactor final
   ChargeOpRunner runner_;  // touched only by the thread applying a request
   const int64_t start_ns_;                // service_.clock_
   const CallLimiter::Permit stream_permit_;  // released when the reactor goes
-  v1::ChargeBatchRequest request_;        // owned by the outstanding read
+  grpc::ByteBuffer request_bytes_;           // owned by the outstanding read
+  v1::ChargeBatchRequest request_;           // parsed from it by OnReadDone
   v1::ChargeBatchResponse responses_[2];  // see `writing_` and `ready_`
+  grpc::ByteBuffer response_bytes_[2];    // responses_[i] serialized
 
   absl::Mutex mu_;
   bool read_outstanding_ ABSL_GUARDED_BY(mu_) = false;
@@ -642,8 +666,7 @@ class AccountingService::ChargeStreamReactor final
 // A ChargeStream refused before it started (shed, or access control):
 // finishes at once.
 class ShedStreamReactor final
-    : public grpc::ServerBidiReactor<v1::ChargeBatchRequest,
-                                     v1::ChargeBatchResponse> {
+    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   explicit ShedStreamReactor(const grpc::Status& status) { Finish(status); }
   void OnDone() override { delete this; }
@@ -653,7 +676,7 @@ void AccountingService::NotifyStreamShutdown(ChargeStreamReactor* stream) {
   stream->OnServerShutdown();
 }
 
-grpc::ServerBidiReactor<v1::ChargeBatchRequest, v1::ChargeBatchResponse>*
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
 AccountingService::ChargeStream(grpc::CallbackServerContext* context) {
   const int64_t start_ns = clock_.NowNs();
   ShedReason reason;

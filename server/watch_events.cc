@@ -27,7 +27,7 @@ namespace {
 
 // A stream that ends at once with `status`.
 class FinishedWriteReactor final
-    : public grpc::ServerWriteReactor<v1::EventsUpdate> {
+    : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   explicit FinishedWriteReactor(const grpc::Status& status) { Finish(status); }
   void OnDone() override { delete this; }
@@ -43,7 +43,7 @@ bool SameEvents(const MemoryEvents& a, const MemoryEvents& b) {
 }  // namespace
 
 class AccountingService::WatchEventsReactor final
-    : public grpc::ServerWriteReactor<v1::EventsUpdate>,
+    : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
       public EventsWatchHub::Watcher {
  public:
   WatchEventsReactor(AccountingService* service, GroupHandle group,
@@ -145,13 +145,19 @@ class AccountingService::WatchEventsReactor final
         update_.set_path(path_);
         EventsToProto(now->events, update_.mutable_events());
         EventsToProto(now->events_local, update_.mutable_events_local());
-        write_in_flight_ = true;
-        write = true;
+        if (absl::Status s = SerializeResponse(update_, &update_bytes_);
+            !s.ok()) {
+          finish = TakeFinishLocked(ToGrpcStatus(s));
+        } else {
+          write_in_flight_ = true;
+          write = true;
+        }
       }
     }
     if (finish) Finish(*finish);
-    // update_ is not touched again until OnWriteDone clears write_in_flight_.
-    if (write) StartWrite(&update_);
+    // update_bytes_ is not touched again until OnWriteDone clears
+    // write_in_flight_.
+    if (write) StartWrite(&update_bytes_);
   }
 
   // Ends the stream with `status` once; with a write in flight, when the
@@ -198,12 +204,13 @@ class AccountingService::WatchEventsReactor final
   // The write's buffer: filled under mu_ only while no write is in flight,
   // read by gRPC during the write.
   v1::EventsUpdate update_;
+  grpc::ByteBuffer update_bytes_;  // update_ serialized, on the wire
   grpc::StatusCode final_code_ ABSL_GUARDED_BY(mu_) = grpc::StatusCode::OK;
 };
 
-grpc::ServerWriteReactor<v1::EventsUpdate>* AccountingService::WatchEvents(
+grpc::ServerWriteReactor<grpc::ByteBuffer>* AccountingService::WatchEvents(
     grpc::CallbackServerContext* context,
-    const v1::WatchEventsRequest* request) {
+    const grpc::ByteBuffer* request_bytes) {
   const int64_t start_ns = clock_.NowNs();
   auto fail = [&](const absl::Status& error) {
     const grpc::Status status = ToGrpcStatus(error);
@@ -213,6 +220,10 @@ grpc::ServerWriteReactor<v1::EventsUpdate>* AccountingService::WatchEvents(
   if (events_hub_ == nullptr)
     return fail(absl::UnavailableError(
         "WatchEvents is not served by this server (no events hub)"));
+  v1::WatchEventsRequest parsed;
+  if (absl::Status s = ParseRequest(*request_bytes, &parsed); !s.ok())
+    return fail(s);
+  const v1::WatchEventsRequest* const request = &parsed;
   if (absl::Status s = AuthorizeCall(*context, Access::kRead, request->path());
       !s.ok())
     return fail(s);
