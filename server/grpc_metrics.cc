@@ -98,7 +98,7 @@ std::vector<GrpcMethodInfo> CgacctdGrpcMethods() {
   return methods;
 }
 
-const char* GrpcCodeGoName(grpc::StatusCode code) {
+const char* GrpcCodeGoName(int code) {
   static constexpr const char* kNames[GrpcServerMetrics::kNrCodes] = {
       "OK",
       "Canceled",
@@ -118,8 +118,8 @@ const char* GrpcCodeGoName(grpc::StatusCode code) {
       "DataLoss",
       "Unauthenticated",
   };
-  const int i = static_cast<int>(code);
-  return (i >= 0 && i < GrpcServerMetrics::kNrCodes) ? kNames[i] : "Unknown";
+  return (code >= 0 && code < GrpcServerMetrics::kNrCodes) ? kNames[code]
+                                                           : "Unknown";
 }
 
 // make_unique<T>() value-initialises: every counter starts at 0.
@@ -227,7 +227,7 @@ std::vector<MetricFamily> GrpcServerMetrics::Collect() const {
       ClientMetric metric = counter(n);
       metric.label.insert(
           metric.label.begin(),
-          {"grpc_code", GrpcCodeGoName(static_cast<grpc::StatusCode>(c))});
+          {"grpc_code", GrpcCodeGoName(c)});
       handled.metric.push_back(std::move(metric));
     }
     seconds.metric.push_back(HistogramMetric(latency_[i]->Collect(), labels));

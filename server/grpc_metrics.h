@@ -55,8 +55,9 @@ std::vector<GrpcMethodInfo> CgacctdGrpcMethods();
 
 // "OK", "Canceled", "Unknown", "InvalidArgument", ... (Go's codes.Code
 // String(), which go-grpc-prometheus puts in grpc_code). Codes outside
-// 0..16 print as "Unknown".
-const char* GrpcCodeGoName(grpc::StatusCode code);
+// 0..16 print as "Unknown". Takes the number, not grpc::StatusCode: a value
+// outside the enum cannot be held in it.
+const char* GrpcCodeGoName(int code);
 
 // The grpc_server_* families and the interceptor that records them.
 //

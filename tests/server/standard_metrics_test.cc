@@ -301,7 +301,7 @@ TEST(GrpcMethodsTest, TypesFromTheProto) {
             std::string("ResourceExhausted"));
   EXPECT_EQ(GrpcCodeGoName(grpc::StatusCode::UNAUTHENTICATED),
             std::string("Unauthenticated"));
-  EXPECT_EQ(GrpcCodeGoName(static_cast<grpc::StatusCode>(99)),
+  EXPECT_EQ(GrpcCodeGoName(99),
             std::string("Unknown"));
 }
 
