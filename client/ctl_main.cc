@@ -23,8 +23,10 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -32,6 +34,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/strip.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -934,9 +937,67 @@ class Ctl {
   const bool json_;
 };
 
+// The flags on the command line, checked before absl::ParseCommandLine(),
+// which exits 1 on an unknown flag or a bad value where the exit status
+// table says 2 for every usage error: the first problem, or nullopt. A
+// word like "-5" is not a flag to cgacctctl (Abseil would say "Unknown
+// command line flag '5'"): counts and sizes are never negative.
+std::optional<std::string> FlagUsageError(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const absl::string_view arg = argv[i];
+    if (arg == "--") break;
+    if (arg.size() < 2 || arg[0] != '-') continue;
+    if (absl::ascii_isdigit(static_cast<unsigned char>(arg[1]))) {
+      return absl::StrCat("\"", arg,
+                          "\" is not a flag, and counts and sizes cannot be "
+                          "negative");
+    }
+    absl::string_view body = arg.substr(arg[1] == '-' ? 2 : 1);
+    const size_t eq = body.find('=');
+    absl::string_view name = body.substr(0, eq);
+    // Abseil's own (--help, --version, --flagfile ...): not in the registry
+    // FindCommandLineFlag() searches; ParseCommandLine() handles them.
+    static constexpr absl::string_view kAbseilFlags[] = {
+        "help",   "helpfull", "helpshort",  "helppackage", "helpon",
+        "helpmatch", "version", "only_check_args", "flagfile", "fromenv",
+        "tryfromenv", "undefok"};
+    if (std::find(std::begin(kAbseilFlags), std::end(kAbseilFlags), name) !=
+        std::end(kAbseilFlags)) {
+      continue;
+    }
+    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    if (flag == nullptr && eq == absl::string_view::npos &&
+        absl::ConsumePrefix(&name, "no")) {
+      flag = absl::FindCommandLineFlag(name);  // --nojson
+      if (flag != nullptr && !flag->IsOfType<bool>()) flag = nullptr;
+      if (flag != nullptr) continue;
+    }
+    if (flag == nullptr) return absl::StrCat("unknown flag ", arg);
+    std::string value;
+    if (eq != absl::string_view::npos) {
+      value = std::string(body.substr(eq + 1));
+    } else if (flag->IsOfType<bool>()) {
+      continue;
+    } else if (i + 1 < argc) {
+      value = argv[++i];  // --flag VALUE
+    } else {
+      return absl::StrCat("flag ", arg, " needs a value");
+    }
+    // Parses into the flag (ParseCommandLine() sets the same value again).
+    std::string error;
+    if (!flag->ParseFrom(value, &error)) {
+      return absl::StrCat("bad value for --", name, ": ", error);
+    }
+  }
+  return std::nullopt;
+}
+
 int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(kUsage);
   cgacct::client::ShowOwnFlagsInHelp();
+  if (std::optional<std::string> error = FlagUsageError(argc, argv)) {
+    return PrintUsageError(*error);
+  }
   const std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   const std::vector<std::string> args(positional.begin() + 1, positional.end());
   // Usage errors are reported without touching the network.

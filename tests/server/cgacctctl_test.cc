@@ -150,6 +150,10 @@ TEST_F(CgacctctlTest, HelpHasTheCommandsAndTheExitStatusTable) {
 TEST_F(CgacctctlTest, UsageErrorsExit2WithOneLineAndSendNothing) {
   ExpectUsageError(Run({}), "missing command");
   ExpectUsageError(Run({"frobnicate", "/a"}), "unknown command \"frobnicate\"");
+  // Flags are usage errors too (Abseil alone exits 1 for them).
+  ExpectUsageError(Run({"--bogusflag", "stat", "/a"}), "unknown flag --bogusflag");
+  ExpectUsageError(Run({"--timeout=soon", "stat", "/a"}), "--timeout");
+  ExpectUsageError(Run({"charge", "/a", "-5", "anon"}), "\"-5\" is not a flag");
   ExpectUsageError(Run({"cat", "/a"}), "wrong number of arguments");
   ExpectUsageError(Run({"cat", "/a", "memory.failcnt"}), "memory.failcnt");
   ExpectUsageError(Run({"set", "/a", "memory.max=50MiB"}), "50MiB");
