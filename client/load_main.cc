@@ -618,13 +618,11 @@ class ReaderDriver {
   int64_t pending_ = 0;  // calls and alarms not yet off cq_
 };
 
-// The group's pages of memory.stat entry `name` ("anon", "file": bytes)
-// from an exact stats read.
-absl::StatusOr<uint64_t> ReadStatPages(v1::Accounting::Stub& stub,
-                                       const std::string& path,
-                                       uint64_t page_size_bytes,
-                                       absl::Duration timeout,
-                                       absl::string_view name = "anon") {
+// GetStats of `path` with an exact flush; UNAVAILABLE naming the path and
+// the gRPC status on failure.
+absl::StatusOr<v1::GroupStats> ReadExactStats(v1::Accounting::Stub& stub,
+                                              const std::string& path,
+                                              absl::Duration timeout) {
   grpc::ClientContext context;
   context.set_deadline(DeadlineAfter(timeout));
   v1::GetStatsRequest request;
@@ -636,7 +634,19 @@ absl::StatusOr<uint64_t> ReadStatPages(v1::Accounting::Stub& stub,
     return absl::UnavailableError(
         absl::StrCat("GetStats ", path, ": ", FormatStatus(status)));
   }
-  for (const v1::StatEntry& entry : stats.stat()) {
+  return stats;
+}
+
+// The group's pages of memory.stat entry `name` ("anon", "file": bytes)
+// from an exact stats read.
+absl::StatusOr<uint64_t> ReadStatPages(v1::Accounting::Stub& stub,
+                                       const std::string& path,
+                                       uint64_t page_size_bytes,
+                                       absl::Duration timeout,
+                                       absl::string_view name = "anon") {
+  absl::StatusOr<v1::GroupStats> stats = ReadExactStats(stub, path, timeout);
+  if (!stats.ok()) return stats.status();
+  for (const v1::StatEntry& entry : stats->stat()) {
     if (entry.name() == name) return entry.value() / page_size_bytes;
   }
   return absl::NotFoundError(
@@ -930,17 +940,9 @@ struct EventsSnapshot {
 absl::StatusOr<EventsSnapshot> ReadEvents(v1::Accounting::Stub& stub,
                                           const std::string& path,
                                           absl::Duration timeout) {
-  grpc::ClientContext context;
-  context.set_deadline(DeadlineAfter(timeout));
-  v1::GetStatsRequest request;
-  request.set_path(path);
-  request.set_flush(v1::FLUSH_MODE_EXACT);
-  v1::GroupStats stats;
-  const grpc::Status status = stub.GetStats(&context, request, &stats);
-  if (!status.ok()) {
-    return absl::UnavailableError(
-        absl::StrCat("GetStats ", path, ": ", FormatStatus(status)));
-  }
+  absl::StatusOr<v1::GroupStats> read = ReadExactStats(stub, path, timeout);
+  if (!read.ok()) return read.status();
+  const v1::GroupStats& stats = *read;
   EventsSnapshot snap;
   snap.events.high = stats.events().high();
   snap.events.max = stats.events().max();
