@@ -618,6 +618,24 @@ class ReaderDriver {
   int64_t pending_ = 0;  // calls and alarms not yet off cq_
 };
 
+// One Uncharge of `nr_pages` pages of `kind` from `path` on CPU slot `cpu`
+// (nullopt: the server's choice), with a deadline `timeout` from now; the
+// call's status.
+grpc::Status UnchargePages(v1::Accounting::Stub& stub, const std::string& path,
+                           uint64_t nr_pages, v1::PageKind kind,
+                           std::optional<uint32_t> cpu,
+                           absl::Duration timeout) {
+  v1::UnchargeRequest request;
+  request.set_path(path);
+  request.set_nr_pages(nr_pages);
+  request.set_kind(kind);
+  if (cpu.has_value()) request.set_cpu(*cpu);
+  v1::UnchargeResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineAfter(timeout));
+  return stub.Uncharge(&context, request, &response);
+}
+
 // GetStats of `path` with an exact flush; UNAVAILABLE naming the path and
 // the gRPC status on failure.
 absl::StatusOr<v1::GroupStats> ReadExactStats(v1::Accounting::Stub& stub,
@@ -753,15 +771,8 @@ class Hog {
       unsure_ = false;
       return true;
     }
-    v1::UnchargeRequest request;
-    request.set_path(path_);
-    request.set_nr_pages(nr_pages);
-    request.set_kind(v1::PAGE_KIND_ANON);
-    request.set_cpu(cpu_);
-    v1::UnchargeResponse response;
-    grpc::ClientContext context;
-    context.set_deadline(DeadlineAfter(o_.rpc_timeout));
-    const grpc::Status status = stub_.Uncharge(&context, request, &response);
+    const grpc::Status status = UnchargePages(
+        stub_, path_, nr_pages, v1::PAGE_KIND_ANON, cpu_, o_.rpc_timeout);
     if (!status.ok()) {
       NoteError("Uncharge", status, live, result);
       unsure_ = true;  // reconcile from the stats next time
@@ -858,15 +869,8 @@ class Writer {
  private:
   void Release(LiveCounters& live, WorkerResult& result) {
     if (held_pages_ == 0) return;
-    v1::UnchargeRequest request;
-    request.set_path(path_);
-    request.set_nr_pages(held_pages_);
-    request.set_kind(v1::PAGE_KIND_FILE);
-    request.set_cpu(cpu_);
-    v1::UnchargeResponse response;
-    grpc::ClientContext context;
-    context.set_deadline(DeadlineAfter(o_.rpc_timeout));
-    const grpc::Status status = stub_.Uncharge(&context, request, &response);
+    const grpc::Status status = UnchargePages(
+        stub_, path_, held_pages_, v1::PAGE_KIND_FILE, cpu_, o_.rpc_timeout);
     if (!status.ok()) {
       NoteError("Uncharge", status, live, result);
       return;  // retried at the next Release
@@ -1023,15 +1027,8 @@ absl::Status EnsureWorkerGroup(v1::Accounting::Stub& stub, const Options& o,
       ReadStatPages(stub, path, page_size_bytes, o.rpc_timeout, stat);
   if (!anon.ok()) return anon.status();
   if (*anon == 0) return absl::OkStatus();
-  v1::UnchargeRequest uncharge;
-  uncharge.set_path(path);
-  uncharge.set_nr_pages(*anon);
-  uncharge.set_kind(kind);
-  v1::UnchargeResponse response;
-  grpc::ClientContext uncharge_context;
-  uncharge_context.set_deadline(DeadlineAfter(o.rpc_timeout));
-  const grpc::Status uncharged =
-      stub.Uncharge(&uncharge_context, uncharge, &response);
+  const grpc::Status uncharged = UnchargePages(
+      stub, path, *anon, kind, /*cpu=*/std::nullopt, o.rpc_timeout);
   if (!uncharged.ok()) {
     return absl::InternalError(absl::StrCat("Uncharge leftover ", path, ": ",
                                             FormatStatus(uncharged)));

@@ -12,6 +12,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -162,6 +165,20 @@ class Process {
   int err_ = -1;
   bool exited_ = false;
 };
+
+// The whole of file `path` ("" if it cannot be read).
+inline std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Runs `command` with /bin/sh; its exit status (-1 if it did not exit).
+inline int RunShell(const std::string& command) {
+  const int status = std::system(command.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
 
 // A spawned cgacctd (CGACCTD_PATH) with `flags`.
 class Daemon : public Process {

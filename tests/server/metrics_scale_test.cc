@@ -91,18 +91,8 @@ void CreateGroups(v1::Accounting::Stub* stub, const std::string& parent,
   ASSERT_EQ(failures.load(), 0);
 }
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-// Runs `command` with /bin/sh; its exit status (-1 if it did not exit).
-int RunShell(const std::string& command) {
-  const int status = std::system(command.c_str());
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
+using test_util::ReadFile;
+using test_util::RunShell;
 
 // Checks every line of an exposition body: "# HELP"/"# TYPE" comments, or
 // NAME[{LABELS}] VALUE with a valid metric name and a number (or +Inf, -Inf,

@@ -26,17 +26,8 @@ namespace {
 
 using test_util::Daemon;
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-int RunShell(const std::string& command) {
-  const int status = std::system(command.c_str());
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
+using test_util::ReadFile;
+using test_util::RunShell;
 
 TEST(PromtoolTest, LiveScrapeIsClean) {
   ASSERT_EQ(RunShell("command -v promtool > /dev/null"), 0)
