@@ -4,14 +4,24 @@
 # cgacctd and cgacctctl answer --version, exit 0), the systemd unit (its
 # ExecStart= names the installed cgacctd, and nothing else of it changed),
 # and the scrape config, alert rules, dashboard and manifests under
-# share/cgacct (byte-identical to deploy/).
+# share/cgacct (byte-identical to deploy/); then the application library:
+# the header, static libraries and package config are installed, and a tiny
+# consumer project (tests/deploy/consumer: find_package(cgacct),
+# cgacct::client) configures and builds against the prefix alone (offline)
+# and runs against the installed cgacctd on loopback (charges through its
+# stock, closes; the group's memory.current is 0 afterwards).
 #   install_test.sh BUILD_DIR SOURCE_DIR [CMAKE]
 set -euo pipefail
 build=$1
 src=$2
 cmake=${3:-cmake}
 prefix=$(mktemp -d)
-trap 'rm -rf "$prefix"' EXIT
+daemon_pid=
+cleanup() {
+  [ -n "$daemon_pid" ] && kill "$daemon_pid" 2>/dev/null && wait "$daemon_pid" 2>/dev/null
+  rm -rf "$prefix"
+}
+trap cleanup EXIT
 fail() { echo "install_test: FAIL: $*" >&2; exit 1; }
 
 "$cmake" --install "$build" --prefix "$prefix" >"$prefix.log" 2>&1 ||
@@ -39,4 +49,38 @@ for f in prometheus/prometheus.yml prometheus/cgacct-alerts.yml \
          kubernetes/namespace.yaml kubernetes/service.yaml; do
   cmp -s "$prefix/share/cgacct/$f" "$src/deploy/$f" || fail "share/cgacct/$f missing or not deploy/$f"
 done
-echo "install_test: OK ($(find "$prefix" -type f | wc -l) files under the prefix)"
+for f in include/cgacct/client.h include/cgacct/v1/accounting.pb.h \
+         include/cgacct/v1/accounting.grpc.pb.h lib/libcgacct_client.a lib/libcgacct_proto.a \
+         lib/cmake/cgacct/cgacctConfig.cmake lib/cmake/cgacct/cgacctConfigVersion.cmake \
+         lib/cmake/cgacct/cgacctTargets.cmake; do
+  [ -f "$prefix/$f" ] || fail "$f missing"
+done
+# The public header names no generated type.
+! grep -q 'cgacct/v1\|v1::' "$prefix/include/cgacct/client.h" || fail "client.h includes generated code"
+
+# A consumer built against the prefix only.
+cbuild=$prefix/consumer-build
+"$cmake" -S "$src/tests/deploy/consumer" -B "$cbuild" -DCMAKE_PREFIX_PATH="$prefix" \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$prefix/consumer.log" 2>&1 ||
+  { cat "$prefix/consumer.log" >&2; fail "consumer: find_package(cgacct) configure failed"; }
+"$cmake" --build "$cbuild" -j2 >>"$prefix/consumer.log" 2>&1 ||
+  { cat "$prefix/consumer.log" >&2; fail "consumer: build against the installed cgacct::client failed"; }
+
+out=$prefix/cgacctd.out
+"$prefix/bin/cgacctd" --listen=127.0.0.1:0 --metrics_listen= --cpus=2 >"$out" 2>&1 &
+daemon_pid=$!
+port=
+for _ in $(seq 100); do
+  port=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$out" | head -1)
+  [ -n "$port" ] && break
+  sleep 0.1
+done
+[ -n "$port" ] || { cat "$out" >&2; fail "installed cgacctd did not start"; }
+ctl() { "$prefix/bin/cgacctctl" --target=127.0.0.1:$port "$@"; }
+ctl create /app >/dev/null || fail "cgacctctl create /app"
+res=$("$cbuild/consumer" 127.0.0.1:$port /app 2>&1) || fail "consumer run failed: $res"
+grep -q "consumer: OK" <<<"$res" || fail "consumer did not report OK: $res"
+cur=$(ctl cat /app memory.current) || fail "cgacctctl cat /app memory.current"
+[ "$cur" = 0 ] || fail "memory.current of /app is $cur after the consumer closed (want 0)"
+echo "install_test: $res"
+echo "install_test: OK ($(find "$prefix" -path "$cbuild" -prune -o -type f -print | wc -l) files under the prefix)"

@@ -1,0 +1,208 @@
+// cgacct::client: the application library of cgacct (docs/DESIGN.md §4.15).
+//
+// An application charges and uncharges pages through one `Client`, which
+// carries the kernel's per-CPU charge stock (mm/memcontrol.c,
+// consume_stock()/refill_stock()/drain_all_stock()) across the network:
+//
+//   * one session per Client (OpenSession, ttl from Options), kept alive on a
+//     SessionStream by a background thread (a keepalive every ttl/3). Every
+//     page the Client charges is held by that session: if the process dies,
+//     the server uncharges it all when the lease expires;
+//   * per-CPU stock slots in the process (Options::nr_slots, one per CPU by
+//     default, chosen with sched_getcpu() like this_cpu_ptr()), each caching
+//     pre-charged pages of a few groups (Options::stock_groups, like
+//     NR_MEMCG_STOCK). Charge() first consumes the calling CPU's stock
+//     (consume_stock(): no RPC); otherwise it charges max(nr_pages, batch)
+//     pages in one RPC and keeps the surplus in the slot (try_charge() with
+//     MEMCG_CHARGE_BATCH). Uncharge() refills the slot up to its cap and
+//     returns the excess to the server (refill_stock());
+//   * drain_all_stock() over the network: when a charge would fail at a
+//     group's memory.max while clients hold stock of it, the server asks on
+//     the stream; the stream thread gives up every slot's stock of groups
+//     at or below the drain path at once and answers with what it returned.
+//
+// Where it differs from the kernel: the stock is keyed by (group, kind),
+// since the server keeps a session's holdings per page kind; the batch
+// adapts to the refill rate (64 pages, doubling up to max_batch_pages while
+// the same slot refills the same group within 100 ms of its last refill,
+// halving back after 1 s without one) instead of the fixed 64; a slot's lock
+// is an uncontended mutex, not disabled preemption, so a thread preempted
+// inside Charge() delays another thread on the same CPU for that long; and
+// Uncharge() keeps up to max_batch_pages per (slot, group) (the kernel
+// drains a stock above MEMCG_CHARGE_BATCH entirely). A group can so be
+// over-reserved by at most clients x nr_slots x max_batch_pages pages: the
+// stock counts in memory.current, as the kernel's does.
+//
+// Units: pages (the server's page size, EngineInfo.page_size_bytes).
+// Groups: absolute paths ("/tenants/acme").
+//
+// Thread safety: every method of Client may be called from any number of
+// threads at once, except that Close() and the destructor must not race
+// with other calls. No call blocks forever: every RPC has Options::
+// call_timeout and at most Options::max_attempts attempts, a throttle
+// sleep is at most 2 s (the server's cap).
+//
+// Errors: grpc::Status, the server's (RESOURCE_EXHAUSTED at memory.max,
+// NOT_FOUND for a missing group, INVALID_ARGUMENT naming the field) or the
+// transport's (UNAVAILABLE, DEADLINE_EXCEEDED after the last attempt);
+// FAILED_PRECONDITION after Close().
+#ifndef CGACCT_CLIENT_H_
+#define CGACCT_CLIENT_H_
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include <grpcpp/channel.h>
+#include <grpcpp/support/status.h>
+
+namespace cgacct::client {
+
+// As cgacct.v1.PageKind.
+enum class PageKind : int { kAnon = 1, kFile = 2 };
+
+// What Charge() does with the server's throttle_us (memory.high).
+enum class ThrottleMode {
+  // Charge() sleeps it before returning (the kernel's
+  // mem_cgroup_handle_over_high() on the way back to user space).
+  kSleep,
+  // Charge() returns it in ChargeResult::throttle_us; the caller decides.
+  kReturn,
+};
+
+// Something the library did on its own, reported to Options::on_event from
+// the library's stream thread (or the calling thread for kSessionLost found
+// by a call). Keep the callback short; it must not call Close().
+struct Event {
+  enum class Type {
+    // The session was gone (expired, server restarted: NOT_FOUND) and a new
+    // one was opened; `session_id` is the new one.
+    kSessionReopened,
+    // After kSessionReopened: re-charging what the application still held of
+    // `group` failed with `status` (`nr_pages` pages the application holds
+    // that the server no longer counts).
+    kRechargeFailed,
+    // A drain request was answered: `nr_pages` stocked pages of groups at or
+    // below `group` returned.
+    kDrained,
+    // The session stream broke with `status` and is being re-attached.
+    kStreamBroken,
+  };
+  Type type;
+  std::string session_id;
+  std::string group;
+  uint64_t nr_pages = 0;
+  grpc::Status status;
+};
+
+struct Options {
+  // Session lease (OpenSessionRequest.ttl_ms); 0 = the server's default.
+  std::chrono::milliseconds session_ttl{10000};
+  // OpenSessionRequest.client_name ("" = "HOST:PID").
+  std::string client_name;
+  // Stock slots: 0 = one per configured CPU (get_nprocs_conf()).
+  int nr_slots = 0;
+  // Groups (x kinds) each slot caches at once (NR_MEMCG_STOCK is 7).
+  int stock_groups = 7;
+  // First charge batch, pages (MEMCG_CHARGE_BATCH). 0 = no batching: every
+  // miss charges exactly what was asked and Uncharge() keeps nothing.
+  uint64_t batch_pages = 64;
+  // Cap of the adaptive batch and of each slot's stock of one group, pages
+  // (>= batch_pages).
+  uint64_t max_batch_pages = 256;
+  // Deadline of each RPC attempt.
+  std::chrono::milliseconds call_timeout{2000};
+  // Attempts per call on UNAVAILABLE, DEADLINE_EXCEEDED and ABORTED (with
+  // the same request_id, so the server applies the call once), >= 1.
+  int max_attempts = 4;
+  ThrottleMode throttle = ThrottleMode::kSleep;
+  // Optional; see Event.
+  std::function<void(const Event&)> on_event;
+};
+
+struct ChargeResult {
+  grpc::Status status;
+  // memory.high throttle the server asked for (0 on a stock hit),
+  // microseconds; already slept when Options::throttle is kSleep.
+  uint64_t throttle_us = 0;
+  // True when the stock satisfied the charge (no RPC).
+  bool from_stock = false;
+  bool ok() const { return status.ok(); }
+};
+
+// Counters of one Client since Open (monotonic; read with Client::stats()).
+struct ClientStats {
+  uint64_t charges = 0;         // Charge() calls that succeeded
+  uint64_t stock_hits = 0;      // ... of which satisfied by the stock
+  uint64_t charge_rpcs = 0;     // Charge RPC attempts
+  uint64_t uncharge_rpcs = 0;   // Uncharge RPC attempts
+  uint64_t retries = 0;         // attempts after the first, all RPCs
+  uint64_t drains = 0;          // drain requests answered
+  uint64_t drained_pages = 0;   // stocked pages they returned
+  uint64_t reopened_sessions = 0;
+  uint64_t reattached_streams = 0;
+};
+
+class Client {
+ public:
+  // Opens a session on `channel` (OpenSession with options.session_ttl) and
+  // attaches its SessionStream. Errors: OpenSession's status (e.g.
+  // INVALID_ARGUMENT naming ttl_ms), UNAVAILABLE if the server cannot be
+  // reached within the attempts; INVALID_ARGUMENT naming the option for bad
+  // options. Blocks at most max_attempts x call_timeout.
+  static grpc::Status Open(std::shared_ptr<grpc::Channel> channel,
+                           Options options, std::unique_ptr<Client>* client);
+
+  // Close()s if not closed.
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // Charges `nr_pages` (> 0) pages of `kind` to `group` for this process
+  // (try_charge()): from the calling CPU's stock when it holds enough
+  // (consume_stock(): no RPC, no lock shared with other CPUs), otherwise
+  // one Charge RPC of max(nr_pages, batch) pages on the session, the surplus
+  // stocked. A batch refused at memory.max is retried once as exactly
+  // nr_pages (as try_charge() retries without the batch). Errors: the
+  // server's (RESOURCE_EXHAUSTED at memory.max after the server's reclaim
+  // and drain, NOT_FOUND group) or the transport's after max_attempts.
+  ChargeResult Charge(std::string_view group, uint64_t nr_pages,
+                      PageKind kind = PageKind::kAnon);
+
+  // Uncharges `nr_pages` pages of `kind` the application charged to `group`
+  // through this Client (refill_stock()): they go to the calling CPU's
+  // stock, and what the slot holds above max_batch_pages goes back to the
+  // server in one Uncharge RPC. Uncharging more than was charged is not
+  // caught on the stock path (the kernel's page_counter only warns); the
+  // server refuses it (FAILED_PRECONDITION) once it reaches it.
+  grpc::Status Uncharge(std::string_view group, uint64_t nr_pages,
+                        PageKind kind = PageKind::kAnon);
+
+  // Returns every slot's stock to the server (drain_all_stock() on this
+  // process alone), e.g. before a long idle period.
+  grpc::Status Drain();
+
+  // Ends the session (CloseSession): the server uncharges everything it
+  // holds, the stock and what the application still holds alike, and the
+  // stream thread stops. Further calls answer FAILED_PRECONDITION.
+  // Idempotent. Returns CloseSession's status.
+  grpc::Status Close();
+
+  // The current session id (changes when the session is reopened).
+  std::string session_id() const;
+  ClientStats stats() const;
+  // Pages currently in this process's stock, over all slots and groups.
+  uint64_t stocked_pages() const;
+
+ private:
+  struct Impl;
+  explicit Client(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace cgacct::client
+
+#endif  // CGACCT_CLIENT_H_
