@@ -22,6 +22,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "cgacct/client.h"
 #include "cgacct/v1/accounting.grpc.pb.h"
 #include "client/cli_util.h"
 #include "client/grpc_util.h"
@@ -29,6 +30,7 @@
 #include "client/json_writer.h"
 #include "client/load_chart.h"
 #include "client/load_report.h"
+#include "client/metrics_scrape.h"
 
 // Shared with the other scenarios (client/load_main.cc).
 ABSL_DECLARE_FLAG(std::string, target);
@@ -38,6 +40,7 @@ ABSL_DECLARE_FLAG(std::string, json);
 ABSL_DECLARE_FLAG(std::string, chart);
 ABSL_DECLARE_FLAG(absl::Duration, connect_timeout);
 ABSL_DECLARE_FLAG(absl::Duration, rpc_timeout);
+ABSL_DECLARE_FLAG(std::string, metrics_target);
 
 ABSL_FLAG(int32_t, streams, 4, "netperf: concurrent streams (connections)");
 ABSL_FLAG(uint64_t, pages, 3, "netperf: pages per charge and per uncharge");
@@ -46,7 +49,8 @@ ABSL_FLAG(int32_t, batch, 64,
           "uncharge pairs)");
 ABSL_FLAG(std::string, rpc, "stream",
           "netperf: stream (ChargeStream) | batch (unary ChargeBatch) | unary "
-          "(Charge and Uncharge)");
+          "(Charge and Uncharge) | library (cgacct::client: one session, "
+          "--streams threads charging through its per-CPU stock)");
 ABSL_FLAG(std::string, hierarchy, "root",
           "netperf: root (GROUP, directly under /) | deep (GROUP/mid/leaf, "
           "memory.min and memory.low on GROUP)");
@@ -66,7 +70,7 @@ using Clock = std::chrono::steady_clock;
 std::atomic<bool> g_stop_requested{false};
 void OnSignal(int) { g_stop_requested.store(true, std::memory_order_relaxed); }
 
-enum class RpcKind { kStream, kBatch, kUnary };
+enum class RpcKind { kStream, kBatch, kUnary, kLibrary };
 
 struct NetperfOptions {
   std::string target;
@@ -81,6 +85,7 @@ struct NetperfOptions {
   RpcKind rpc = RpcKind::kStream;
   std::string rpc_name;
   bool deep = false;
+  std::string metrics_target;  // library: where RPCs per charge are scraped
   uint64_t resident_pages = 0;
   uint64_t protection_bytes = 0;
 };
@@ -120,9 +125,16 @@ absl::StatusOr<NetperfOptions> NetperfOptionsFromFlags() {
   } else if (o.rpc_name == "unary") {
     o.rpc = RpcKind::kUnary;
     o.batch = 2;
+  } else if (o.rpc_name == "library") {
+    o.rpc = RpcKind::kLibrary;
+    o.metrics_target = absl::GetFlag(FLAGS_metrics_target);
+    if (o.metrics_target.empty()) {
+      absl::StatusOr<std::string> derived = MetricsTargetFor(o.target);
+      o.metrics_target = derived.ok() ? *derived : "";
+    }
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--rpc=", o.rpc_name, ": expected stream, batch or unary"));
+        "--rpc=", o.rpc_name, ": expected stream, batch, unary or library"));
   }
   if (o.batch < 2 || o.batch > 4096 || o.batch % 2 != 0) {
     return absl::InvalidArgumentError("--batch must be even, in 2..4096");
@@ -384,6 +396,79 @@ void RunStream(v1::Accounting::Stub& stub, const NetperfOptions& o,
   }
 }
 
+// --rpc=library: the same loop through cgacct::client (one Client shared by
+// every thread, as one application process would). A "message" is --batch
+// ops (charge, uncharge, ...) timed together; most never leave the process.
+void RunLibraryThread(cgacct::client::Client& client, const NetperfOptions& o,
+                      const std::string& path, const absl::Notification& go,
+                      const std::atomic<bool>& stop, StreamResult& r) {
+  if (o.resident_pages > 0) {
+    const cgacct::client::ChargeResult c =
+        client.Charge(path, o.resident_pages);
+    if (!c.ok()) {
+      ++r.rpc_errors;
+      NoteError(r, absl::StrCat("resident Charge: ", FormatStatus(c.status)));
+    } else {
+      r.resident_charged = true;
+    }
+  }
+  go.WaitForNotification();
+  while (!stop.load(std::memory_order_relaxed)) {
+    const Clock::time_point t0 = Clock::now();
+    bool ok = true;
+    for (int i = 0; i < o.batch / 2 && ok; ++i) {
+      const cgacct::client::ChargeResult c = client.Charge(path, o.pages);
+      if (!c.ok()) {
+        ++r.op_errors;
+        NoteError(r, absl::StrCat("Charge: ", FormatStatus(c.status)));
+        ok = false;
+        break;
+      }
+      const grpc::Status u = client.Uncharge(path, o.pages);
+      if (!u.ok()) {
+        ++r.op_errors;
+        NoteError(r, absl::StrCat("Uncharge: ", FormatStatus(u)));
+        ok = false;
+      }
+    }
+    if (!ok) break;
+    const uint64_t ns = static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0)
+            .count());
+    r.latency.Record(ns);
+    r.interval.Record(ns);
+    r.ops.fetch_add(static_cast<uint64_t>(o.batch), std::memory_order_relaxed);
+    r.messages.fetch_add(1, std::memory_order_relaxed);
+  }
+  if (r.resident_charged) {
+    const grpc::Status s = client.Uncharge(path, o.resident_pages);
+    if (!s.ok()) {
+      ++r.rpc_errors;
+      NoteError(r, absl::StrCat("resident Uncharge: ", FormatStatus(s)));
+    } else {
+      r.resident_released = true;
+    }
+  }
+}
+
+// Charge and Uncharge RPCs the server has handled (grpc_server_handled_total
+// of the two methods), from its /metrics; nullopt when it cannot be read.
+std::optional<double> ServerChargeRpcs(const std::string& metrics_target) {
+  if (metrics_target.empty()) return std::nullopt;
+  absl::StatusOr<std::string> text =
+      HttpGet(metrics_target, "/metrics", absl::Seconds(2));
+  if (!text.ok()) return std::nullopt;
+  absl::StatusOr<std::vector<MetricSample>> samples = ParseMetricsText(*text);
+  if (!samples.ok()) return std::nullopt;
+  double n = 0;
+  for (const MetricSample& m : *samples) {
+    if (m.name != "grpc_server_handled_total") continue;
+    for (const auto& [k, v] : m.labels)
+      if (k == "grpc_method" && (v == "Charge" || v == "Uncharge")) n += m.value;
+  }
+  return n;
+}
+
 struct NetperfReport {
   double elapsed_s = 0;
   uint64_t ops = 0;
@@ -397,6 +482,9 @@ struct NetperfReport {
   uint32_t nr_cpus = 0;
   uint32_t charge_batch_pages = 0;
   uint64_t protection_bytes = 0;
+  // --rpc=library
+  cgacct::client::ClientStats library;
+  std::optional<double> server_rpcs;  // Charge + Uncharge handled, delta
 };
 
 std::string FormatTable(const NetperfOptions& o, const NetperfReport& r) {
@@ -432,6 +520,24 @@ std::string FormatTable(const NetperfOptions& o, const NetperfReport& r) {
                             std::max<uint64_t>(1, 2 * h.Pow2ModeUs())));
   row("op errors", absl::StrCat(r.op_errors));
   row("rpc errors", absl::StrCat(r.rpc_errors));
+  if (o.rpc == RpcKind::kLibrary) {
+    const double charges = static_cast<double>(r.library.charges);
+    row("library charges",
+        absl::StrFormat("%d  (%.0f charges/s), %d from the stock (%.4f)",
+                        r.library.charges,
+                        r.elapsed_s > 0 ? charges / r.elapsed_s : 0,
+                        r.library.stock_hits,
+                        charges > 0 ? r.library.stock_hits / charges : 0));
+    row("library RPCs", absl::StrFormat("%d Charge, %d Uncharge, %d retries",
+                                        r.library.charge_rpcs,
+                                        r.library.uncharge_rpcs,
+                                        r.library.retries));
+    row("server RPCs/charge",
+        r.server_rpcs.has_value() && charges > 0
+            ? absl::StrFormat("%.6f  (%.0f Charge+Uncharge handled, /metrics)",
+                              *r.server_rpcs / charges, *r.server_rpcs)
+            : std::string("n/a (no /metrics)"));
+  }
   row("anon pages left",
       r.anon_left.has_value() ? absl::StrCat(*r.anon_left) : "n/a");
   if (!r.first_error.empty()) row("first error", r.first_error);
@@ -466,6 +572,22 @@ std::string FormatJson(const NetperfOptions& o, const NetperfReport& r) {
   WriteSeriesJson(w, r.series);
   w.Key("op_errors").Uint(r.op_errors);
   w.Key("rpc_errors").Uint(r.rpc_errors);
+  if (o.rpc == RpcKind::kLibrary) {
+    const double charges = static_cast<double>(r.library.charges);
+    w.Key("library_charges").Uint(r.library.charges);
+    w.Key("library_charges_per_s")
+        .Double(r.elapsed_s > 0 ? charges / r.elapsed_s : 0);
+    w.Key("library_stock_hits").Uint(r.library.stock_hits);
+    w.Key("library_charge_rpcs").Uint(r.library.charge_rpcs);
+    w.Key("library_uncharge_rpcs").Uint(r.library.uncharge_rpcs);
+    w.Key("library_retries").Uint(r.library.retries);
+    w.Key("server_rpcs_per_charge");
+    if (r.server_rpcs.has_value() && charges > 0) {
+      w.Double(*r.server_rpcs / charges);
+    } else {
+      w.Null();
+    }
+  }
   w.Key("anon_pages_left");
   if (r.anon_left.has_value()) {
     w.Uint(*r.anon_left);
@@ -529,7 +651,22 @@ int RunNetperf() {
       AnonPages(*control, path, info.page_size_bytes(), o.rpc_timeout);
 
   std::vector<std::unique_ptr<v1::Accounting::Stub>> stubs;
-  for (int i = 0; i < o.streams; ++i) {
+  std::unique_ptr<cgacct::client::Client> library;
+  std::optional<double> rpcs_before;
+  if (o.rpc == RpcKind::kLibrary) {
+    std::shared_ptr<grpc::Channel> channel =
+        MakeChannel(o.target, /*own_connection=*/true);
+    cgacct::client::Options lo;
+    lo.client_name = "cgacct-load netperf";
+    lo.call_timeout = absl::ToChronoMilliseconds(o.rpc_timeout);
+    if (const grpc::Status s =
+            cgacct::client::Client::Open(channel, lo, &library);
+        !s.ok()) {
+      return Fail(absl::StrCat("cgacct::client::Client::Open: ",
+                               FormatStatus(s)));
+    }
+  }
+  for (int i = 0; i < o.streams && o.rpc != RpcKind::kLibrary; ++i) {
     std::shared_ptr<grpc::Channel> channel =
         MakeChannel(o.target, /*own_connection=*/true);
     if (absl::Status s =
@@ -551,11 +688,20 @@ int RunNetperf() {
   std::vector<StreamResult> results(o.streams);
   std::vector<std::thread> threads;
   for (int i = 0; i < o.streams; ++i) {
-    threads.emplace_back(
-        [&, i] { RunStream(*stubs[i], o, path, i, go, stop, results[i]); });
+    if (o.rpc == RpcKind::kLibrary) {
+      threads.emplace_back([&, i] {
+        RunLibraryThread(*library, o, path, go, stop, results[i]);
+      });
+    } else {
+      threads.emplace_back(
+          [&, i] { RunStream(*stubs[i], o, path, i, go, stop, results[i]); });
+    }
   }
   // Let every stream charge its resident pages first.
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  if (o.rpc == RpcKind::kLibrary) {
+    rpcs_before = ServerChargeRpcs(o.metrics_target);
+  }
   struct sigaction sa {};
   sa.sa_handler = OnSignal;
   sigemptyset(&sa.sa_mask);
@@ -603,6 +749,19 @@ int RunNetperf() {
   report.elapsed_s =
       std::chrono::duration<double>(Clock::now() - start).count();
   for (std::thread& t : threads) t.join();
+  if (library != nullptr) {
+    report.library = library->stats();
+    const std::optional<double> rpcs_after =
+        ServerChargeRpcs(o.metrics_target);
+    if (rpcs_before.has_value() && rpcs_after.has_value()) {
+      report.server_rpcs = *rpcs_after - *rpcs_before;
+    }
+    // Returns the stock (CloseSession); the books must then balance.
+    if (const grpc::Status s = library->Close(); !s.ok()) {
+      ++report.rpc_errors;
+      report.first_error = absl::StrCat("Close: ", FormatStatus(s));
+    }
+  }
   {
     // The messages that completed after the last tick.
     const Clock::time_point now = Clock::now();

@@ -15,7 +15,13 @@
 //                 ops (charge, uncharge, charge, ...; --batch even), one
 //                 message in flight per stream;
 //   --rpc=batch   the same messages as unary ChargeBatch calls;
-//   --rpc=unary   unary Charge and Uncharge calls, one op each.
+//   --rpc=unary   unary Charge and Uncharge calls, one op each;
+//   --rpc=library one cgacct::client::Client (one session) shared by
+//                 --streams threads, each charging and uncharging through
+//                 the library's per-CPU stock (a "message" is --batch ops
+//                 timed together); the report adds charges/s, stock hits
+//                 and the server's Charge+Uncharge RPCs per charge
+//                 (grpc_server_handled_total scraped before and after).
 // The report: ops/s (every charge and every uncharge is an op), messages/s,
 // ops per message, latency per message (round trip), op errors, and the
 // ANON pages left in the group after the run (0 when the books agree).

@@ -54,7 +54,7 @@ bool Retryable(grpc::StatusCode code) {
 // opposed to NOT_FOUND naming a group.
 bool SessionGone(const grpc::Status& s) {
   return s.error_code() == grpc::StatusCode::NOT_FOUND &&
-         s.error_message().find("session") != std::string::npos;
+         s.error_message().rfind("session_id", 0) == 0;
 }
 
 // `path` is `root` or below it.
