@@ -1,0 +1,503 @@
+// cgacct::client against the real cgacctd on loopback (a daemon per test):
+// the stock, the batch and its cap, request-id retries, throttle_us, resume
+// after the session is lost, Close, SIGKILLed clients, drain_all_stock()
+// over the network. Server RPCs are counted from its /metrics
+// (grpc_server_handled_total).
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "cgacct/client.h"
+#include "cgacct/v1/accounting.grpc.pb.h"
+#include "client/metrics_scrape.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/support/client_interceptor.h"
+#include "gtest/gtest.h"
+#include "tests/server/daemon.h"
+
+namespace cgacct {
+namespace {
+
+using client::ChargeResult;
+using client::Client;
+using client::Options;
+using client::PageKind;
+using test_util::Daemon;
+using test_util::Process;
+using Clock = std::chrono::steady_clock;
+
+constexpr std::chrono::seconds kTimeout(20);
+constexpr uint64_t kPage = 4096;
+
+struct Server {
+  explicit Server(std::vector<std::string> extra = {}, int port = 0) {
+    std::vector<std::string> flags = {
+        absl::StrCat("--listen=127.0.0.1:", port),
+        "--metrics_listen=127.0.0.1:0", "--cpus=2",
+        "--session_drain_timeout_ms=300"};
+    flags.insert(flags.end(), extra.begin(), extra.end());
+    daemon = std::make_unique<Daemon>(flags);
+    const std::string line = daemon->ReadStdoutLine(kTimeout);
+    static const std::regex kLine(
+        R"(listening on 127\.0\.0\.1:(\d+) \(metrics on 127\.0\.0\.1:(\d+))");
+    std::smatch m;
+    EXPECT_TRUE(std::regex_search(line, m, kLine)) << line;
+    if (m.empty()) return;
+    this->port = std::stoi(m[1]);
+    metrics = absl::StrCat("127.0.0.1:", m[2].str());
+    target = absl::StrCat("127.0.0.1:", this->port);
+    channel = grpc::CreateChannel(target, grpc::InsecureChannelCredentials());
+    stub = v1::Accounting::NewStub(channel);
+  }
+
+  void CreateGroup(const std::string& path, uint64_t max_pages = 0,
+                   uint64_t high_pages = 0) {
+    v1::CreateGroupRequest request;
+    request.set_path(path);
+    if (max_pages > 0) request.mutable_limits()->set_max_bytes(max_pages * kPage);
+    if (high_pages > 0)
+      request.mutable_limits()->set_high_bytes(high_pages * kPage);
+    v1::Group group;
+    grpc::ClientContext context;
+    const grpc::Status s = stub->CreateGroup(&context, request, &group);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+
+  v1::GroupStats Stats(const std::string& path) {
+    v1::GetStatsRequest request;
+    request.set_path(path);
+    request.set_flush(v1::FLUSH_MODE_EXACT);
+    v1::GroupStats stats;
+    grpc::ClientContext context;
+    const grpc::Status s = stub->GetStats(&context, request, &stats);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return stats;
+  }
+  uint64_t CurrentPages(const std::string& path) {
+    return Stats(path).memory_current_bytes() / kPage;
+  }
+
+  // grpc_server_handled_total of `method` (all codes).
+  double Handled(const std::string& method) {
+    absl::StatusOr<std::string> text =
+        client::HttpGet(metrics, "/metrics", absl::Seconds(5));
+    EXPECT_TRUE(text.ok()) << text.status();
+    if (!text.ok()) return -1;
+    auto samples = client::ParseMetricsText(*text);
+    EXPECT_TRUE(samples.ok());
+    double n = 0;
+    for (const client::MetricSample& s : *samples) {
+      if (s.name != "grpc_server_handled_total") continue;
+      for (const auto& [k, v] : s.labels)
+        if (k == "grpc_method" && v == method) n += s.value;
+    }
+    return n;
+  }
+
+  grpc::StatusCode SessionCode(const std::string& id) {
+    v1::GetSessionRequest request;
+    request.set_session_id(id);
+    v1::SessionInfo info;
+    grpc::ClientContext context;
+    return stub->GetSession(&context, request, &info).error_code();
+  }
+
+  std::unique_ptr<Client> Open(Options options = {},
+                               std::shared_ptr<grpc::Channel> ch = nullptr) {
+    std::unique_ptr<Client> c;
+    const grpc::Status s = Client::Open(
+        ch != nullptr ? ch
+                      : grpc::CreateChannel(target,
+                                            grpc::InsecureChannelCredentials()),
+        std::move(options), &c);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return c;
+  }
+
+  std::unique_ptr<Daemon> daemon;
+  int port = 0;
+  std::string target;
+  std::string metrics;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::Accounting::Stub> stub;
+};
+
+// consume_stock(): after the first batch, a charge/uncharge loop makes no RPC.
+TEST(ClientLibTest, StockHitsMakeNoRpc) {
+  Server server;
+  server.CreateGroup("/app");
+  Options options;
+  options.nr_slots = 1;  // one slot: whatever CPU the thread runs on
+  std::unique_ptr<Client> c = server.Open(options);
+  ASSERT_NE(c, nullptr);
+  const double before = server.Handled("Charge") + server.Handled("Uncharge");
+  for (int i = 0; i < 10000; ++i) {
+    ChargeResult r = c->Charge("/app", 3);
+    ASSERT_TRUE(r.ok()) << r.status.error_message();
+    ASSERT_TRUE(c->Uncharge("/app", 3).ok());
+  }
+  const double after = server.Handled("Charge") + server.Handled("Uncharge");
+  EXPECT_EQ(after - before, 1);  // the first batch, nothing else
+  const client::ClientStats st = c->stats();
+  EXPECT_EQ(st.charges, 10000u);
+  EXPECT_EQ(st.stock_hits, 9999u);
+  EXPECT_EQ(st.charge_rpcs, 1u);
+  EXPECT_EQ(st.uncharge_rpcs, 0u);
+  // The stock counts in memory.current, as the kernel's does.
+  EXPECT_EQ(server.CurrentPages("/app"), 64u);
+  EXPECT_EQ(c->stocked_pages(), 64u);
+  const std::string id = c->session_id();
+  ASSERT_TRUE(c->Close().ok());
+  EXPECT_EQ(server.CurrentPages("/app"), 0u);
+  EXPECT_EQ(server.SessionCode(id), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(c->Charge("/app", 1).status.error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+}
+
+// The batch doubles while the same slot refills within 100 ms, up to
+// max_batch_pages; the stock never exceeds nr_slots x max_batch_pages.
+TEST(ClientLibTest, BatchAdaptsUpToTheCap) {
+  Server server;
+  server.CreateGroup("/grow");
+  Options options;
+  options.nr_slots = 1;
+  options.batch_pages = 8;
+  options.max_batch_pages = 64;
+  std::unique_ptr<Client> c = server.Open(options);
+  ASSERT_NE(c, nullptr);
+  uint64_t held = 0;
+  for (int i = 0; i < 200; ++i) {
+    ASSERT_TRUE(c->Charge("/grow", 5).ok());
+    held += 5;
+    ASSERT_LE(c->stocked_pages(), 64u);
+    ASSERT_EQ(server.CurrentPages("/grow"), held + c->stocked_pages());
+  }
+  // 1000 pages: at 8 pages per RPC it would take 200 RPCs (one per charge);
+  // at the cap of 64, 16. The batch grew to the cap and stayed there.
+  const uint64_t rpcs = c->stats().charge_rpcs;
+  EXPECT_LE(rpcs, 30u);
+  EXPECT_GE(rpcs, 1000u / 64);
+  // Uncharge keeps at most the cap per slot and group and returns the rest.
+  ASSERT_TRUE(c->Uncharge("/grow", held).ok());
+  EXPECT_EQ(c->stocked_pages(), 64u);
+  EXPECT_EQ(server.CurrentPages("/grow"), 64u);
+  ASSERT_TRUE(c->Drain().ok());
+  EXPECT_EQ(server.CurrentPages("/grow"), 0u);
+  ASSERT_TRUE(c->Close().ok());
+}
+
+// Loses the first Charge response after the server applied it (the client
+// sees UNAVAILABLE): the library retries with the same request_id and the
+// server applies the charge once.
+class DropFirstChargeResponse : public grpc::experimental::Interceptor {
+ public:
+  DropFirstChargeResponse(grpc::experimental::ClientRpcInfo* info,
+                          std::atomic<int>* dropped)
+      : charge_(std::string(info->method()) == "/cgacct.v1.Accounting/Charge"),
+        dropped_(dropped) {}
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (charge_ &&
+        methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::POST_RECV_STATUS)) {
+      grpc::Status* status = methods->GetRecvStatus();
+      if (status->ok() && dropped_->fetch_add(1) == 0)
+        *status = grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                               "test: the response was lost");
+    }
+    methods->Proceed();
+  }
+
+ private:
+  const bool charge_;
+  std::atomic<int>* dropped_;
+};
+
+class DropFirstChargeResponseFactory
+    : public grpc::experimental::ClientInterceptorFactoryInterface {
+ public:
+  grpc::experimental::Interceptor* CreateClientInterceptor(
+      grpc::experimental::ClientRpcInfo* info) override {
+    return new DropFirstChargeResponse(info, &dropped);
+  }
+  std::atomic<int> dropped{0};
+};
+
+TEST(ClientLibTest, RetriedChargeIsAppliedOnce) {
+  Server server;
+  server.CreateGroup("/retry");
+  auto factory = std::make_unique<DropFirstChargeResponseFactory>();
+  std::atomic<int>* dropped = &factory->dropped;
+  std::vector<std::unique_ptr<
+      grpc::experimental::ClientInterceptorFactoryInterface>>
+      factories;
+  factories.push_back(std::move(factory));
+  auto channel = grpc::experimental::CreateCustomChannelWithInterceptors(
+      server.target, grpc::InsecureChannelCredentials(), grpc::ChannelArguments(),
+      std::move(factories));
+  Options options;
+  options.nr_slots = 1;
+  std::unique_ptr<Client> c = server.Open(options, channel);
+  ASSERT_NE(c, nullptr);
+  const double before = server.Handled("Charge");
+  ChargeResult r = c->Charge("/retry", 3);
+  ASSERT_TRUE(r.ok()) << r.status.error_message();
+  EXPECT_GE(dropped->load(), 1);
+  EXPECT_EQ(server.Handled("Charge") - before, 2);  // the charge and its retry
+  EXPECT_EQ(c->stats().retries, 1u);
+  // Once: 64 pages (one batch), not 128.
+  EXPECT_EQ(server.CurrentPages("/retry"), 64u);
+  EXPECT_EQ(c->stocked_pages(), 61u);
+  ASSERT_TRUE(c->Close().ok());
+  EXPECT_EQ(server.CurrentPages("/retry"), 0u);
+}
+
+// memory.high: ANON pages past it cannot be reclaimed, so the server asks
+// for throttle_us; kReturn hands it back at once, kSleep sleeps it.
+TEST(ClientLibTest, ThrottleIsHandedBackOrSlept) {
+  Server server;
+  server.CreateGroup("/hot", 0, /*high_pages=*/16);
+  Options ret;
+  ret.throttle = client::ThrottleMode::kReturn;
+  ret.batch_pages = 0;  // every charge an RPC
+  ret.max_batch_pages = 0;
+  std::unique_ptr<Client> a = server.Open(ret);
+  ASSERT_NE(a, nullptr);
+  ChargeResult r = a->Charge("/hot", 2048);
+  ASSERT_TRUE(r.ok()) << r.status.error_message();
+  ASSERT_GT(r.throttle_us, 0u);
+  r = a->Charge("/hot", 2048);
+  ASSERT_TRUE(r.ok());
+  ASSERT_GT(r.throttle_us, 0u);
+  Options sleep = ret;
+  sleep.throttle = client::ThrottleMode::kSleep;
+  std::unique_ptr<Client> b = server.Open(sleep);
+  ASSERT_NE(b, nullptr);
+  const Clock::time_point t0 = Clock::now();
+  r = b->Charge("/hot", 2048);
+  const auto slept = std::chrono::duration_cast<std::chrono::microseconds>(
+      Clock::now() - t0);
+  ASSERT_TRUE(r.ok());
+  ASSERT_GT(r.throttle_us, 0u);
+  EXPECT_GE(static_cast<uint64_t>(slept.count()), r.throttle_us);
+  ASSERT_TRUE(a->Close().ok());
+  ASSERT_TRUE(b->Close().ok());
+  EXPECT_EQ(server.CurrentPages("/hot"), 0u);
+}
+
+// The session is lost (the server restarted: NOT_FOUND): the library opens
+// a new one and charges again what the application still holds.
+TEST(ClientLibTest, ResumesOnANewSessionAfterAServerRestart) {
+  auto server = std::make_unique<Server>();
+  server->CreateGroup("/r");
+  absl::Mutex mu;
+  std::vector<client::Event> events;
+  Options options;
+  options.nr_slots = 1;
+  options.session_ttl = std::chrono::milliseconds(2000);
+  options.on_event = [&](const client::Event& e) {
+    absl::MutexLock l(&mu);
+    events.push_back(e);
+  };
+  std::unique_ptr<Client> c = server->Open(options);
+  ASSERT_NE(c, nullptr);
+  ASSERT_TRUE(c->Charge("/r", 100).ok());  // the application holds 100
+  ASSERT_TRUE(c->Charge("/r", 3).ok());    // and 3, 61 in the stock
+  const std::string old_id = c->session_id();
+  const int port = server->port;
+  server->daemon->Signal(SIGKILL);
+  server->daemon->WaitDeath(kTimeout);
+  server.reset();
+  server = std::make_unique<Server>(std::vector<std::string>{}, port);
+  ASSERT_EQ(server->port, port);
+  server->CreateGroup("/r");
+  // The stream thread notices and reopens; a charge in the meantime would
+  // do it itself. Wait for the re-charge.
+  const Clock::time_point deadline = Clock::now() + std::chrono::seconds(10);
+  while (server->CurrentPages("/r") < 103 && Clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_NE(c->session_id(), old_id);
+  EXPECT_EQ(server->CurrentPages("/r"), 103u);  // re-charged, stock forgotten
+  EXPECT_EQ(c->stocked_pages(), 0u);
+  EXPECT_GE(c->stats().reopened_sessions, 1u);
+  {
+    absl::MutexLock l(&mu);
+    bool reopened = false;
+    for (const client::Event& e : events)
+      reopened |= e.type == client::Event::Type::kSessionReopened;
+    EXPECT_TRUE(reopened);
+  }
+  // Everything still works on the new session and balances.
+  ASSERT_TRUE(c->Charge("/r", 3).ok());
+  ASSERT_TRUE(c->Uncharge("/r", 106).ok());
+  ASSERT_TRUE(c->Drain().ok());
+  EXPECT_EQ(server->CurrentPages("/r"), 0u);
+  ASSERT_TRUE(c->Close().ok());
+}
+
+// Several threads charge and uncharge; Close returns everything, and the
+// events match what the charges saw (no max, no oom: nothing failed).
+TEST(ClientLibTest, CloseReturnsEverythingFromManyThreads) {
+  Server server;
+  server.CreateGroup("/many");
+  std::unique_ptr<Client> c = server.Open();
+  ASSERT_NE(c, nullptr);
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 5000; ++i) {
+        if (!c->Charge("/many", 1 + (i + t) % 5).ok()) ++failures;
+        if (i % 3 != 0 && !c->Uncharge("/many", 1 + (i + t) % 5).ok())
+          ++failures;
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_GT(server.CurrentPages("/many"), 0u);
+  ASSERT_TRUE(c->Close().ok());
+  const v1::GroupStats stats = server.Stats("/many");
+  EXPECT_EQ(stats.memory_current_bytes(), 0u);
+  EXPECT_EQ(stats.events().max(), 0u);
+  EXPECT_EQ(stats.events().oom(), 0u);
+}
+
+// Child processes charging through the library are SIGKILLed mid-loop:
+// within ttl + 1 s the server holds nothing of theirs.
+TEST(ClientLibTest, SigkilledClientsHoldNothingAfterTtlPlusOneSecond) {
+  Server server;
+  server.CreateGroup("/kill");
+  constexpr int kTtlMs = 1000;
+  std::vector<std::unique_ptr<Process>> children;
+  std::vector<std::string> ids;
+  for (int i = 0; i < 3; ++i) {
+    children.push_back(std::make_unique<Process>(
+        CLIENT_LIB_CHILD_PATH,
+        std::vector<std::string>{server.target, "/kill",
+                                 absl::StrCat(kTtlMs)}));
+  }
+  for (auto& child : children) {
+    const std::string line = child->ReadStdoutLine(kTimeout);
+    ASSERT_EQ(line.rfind("ready ", 0), 0u) << line << child->ReadStderr();
+    ids.push_back(line.substr(6));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_GT(server.CurrentPages("/kill"), 0u);
+  for (auto& child : children) child->Signal(SIGKILL);
+  const Clock::time_point killed = Clock::now();
+  for (auto& child : children) ASSERT_TRUE(child->WaitDeath(kTimeout));
+  while (server.CurrentPages("/kill") != 0 &&
+         Clock::now() - killed < std::chrono::seconds(5))
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+      Clock::now() - killed);
+  EXPECT_EQ(server.CurrentPages("/kill"), 0u);
+  EXPECT_LE(took.count(), kTtlMs + 1000) << "took " << took.count() << " ms";
+  for (const std::string& id : ids)
+    EXPECT_EQ(server.SessionCode(id), grpc::StatusCode::NOT_FOUND) << id;
+}
+
+// drain_all_stock() over the network: a group near its max while three
+// clients hold stock of it; a charge that fits only if they return it
+// succeeds.
+TEST(ClientLibTest, DrainReturnsStockBeforeACharge) {
+  Server server;
+  server.CreateGroup("/d", /*max_pages=*/200);
+  Options options;
+  options.nr_slots = 1;
+  options.max_batch_pages = 64;
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int i = 0; i < 3; ++i) {
+    clients.push_back(server.Open(options));
+    ASSERT_NE(clients.back(), nullptr);
+    ASSERT_TRUE(clients.back()->Charge("/d", 1).ok());
+  }
+  ASSERT_EQ(server.CurrentPages("/d"), 192u);  // 3 held + 3 x 63 stocked
+  // 150 pages: 8 free; it fits only with the stock back.
+  v1::ChargeRequest request;
+  request.set_path("/d");
+  request.set_nr_pages(150);
+  request.set_kind(v1::PAGE_KIND_ANON);
+  v1::ChargeResponse response;
+  grpc::ClientContext context;
+  const grpc::Status s = server.stub->Charge(&context, request, &response);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  uint64_t drained = 0;
+  for (auto& c : clients) {
+    EXPECT_EQ(c->stocked_pages(), 0u);
+    drained += c->stats().drained_pages;
+  }
+  EXPECT_EQ(drained, 189u);
+  EXPECT_EQ(server.CurrentPages("/d"), 153u);
+  EXPECT_EQ(server.Stats("/d").events().max(), 0u);
+  // The library clients go on: their next charge refills from the server.
+  for (auto& c : clients) ASSERT_TRUE(c->Charge("/d", 1).ok());
+  for (auto& c : clients) ASSERT_TRUE(c->Close().ok());
+}
+
+// A session that never answers the drain delays a charge by at most the
+// bound (--session_drain_timeout_ms=300), and the charge still gets the
+// pages the answering clients returned.
+TEST(ClientLibTest, ASilentSessionDelaysADrainByAtMostTheBound) {
+  Server server;
+  server.CreateGroup("/s", /*max_pages=*/200);
+  // The silent one: a raw session, attached, holding 100 pages, never
+  // answering (it never reads its stream).
+  v1::OpenSessionRequest open;
+  open.set_ttl_ms(10000);
+  v1::OpenSessionResponse opened;
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(server.stub->OpenSession(&context, open, &opened).ok());
+  }
+  grpc::ClientContext stream_context;
+  auto stream = server.stub->SessionStream(&stream_context);
+  v1::SessionClientMessage attach;
+  attach.set_attach_session_id(opened.session_id());
+  ASSERT_TRUE(stream->Write(attach));
+  {
+    v1::ChargeRequest request;
+    request.set_path("/s");
+    request.set_nr_pages(100);
+    request.set_kind(v1::PAGE_KIND_ANON);
+    request.set_session_id(opened.session_id());
+    v1::ChargeResponse response;
+    grpc::ClientContext context;
+    ASSERT_TRUE(server.stub->Charge(&context, request, &response).ok());
+  }
+  Options options;
+  options.nr_slots = 1;
+  std::unique_ptr<Client> c = server.Open(options);
+  ASSERT_NE(c, nullptr);
+  ASSERT_TRUE(c->Charge("/s", 1).ok());  // 63 stocked
+  ASSERT_EQ(server.CurrentPages("/s"), 164u);
+  v1::ChargeRequest request;
+  request.set_path("/s");
+  request.set_nr_pages(90);  // 36 free + 63 returned
+  request.set_kind(v1::PAGE_KIND_ANON);
+  v1::ChargeResponse response;
+  grpc::ClientContext context;
+  const Clock::time_point t0 = Clock::now();
+  const grpc::Status s = server.stub->Charge(&context, request, &response);
+  const auto took =
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_LE(took.count(), 300 + 700) << took.count() << " ms";
+  EXPECT_EQ(c->stocked_pages(), 0u);
+  EXPECT_EQ(server.CurrentPages("/s"), 191u);
+  ASSERT_TRUE(c->Close().ok());
+  stream_context.TryCancel();
+  stream->Finish();
+}
+
+}  // namespace
+}  // namespace cgacct
