@@ -15,13 +15,23 @@
 #   Redis   two redis-benchmark processes at once, S/2 connections each,
 #           -P 64 (64 EVALSHA in flight per connection): one charging 3 pages,
 #           one uncharging 3 pages, on leaf/mid/top/root counters.
-# Every charge and every uncharge counts as one op on both sides. The runs
-# alternate (cgacct, Redis, cgacct, ...) RUNS times; the report gives each
-# run and the median of cgacct ops/s over Redis ops/s.
+# and, for the client library (issue 13):
+#   library cgacct-load --scenario=netperf --rpc=library --hierarchy=deep
+#           --streams=S: S threads of one process charging and uncharging
+#           3 pages through one cgacct::client session, its per-CPU stock
+#           hitting; server RPCs per charge from cgacctd's /metrics
+#           (grpc_server_handled_total of Charge and Uncharge, before/after);
+#   INCRBY  the hand-rolled counter: two redis-benchmark processes at once,
+#           S/2 connections each, -P 64 INCRBY of one key, +3 and -3.
+# Every charge and every uncharge counts as one op on every side. The runs
+# alternate (cgacct, Redis+Lua, library, INCRBY, cgacct, ...) RUNS times; the
+# report gives each run and the medians of cgacct/Lua, library/Lua and
+# library/INCRBY (goals: >= 5, >= 20, >= 1) and of RPCs per charge
+# (goal <= 1/32).
 #
 # Environment: STREAMS (even, default 4), DURATION (seconds per run, default
-# 10), RUNS (default 3), REDIS_PORT (57401), CGACCT_PORT (57402). Bounded:
-# about 2 x RUNS x DURATION seconds. Installs Debian's redis-server and
+# 10), RUNS (default 3), REDIS_PORT (57401), CGACCT_PORT (57402),
+# CGACCT_METRICS_PORT (57403). Bounded: about 4 x RUNS x DURATION seconds. Installs Debian's redis-server and
 # redis-tools with apt-get if missing (as root). Both servers are started on
 # 127.0.0.1 by this script and stopped when it exits.
 set -euo pipefail
@@ -32,6 +42,7 @@ DURATION=${DURATION:-10}
 RUNS=${RUNS:-3}
 REDIS_PORT=${REDIS_PORT:-57401}
 CGACCT_PORT=${CGACCT_PORT:-57402}
+CGACCT_METRICS_PORT=${CGACCT_METRICS_PORT:-57403}
 SERVER="$BUILD/server/cgacctd"
 LOAD="$BUILD/client/cgacct-load"
 LUA=tests/bench/hier_charge.lua
@@ -95,14 +106,23 @@ bench() {  # clients requests pages
   redis-benchmark -h 127.0.0.1 -p "$REDIS_PORT" -c "$1" -n "$2" -P "$BATCH" --csv \
     EVALSHA "$sha" 8 "${keys[@]}" "$3" | awk -F'","' 'NR == 2 {print $2}'
 }
+# rps of one pipelined INCRBY redis-benchmark process.
+bench_incrby() {  # clients requests delta
+  redis-benchmark -h 127.0.0.1 -p "$REDIS_PORT" -c "$1" -n "$2" -P "$BATCH" --csv \
+    INCRBY u:counter "$3" | awk -F'","' 'NR == 2 {print $2}'
+}
 
 # Calibrate -n so a Redis run lasts about DURATION seconds.
 cal=$(bench $((STREAMS / 2)) 200000 "$PAGES")
 per_process=$(awk -v r="$cal" -v d="$DURATION" 'BEGIN {printf "%d", r * d}')
 rcli MSET u:leaf $start_usage u:mid $start_usage u:top $start_usage u:root $start_usage >/dev/null
+cal_incr=$(bench_incrby $((STREAMS / 2)) 2000000 3)
+per_process_incr=$(awk -v r="$cal_incr" -v d="$DURATION" 'BEGIN {printf "%d", r * d}')
+rcli SET u:counter $start_usage >/dev/null
 
 # --- cgacct --------------------------------------------------------------
-"$SERVER" --listen="127.0.0.1:$CGACCT_PORT" --metrics_listen="" >"$tmp/cgacctd.log" 2>&1 &
+"$SERVER" --listen="127.0.0.1:$CGACCT_PORT" --metrics_listen="127.0.0.1:$CGACCT_METRICS_PORT" \
+  >"$tmp/cgacctd.log" 2>&1 &
 cgacct_pid=$!
 for _ in $(seq 100); do grep -q listening "$tmp/cgacctd.log" && break; sleep 0.1; done
 grep -q listening "$tmp/cgacctd.log" || { cat "$tmp/cgacctd.log" >&2; exit 1; }
@@ -116,6 +136,23 @@ run_cgacct() {  # run -> ops/s
   sed -n 's/.*"ops_per_s": \([0-9.e+]*\).*/\1/p' "$tmp/cgacct-$1.json"
 }
 
+run_library() {  # run -> "ops/s rpcs_per_charge"
+  "$LOAD" --target="127.0.0.1:$CGACCT_PORT" --metrics_target="127.0.0.1:$CGACCT_METRICS_PORT" \
+    --scenario=netperf --rpc=library --hierarchy=deep --group=/redis-compare-lib \
+    --streams="$STREAMS" --batch="$BATCH" --pages="$PAGES" --duration="${DURATION}s" \
+    --json="$tmp/lib-$1.json" >"$tmp/lib-$1.txt" 2>"$tmp/lib-$1.err" || {
+      cat "$tmp/lib-$1.txt" "$tmp/lib-$1.err" >&2; exit 1; }
+  python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(j["ops_per_s"], j["server_rpcs_per_charge"])' "$tmp/lib-$1.json"
+}
+
+run_incrby() {  # -> ops/s (both processes)
+  bench_incrby $((STREAMS / 2)) "$per_process_incr" 3 >"$tmp/incr.rps" &
+  local up=$!
+  bench_incrby $((STREAMS / 2)) "$per_process_incr" -3 >"$tmp/decr.rps"
+  wait "$up"
+  awk '{s += $1} END {printf "%.0f", s}' "$tmp/incr.rps" "$tmp/decr.rps"
+}
+
 run_redis() {  # -> ops/s (both processes)
   bench $((STREAMS / 2)) "$per_process" "$PAGES" >"$tmp/charge.rps" &
   local charger=$!
@@ -125,22 +162,32 @@ run_redis() {  # -> ops/s (both processes)
 }
 
 echo "redis_compare: $STREAMS streams/connections, $BATCH ops in flight each, $PAGES pages per op, ${DURATION}s x $RUNS runs; Redis $redis_version; cgacctd $(nproc) CPUs" >&2
-printf '| run | cgacct ops/s (ChargeStream, deep) | Redis+Lua ops/s (EVALSHA, -P %d) | cgacct / Redis |\n' "$BATCH"
-printf '|---|---|---|---|\n'
+printf '| run | cgacct ops/s (ChargeStream, deep) | Redis+Lua ops/s (EVALSHA, -P %d) | cgacct / Redis | library ops/s (cgacct::client, deep) | Redis INCRBY ops/s (-P %d) | library / Lua | library / INCRBY | server RPCs per library charge |\n' "$BATCH" "$BATCH"
+printf '|---|---|---|---|---|---|---|---|---|\n'
 ratios=()
+lib_lua=()
+lib_incr=()
+rpcs=()
 for run in $(seq "$RUNS"); do
   c=$(run_cgacct "$run")
   r=$(run_redis)
+  read -r l rpc < <(run_library "$run")
+  i=$(run_incrby)
   ratio=$(awk -v c="$c" -v r="$r" 'BEGIN {printf "%.2f", c / r}')
-  ratios+=("$ratio")
-  printf '| %d | %.0f | %.0f | %s |\n' "$run" "$c" "$r" "$ratio"
+  ll=$(awk -v c="$l" -v r="$r" 'BEGIN {printf "%.2f", c / r}')
+  li=$(awk -v c="$l" -v r="$i" 'BEGIN {printf "%.2f", c / r}')
+  ratios+=("$ratio"); lib_lua+=("$ll"); lib_incr+=("$li"); rpcs+=("$rpc")
+  printf '| %d | %.0f | %.0f | %s | %.0f | %.0f | %s | %s | %.6f |\n' "$run" "$c" "$r" "$ratio" "$l" "$i" "$ll" "$li" "$rpc"
 done
-median=$(printf '%s\n' "${ratios[@]}" | sort -g | awk '{a[NR] = $1} END {print NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}')
+med() { printf '%s\n' "$@" | sort -g | awk '{a[NR] = $1} END {print NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 echo
-echo "median cgacct / Redis: $median (goal >= 5)"
+echo "median cgacct / Redis: $(med "${ratios[@]}") (goal >= 5)"
+echo "median library / Redis+Lua: $(med "${lib_lua[@]}") (goal >= 20)"
+echo "median library / Redis INCRBY -P $BATCH: $(med "${lib_incr[@]}") (goal >= 1)"
+echo "median server RPCs per library charge: $(med "${rpcs[@]}") (goal <= $(awk 'BEGIN {printf "%.6f", 1 / 32}'))"
 
 # Books: both Redis processes did the same number of +3 and -3 charges.
-for k in u:leaf u:root; do
+for k in u:leaf u:root u:counter; do
   v=$(rcli GET "$k")
   [ "$v" = "$start_usage" ] || echo "redis_compare: WARNING: $k is $v, expected $start_usage" >&2
 done
