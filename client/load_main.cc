@@ -94,6 +94,7 @@
 #include "client/load_report.h"
 #include "client/metrics_scrape.h"
 #include "client/netperf.h"
+#include "client/session_churn.h"
 #include "client/open_loop.h"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:50051", "cgacctd gRPC address");
@@ -102,7 +103,7 @@ ABSL_FLAG(std::string, metrics_target, "",
           "--target host with port 9464");
 ABSL_FLAG(std::string, scenario, "stat-reader",
           "stat-reader | hog | seed-rstat | reclaim | netperf "
-          "(client/netperf.h)");
+          "(client/netperf.h) | session-churn (client/session_churn.h)");
 ABSL_FLAG(int32_t, threads, 8,
           "stat readers, each one GetStats call in flight at a time on its "
           "own connection (stat-reader, seed-rstat)");
@@ -1521,7 +1522,9 @@ int main(int argc, char** argv) {
       "[--threads=N] [--hogs=N] [--writers=N] [--rate=N] [--warmup=1s] "
       "[--duration=10s] [--json=FILE] [--chart=FILE.png]\n"
       "cgacct-load --scenario=netperf [--streams=N] [--pages=3] [--batch=64] "
-      "[--rpc=stream|batch|unary] [--hierarchy=root|deep]\n"
+      "[--rpc=stream|batch|unary|library] [--hierarchy=root|deep]\n"
+      "cgacct-load --scenario=session-churn [--churn_clients=4] "
+      "[--churn_rounds=3] [--churn_pages=300] [--session_ttl_ms=1000]\n"
       "Closed-loop (or, with --rate, open-loop) load against cgacctd "
       "(docs/DESIGN.md §6.2); the report goes "
       "to stdout, progress to stderr.");
@@ -1535,6 +1538,12 @@ int main(int argc, char** argv) {
     std::cerr << "cgacct-load: unexpected argument \"" << positional[1]
               << "\"\n";
     return 1;
+  }
+  if (cgacct::client::IsSessionChurnChild()) {
+    return cgacct::client::RunSessionChurnChild();
+  }
+  if (absl::GetFlag(FLAGS_scenario) == "session-churn") {
+    return cgacct::client::RunSessionChurn(argv[0]);
   }
   if (absl::GetFlag(FLAGS_scenario) == "netperf") {
     return cgacct::client::RunNetperf();
