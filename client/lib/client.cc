@@ -24,6 +24,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <map>
+#include <mutex>
 #include <string_view>
 #include <random>
 #include <thread>
@@ -64,6 +65,32 @@ bool AtOrBelow(std::string_view path, std::string_view root) {
   return path.size() == root.size() || path[root.size()] == '/';
 }
 
+// A slot's lock: a plain futex mutex (std::mutex), annotated for clang's
+// thread-safety analysis. Not absl::Mutex: Debian's Abseil keeps its
+// deadlock detection on, whose global graph lookup on every Lock() would
+// make every CPU's stock hit share one lock.
+class ABSL_LOCKABLE SlotMutex {
+ public:
+  void Lock() ABSL_EXCLUSIVE_LOCK_FUNCTION() { mu_.lock(); }
+  void Unlock() ABSL_UNLOCK_FUNCTION() { mu_.unlock(); }
+
+ private:
+  std::mutex mu_;
+};
+
+class ABSL_SCOPED_LOCKABLE SlotLock {
+ public:
+  explicit SlotLock(SlotMutex* mu) ABSL_EXCLUSIVE_LOCK_FUNCTION(mu) : mu_(mu) {
+    mu_->Lock();
+  }
+  ~SlotLock() ABSL_UNLOCK_FUNCTION() { mu_->Unlock(); }
+  SlotLock(const SlotLock&) = delete;
+  SlotLock& operator=(const SlotLock&) = delete;
+
+ private:
+  SlotMutex* const mu_;
+};
+
 // One (group, kind) of a slot's stock (struct memcg_stock_pcp's cached[i] /
 // nr_pages[i]), with this slot's adaptive batch for it.
 struct StockEntry {
@@ -78,7 +105,7 @@ struct StockEntry {
 // A per-CPU slot (struct memcg_stock_pcp). Cache-line aligned so that CPUs
 // do not share lines.
 struct alignas(64) Slot {
-  mutable absl::Mutex mu;
+  mutable SlotMutex mu;
   std::vector<StockEntry> entries ABSL_GUARDED_BY(mu);
   uint64_t tick ABSL_GUARDED_BY(mu) = 0;
   // Per-slot counters (summed by stats()), so the hot path shares nothing.
@@ -226,7 +253,7 @@ struct Client::Impl {
               std::vector<Returned>* excess) {
     const uint64_t cap =
         options.batch_pages == 0 ? 0 : options.max_batch_pages;
-    absl::MutexLock l(&slot.mu);
+    SlotLock l(&slot.mu);
     StockEntry* e = nullptr;
     for (StockEntry& x : slot.entries)
       if (x.kind == kind && x.path == group) e = &x;
@@ -262,7 +289,7 @@ struct Client::Impl {
     std::map<HeldKey, uint64_t> sum;
     for (int i = 0; i < nr_slots; ++i) {
       Slot& slot = slots[i];
-      absl::MutexLock l(&slot.mu);
+      SlotLock l(&slot.mu);
       for (StockEntry& e : slot.entries) {
         if (e.nr_pages == 0 || !AtOrBelow(e.path, root)) continue;
         sum[{e.path, e.kind}] += e.nr_pages;
@@ -287,7 +314,7 @@ struct Client::Impl {
       }
       if (first.ok()) first = s;
       Slot& slot = slots[0];
-      absl::MutexLock l(&slot.mu);
+      SlotLock l(&slot.mu);
       bool found = false;
       for (StockEntry& e : slot.entries)
         if (e.kind == r.kind && e.path == r.path) {
@@ -318,7 +345,7 @@ struct Client::Impl {
     std::map<HeldKey, uint64_t> stock;
     for (int i = 0; i < nr_slots; ++i) {
       Slot& slot = slots[i];
-      absl::MutexLock l(&slot.mu);
+      SlotLock l(&slot.mu);
       for (StockEntry& e : slot.entries) {
         stock[{e.path, e.kind}] += e.nr_pages;
         e.nr_pages = 0;
@@ -546,7 +573,7 @@ ChargeResult Client::Charge(std::string_view group, uint64_t nr_pages,
   {
     // consume_stock()
     Slot& slot = m.MySlot();
-    absl::MutexLock l(&slot.mu);
+    SlotLock l(&slot.mu);
     for (StockEntry& e : slot.entries) {
       if (e.kind != k || e.path != group) continue;
       if (e.nr_pages >= nr_pages) {
@@ -591,7 +618,7 @@ ChargeResult Client::Charge(std::string_view group, uint64_t nr_pages,
     if (s.ok()) {
       {
         Slot& slot = m.MySlot();
-        absl::MutexLock l(&slot.mu);
+        SlotLock l(&slot.mu);
         ++slot.charges;
       }
       result.throttle_us = throttle;
@@ -672,7 +699,7 @@ grpc::Status Client::Close() {
   // A retry of a CloseSession that was applied finds the session gone.
   if (SessionGone(s)) s = grpc::Status::OK;
   for (int i = 0; i < m.nr_slots; ++i) {
-    absl::MutexLock l(&m.slots[i].mu);
+    SlotLock l(&m.slots[i].mu);
     for (StockEntry& e : m.slots[i].entries) e.nr_pages = 0;
   }
   absl::MutexLock l(&m.held_mu);
@@ -686,7 +713,7 @@ ClientStats Client::stats() const {
   const Impl& m = *impl_;
   ClientStats s;
   for (int i = 0; i < m.nr_slots; ++i) {
-    absl::MutexLock l(&m.slots[i].mu);
+    SlotLock l(&m.slots[i].mu);
     s.charges += m.slots[i].charges;
     s.stock_hits += m.slots[i].stock_hits;
   }
@@ -704,7 +731,7 @@ uint64_t Client::stocked_pages() const {
   const Impl& m = *impl_;
   uint64_t n = 0;
   for (int i = 0; i < m.nr_slots; ++i) {
-    absl::MutexLock l(&m.slots[i].mu);
+    SlotLock l(&m.slots[i].mu);
     for (const StockEntry& e : m.slots[i].entries) n += e.nr_pages;
   }
   return n;

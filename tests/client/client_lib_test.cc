@@ -4,6 +4,7 @@
 // over the network. Server RPCs are counted from its /metrics
 // (grpc_server_handled_total).
 #include <signal.h>
+#include <stdlib.h>
 
 #include <atomic>
 #include <chrono>
@@ -296,7 +297,12 @@ TEST(ClientLibTest, ThrottleIsHandedBackOrSlept) {
 // The session is lost (the server restarted: NOT_FOUND): the library opens
 // a new one and charges again what the application still holds.
 TEST(ClientLibTest, ResumesOnANewSessionAfterAServerRestart) {
-  auto server = std::make_unique<Server>();
+  // The groups survive the restart (--state_dir); sessions and charges do
+  // not.
+  char dir_template[] = "/tmp/client_lib_test.XXXXXX";
+  const std::string dir = mkdtemp(dir_template);
+  const std::vector<std::string> flags = {absl::StrCat("--state_dir=", dir)};
+  auto server = std::make_unique<Server>(flags);
   server->CreateGroup("/r");
   absl::Mutex mu;
   std::vector<client::Event> events;
@@ -316,9 +322,8 @@ TEST(ClientLibTest, ResumesOnANewSessionAfterAServerRestart) {
   server->daemon->Signal(SIGKILL);
   server->daemon->WaitDeath(kTimeout);
   server.reset();
-  server = std::make_unique<Server>(std::vector<std::string>{}, port);
+  server = std::make_unique<Server>(flags, port);
   ASSERT_EQ(server->port, port);
-  server->CreateGroup("/r");
   // The stream thread notices and reopens; a charge in the meantime would
   // do it itself. Wait for the re-charge.
   const Clock::time_point deadline = Clock::now() + std::chrono::seconds(10);
@@ -341,6 +346,8 @@ TEST(ClientLibTest, ResumesOnANewSessionAfterAServerRestart) {
   ASSERT_TRUE(c->Drain().ok());
   EXPECT_EQ(server->CurrentPages("/r"), 0u);
   ASSERT_TRUE(c->Close().ok());
+  server.reset();
+  test_util::RunShell(absl::StrCat("rm -rf ", dir));
 }
 
 // Several threads charge and uncharge; Close returns everything, and the
