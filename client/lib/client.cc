@@ -150,6 +150,8 @@ struct Client::Impl {
   grpc::ClientReaderWriter<v1::SessionClientMessage, v1::SessionServerMessage>*
       stream ABSL_GUARDED_BY(stream_mu) = nullptr;
   bool stream_stop ABSL_GUARDED_BY(stream_mu) = false;
+  // Set when the server first answered an attach (Open waits for it).
+  bool attached_once ABSL_GUARDED_BY(stream_mu) = false;
 
   std::thread stream_thread;
   std::thread keepalive_thread;
@@ -456,6 +458,10 @@ struct Client::Impl {
       v1::SessionServerMessage msg;
       bool got_any = false;
       while (ok && rw->Read(&msg)) {
+        if (!got_any) {
+          absl::MutexLock l(&stream_mu);
+          attached_once = true;
+        }
         got_any = true;
         backoff_ms = 50;
         if (msg.drain_id() != 0) HandleDrain(msg);
@@ -546,6 +552,15 @@ grpc::Status Client::Open(std::shared_ptr<grpc::Channel> channel,
   Impl* p = impl.get();
   impl->stream_thread = std::thread([p] { p->StreamLoop(); });
   impl->keepalive_thread = std::thread([p] { p->KeepaliveLoop(); });
+  {
+    // Drain requests reach the process only once the stream is attached:
+    // wait for the server's first answer (at most call_timeout; past it
+    // the stream thread keeps trying).
+    absl::MutexLock l(&p->stream_mu);
+    p->stream_mu.AwaitWithTimeout(
+        absl::Condition(&p->attached_once),
+        absl::FromChrono(p->options.call_timeout));
+  }
   client->reset(new Client(std::move(impl)));
   return grpc::Status::OK;
 }
