@@ -534,7 +534,7 @@ std::string FormatTable(const NetperfOptions& o, const NetperfReport& r) {
                                         r.library.retries));
     row("server RPCs/charge",
         r.server_rpcs.has_value() && charges > 0
-            ? absl::StrFormat("%.6f  (%.0f Charge+Uncharge handled, /metrics)",
+            ? absl::StrFormat("%.3g  (%.0f Charge+Uncharge handled, /metrics)",
                               *r.server_rpcs / charges, *r.server_rpcs)
             : std::string("n/a (no /metrics)"));
   }

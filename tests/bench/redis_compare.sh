@@ -177,14 +177,14 @@ for run in $(seq "$RUNS"); do
   ll=$(awk -v c="$l" -v r="$r" 'BEGIN {printf "%.2f", c / r}')
   li=$(awk -v c="$l" -v r="$i" 'BEGIN {printf "%.2f", c / r}')
   ratios+=("$ratio"); lib_lua+=("$ll"); lib_incr+=("$li"); rpcs+=("$rpc")
-  printf '| %d | %.0f | %.0f | %s | %.0f | %.0f | %s | %s | %.6f |\n' "$run" "$c" "$r" "$ratio" "$l" "$i" "$ll" "$li" "$rpc"
+  printf '| %d | %.0f | %.0f | %s | %.0f | %.0f | %s | %s | %.3g |\n' "$run" "$c" "$r" "$ratio" "$l" "$i" "$ll" "$li" "$rpc"
 done
 med() { printf '%s\n' "$@" | sort -g | awk '{a[NR] = $1} END {print NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 echo
 echo "median cgacct / Redis: $(med "${ratios[@]}") (goal >= 5)"
 echo "median library / Redis+Lua: $(med "${lib_lua[@]}") (goal >= 20)"
 echo "median library / Redis INCRBY -P $BATCH: $(med "${lib_incr[@]}") (goal >= 1)"
-echo "median server RPCs per library charge: $(med "${rpcs[@]}") (goal <= $(awk 'BEGIN {printf "%.6f", 1 / 32}'))"
+echo "median server RPCs per library charge: $(med "${rpcs[@]}" | awk "{printf \"%.3g\", \$1}") (goal <= 1/32 = 0.03125)"
 
 # Books: both Redis processes did the same number of +3 and -3 charges.
 for k in u:leaf u:root u:counter; do
