@@ -204,5 +204,70 @@ class LoadAgainstCgacctd(unittest.TestCase):
         self.assertIn("--rate paces the stat readers", proc.stderr)
 
 
+class LibraryLoadAgainstCgacctd(unittest.TestCase):
+    """netperf --rpc=library and session-churn (issue 13): a daemon with
+    /metrics on, which both scenarios scrape."""
+
+    def setUp(self):
+        self.daemon = subprocess.Popen(
+            [CGACCTD, "--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0",
+             "--cpus=2"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = self.daemon.stdout.readline()
+        m = re.search(r"listening on 127\.0\.0\.1:(\d+) \(metrics on "
+                      r"127\.0\.0\.1:(\d+)", line)
+        if not m:
+            self.daemon.kill()
+            raise RuntimeError("no start line: %r" % line)
+        self.target = "127.0.0.1:%s" % m.group(1)
+        self.metrics = "127.0.0.1:%s" % m.group(2)
+        self.tmp = tempfile.mkdtemp(prefix="cgacct_load_lib_")
+
+    def tearDown(self):
+        self.daemon.terminate()
+        self.daemon.wait(timeout=20)
+
+    def load(self, *args):
+        out = os.path.join(self.tmp, "report.json")
+        proc = subprocess.run(
+            [LOAD, "--target=" + self.target,
+             "--metrics_target=" + self.metrics, "--json=" + out] + list(args),
+            capture_output=True, text=True, timeout=120)
+        self.last_output = proc.stdout + proc.stderr
+        self.assertTrue(os.path.exists(out), self.last_output)
+        with open(out) as f:
+            return proc.returncode, json.load(f)
+
+    def test_netperf_library_hits_the_stock(self):
+        code, r = self.load("--scenario=netperf", "--rpc=library",
+                            "--streams=4", "--duration=1.5s")
+        self.assertEqual(code, 0, self.last_output)
+        self.assertEqual(r["rpc"], "library")
+        self.assertEqual(r["op_errors"], 0, r)
+        self.assertEqual(r["anon_pages_left"], 0, r)
+        self.assertGreater(r["library_charges"], 100000, r)
+        # Each charge and uncharge is an op; the resident charges add 4.
+        self.assertEqual(r["library_charges"], r["ops"] // 2 + 4, r)
+        self.assertGreater(r["library_stock_hits"],
+                           r["library_charges"] * 0.99, r)
+        self.assertIsNotNone(r["server_rpcs_per_charge"], r)
+        self.assertLessEqual(r["server_rpcs_per_charge"], 1 / 32, r)
+        self.assertIn("server RPCs/charge", self.last_output)
+
+    def test_session_churn_pages_come_back_within_ttl_plus_one_second(self):
+        code, r = self.load("--scenario=session-churn", "--churn_clients=2",
+                            "--churn_rounds=2", "--churn_pages=200",
+                            "--session_ttl_ms=500", "--group=/churn")
+        self.assertEqual(code, 0, self.last_output)
+        self.assertEqual(len(r["rounds"]), 2, r)
+        for rnd in r["rounds"]:
+            self.assertGreaterEqual(rnd["held_pages"], 2 * 200, r)
+            self.assertTrue(rnd["within_bound"], r)
+            self.assertGreaterEqual(rnd["to_zero_ms"], 0, r)
+            self.assertLessEqual(rnd["to_zero_ms"], 1500, r)
+            self.assertEqual(rnd["sessions_expired"], 2, r)
+            self.assertEqual(rnd["returned_pages_expire"], rnd["held_pages"], r)
+
+
 if __name__ == "__main__":
     unittest.main(argv=sys.argv[:1], verbosity=2)
