@@ -810,7 +810,10 @@ TEST(SessionChild, DISABLED_ChargeLoop) {
   open.set_ttl_ms(static_cast<uint32_t>(std::atoi(ttl)));
   open.set_client_name(absl::StrCat("child:", getpid()));
   v1::OpenSessionResponse opened;
-  ASSERT_TRUE(stub->OpenSession(Context().get(), open, &opened).ok());
+  const grpc::Status open_status =
+      stub->OpenSession(Context().get(), open, &opened);
+  ASSERT_TRUE(open_status.ok()) << "OpenSession: " << open_status.error_code()
+                                << " " << open_status.error_message();
   const std::string id = opened.session_id();
   grpc::ClientContext stream_context;
   std::unique_ptr<Stream> stream = stub->SessionStream(&stream_context);
