@@ -608,6 +608,190 @@ TEST_F(SessionsTest, ChargesRacingCloseAndExpiryLeakNothing) {
   }
 }
 
+// --- drain_all_stock() over the network ---------------------------------------
+
+// A session attached on a raw stream that answers drain requests by giving
+// back everything it holds of `path` (its "stock").
+class DrainResponder {
+ public:
+  DrainResponder(v1::Accounting::Stub* stub, const std::string& id,
+                 const std::string& path, uint64_t pages, bool answer,
+                 absl::Duration answer_after = absl::ZeroDuration())
+      : context_(Context(60)), stream_(stub->SessionStream(context_.get())) {
+    v1::SessionClientMessage attach;
+    attach.set_attach_session_id(id);
+    EXPECT_TRUE(stream_->Write(attach));
+    v1::SessionServerMessage first;
+    EXPECT_TRUE(stream_->Read(&first));
+    thread_ = std::thread([this, path, pages, answer, answer_after] {
+      v1::SessionServerMessage m;
+      while (stream_->Read(&m)) {
+        if (m.drain_id() == 0) continue;
+        drain_paths_.push_back(m.drain_path());
+        if (!answer) continue;  // never answers: the bound applies
+        absl::SleepFor(answer_after);
+        v1::SessionClientMessage back;
+        back.set_drain_id(m.drain_id());
+        v1::SessionHolding* h = back.add_returned();
+        h->set_path(path);
+        h->set_kind(v1::PAGE_KIND_ANON);
+        h->set_nr_pages(pages);
+        stream_->Write(back);
+      }
+    });
+  }
+  // Call after the session was closed (the server ends the stream).
+  grpc::Status Finish() {
+    thread_.join();
+    return stream_->Finish();
+  }
+  const std::vector<std::string>& drain_paths() const { return drain_paths_; }
+
+ private:
+  std::unique_ptr<grpc::ClientContext> context_;
+  std::unique_ptr<Stream> stream_;
+  std::thread thread_;
+  std::vector<std::string> drain_paths_;  // the reader thread's until joined
+};
+
+// A group at its max whose pages sit in a session's stock: a charge that
+// would fail asks the session, gets the pages back, and succeeds (no OOM).
+TEST_F(SessionsTest, DrainReturnsStockSoTheChargeSucceedsAtMax) {
+  LimitsUpdate limits;
+  limits.max_pages = 128;
+  ASSERT_TRUE(engine_->CreateGroup("/d", limits).ok());
+  ASSERT_TRUE(engine_->CreateGroup("/d/s", {}).ok());
+  ASSERT_TRUE(engine_->CreateGroup("/d/c", {}).ok());
+  const std::string id = Open();
+  ASSERT_TRUE(Charge("/d/s", 125, id).ok());
+  DrainResponder responder(stub_.get(), id, "/d/s", 125, /*answer=*/true);
+  // 8 pages (an OOM-eligible size) with 3 left under max.
+  grpc::Status s = Charge("/d/c", 8, "");
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  v1::GroupStats stats = Stats("/d");
+  EXPECT_EQ(stats.events().oom(), 0u);
+  EXPECT_EQ(stats.events().oom_kill(), 0u);
+  EXPECT_GE(stats.events().max(), 1u);  // it did hit max first
+  v1::SessionInfo info;
+  ASSERT_TRUE(GetSession(id, &info).ok());
+  EXPECT_EQ(info.held_pages(), 0u);
+  engine_->DrainAllStock();
+  EXPECT_EQ(CurrentPages("/d"), 8u);
+  EXPECT_EQ(CurrentPages("/d/s"), 0u);
+  const std::string metrics = Metrics();
+  EXPECT_THAT(metrics, HasSubstr("cgacct_session_drains_total 1"));
+  EXPECT_THAT(metrics, HasSubstr(
+      "cgacct_session_drain_requests_total{result=\"answered\"} 1"));
+  EXPECT_THAT(metrics, HasSubstr(
+      "cgacct_session_drain_requests_total{result=\"timeout\"} 0"));
+  EXPECT_THAT(metrics,
+              HasSubstr("cgacct_session_drain_returned_pages_total 125"));
+  ASSERT_TRUE(Close(id).ok());
+  EXPECT_TRUE(responder.Finish().ok());
+  ASSERT_EQ(responder.drain_paths().size(), 1u);
+  EXPECT_EQ(responder.drain_paths()[0], "/d");
+}
+
+// A session that never answers delays the charge by the bound, no more;
+// the charge then goes on without it (here: OOM, its pages stay held).
+TEST_F(SessionsTest, SilentSessionDelaysTheChargeAtMostTheBound) {
+  SessionOptions options;
+  options.drain_timeout = absl::Milliseconds(100);
+  Start(options);
+  LimitsUpdate limits;
+  limits.max_pages = 128;
+  ASSERT_TRUE(engine_->CreateGroup("/d", limits).ok());
+  ASSERT_TRUE(engine_->CreateGroup("/d/t", {}).ok());
+  ASSERT_TRUE(engine_->CreateGroup("/d/c", {}).ok());
+  ASSERT_TRUE(engine_->CreateGroup("/e", limits).ok());
+  ASSERT_TRUE(engine_->CreateGroup("/e/c", {}).ok());
+  // The baseline: the same failing charge with no session holding pages
+  // under the limiting group (nobody asked, nothing waited).
+  ASSERT_TRUE(Charge("/e/c", 125, "").ok());
+  absl::Time start = absl::Now();
+  EXPECT_EQ(Charge("/e/c", 8, "").error_code(),
+            grpc::StatusCode::RESOURCE_EXHAUSTED);
+  const absl::Duration baseline = absl::Now() - start;
+
+  const std::string id = Open();
+  ASSERT_TRUE(Charge("/d/t", 125, id).ok());
+  DrainResponder silent(stub_.get(), id, "/d/t", 125, /*answer=*/false);
+  start = absl::Now();
+  const grpc::Status s = Charge("/d/c", 8, "");
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  std::printf("drain bound 100 ms: charge with a silent session took %s "
+              "(no session holding: %s)\n",
+              absl::FormatDuration(took).c_str(),
+              absl::FormatDuration(baseline).c_str());
+  EXPECT_GE(took, absl::Milliseconds(100));
+  EXPECT_LE(took, absl::Milliseconds(100) + absl::Seconds(1));
+  EXPECT_LT(baseline, absl::Milliseconds(100));
+  v1::SessionInfo info;
+  ASSERT_TRUE(GetSession(id, &info).ok());
+  EXPECT_EQ(info.held_pages(), 125u);
+  EXPECT_EQ(Stats("/d").events().oom(), 1u);
+  const std::string metrics = Metrics();
+  EXPECT_THAT(metrics, HasSubstr(
+      "cgacct_session_drain_requests_total{result=\"timeout\"} 1"));
+  // A second, answering session under the same group: the charge waits
+  // for the silent one (bound), uses what the other gave back, succeeds.
+  const std::string id2 = Open();
+  ASSERT_TRUE(Uncharge("/d/t", 20, id).ok());
+  ASSERT_TRUE(Charge("/d/c", 17, id2).ok());  // /d: 105 + 17 = 122 (+6 stock)
+  DrainResponder answering(stub_.get(), id2, "/d/c", 17, /*answer=*/true);
+  start = absl::Now();
+  const grpc::Status s2 = Charge("/d/c", 8, "");
+  const absl::Duration took2 = absl::Now() - start;
+  EXPECT_TRUE(s2.ok()) << s2.error_message();
+  EXPECT_LE(took2, absl::Milliseconds(100) + absl::Seconds(1));
+  ASSERT_TRUE(Close(id).ok());
+  ASSERT_TRUE(Close(id2).ok());
+  EXPECT_TRUE(silent.Finish().ok());
+  EXPECT_TRUE(answering.Finish().ok());
+  engine_->DrainAllStock();
+  EXPECT_EQ(CurrentPages("/d"), 8u);
+}
+
+// The charge waiting for drain answers holds a group-tree reader slot; a
+// CreateGroup arriving meanwhile waits for that slot as writer (and, while
+// it waits, holds the slots before it, blocking readers there). The answer
+// path takes no reader slot while a charge waits for it, so the answer
+// still gets through: the charge succeeds as soon as the session answers
+// (not at the bound), then CreateGroup proceeds.
+TEST_F(SessionsTest, DrainAnswerIsNotBlockedByAWaitingWriter) {
+  SessionOptions options;
+  options.drain_timeout = absl::Seconds(3);
+  Start(options);
+  LimitsUpdate limits;
+  limits.max_pages = 128;
+  ASSERT_TRUE(engine_->CreateGroup("/d", limits).ok());
+  ASSERT_TRUE(engine_->CreateGroup("/d/s", {}).ok());
+  ASSERT_TRUE(engine_->CreateGroup("/d/c", {}).ok());
+  const std::string id = Open();
+  ASSERT_TRUE(Charge("/d/s", 125, id).ok());
+  DrainResponder responder(stub_.get(), id, "/d/s", 125, /*answer=*/true,
+                           /*answer_after=*/absl::Milliseconds(200));
+  const absl::Time start = absl::Now();
+  std::thread writer([&] {
+    absl::SleepFor(absl::Milliseconds(50));  // the charge is waiting by now
+    EXPECT_TRUE(engine_->CreateGroup("/w", {}).ok());
+  });
+  const grpc::Status s = Charge("/d/c", 8, "");
+  const absl::Duration took = absl::Now() - start;
+  writer.join();
+  const absl::Duration writer_done = absl::Now() - start;
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  EXPECT_GE(took, absl::Milliseconds(200));
+  EXPECT_LT(took, absl::Seconds(2)) << "the answer waited for the writer";
+  EXPECT_LT(writer_done, absl::Seconds(2));
+  // The writer did wait for the charge's reader slot (the scenario is real).
+  EXPECT_GE(writer_done, absl::Milliseconds(200));
+  EXPECT_EQ(Stats("/d").events().oom(), 0u);
+  ASSERT_TRUE(Close(id).ok());
+  EXPECT_TRUE(responder.Finish().ok());
+}
+
 // --- SIGKILL ----------------------------------------------------------------
 
 // The child: opens a session with CGACCT_SESSION_CHILD_TTL_MS, keeps it
@@ -626,7 +810,10 @@ TEST(SessionChild, DISABLED_ChargeLoop) {
   open.set_ttl_ms(static_cast<uint32_t>(std::atoi(ttl)));
   open.set_client_name(absl::StrCat("child:", getpid()));
   v1::OpenSessionResponse opened;
-  ASSERT_TRUE(stub->OpenSession(Context().get(), open, &opened).ok());
+  const grpc::Status open_status =
+      stub->OpenSession(Context().get(), open, &opened);
+  ASSERT_TRUE(open_status.ok()) << "OpenSession: " << open_status.error_code()
+                                << " " << open_status.error_message();
   const std::string id = opened.session_id();
   grpc::ClientContext stream_context;
   std::unique_ptr<Stream> stream = stub->SessionStream(&stream_context);
