@@ -377,6 +377,41 @@ TEST(ClientLibTest, ResumesOnANewSessionAfterAServerRestart) {
   test_util::RunShell(absl::StrCat("rm -rf ", dir));
 }
 
+// A broken stream (here: replaced by another attach, which the server ends
+// with ABORTED) is re-attached to the same session, and the keepalives keep
+// a short lease alive across many ttls.
+TEST(ClientLibTest, ReattachesTheSameSessionAndKeepsItAlive) {
+  Server server;
+  server.CreateGroup("/k");
+  Options options;
+  options.session_ttl = std::chrono::milliseconds(300);
+  std::unique_ptr<Client> c = server.Open(options);
+  ASSERT_NE(c, nullptr);
+  ASSERT_TRUE(c->Charge("/k", 3).ok());
+  const std::string id = c->session_id();
+  {
+    grpc::ClientContext context;
+    auto intruder = server.stub->SessionStream(&context);
+    v1::SessionClientMessage attach;
+    attach.set_attach_session_id(id);
+    ASSERT_TRUE(intruder->Write(attach));
+    v1::SessionServerMessage answer;
+    ASSERT_TRUE(intruder->Read(&answer));  // attached: the library's ended
+    // The library re-attaches and replaces the intruder in turn.
+    EXPECT_FALSE(intruder->Read(&answer));
+    EXPECT_EQ(intruder->Finish().error_code(), grpc::StatusCode::ABORTED);
+  }
+  EXPECT_GE(c->stats().reattached_streams, 1u);
+  // Five leases later the session is the same one, attached, still holding.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  EXPECT_EQ(c->session_id(), id);
+  EXPECT_EQ(c->stats().reopened_sessions, 0u);
+  EXPECT_TRUE(server.Attached(id));
+  EXPECT_EQ(server.CurrentPages("/k"), 64u);
+  ASSERT_TRUE(c->Close().ok());
+  EXPECT_EQ(server.DeleteReparented("/k"), 0u);
+}
+
 // Several threads charge and uncharge; Close returns everything, and the
 // events match what the charges saw (no max, no oom: nothing failed).
 TEST(ClientLibTest, CloseReturnsEverythingFromManyThreads) {
