@@ -75,7 +75,8 @@ enum class ThrottleMode {
 
 // Something the library did on its own, reported to Options::on_event from
 // the library's stream thread (or the calling thread for kSessionLost found
-// by a call). Keep the callback short; it must not call Close().
+// by a call). Keep the callback short; it must not call the Client's methods
+// (it may run while the Client holds its session lock).
 struct Event {
   enum class Type {
     // The session was gone (expired, server restarted: NOT_FOUND) and a new
