@@ -157,7 +157,10 @@ struct Client::Impl {
   std::thread keepalive_thread;
 
   std::atomic<uint64_t> charge_rpcs{0}, uncharge_rpcs{0}, retries{0},
-      drains{0}, drained_pages{0}, reopened{0}, reattached{0};
+      drains{0}, drained_pages{0}, reopened{0}, reattached{0}, reconciles{0};
+  // Set by a call whose last attempt failed ambiguously; the keepalive
+  // thread then runs Reconcile().
+  std::atomic<bool> needs_reconcile{false};
 
   // --- helpers -------------------------------------------------------------
 
@@ -224,6 +227,7 @@ struct Client::Impl {
       return stub->Charge(c, request, &response);
     });
     if (s.ok() && throttle_us != nullptr) *throttle_us = response.throttle_us();
+    if (!s.ok() && Retryable(s.error_code())) needs_reconcile.store(true);
     return s;
   }
 
@@ -236,10 +240,12 @@ struct Client::Impl {
     request.set_request_id(NextRequestId());
     request.set_session_id(sid);
     v1::UnchargeResponse response;
-    return WithRetries([&](grpc::ClientContext* c) {
+    grpc::Status s = WithRetries([&](grpc::ClientContext* c) {
       uncharge_rpcs.fetch_add(1, std::memory_order_relaxed);
       return stub->Uncharge(c, request, &response);
     });
+    if (!s.ok() && Retryable(s.error_code())) needs_reconcile.store(true);
+    return s;
   }
 
   void AddHeld(const std::string& group, int kind, int64_t delta) {
@@ -403,7 +409,13 @@ struct Client::Impl {
   // drain_all_stock() asked by the server: give up the stock of drain_path's
   // subtree and answer with it.
   void HandleDrain(const v1::SessionServerMessage& msg) {
-    std::vector<Returned> taken = TakeStock(msg.drain_path());
+    // Not while the books are being rebuilt (Reopen, Reconcile hold rpc_mu
+    // as writer, and may wait for the very charge this drain is for):
+    // answer "nothing to return" at once instead, as a busy CPU's stock is
+    // skipped by the kernel's trylock.
+    const bool books_stable = rpc_mu.ReaderTryLock();
+    std::vector<Returned> taken;
+    if (books_stable) taken = TakeStock(msg.drain_path());
     v1::SessionClientMessage answer;
     answer.set_drain_id(msg.drain_id());
     uint64_t total = 0;
@@ -427,9 +439,77 @@ struct Client::Impl {
       Emit(Event::Type::kDrained, msg.drain_path(), total);
     } else if (!taken.empty()) {
       // The answer did not go out: give the pages back the unary way.
-      absl::ReaderMutexLock r(&rpc_mu);
       ReturnPages(Session().first, taken);
     }
+    if (books_stable) rpc_mu.ReaderUnlock();
+  }
+
+  // After a call whose last attempt failed ambiguously (UNAVAILABLE,
+  // DEADLINE_EXCEEDED, ABORTED: the server may have applied it), brings
+  // the books back to the server's: GetSession's holdings are the truth.
+  // Pages the session holds that the books do not (a charge applied whose
+  // answer never came) are uncharged; pages the books count that the server
+  // no longer holds (an uncharge applied whose answer never came, the pages
+  // put back in the stock) leave the stock, and what the application
+  // already consumed of them is charged again (kRechargeFailed if that
+  // fails). Runs with no charge-path RPC in flight.
+  grpc::Status Reconcile() ABSL_LOCKS_EXCLUDED(rpc_mu) {
+    absl::WriterMutexLock w(&rpc_mu);
+    const std::string sid = Session().first;
+    v1::GetSessionRequest request;
+    request.set_session_id(sid);
+    v1::SessionInfo info;
+    grpc::Status s = WithRetries([&](grpc::ClientContext* c) {
+      return stub->GetSession(c, request, &info);
+    });
+    if (SessionGone(s)) return grpc::Status::OK;  // Reopen rebuilds them
+    if (!s.ok()) return s;
+    std::map<HeldKey, uint64_t> server;
+    for (const v1::SessionHolding& h : info.holdings())
+      server[{h.path(), static_cast<int>(h.kind())}] += h.nr_pages();
+    std::map<HeldKey, int64_t> delta;  // server - books
+    {
+      absl::MutexLock l(&held_mu);
+      for (auto& [k, n] : server) delta[k] += static_cast<int64_t>(n);
+      for (auto& [k, n] : held) delta[k] -= static_cast<int64_t>(n);
+      for (auto& [k, n] : server) held[k] = n;
+      for (auto it = held.begin(); it != held.end();) {
+        if (server.count(it->first) == 0)
+          it = held.erase(it);
+        else
+          ++it;
+      }
+    }
+    grpc::Status first;
+    for (auto& [k, d] : delta) {
+      if (d > 0) {
+        s = UnchargeRpc(sid, k.first, static_cast<uint64_t>(d), k.second);
+        if (s.ok()) AddHeld(k.first, k.second, -d);
+        if (!s.ok() && first.ok()) first = s;
+      } else if (d < 0) {
+        uint64_t phantom = static_cast<uint64_t>(-d);
+        for (int i = 0; i < nr_slots && phantom > 0; ++i) {
+          Slot& slot = slots[i];
+          SlotLock l(&slot.mu);
+          for (StockEntry& e : slot.entries) {
+            if (e.kind != k.second || e.path != k.first) continue;
+            const uint64_t take = std::min(e.nr_pages, phantom);
+            e.nr_pages -= take;
+            phantom -= take;
+          }
+        }
+        if (phantom == 0) continue;
+        s = ChargeRpc(sid, k.first, phantom, k.second, nullptr);
+        if (s.ok()) {
+          AddHeld(k.first, k.second, static_cast<int64_t>(phantom));
+        } else {
+          if (first.ok()) first = s;
+          Emit(Event::Type::kRechargeFailed, k.first, phantom, s);
+        }
+      }
+    }
+    reconciles.fetch_add(1, std::memory_order_relaxed);
+    return first;
   }
 
   void StreamLoop() {
@@ -495,13 +575,22 @@ struct Client::Impl {
       absl::MutexLock l(&session_mu);
       ttl = ttl_ms;
     }
-    const absl::Duration period = absl::Milliseconds(std::max<uint32_t>(ttl / 3, 10));
-    absl::MutexLock l(&stream_mu);
-    while (!stream_mu.AwaitWithTimeout(absl::Condition(&stream_stop), period)) {
-      if (stream == nullptr) continue;
-      v1::SessionClientMessage keepalive;
-      keepalive.set_keepalive(true);
-      stream->Write(keepalive);
+    const absl::Duration period =
+        absl::Milliseconds(std::max<uint32_t>(ttl / 3, 10));
+    for (;;) {
+      {
+        absl::MutexLock l(&stream_mu);
+        if (stream_mu.AwaitWithTimeout(absl::Condition(&stream_stop), period))
+          return;
+        if (stream != nullptr) {
+          v1::SessionClientMessage keepalive;
+          keepalive.set_keepalive(true);
+          stream->Write(keepalive);
+        }
+      }
+      // Outside stream_mu: Reconcile takes rpc_mu, which comes first.
+      if (needs_reconcile.exchange(false) && !Reconcile().ok())
+        needs_reconcile.store(true);
     }
   }
 
@@ -739,6 +828,7 @@ ClientStats Client::stats() const {
   s.drained_pages = m.drained_pages.load();
   s.reopened_sessions = m.reopened.load();
   s.reattached_streams = m.reattached.load();
+  s.reconciles = m.reconciles.load();
   return s;
 }
 

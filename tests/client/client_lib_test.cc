@@ -288,6 +288,84 @@ TEST(ClientLibTest, RetriedChargeIsAppliedOnce) {
   EXPECT_EQ(server.DeleteReparented("/retry"), 0u);
 }
 
+// Loses every Uncharge response while `active` (the server applied them).
+class DropUnchargeResponses : public grpc::experimental::Interceptor {
+ public:
+  DropUnchargeResponses(grpc::experimental::ClientRpcInfo* info,
+                        std::atomic<bool>* active)
+      : uncharge_(std::string(info->method()) ==
+                  "/cgacct.v1.Accounting/Uncharge"),
+        active_(active) {}
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (uncharge_ && active_->load() &&
+        methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::POST_RECV_STATUS)) {
+      *methods->GetRecvStatus() = grpc::Status(
+          grpc::StatusCode::UNAVAILABLE, "test: the response was lost");
+    }
+    methods->Proceed();
+  }
+
+ private:
+  const bool uncharge_;
+  std::atomic<bool>* active_;
+};
+
+class DropUnchargeResponsesFactory
+    : public grpc::experimental::ClientInterceptorFactoryInterface {
+ public:
+  grpc::experimental::Interceptor* CreateClientInterceptor(
+      grpc::experimental::ClientRpcInfo* info) override {
+    return new DropUnchargeResponses(info, &active);
+  }
+  std::atomic<bool> active{false};
+};
+
+// An Uncharge applied by the server whose every answer was lost: the call
+// fails UNAVAILABLE and its pages went back into the stock, where they are
+// phantoms (the server no longer counts them). The keepalive thread
+// reconciles the books with GetSession: the phantoms leave the stock.
+TEST(ClientLibTest, AnAmbiguousUnchargeIsReconciledWithTheServer) {
+  Server server;
+  server.CreateGroup("/amb");
+  auto factory = std::make_unique<DropUnchargeResponsesFactory>();
+  std::atomic<bool>* drop = &factory->active;
+  std::vector<std::unique_ptr<
+      grpc::experimental::ClientInterceptorFactoryInterface>>
+      factories;
+  factories.push_back(std::move(factory));
+  auto channel = grpc::experimental::CreateCustomChannelWithInterceptors(
+      server.target, grpc::InsecureChannelCredentials(),
+      grpc::ChannelArguments(), std::move(factories));
+  Options options;
+  options.nr_slots = 1;
+  options.max_batch_pages = 64;
+  options.session_ttl = std::chrono::milliseconds(600);
+  std::unique_ptr<Client> c = server.Open(options, channel);
+  ASSERT_NE(c, nullptr);
+  ASSERT_TRUE(c->Charge("/amb", 3).ok());    // 64 charged, 61 stocked
+  ASSERT_TRUE(c->Charge("/amb", 200).ok());  // exactly 200
+  ASSERT_EQ(server.CurrentPages("/amb"), 264u);
+  drop->store(true);
+  // 61 + 200 in the stock, 197 above the cap go back: applied, answer lost.
+  EXPECT_EQ(c->Uncharge("/amb", 200).error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(server.CurrentPages("/amb"), 67u);
+  EXPECT_EQ(c->stocked_pages(), 261u);  // 197 of them phantoms
+  drop->store(false);
+  const Clock::time_point deadline = Clock::now() + std::chrono::seconds(5);
+  while (c->stats().reconciles == 0 && Clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_GE(c->stats().reconciles, 1u);
+  EXPECT_EQ(c->stocked_pages(), 64u);
+  EXPECT_EQ(server.CurrentPages("/amb"), 67u);  // 3 held + 64 stocked
+  ASSERT_TRUE(c->Uncharge("/amb", 3).ok());
+  ASSERT_TRUE(c->Drain().ok());
+  EXPECT_EQ(server.CurrentPages("/amb"), 0u);
+  ASSERT_TRUE(c->Close().ok());
+  EXPECT_EQ(server.DeleteReparented("/amb"), 0u);
+}
+
 // memory.high: ANON pages past it cannot be reclaimed, so the server asks
 // for throttle_us; kReturn hands it back at once, kSleep sleeps it.
 TEST(ClientLibTest, ThrottleIsHandedBackOrSlept) {

@@ -145,6 +145,10 @@ struct ClientStats {
   uint64_t drained_pages = 0;   // stocked pages they returned
   uint64_t reopened_sessions = 0;
   uint64_t reattached_streams = 0;
+  // Times the books were brought back to GetSession's holdings after a call
+  // failed ambiguously (its last attempt UNAVAILABLE, DEADLINE_EXCEEDED or
+  // ABORTED: it may have been applied). Done by the keepalive thread.
+  uint64_t reconciles = 0;
 };
 
 class Client {
