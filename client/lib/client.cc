@@ -406,32 +406,42 @@ struct Client::Impl {
     });
   }
 
-  // drain_all_stock() asked by the server: give up the stock of drain_path's
-  // subtree and answer with it.
-  void HandleDrain(const v1::SessionServerMessage& msg) {
-    // Not while the books are being rebuilt (Reopen, Reconcile hold rpc_mu
-    // as writer, and may wait for the very charge this drain is for):
-    // answer "nothing to return" at once instead, as a busy CPU's stock is
-    // skipped by the kernel's trylock.
-    const bool books_stable = rpc_mu.ReaderTryLock();
-    std::vector<Returned> taken;
-    if (books_stable) taken = TakeStock(msg.drain_path());
+  // Writes the answer to drain `drain_id` carrying `returned`; false if the
+  // stream is gone.
+  bool WriteDrainAnswer(uint64_t drain_id,
+                        const std::vector<Returned>& returned) {
     v1::SessionClientMessage answer;
-    answer.set_drain_id(msg.drain_id());
-    uint64_t total = 0;
-    for (const Returned& r : taken) {
+    answer.set_drain_id(drain_id);
+    for (const Returned& r : returned) {
       v1::SessionHolding* h = answer.add_returned();
       h->set_path(r.path);
       h->set_kind(static_cast<v1::PageKind>(r.kind));
       h->set_nr_pages(r.nr_pages);
-      total += r.nr_pages;
     }
-    bool written = false;
-    {
-      absl::MutexLock l(&stream_mu);
-      if (stream != nullptr) written = stream->Write(answer);
+    absl::MutexLock l(&stream_mu);
+    return stream != nullptr && stream->Write(answer);
+  }
+
+  // drain_all_stock() asked by the server: give up the stock of drain_path's
+  // subtree and answer with it. Not while the books are being rebuilt
+  // (Reopen and Reconcile hold rpc_mu as writer, and may wait for the very
+  // charge this drain is for): then answer "nothing to return" at once, as
+  // the kernel's trylock skips a busy CPU's stock.
+  void HandleDrain(const v1::SessionServerMessage& msg) {
+    if (!rpc_mu.ReaderTryLock()) {
+      WriteDrainAnswer(msg.drain_id(), {});
+      return;
     }
-    if (written) {
+    HandleDrainLocked(msg);
+    rpc_mu.ReaderUnlock();
+  }
+
+  void HandleDrainLocked(const v1::SessionServerMessage& msg)
+      ABSL_SHARED_LOCKS_REQUIRED(rpc_mu) {
+    std::vector<Returned> taken = TakeStock(msg.drain_path());
+    uint64_t total = 0;
+    for (const Returned& r : taken) total += r.nr_pages;
+    if (WriteDrainAnswer(msg.drain_id(), taken)) {
       for (const Returned& r : taken)
         AddHeld(r.path, r.kind, -static_cast<int64_t>(r.nr_pages));
       drains.fetch_add(1, std::memory_order_relaxed);
@@ -441,7 +451,6 @@ struct Client::Impl {
       // The answer did not go out: give the pages back the unary way.
       ReturnPages(Session().first, taken);
     }
-    if (books_stable) rpc_mu.ReaderUnlock();
   }
 
   // After a call whose last attempt failed ambiguously (UNAVAILABLE,
