@@ -105,7 +105,9 @@ TEST_F(RemoteStockTest, ReturnedPagesAreUnchargedAndTheChargeSucceeds) {
   EXPECT_EQ(Current("/d/s"), 0u);
   absl::StatusOr<GroupStats> stats = engine_->GetStats("/d/s", FlushMode::kExact);
   for (const StatEntry& e : stats->stat)
-    if (e.name == "anon") EXPECT_EQ(e.value, 0u);
+    if (e.name == "anon") {
+      EXPECT_EQ(e.value, 0u);
+    }
   EXPECT_EQ(engine_->GetStats("/d", FlushMode::kExact)->events.oom, 0u);
 }
 
