@@ -154,10 +154,12 @@ struct ClientStats {
 class Client {
  public:
   // Opens a session on `channel` (OpenSession with options.session_ttl) and
-  // attaches its SessionStream. Errors: OpenSession's status (e.g.
-  // INVALID_ARGUMENT naming ttl_ms), UNAVAILABLE if the server cannot be
-  // reached within the attempts; INVALID_ARGUMENT naming the option for bad
-  // options. Blocks at most max_attempts x call_timeout.
+  // attaches its SessionStream; returns once the server answered the attach
+  // (or after call_timeout: the stream thread keeps trying). Errors:
+  // OpenSession's status (e.g. INVALID_ARGUMENT naming ttl_ms),
+  // UNAVAILABLE if the server cannot be reached within the attempts;
+  // INVALID_ARGUMENT naming the option for bad options. Blocks at most
+  // (max_attempts + 1) x call_timeout plus the retry pauses.
   static grpc::Status Open(std::shared_ptr<grpc::Channel> channel,
                            Options options, std::unique_ptr<Client>* client);
 
