@@ -570,7 +570,6 @@ struct Client::Impl {
       }
       reattached.fetch_add(1, std::memory_order_relaxed);
       Emit(Event::Type::kStreamBroken, "", 0, status);
-      (void)got_any;
       absl::MutexLock l(&stream_mu);
       stream_mu.AwaitWithTimeout(absl::Condition(&stream_stop),
                                  absl::Milliseconds(backoff_ms));
