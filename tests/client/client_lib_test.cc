@@ -121,6 +121,23 @@ struct Server {
     return n;
   }
 
+  // The sum of `name`'s samples whose label `key` is `value`.
+  double Metric(const std::string& name, const std::string& key,
+                const std::string& value) {
+    absl::StatusOr<std::string> text =
+        client::HttpGet(metrics, "/metrics", absl::Seconds(5));
+    if (!text.ok()) return -1;
+    auto samples = client::ParseMetricsText(*text);
+    if (!samples.ok()) return -1;
+    double n = 0;
+    for (const client::MetricSample& s : *samples) {
+      if (s.name != name) continue;
+      for (const auto& [k, v] : s.labels)
+        if (k == key && v == value) n += s.value;
+    }
+    return n;
+  }
+
   grpc::StatusCode SessionCode(const std::string& id) {
     v1::GetSessionRequest request;
     request.set_session_id(id);
@@ -604,6 +621,60 @@ TEST(ClientLibTest, DrainReturnsStockBeforeACharge) {
   // The library clients go on: their next charge refills from the server.
   for (auto& c : clients) ASSERT_TRUE(c->Charge("/d", 1).ok());
   for (auto& c : clients) ASSERT_TRUE(c->Close().ok());
+}
+
+// Four clients charge concurrently into a group whose max fits what their
+// applications hold (4 x 90 of 400 pages) but not that plus their stocks
+// (up to 4 x 2 slots x 64): every charge that needs room gets it from the
+// others' stock, so none fails.
+TEST(ClientLibTest, ConcurrentClientsAtMaxNeverFailWhileStockCouldServe) {
+  Server server;
+  server.CreateGroup("/c", /*max_pages=*/400);
+  Options options;
+  options.max_batch_pages = 64;
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int i = 0; i < 4; ++i) {
+    clients.push_back(server.Open(options));
+    ASSERT_NE(clients.back(), nullptr);
+  }
+  std::atomic<int> failed{0};
+  std::string first_error;
+  absl::Mutex mu;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&, i] {
+      Client& c = *clients[i];
+      for (int round = 0; round < 20; ++round) {
+        for (int n = 0; n < 90; ++n) {
+          const ChargeResult r = c.Charge("/c", 1);
+          if (!r.ok()) {
+            ++failed;
+            absl::MutexLock l(&mu);
+            if (first_error.empty()) first_error = r.status.error_message();
+          }
+        }
+        EXPECT_TRUE(c.Uncharge("/c", 90).ok());
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(failed.load(), 0) << first_error;
+  uint64_t drains = 0;
+  for (auto& c : clients) drains += c->stats().drains;
+  EXPECT_GT(drains, 0u);  // the max was reached and the stock came back
+  std::cerr << "drains answered by the clients: " << drains
+            << "; server drain requests answered/timed out: "
+            << server.Metric(
+                   "cgacct_session_drain_requests_total", "result", "answered")
+            << "/"
+            << server.Metric("cgacct_session_drain_requests_total", "result",
+                             "timeout")
+            << "\n";
+  const v1::GroupStats stats = server.Stats("/c");
+  EXPECT_EQ(stats.events().oom(), 0u);
+  EXPECT_EQ(stats.events().oom_kill(), 0u);
+  for (auto& c : clients) ASSERT_TRUE(c->Close().ok());
+  EXPECT_EQ(server.DeleteReparented("/c"), 0u);
 }
 
 // A session that never answers the drain delays a charge by at most the
