@@ -58,10 +58,21 @@ done
 # The public header names no generated type.
 ! grep -q 'cgacct/v1\|v1::' "$prefix/include/cgacct/client.h" || fail "client.h includes generated code"
 
-# A consumer built against the prefix only.
+# A consumer built against the prefix only, with the compiler and the
+# sanitizer instrumentation the installed static libraries were built with
+# (the test suite also runs in the ASan+UBSan+fuzzer-coverage build).
+cache=$build/CMakeCache.txt
+cxx=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$cache")
+sanitize=$(sed -n 's/^CGACCT_SANITIZE:[A-Z]*=//p' "$cache")
+fuzz=$(sed -n 's/^CGACCT_FUZZ:[A-Z]*=//p' "$cache")
+sanflags=
+[ -n "$sanitize" ] && sanflags="-fsanitize=$sanitize"
+[ "$fuzz" = ON ] && sanflags="$sanflags -fsanitize=fuzzer-no-link"
 cbuild=$prefix/consumer-build
 "$cmake" -S "$src/tests/deploy/consumer" -B "$cbuild" -DCMAKE_PREFIX_PATH="$prefix" \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$prefix/consumer.log" 2>&1 ||
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo ${cxx:+-DCMAKE_CXX_COMPILER="$cxx"} \
+  -DCMAKE_CXX_FLAGS="$sanflags" -DCMAKE_EXE_LINKER_FLAGS="$sanflags" \
+  >"$prefix/consumer.log" 2>&1 ||
   { cat "$prefix/consumer.log" >&2; fail "consumer: find_package(cgacct) configure failed"; }
 "$cmake" --build "$cbuild" -j2 >>"$prefix/consumer.log" 2>&1 ||
   { cat "$prefix/consumer.log" >&2; fail "consumer: build against the installed cgacct::client failed"; }
