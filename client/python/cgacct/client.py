@@ -188,25 +188,35 @@ def _under(path, root):
 class Client:
     """A session on cgacctd with a per-thread stock of pre-charged pages.
 
-    Client(target, ttl_ms=0, batch=64, stock_cap=None, throttle="sleep",
-           deadline=5.0, retries=3, client_name=None, credentials=None,
-           metadata=(), interceptors=(), options=())
+    Client(target, ttl_ms=10000, batch=64, stock_cap=256, stock_groups=7,
+           throttle="sleep", deadline=2.0, retries=3, client_name=None,
+           credentials=None, metadata=(), interceptors=(), options=())
 
+    The options and their defaults are the C++ library's (cgacct::client::
+    Options, names in brackets).
     target: "host:port" of cgacctd's gRPC listener.
     ttl_ms: the session's lease in milliseconds (0: the server's
-      --session_default_ttl_ms); the keepalive runs every granted ttl / 3.
+      --session_default_ttl_ms) [session_ttl]; the keepalive runs every
+      granted ttl / 3.
     batch: pages charged from the server on a stock miss when the asked n is
-      smaller (MEMCG_CHARGE_BATCH, 64); the floor of the adaptive batch.
+      smaller (MEMCG_CHARGE_BATCH, 64); the floor of the adaptive batch
+      [batch_pages].
     stock_cap: most pages one slot keeps for one (group, kind), and the
-      ceiling of the adaptive batch (default 4 x batch). A group can be over
-      its applications' use by at most threads x stock_cap pages per
-      client, until a drain takes them back.
-    throttle: "sleep" (charge() sleeps the server's throttle_us) or "return"
-      (charge() returns it in ChargeResult.throttle_us for the caller).
-    deadline: seconds per RPC attempt.
+      ceiling of the adaptive batch (default 256, at least batch)
+      [max_batch_pages].
+    stock_groups: (group, kind) pairs one slot stocks at once (the kernel's
+      NR_MEMCG_STOCK, 7); stocking another returns the oldest one's pages.
+      So a group can be over its applications' use by at most
+      threads x stock_cap pages per client (clients x threads x stock_cap
+      in all), until a drain takes them back.
+    throttle: "sleep" (charge() sleeps the server's throttle_us, at most
+      2 s) or "return" (charge() returns it in ChargeResult.throttle_us for
+      the caller) [throttle].
+    deadline: seconds per RPC attempt [call_timeout].
     retries: further attempts of a call that failed UNAVAILABLE,
-      DEADLINE_EXCEEDED or ABORTED (same request_id: applied once); so no
-      call blocks longer than about (retries + 1) x deadline plus backoff.
+      DEADLINE_EXCEEDED or ABORTED (same request_id: applied once)
+      [max_attempts - 1]; so no call blocks longer than about
+      (retries + 1) x deadline plus backoff (at most 1 s between attempts).
     client_name: shown by GetSession (default "host:pid").
     credentials: grpc.ChannelCredentials for a TLS channel (None: plaintext).
     metadata: (key, value) pairs sent with every call (e.g. the
@@ -218,16 +228,20 @@ class Client:
     Use as a context manager, or call close(). Thread-safe.
     """
 
-    def __init__(self, target, ttl_ms=0, batch=DEFAULT_BATCH, stock_cap=None,
-                 throttle="sleep", deadline=5.0, retries=3, client_name=None,
-                 credentials=None, metadata=(), interceptors=(), options=()):
+    def __init__(self, target, ttl_ms=10000, batch=DEFAULT_BATCH, stock_cap=None,
+                 stock_groups=7, throttle="sleep", deadline=2.0, retries=3,
+                 client_name=None, credentials=None, metadata=(), interceptors=(),
+                 options=()):
         if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
             raise ValueError("batch: must be a positive number of pages, got %r" % (batch,))
         if stock_cap is None:
-            stock_cap = 4 * batch
+            stock_cap = max(4 * DEFAULT_BATCH, batch)
         if isinstance(stock_cap, bool) or not isinstance(stock_cap, int) or stock_cap < batch:
             raise ValueError("stock_cap: must be an integer >= batch (%d) pages, got %r"
                              % (batch, stock_cap))
+        if isinstance(stock_groups, bool) or not isinstance(stock_groups, int) \
+                or stock_groups < 1:
+            raise ValueError("stock_groups: must be an integer >= 1, got %r" % (stock_groups,))
         if throttle not in ("sleep", "return"):
             raise ValueError("throttle: must be 'sleep' or 'return', got %r" % (throttle,))
         if not deadline > 0:
@@ -236,6 +250,7 @@ class Client:
             raise ValueError("retries: must be an integer >= 0, got %r" % (retries,))
         self._batch = batch
         self._stock_cap = stock_cap
+        self._stock_groups = stock_groups
         self._throttle = throttle
         self._deadline = float(deadline)
         self._retries = retries
@@ -337,12 +352,14 @@ class Client:
             else:
                 hit = False
         if hit:
+            self._count("charges")
             self._count("stock_hits")
             return ChargeResult(nr_pages, True, 0)
         while True:
             self._check_open()
             self._gate.enter_shared()
-            excess = 0
+            lost_gen = None
+            done = False
             try:
                 session_id, gen = self._current()
                 now = time.monotonic()
@@ -362,21 +379,18 @@ class Client:
                 with slot.lock:
                     with self._held_mu:
                         self._held[key] += nr_pages
-                    cur = slot.stock.get(key, 0)
-                    keep = min(want - nr_pages, max(0, self._stock_cap - cur))
-                    self._set_stock(slot, key, cur + keep)
-                    excess = want - nr_pages - keep
-                if excess:
-                    self._uncharge_rpc(session_id, key, excess)
+                    returns = self._refill(slot, key, want - nr_pages)
+                done = True
+                lost_gen, _ = self._return_pages(session_id, gen, slot, returns)
             except _SessionLost:
+                lost_gen = gen
+            finally:
                 self._gate.leave_shared()
-                self._resume(gen)
-                continue
-            except BaseException:
-                self._gate.leave_shared()
-                raise
-            self._gate.leave_shared()
-            break
+            if lost_gen is not None:
+                self._resume(lost_gen)
+            if done:
+                break
+        self._count("charges")
         throttle_us = resp.throttle_us
         if throttle_us and self._throttle == "sleep":
             self._count("throttled_us", throttle_us)
@@ -387,12 +401,17 @@ class Client:
     def uncharge(self, path, nr_pages, kind=ANON):
         """Uncharge nr_pages pages of `kind` from group `path` that this
         client charged. Refills the calling thread's stock slot up to
-        stock_cap and uncharges the rest on the server. Returns the pages
-        returned to the server by this call (0 when the stock took them all).
-        Raises Error: FAILED_PRECONDITION (naming nr_pages) when the
-        application holds fewer than nr_pages of (path, kind) through this
-        client (nothing changes); the server's errors after the retries.
-        """
+        stock_cap and uncharges the rest on the server (with the pages of
+        the slot's oldest group when it already stocks stock_groups others).
+        Returns the pages this call returned to the server (0 when the stock
+        took them all). Raises Error: FAILED_PRECONDITION (naming nr_pages)
+        when the application holds fewer than nr_pages of (path, kind)
+        through this client (unlike the C++ library, which leaves that to
+        the server), INVALID_ARGUMENT for bad arguments; nothing changes
+        then. If the server cannot take the returned pages back (after the
+        retries), they stay in the stock (counted in return_failed_pages)
+        and the uncharge still succeeds: the application no longer holds
+        them either way."""
         key = (_wire_path(path), _check_kind(kind))
         _check_pages(nr_pages)
         self._check_open()
@@ -417,43 +436,30 @@ class Client:
                         self._unaccounted[key] -= lost
                         if not self._unaccounted[key]:
                             del self._unaccounted[key]
-                cur = slot.stock.get(key, 0)
-                keep = min(nr_pages - lost, max(0, self._stock_cap - cur))
-                self._set_stock(slot, key, cur + keep)
-                excess = nr_pages - lost - keep
-            if excess:
-                try:
-                    self._uncharge_rpc(session_id, key, excess)
-                except _SessionLost:
-                    # The session and everything it held are gone; the pages
-                    # uncharged here are no longer in self._held, so the new
-                    # session will not be charged for them.
-                    lost_gen = gen
+                returns = self._refill(slot, key, nr_pages - lost)
+            lost_gen, returned = self._return_pages(session_id, gen, slot, returns)
         finally:
             self._gate.leave_shared()
         if lost_gen is not None:
             self._resume(lost_gen)
-        return excess
+        return returned
 
     def drain(self):
         """Return every stocked page of every slot to the server (the
-        kernel's drain_all_stock() on the client's own initiative). Returns
-        the pages returned."""
+        kernel's drain_all_stock() on the client's own initiative, e.g.
+        before a long idle period). Returns the pages returned."""
         self._check_open()
+        slot = self._slot()
         self._gate.enter_shared()
         try:
             session_id, gen = self._current()
-            taken = self._take_stock(b"/", gen)
-            total = 0
-            for key, n in sorted(taken.items()):
-                try:
-                    self._uncharge_rpc(session_id, key, n)
-                except _SessionLost:
-                    break
-                total += n
-            return total
+            returns = sorted(self._take_stock(b"/", gen).items())
+            lost_gen, returned = self._return_pages(session_id, gen, slot, returns)
         finally:
             self._gate.leave_shared()
+        if lost_gen is not None:
+            self._resume(lost_gen)
+        return returned
 
     def held(self, path, kind=ANON):
         """Pages of (path, kind) the application holds through this client
@@ -476,9 +482,14 @@ class Client:
         return total
 
     def stats(self):
-        """Counters since the constructor, a dict: stock_hits, charge_rpcs,
-        uncharge_rpcs, retries, keepalives, reconnects, drains,
-        drained_pages, resumes, recharge_failed_pages, throttled_us."""
+        """Counters since the constructor, a dict (a counter never seen is
+        absent): charges (charge() calls that succeeded), stock_hits (of
+        which served by the stock), charge_rpcs, uncharge_rpcs (RPCs, retry
+        attempts not included), retries (attempts after the first, all
+        RPCs), keepalives sent, drains answered, drained_pages (stocked
+        pages they returned), reopened_sessions, reattached_streams,
+        recharge_failed_pages, throttled_us (slept). As the C++ library's
+        ClientStats."""
         with self._stats_mu:
             return dict(self._stats)
 
@@ -567,6 +578,47 @@ class Client:
             slot.stock[key] = n
         else:
             slot.stock.pop(key, None)
+
+    def _refill(self, slot, key, pages):
+        """refill_stock(): adds `pages` of key to the slot, up to stock_cap;
+        stocking a (group, kind) the slot lacks when it already stocks
+        stock_groups of them evicts the oldest (as the kernel's stock drains
+        the memcg it replaces). Returns [(key, pages)] to return to the
+        server. Caller holds slot.lock."""
+        out = []
+        cur = slot.stock.get(key, 0)
+        keep = min(pages, max(0, self._stock_cap - cur))
+        if pages > keep:
+            out.append((key, pages - keep))
+        if keep:
+            if not cur and len(slot.stock) >= self._stock_groups:
+                oldest = next(iter(slot.stock))
+                out.append((oldest, slot.stock.pop(oldest)))
+            slot.stock[key] = cur + keep
+        return out
+
+    def _return_pages(self, session_id, gen, slot, returns):
+        """Uncharges `returns` ([(key, pages)]) on the session. Never raises:
+        pages it cannot return go back into the slot (over its cap; a drain
+        or close() returns them later). Returns (lost_gen, pages returned):
+        lost_gen is `gen` if the session turned out to be gone (the caller
+        resumes; its pages went with it), else None. Caller is inside the
+        gate (shared)."""
+        returned = 0
+        for i, (key, n) in enumerate(returns):
+            try:
+                self._uncharge_rpc(session_id, key, n)
+            except _SessionLost:
+                return gen, returned  # everything the session held is gone already
+            except Error:
+                with slot.lock:
+                    if self._gen == gen:
+                        for k, m in returns[i:]:
+                            slot.stock[k] = slot.stock.get(k, 0) + m
+                self._count("return_failed_pages", sum(m for _, m in returns[i:]))
+                return None, returned
+            returned += n
+        return None, returned
 
     def _next_batch(self, slot, key, now):
         # Caller holds slot.lock.
@@ -704,7 +756,7 @@ class Client:
                 for slot in slots:
                     slot.lock.release()
             self._open_session()
-            self._count("resumes")
+            self._count("reopened_sessions")
             session_id, _ = self._current()
             for key, n in sorted(todo.items()):
                 if n <= 0:
@@ -778,7 +830,7 @@ class Client:
                 self._resume(gen)
                 delay = 0.05
                 continue
-            self._count("reconnects")
+            self._count("reattached_streams")
             self._stop.wait(delay * (0.5 + random.random()))
             delay = min(2 * delay, max(0.05, period / 2))
 

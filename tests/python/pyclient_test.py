@@ -1,0 +1,445 @@
+#!/usr/bin/python3
+"""The Python client (client/python/cgacct) against a real cgacctd.
+
+  pyclient_test.py CGACCTD PYTHONPATH_DIR
+
+Starts CGACCTD on 127.0.0.1 (ports 0, metrics on) and drives it with
+cgacct.Client from PYTHONPATH_DIR (build/client/python: the package and
+the stubs generated at build time), with Debian's /usr/bin/python3,
+python3-grpcio and python3-protobuf. Checks, each on the server's own
+numbers (GetStats, GetSession, /metrics): a stock hit makes no RPC; close()
+returns everything; a charge whose response is lost is retried with the
+same request_id and applied once; the keepalive keeps a session past
+several ttls; a client process killed with SIGKILL mid-charge leaves
+nothing charged within ttl + 1 s; two clients holding stock answer the
+drain so that a third charging at the group's max succeeds; a cut
+connection is re-attached and a lost session re-opened with what the
+application holds charged again; bad input is a grpc status naming the
+field; threads charging and uncharging concurrently leave the server's
+view equal to the client's.
+"""
+import os
+import re
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import unittest
+import urllib.request
+
+CGACCTD = sys.argv[1]
+PYPATH = sys.argv[2]
+sys.path.insert(0, PYPATH)
+del sys.argv[1:3]
+
+import grpc  # noqa: E402
+
+import cgacct  # noqa: E402
+from cgacct.v1 import accounting_pb2 as pb  # noqa: E402
+from cgacct.v1 import accounting_pb2_grpc as pb_grpc  # noqa: E402
+
+PAGE = 4096
+TTL_MS = 600  # short leases, so that expiry tests take about a second
+
+
+def start_daemon(extra=()):
+    proc = subprocess.Popen(
+        [CGACCTD, "--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0", "--cpus=2",
+         "--session_min_ttl_ms=100"] + list(extra),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    m = re.search(r"listening on 127\.0\.0\.1:(\d+) \(metrics on 127\.0\.0\.1:(\d+),", line)
+    if not m:
+        proc.kill()
+        raise RuntimeError("cgacctd did not start: %r %s" % (line, proc.stderr.read()))
+    return proc, "127.0.0.1:%s" % m.group(1), "127.0.0.1:%s" % m.group(2)
+
+
+class Proxy:
+    """A TCP proxy on loopback in front of cgacctd: cut() closes every
+    connection through it (the client sees its stream break); while
+    paused, it closes every new connection at once (the server is
+    unreachable)."""
+
+    def __init__(self, target):
+        host, port = target.rsplit(":", 1)
+        self.target = (host, int(port))
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(16)
+        self.address = "127.0.0.1:%d" % self.listener.getsockname()[1]
+        self.lock = threading.Lock()
+        self.conns = []
+        self.paused = False
+        self.stopped = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while not self.stopped:
+            try:
+                a, _ = self.listener.accept()
+            except OSError:
+                return
+            with self.lock:
+                if self.paused:
+                    a.close()
+                    continue
+                try:
+                    b = socket.create_connection(self.target)
+                except OSError:
+                    a.close()
+                    continue
+                self.conns += [a, b]
+            threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    def _pump(self, a, b):
+        peers = {a: b, b: a}
+        try:
+            while True:
+                ready, _, _ = select.select([a, b], [], [], 0.2)
+                for s in ready:
+                    data = s.recv(1 << 16)
+                    if not data:
+                        return
+                    peers[s].sendall(data)
+        except OSError:
+            return
+        finally:
+            for s in (a, b):
+                try:
+                    s.close()
+                except OSError:
+                    pass
+
+    def cut(self):
+        with self.lock:
+            conns, self.conns = self.conns, []
+        for s in conns:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def pause(self):
+        with self.lock:
+            self.paused = True
+        self.cut()
+
+    def resume(self):
+        with self.lock:
+            self.paused = False
+
+    def stop(self):
+        self.stopped = True
+        self.listener.close()
+        self.cut()
+
+
+class LoseFirstChargeResponse(grpc.UnaryUnaryClientInterceptor):
+    """Sends the first Charge to the server for real, then answers the
+    caller UNAVAILABLE as if the response had been lost on the way back;
+    records every Charge's request_id and whether it was replayed."""
+
+    class _Lost:
+        def result(self):
+            raise cgacct.Error(grpc.StatusCode.UNAVAILABLE, "test: response lost")
+
+    def __init__(self):
+        self.seen = []  # (request_id, replayed)
+
+    def intercept_unary_unary(self, continuation, details, request):
+        outcome = continuation(details, request)
+        if not details.method.endswith("/Charge"):
+            return outcome
+        response = outcome.result()
+        self.seen.append((request.request_id, response.replayed))
+        if len(self.seen) == 1:
+            return self._Lost()
+        return outcome
+
+
+class PythonClientTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.daemon, cls.target, cls.metrics = start_daemon()
+        cls.channel = grpc.insecure_channel(cls.target)
+        grpc.channel_ready_future(cls.channel).result(timeout=20)
+        cls.stub = pb_grpc.AccountingStub(cls.channel)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.channel.close()
+        cls.daemon.terminate()
+        cls.daemon.wait(timeout=20)
+
+    # --- helpers ---
+
+    def create(self, path, max_pages=None):
+        limits = pb.Limits()
+        if max_pages is not None:
+            limits.max_bytes = max_pages * PAGE
+        self.stub.CreateGroup(pb.CreateGroupRequest(path=path.encode(), limits=limits),
+                              timeout=10)
+
+    def current_pages(self, path):
+        stats = self.stub.GetStats(pb.GetStatsRequest(path=path.encode()), timeout=10)
+        return stats.memory_current_bytes // PAGE
+
+    def session(self, session_id):
+        return self.stub.GetSession(pb.GetSessionRequest(session_id=session_id), timeout=10)
+
+    def metric(self, name, **labels):
+        """Sum of the samples of `name` whose labels include `labels`."""
+        with urllib.request.urlopen("http://%s/metrics" % self.metrics, timeout=10) as r:
+            text = r.read().decode()
+        total = 0.0
+        for line in text.splitlines():
+            m = re.match(r"(\w+)(\{[^}]*\})? (\S+)$", line)
+            if not m or m.group(1) != name:
+                continue
+            have = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2) or ""))
+            if all(have.get(k) == v for k, v in labels.items()):
+                total += float(m.group(3))
+        return total
+
+    def rpcs(self, method):
+        return self.metric("grpc_server_started_total", grpc_method=method)
+
+    def client(self, **kw):
+        kw.setdefault("ttl_ms", TTL_MS)
+        c = cgacct.Client(self.target, **kw)
+        self.addCleanup(c.close)
+        return c
+
+    # --- tests ---
+
+    def test_stock_hit_makes_no_rpc(self):
+        self.create("/stock")
+        c = self.client(batch=64)
+        first = c.charge("/stock", 1)
+        self.assertFalse(first.from_stock)
+        self.assertEqual(self.current_pages("/stock"), 64)  # the batch: stocked pages count
+        charges, uncharges = self.rpcs("Charge"), self.rpcs("Uncharge")
+        for _ in range(63):
+            self.assertTrue(c.charge("/stock", 1).from_stock)
+        for _ in range(64):
+            self.assertEqual(c.uncharge("/stock", 1), 0)  # into the stock (cap 256)
+        self.assertEqual(self.rpcs("Charge"), charges)
+        self.assertEqual(self.rpcs("Uncharge"), uncharges)
+        self.assertEqual(c.stats()["charge_rpcs"], 1)
+        self.assertEqual(c.stats()["stock_hits"], 63)
+        self.assertEqual(self.current_pages("/stock"), 64)
+        self.assertEqual(c.stocked("/stock"), 64)
+        info = self.session(c.session_id)
+        self.assertEqual(info.held_pages, 64)
+
+    def test_close_returns_everything(self):
+        for g in ("/close", "/close/a", "/close/b"):
+            self.create(g)
+        c = self.client()
+        c.charge("/close/a", 5)
+        c.charge("/close/b", 100, cgacct.FILE)
+        c.charge("/close/a", 70)
+        c.uncharge("/close/a", 3)
+        self.assertGreater(self.current_pages("/close"), 0)
+        held = self.session(c.session_id).held_pages
+        self.assertEqual(held, self.current_pages("/close"))
+        returned = c.close()
+        self.assertEqual(returned, held)
+        for g in ("/close", "/close/a", "/close/b"):
+            self.assertEqual(self.current_pages(g), 0, g)
+        with self.assertRaises(cgacct.Error) as e:
+            c.charge("/close/a", 1)
+        self.assertEqual(e.exception.code(), grpc.StatusCode.FAILED_PRECONDITION)
+
+    def test_retry_is_applied_once(self):
+        self.create("/retry")
+        lose = LoseFirstChargeResponse()
+        c = self.client(interceptors=[lose], batch=64)
+        result = c.charge("/retry", 10)
+        self.assertFalse(result.from_stock)
+        self.assertEqual(len(lose.seen), 2)
+        (rid1, replayed1), (rid2, replayed2) = lose.seen
+        self.assertEqual(rid1, rid2)  # the retry carried the same request_id
+        self.assertFalse(replayed1)
+        self.assertTrue(replayed2)  # the server answered it from the first
+        self.assertEqual(self.current_pages("/retry"), 64)  # one batch, not two
+        self.assertEqual(c.stats()["retries"], 1)
+        self.assertEqual(self.session(c.session_id).held_pages, 64)
+
+    def test_keepalive_keeps_session_past_several_ttls(self):
+        self.create("/alive")
+        c = self.client(ttl_ms=300)
+        self.assertEqual(c.ttl_ms, 300)
+        c.charge("/alive", 1)
+        time.sleep(6 * 0.3)
+        info = self.session(c.session_id)
+        self.assertEqual(info.held_pages, 64)
+        self.assertTrue(info.attached)
+        self.assertGreaterEqual(c.stats()["keepalives"], 4)
+        self.assertEqual(self.current_pages("/alive"), 64)
+        self.assertTrue(c.charge("/alive", 1).from_stock)
+
+    def test_sigkill_mid_charge_leaves_nothing_within_ttl(self):
+        self.create("/killed")
+        ttl_ms = 1000
+        script = r"""
+import sys, threading
+sys.path.insert(0, sys.argv[1])
+import cgacct
+c = cgacct.Client(sys.argv[2], ttl_ms=%d, batch=16)
+def work(i):
+    n = 0
+    while True:
+        c.charge("/killed", 1 + (n + i) %% 7)
+        n += 1
+        if n == 50:
+            print("ready", flush=True)
+        if n %% 3 == 0:
+            c.uncharge("/killed", 1)
+for i in range(4):
+    threading.Thread(target=work, args=(i,), daemon=True).start()
+threading.Event().wait()
+""" % ttl_ms
+        expired_before = self.metric("cgacct_sessions_expired_total")
+        child = subprocess.Popen([sys.executable, "-c", script, PYPATH, self.target],
+                                 stdout=subprocess.PIPE, text=True)
+        try:
+            self.assertEqual(child.stdout.readline().strip(), "ready")
+            time.sleep(0.2)  # mid-charge: the threads are still charging
+            self.assertGreater(self.current_pages("/killed"), 0)
+        finally:
+            child.send_signal(signal.SIGKILL)
+            child.wait()
+        killed = time.monotonic()
+        while self.current_pages("/killed") and time.monotonic() - killed < 5:
+            time.sleep(0.02)
+        elapsed = time.monotonic() - killed
+        self.assertEqual(self.current_pages("/killed"), 0)
+        self.assertLessEqual(elapsed, ttl_ms / 1000 + 1, "nothing left only after %.2f s" % elapsed)
+        self.assertEqual(self.metric("cgacct_sessions_expired_total"), expired_before + 1)
+
+    def test_drain_lets_a_charge_at_max_succeed(self):
+        self.create("/drain", max_pages=200)
+        self.create("/drain/x")
+        a, b, c = self.client(), self.client(), self.client()
+        a.charge("/drain/x", 1)
+        b.charge("/drain", 1)
+        self.assertEqual(self.current_pages("/drain"), 128)  # 2 pages used, 126 stocked
+        # 190 + 128 > 200: without the drain this is RESOURCE_EXHAUSTED.
+        result = c.charge("/drain", 190)
+        self.assertEqual(result.nr_pages, 190)
+        self.assertEqual(self.current_pages("/drain"), 192)
+        self.assertEqual(a.stocked(), 0)
+        self.assertEqual(b.stocked(), 0)
+        self.assertEqual(a.stats().get("drained_pages", 0) + b.stats().get("drained_pages", 0), 126)
+        self.assertEqual(self.session(a.session_id).held_pages, 1)
+        self.assertEqual(self.session(b.session_id).held_pages, 1)
+
+    def test_reconnect_and_resume(self):
+        self.create("/resume")
+        proxy = Proxy(self.target)
+        self.addCleanup(proxy.stop)
+        c = cgacct.Client(proxy.address, ttl_ms=TTL_MS, deadline=1.0)
+        self.addCleanup(c.close)
+        c.charge("/resume", 10)
+        first = c.session_id
+        # A cut connection: the stream re-attaches, the session lives on.
+        proxy.cut()
+        time.sleep(3 * TTL_MS / 1000)
+        self.assertEqual(c.session_id, first)
+        self.assertEqual(self.session(first).held_pages, 64)
+        self.assertGreaterEqual(c.stats()["reconnects"], 1)
+        self.assertTrue(c.charge("/resume", 1).from_stock)
+        # Unreachable past the ttl: the server expires the session and
+        # uncharges everything; when the client gets through again it opens
+        # a new session and charges again the 11 pages the application holds.
+        proxy.pause()
+        deadline = time.monotonic() + 5
+        while self.current_pages("/resume") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertEqual(self.current_pages("/resume"), 0)
+        proxy.resume()
+        deadline = time.monotonic() + 10
+        while c.session_id == first and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertNotEqual(c.session_id, first)
+        self.assertEqual(c.stats()["resumes"], 1)
+        self.assertEqual(self.current_pages("/resume"), 11)
+        self.assertEqual(self.session(c.session_id).held_pages, 11)
+        self.assertEqual(c.held("/resume"), 11)
+        self.assertEqual(c.stocked(), 0)
+        c.uncharge("/resume", 11)
+        c.close()
+        self.assertEqual(self.current_pages("/resume"), 0)
+
+    def test_bad_input_is_a_status_naming_the_field(self):
+        self.create("/bad")
+        c = self.client()
+        cases = [
+            (lambda: c.charge("/bad/../x", 1), grpc.StatusCode.INVALID_ARGUMENT, "path"),
+            (lambda: c.charge("no-slash", 1), grpc.StatusCode.INVALID_ARGUMENT, "path"),
+            (lambda: c.charge("/missing", 1), grpc.StatusCode.NOT_FOUND, "/missing"),
+            (lambda: c.charge("/bad", 0), grpc.StatusCode.INVALID_ARGUMENT, "nr_pages"),
+            (lambda: c.charge("/bad", -3), grpc.StatusCode.INVALID_ARGUMENT, "nr_pages"),
+            (lambda: c.charge("/bad", 1, kind="swap"), grpc.StatusCode.INVALID_ARGUMENT, "kind"),
+            (lambda: c.charge(7, 1), grpc.StatusCode.INVALID_ARGUMENT, "path"),
+            (lambda: c.uncharge("/bad", 1), grpc.StatusCode.FAILED_PRECONDITION, "nr_pages"),
+            (lambda: cgacct.Client(self.target, ttl_ms=10), grpc.StatusCode.INVALID_ARGUMENT,
+             "ttl_ms"),
+        ]
+        for call, code, field in cases:
+            with self.assertRaises(grpc.RpcError) as e:
+                call()
+            self.assertEqual(e.exception.code(), code, e.exception.details())
+            self.assertIn(field, e.exception.details())
+        self.assertEqual(self.current_pages("/bad"), 0)
+        self.assertEqual(self.session(c.session_id).held_pages, 0)
+        with self.assertRaises(ValueError) as e:
+            cgacct.Client(self.target, throttle="ignore")
+        self.assertIn("throttle", str(e.exception))
+
+    def test_threads_agree_with_the_server(self):
+        self.create("/threads")
+        self.create("/threads/a")
+        self.create("/threads/b")
+        c = self.client(batch=8, stock_cap=32)
+        errors = []
+        kept = [0] * 8
+
+        def work(i):
+            try:
+                mine = []
+                for n in range(300):
+                    g = "/threads/a" if (n + i) % 2 else "/threads/b"
+                    pages = 1 + (n * 7 + i) % 5
+                    c.charge(g, pages)
+                    mine.append((g, pages))
+                    if n % 3 == 2:
+                        g, pages = mine.pop(0)
+                        c.uncharge(g, pages)
+                kept[i] = sum(p for _, p in mine)
+            except Exception as e:  # noqa: BLE001
+                errors.append(e)
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(errors, [])
+        held = c.held("/threads/a") + c.held("/threads/b")
+        self.assertEqual(held, sum(kept))
+        info = self.session(c.session_id)
+        self.assertEqual(info.held_pages, held + c.stocked())
+        self.assertEqual(self.current_pages("/threads"), held + c.stocked())
+        self.assertGreater(c.stats()["stock_hits"], c.stats()["charge_rpcs"])
+        c.close()
+        self.assertEqual(self.current_pages("/threads"), 0)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
