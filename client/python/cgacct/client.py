@@ -29,6 +29,7 @@ microseconds for throttle_us. Thread-safety: every public method of Client
 may be called from any thread.
 """
 import collections
+import logging
 import os
 import queue
 import random
@@ -41,6 +42,8 @@ import grpc
 
 from cgacct.v1 import accounting_pb2 as pb
 from cgacct.v1 import accounting_pb2_grpc as pb_grpc
+
+_log = logging.getLogger("cgacct")
 
 ANON = pb.PAGE_KIND_ANON
 FILE = pb.PAGE_KIND_FILE
@@ -244,6 +247,9 @@ class Client:
             raise ValueError("stock_groups: must be an integer >= 1, got %r" % (stock_groups,))
         if throttle not in ("sleep", "return"):
             raise ValueError("throttle: must be 'sleep' or 'return', got %r" % (throttle,))
+        if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, int) or not 0 <= ttl_ms < 1 << 32:
+            raise ValueError("ttl_ms: must be an integer from 0 to 2^32-1 milliseconds, got %r"
+                             % (ttl_ms,))
         if not deadline > 0:
             raise ValueError("deadline: must be > 0 seconds, got %r" % (deadline,))
         if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
@@ -280,7 +286,10 @@ class Client:
         self._gen = 0
         self._ttl_ms = 0
         self._max_held = 0
-        self._closed = False  # guarded by _mu
+        # Set under _mu; read without it on the fast path (a stale False
+        # lets a call race with close(), which then fails on the closed
+        # session instead of here).
+        self._closed = False
 
         # What the application holds (charged, not uncharged), by (path,
         # kind): re-charged on a new session if the old one is lost.
@@ -303,10 +312,20 @@ class Client:
         self._stats = collections.Counter()
 
         self._stop = threading.Event()
-        self._stream_call = None  # guarded by _mu: the attached SessionStream call
-        self._last_answer = time.monotonic()  # keepalive answers (monotonic s)
+        # The current SessionStream call and its request queue: guarded by
+        # _mu, set by the session thread.
+        self._stream_call = None
+        self._stream_q = None
+        # When the server last answered on the stream (monotonic seconds):
+        # written by the session thread and _open_session, read by the
+        # request iterator (a float store, atomic under the GIL).
+        self._last_answer = time.monotonic()
 
-        self._open_session()
+        try:
+            self._open_session()
+        except BaseException:
+            self._raw_channel.close()
+            raise
         self._reader = threading.Thread(target=self._stream_loop,
                                         name="cgacct-session", daemon=True)
         self._reader.start()
@@ -530,7 +549,9 @@ class Client:
             self._gate.leave_exclusive()
             self._stop.set()
             with self._mu:
-                call = self._stream_call
+                call, q = self._stream_call, self._stream_q
+            if q is not None:
+                q.put(None)
             if call is not None:
                 call.cancel()
             self._reader.join(timeout=self._deadline)
@@ -652,9 +673,8 @@ class Client:
             self._stats[name] += n
 
     def _check_open(self):
-        with self._mu:
-            if self._closed:
-                raise Error(grpc.StatusCode.FAILED_PRECONDITION, "client: closed")
+        if self._closed:
+            raise Error(grpc.StatusCode.FAILED_PRECONDITION, "client: closed")
 
     def _current(self):
         with self._mu:
@@ -806,10 +826,11 @@ class Client:
             with self._mu:
                 period = max(self._ttl_ms, 3) / 3000.0
             q = queue.Queue()
+            self._last_answer = time.monotonic()
             call = self._stub.SessionStream(self._requests(q, session_id, period),
                                             metadata=self._metadata)
             with self._mu:
-                self._stream_call = call
+                self._stream_call, self._stream_q = call, q
             if self._stop.is_set():
                 call.cancel()
                 break
@@ -822,14 +843,20 @@ class Client:
                         self._answer_drain(q, msg, gen)
             except grpc.RpcError as e:
                 code = e.code()
+            except Exception:  # noqa: BLE001 -- keep the session thread alive
+                _log.exception("cgacct: session stream")
+                call.cancel()
             finally:
                 q.put(None)
             if self._stop.is_set():
                 break
             if code == grpc.StatusCode.NOT_FOUND and self._session_gone(session_id):
-                self._resume(gen)
-                delay = 0.05
-                continue
+                try:
+                    self._resume(gen)
+                    delay = 0.05
+                    continue
+                except Error:
+                    pass  # the server is unreachable: try again after the backoff
             self._count("reattached_streams")
             self._stop.wait(delay * (0.5 + random.random()))
             delay = min(2 * delay, max(0.05, period / 2))
