@@ -4,7 +4,8 @@
 # cgacctd and cgacctctl answer --version, exit 0), the systemd unit (its
 # ExecStart= names the installed cgacctd, and nothing else of it changed),
 # and the scrape config, alert rules, dashboard and manifests under
-# share/cgacct (byte-identical to deploy/).
+# share/cgacct (byte-identical to deploy/); the Python client package under
+# lib/python3.X/dist-packages/cgacct (it imports).
 #   install_test.sh BUILD_DIR SOURCE_DIR [CMAKE]
 set -euo pipefail
 build=$1
@@ -39,4 +40,16 @@ for f in prometheus/prometheus.yml prometheus/cgacct-alerts.yml \
          kubernetes/namespace.yaml kubernetes/service.yaml; do
   cmp -s "$prefix/share/cgacct/$f" "$src/deploy/$f" || fail "share/cgacct/$f missing or not deploy/$f"
 done
+# The Python client package, stubs included, importable by Debian's python3
+# from the prefix's dist-packages (client/python/CMakeLists.txt).
+pydir=$(find "$prefix/lib" -maxdepth 3 -type d -path '*/dist-packages/cgacct' | head -1)
+[ -n "$pydir" ] || fail "the Python package cgacct is not under lib/python3.*/dist-packages"
+for f in __init__.py client.py v1/accounting_pb2.py v1/accounting_pb2_grpc.py; do
+  [ -f "$pydir/$f" ] || fail "${pydir#"$prefix"/}/$f missing"
+done
+out=$(cd / && PYTHONPATH=$(dirname "$pydir") /usr/bin/python3 -c \
+  'import cgacct, cgacct.v1.accounting_pb2_grpc; print(cgacct.__file__)' 2>&1) ||
+  fail "installed cgacct does not import: $out"
+[ "$out" = "$pydir/__init__.py" ] || fail "imported cgacct from $out, not $pydir"
+
 echo "install_test: OK ($(find "$prefix" -type f | wc -l) files under the prefix)"
