@@ -227,7 +227,9 @@ class Client:
     interceptors: grpc client interceptors wrapped around the channel.
     options: gRPC channel options.
 
-    Opens the session in the constructor (raises Error if it cannot).
+    The constructor opens the session (raises Error if it cannot) and waits
+    up to `deadline` for its SessionStream to be attached (drain requests
+    reach the client only then).
     Use as a context manager, or call close(). Thread-safe.
     """
 
@@ -326,9 +328,14 @@ class Client:
         except BaseException:
             self._raw_channel.close()
             raise
+        # Set when the server first answers on a SessionStream: until then
+        # the session gets no drain requests, so the constructor waits for
+        # it (at most `deadline`; the session thread keeps trying after).
+        self._attached = threading.Event()
         self._reader = threading.Thread(target=self._stream_loop,
                                         name="cgacct-session", daemon=True)
         self._reader.start()
+        self._attached.wait(self._deadline)
 
     # --- public -----------------------------------------------------------
 
@@ -838,6 +845,7 @@ class Client:
             try:
                 for msg in call:
                     self._last_answer = time.monotonic()
+                    self._attached.set()
                     delay = 0.05
                     if msg.drain_id:
                         self._answer_drain(q, msg, gen)
