@@ -84,6 +84,9 @@ absl::StatusOr<GroupEvents> Engine::GetEvents(GroupHandle group) const {
   return impl_->memcg.GetEvents(group);
 }
 void Engine::DrainAllStock() { impl_->memcg.DrainAllStock(); }
+void Engine::SetRemoteStockDrainer(RemoteStockDrainer* drainer) {
+  impl_->memcg.SetRemoteStockDrainer(drainer);
+}
 bool Engine::MaybePeriodicFlush() { return impl_->flusher.MaybeFlush(); }
 EngineInfo Engine::GetInfo() const {
   EngineInfo info = impl_->memcg.GetInfo();

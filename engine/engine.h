@@ -55,6 +55,7 @@
 #include "absl/strings/string_view.h"
 #include "engine/group_handle.h"
 #include "engine/options.h"
+#include "engine/remote_stock.h"
 #include "engine/types.h"
 #include "engine/validate.h"
 
@@ -170,6 +171,15 @@ class Engine {
 
   // Drains every CPU's stock (drain_all_stock() for the root), synchronously.
   void DrainAllStock();
+
+  // Installs (null: removes) the drainer a charge asks, once, for the pages
+  // remote clients hold at or below the group whose memory.max it hit, after
+  // reclaim and the local stock drain left no room (engine/remote_stock.h).
+  // Without one the charge path pays one atomic load, and only on that
+  // failing step. `drainer` must outlive every charge that may call it:
+  // remove it (and let running charges end) before destroying it.
+  // Thread-safe.
+  void SetRemoteStockDrainer(RemoteStockDrainer* drainer);
 
   // Flushes the whole tree if periodic_flush_interval has passed on the
   // engine's clock since the last periodic flush (flush_memcg_stats_dwork()).

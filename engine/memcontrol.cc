@@ -266,6 +266,12 @@ absl::Status MemoryController::TryChargeMemcg(Group* g, uint64_t nr_pages,
       // a concurrent charge or uncharge parks after this drain stay parked
       // for the rest of the retries (README's kernel table).
       stock_.DrainAll(&over->memory(), /*wait=*/true);
+      // Then the stocks clients hold across the network (sessions,
+      // engine/remote_stock.h): only if the local drain left no room; what
+      // they give back is uncharged into this CPU's stock, drained again.
+      if (over->memory().Margin() < nr_pages &&
+          DrainRemoteStock(over, cpu) > 0)
+        stock_.DrainAll(&over->memory(), /*wait=*/true);
       drained = true;
       continue;
     }
@@ -291,6 +297,30 @@ absl::Status MemoryController::TryChargeMemcg(Group* g, uint64_t nr_pages,
   MemcgMemoryEvent(over, MemoryEvent::kOom, cpu);
   MemcgMemoryEvent(g, MemoryEvent::kOomKill, cpu);
   return absl::ResourceExhaustedError(failed);
+}
+
+uint64_t MemoryController::DrainRemoteStock(Group* over, int cpu) {
+  RemoteStockDrainer* const drainer =
+      remote_drainer_.load(std::memory_order_acquire);
+  if (drainer == nullptr) return 0;
+  uint64_t uncharged = 0;
+  for (const RemoteStockReturn& r :
+       drainer->DrainRemoteStock(over->id(), over->path())) {
+    if (r.nr_pages == 0) continue;
+    absl::StatusOr<Group*> g = tree_.Find(r.group);
+    // The group was deleted since the pages were charged: DeleteGroup gave
+    // them to the parent (or further up): uncharge the nearest live one.
+    for (absl::string_view path = r.path; !g.ok() && path != "/";) {
+      path = ParentPath(path);
+      if (path == "/") break;
+      if (Group* up = tree_.Lookup(path)) g = up;
+    }
+    if (!g.ok()) continue;
+    absl::StatusOr<UnchargeResult> done =
+        UnchargeLocked(g, r.nr_pages, r.kind, cpu);
+    if (done.ok()) uncharged += done->nr_pages;
+  }
+  return uncharged;
 }
 
 // Inlined into both callers (path and handle): the fast path.

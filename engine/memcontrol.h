@@ -41,6 +41,7 @@
 #include "engine/mutex.h"
 #include "engine/options.h"
 #include "engine/reclaim.h"
+#include "engine/remote_stock.h"
 #include "engine/rstat.h"
 #include "engine/stock.h"
 #include "engine/types.h"
@@ -84,6 +85,10 @@ class MemoryController {
   absl::StatusOr<GroupEvents> GetEvents(GroupHandle group) const;
   // drain_all_stock() for the root, waiting (Engine::DrainAllStock).
   void DrainAllStock();
+  // Engine::SetRemoteStockDrainer.
+  void SetRemoteStockDrainer(RemoteStockDrainer* drainer) {
+    remote_drainer_.store(drainer, std::memory_order_release);
+  }
   // Flushes the whole tree's stats (the periodic flusher's work).
   void FlushAll();
 
@@ -135,6 +140,12 @@ class MemoryController {
       int cpu) ABSL_SHARED_LOCKS_REQUIRED(tree_.lock());
 
   void MemcgMemoryEvent(Group* g, MemoryEvent event, int cpu);
+  // drain_all_stock() over the network: asks the remote drainer (if any)
+  // for the pages clients hold at or below `over` and uncharges what they
+  // give back (into `cpu`'s stock, like any uncharge). Returns the pages
+  // uncharged.
+  uint64_t DrainRemoteStock(Group* over, int cpu)
+      ABSL_SHARED_LOCKS_REQUIRED(tree_.lock());
   void UpdateStats(Group* g, int cpu, PageKind kind, int64_t nr_pages);
   uint64_t ReclaimPages(Group* over, uint64_t nr_pages, int cpu)
       ABSL_SHARED_LOCKS_REQUIRED(tree_.lock());
@@ -170,6 +181,9 @@ class MemoryController {
   MemcgStock stock_;
   std::unique_ptr<CpuCounters[]> counters_;  // per CPU slot
   Reclaimer reclaimer_;
+  // The remote stock drainer (Engine::SetRemoteStockDrainer); null: none.
+  // Read (acquire) only on the charge path's drain step.
+  std::atomic<RemoteStockDrainer*> remote_drainer_{nullptr};
 };
 
 }  // namespace cgacct

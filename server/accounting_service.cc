@@ -126,7 +126,8 @@ AccountingService::AccountingService(Engine& engine, RpcMetrics& rpc_metrics,
       batch_dedup_(BatchDedupOptions(options)),
       owned_store_(options.store == nullptr ? std::make_unique<MemoryStateStore>()
                                             : nullptr),
-      store_(options.store != nullptr ? options.store : owned_store_.get()) {}
+      store_(options.store != nullptr ? options.store : owned_store_.get()),
+      sessions_(std::make_unique<SessionRegistry>(engine, options.sessions)) {}
 
 absl::StatusOr<RestoreReport> AccountingService::Restore() {
   RestoreReport report;
@@ -244,6 +245,9 @@ absl::Status AccountingService::CheckCallable(
 
 void AccountingService::BeginShutdown() {
   shutting_down_.store(true, std::memory_order_relaxed);
+  // Session streams end UNAVAILABLE; the reaper stops (nothing is returned:
+  // usage does not outlive the process).
+  sessions_->Shutdown();
   absl::MutexLock l(&streams_mu_);
   streams_shut_ = true;
   // Each stream is called unlocked (it may Finish); UnregisterStream()
@@ -401,8 +405,12 @@ absl::Status AccountingService::DoDeleteGroup(
   absl::StatusOr<uint64_t> reparented = engine_.DeleteGroup(request.path());
   if (!reparented.ok()) return reparented.status();
   if (handle.ok()) {
-    absl::MutexLock g(&generations_mu_);
-    generations_.erase(handle->id());
+    {
+      absl::MutexLock g(&generations_mu_);
+      generations_.erase(handle->id());
+    }
+    // The engine gave the group's pages to its parent: so do the sessions.
+    sessions_->OnGroupDeleted(handle->id(), request.path());
   }
   if (absl::Status s = store_->DeleteGroup(request.path()); !s.ok()) {
     return absl::InternalError(absl::StrCat(
@@ -572,8 +580,14 @@ DedupAnswer AccountingService::ApplyPageRequest(
   absl::StatusOr<GroupHandle> handle = engine_.ResolveGroup(request.path());
   const uint64_t generation = handle.ok() ? GenerationOf(handle->id()) : 0;
   const std::string key = DedupKey(identity, generation, *request_id);
+  // A session's request is another request than the same one unowned (or
+  // in another session): the session_id is part of what a retry repeats.
+  const std::string fingerprint_path =
+      request.has_session_id()
+          ? absl::StrCat(request.path(), "\nsession_id=", request.session_id())
+          : request.path();
   const RequestDedupCache::BeginResult begin =
-      dedup_.Begin(key, MakeFingerprint(method, request.path(),
+      dedup_.Begin(key, MakeFingerprint(method, fingerprint_path,
                                         request.nr_pages(), request.kind(), cpu));
   switch (begin.verdict) {
     case RequestDedupCache::Verdict::kReplay:
@@ -583,7 +597,7 @@ DedupAnswer AccountingService::ApplyPageRequest(
       return AnswerWithStatus(absl::InvalidArgumentError(absl::StrCat(
           "request_id \"", absl::CHexEscape(*request_id),
           "\" was already used for a different request (method, path, "
-          "nr_pages, kind or cpu differ)")));
+          "nr_pages, kind, cpu or session_id differ)")));
     case RequestDedupCache::Verdict::kInFlight:
       return AnswerWithStatus(absl::AbortedError(absl::StrCat(
           "request_id \"", absl::CHexEscape(*request_id),
@@ -602,7 +616,7 @@ DedupAnswer AccountingService::ApplyPageRequest(
   stored.request_id = *request_id;
   stored.scope = generation;
   stored.method = static_cast<int>(method);
-  stored.path = request.path();
+  stored.path = fingerprint_path;
   stored.nr_pages = request.nr_pages();
   stored.kind = request.kind();
   stored.cpu = cpu.has_value() ? static_cast<int64_t>(*cpu) : -1;
@@ -676,8 +690,11 @@ absl::Status AccountingService::DoCharge(const std::string& identity,
       [&](const GroupHandle* handle, absl::string_view path, uint64_t nr_pages,
           PageKind kind, std::optional<int> cpu) {
         absl::StatusOr<ChargeResult> result =
-            handle != nullptr ? engine_.Charge(*handle, nr_pages, kind, cpu)
-                              : engine_.Charge(path, nr_pages, kind, cpu);
+            request.has_session_id()
+                ? ChargeInSession(identity, request.session_id(), handle, path,
+                                  nr_pages, kind, cpu)
+            : handle != nullptr ? engine_.Charge(*handle, nr_pages, kind, cpu)
+                                : engine_.Charge(path, nr_pages, kind, cpu);
         if (!result.ok()) return AnswerWithStatus(result.status());
         DedupAnswer ok;
         ok.nr_pages = result->nr_pages;
@@ -719,8 +736,11 @@ absl::Status AccountingService::DoUncharge(const std::string& identity,
       [&](const GroupHandle* handle, absl::string_view path, uint64_t nr_pages,
           PageKind kind, std::optional<int> cpu) {
         absl::StatusOr<UnchargeResult> result =
-            handle != nullptr ? engine_.Uncharge(*handle, nr_pages, kind, cpu)
-                              : engine_.Uncharge(path, nr_pages, kind, cpu);
+            request.has_session_id()
+                ? UnchargeInSession(identity, request.session_id(), handle,
+                                    path, nr_pages, kind, cpu)
+            : handle != nullptr ? engine_.Uncharge(*handle, nr_pages, kind, cpu)
+                                : engine_.Uncharge(path, nr_pages, kind, cpu);
         if (!result.ok()) return AnswerWithStatus(result.status());
         DedupAnswer ok;
         ok.nr_pages = result->nr_pages;
@@ -732,6 +752,89 @@ absl::Status AccountingService::DoUncharge(const std::string& identity,
     response->set_replayed(replayed);
   }
   return std::move(answer.status);
+}
+
+absl::StatusOr<ChargeResult> AccountingService::ChargeInSession(
+    const std::string& identity, const std::string& session_id,
+    const GroupHandle* handle, absl::string_view path, uint64_t nr_pages,
+    PageKind kind, std::optional<int> cpu) {
+  // Holdings are per group instance: resolve the path first (NOT_FOUND
+  // before the session is looked at, as for an unowned charge).
+  absl::StatusOr<GroupHandle> group =
+      handle != nullptr ? *handle : engine_.ResolveGroup(path);
+  if (!group.ok()) return group.status();
+  absl::StatusOr<SessionRegistry::Op> op = sessions_->BeginOp(
+      identity, session_id, *group, path, kind, nr_pages, /*charge=*/true);
+  if (!op.ok()) return op.status();
+  absl::StatusOr<ChargeResult> result =
+      engine_.Charge(*group, nr_pages, kind, cpu);
+  sessions_->EndOp(*op, result.ok());
+  return result;
+}
+
+absl::StatusOr<UnchargeResult> AccountingService::UnchargeInSession(
+    const std::string& identity, const std::string& session_id,
+    const GroupHandle* handle, absl::string_view path, uint64_t nr_pages,
+    PageKind kind, std::optional<int> cpu) {
+  absl::StatusOr<GroupHandle> group =
+      handle != nullptr ? *handle : engine_.ResolveGroup(path);
+  if (!group.ok()) return group.status();
+  absl::StatusOr<SessionRegistry::Op> op = sessions_->BeginOp(
+      identity, session_id, *group, path, kind, nr_pages, /*charge=*/false);
+  if (!op.ok()) return op.status();
+  absl::StatusOr<UnchargeResult> result =
+      engine_.Uncharge(*group, nr_pages, kind, cpu);
+  sessions_->EndOp(*op, result.ok());
+  return result;
+}
+
+// --- sessions ----------------------------------------------------------------
+
+grpc::ServerUnaryReactor* AccountingService::OpenSession(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request_bytes,
+    grpc::ByteBuffer* response_bytes) {
+  return Unary<v1::OpenSessionRequest, v1::OpenSessionResponse>(
+      context, RpcMethod::kOpenSession, request_bytes, response_bytes,
+      [&](const v1::OpenSessionRequest& request,
+          v1::OpenSessionResponse* response) {
+        absl::StatusOr<AuthCaller> caller = AuthenticateCall(*context);
+        if (!caller.ok()) return caller.status();
+        absl::StatusOr<v1::OpenSessionResponse> opened =
+            sessions_->Open(CallerKey(context), request);
+        if (!opened.ok()) return opened.status();
+        *response = *std::move(opened);
+        return absl::OkStatus();
+      });
+}
+
+grpc::ServerUnaryReactor* AccountingService::CloseSession(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request_bytes,
+    grpc::ByteBuffer* response_bytes) {
+  return Unary<v1::CloseSessionRequest, v1::CloseSessionResponse>(
+      context, RpcMethod::kCloseSession, request_bytes, response_bytes,
+      [&](const v1::CloseSessionRequest& request,
+          v1::CloseSessionResponse* response) {
+        absl::StatusOr<AuthCaller> caller = AuthenticateCall(*context);
+        if (!caller.ok()) return caller.status();
+        absl::StatusOr<uint64_t> returned =
+            sessions_->Close(CallerKey(context), request.session_id());
+        if (!returned.ok()) return returned.status();
+        response->set_returned_pages(*returned);
+        return absl::OkStatus();
+      });
+}
+
+grpc::ServerUnaryReactor* AccountingService::GetSession(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request_bytes,
+    grpc::ByteBuffer* response_bytes) {
+  return Unary<v1::GetSessionRequest, v1::SessionInfo>(
+      context, RpcMethod::kGetSession, request_bytes, response_bytes,
+      [&](const v1::GetSessionRequest& request, v1::SessionInfo* response) {
+        absl::StatusOr<AuthCaller> caller = AuthenticateCall(*context);
+        if (!caller.ok()) return caller.status();
+        return sessions_->Get(CallerKey(context), request.session_id(),
+                              response);
+      });
 }
 
 // ChargeBatch and ChargeStream: server/charge_batch.cc.
@@ -870,6 +973,14 @@ void AccountingService::DoGetEngineInfo(const AuthCaller& caller,
         DurationToMicros(info.flush_hold_budget));
   response->set_periodic_flush_interval_ms(static_cast<uint64_t>(
       absl::ToInt64Milliseconds(info.periodic_flush_interval)));
+  const SessionOptions& so = sessions_->options();
+  response->set_session_default_ttl_ms(so.default_ttl_ms);
+  response->set_session_min_ttl_ms(so.min_ttl_ms);
+  response->set_session_max_ttl_ms(so.max_ttl_ms);
+  response->set_session_max_pages(so.max_pages);
+  response->set_max_sessions_per_identity(so.max_sessions_per_identity);
+  response->set_session_drain_timeout_ms(
+      static_cast<uint32_t>(absl::ToInt64Milliseconds(so.drain_timeout)));
 }
 
 }  // namespace cgacct

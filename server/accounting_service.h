@@ -68,6 +68,7 @@
 #include "server/metrics.h"
 #include "server/raw_request.h"
 #include "server/request_dedup.h"
+#include "server/session_registry.h"
 #include "server/state_store.h"
 
 namespace cgacct {
@@ -126,6 +127,9 @@ struct AccountingServiceOptions {
   // validation. Null: no access control, every caller is admin. Not owned;
   // must outlive the service.
   const Authorizer* authorizer = nullptr;
+  // Sessions (server/session_registry.h, docs/DESIGN.md §4.14): leases,
+  // per-session bound, drain timeout. Must pass SessionOptions::Validate().
+  SessionOptions sessions;
 };
 
 // What AccountingService::Restore() put back.
@@ -141,6 +145,10 @@ struct RestoreReport {
 // none. The method names and descriptors are the service's, so the wire,
 // reflection and generated clients are unchanged.
 using RawAccountingService =
+    cgacct::v1::Accounting::WithRawCallbackMethod_OpenSession<
+    cgacct::v1::Accounting::WithRawCallbackMethod_CloseSession<
+    cgacct::v1::Accounting::WithRawCallbackMethod_GetSession<
+    cgacct::v1::Accounting::WithRawCallbackMethod_SessionStream<
     cgacct::v1::Accounting::WithRawCallbackMethod_CreateGroup<
         cgacct::v1::Accounting::WithRawCallbackMethod_DeleteGroup<
             cgacct::v1::Accounting::WithRawCallbackMethod_ListGroups<
@@ -160,7 +168,7 @@ using RawAccountingService =
                                                                     cgacct::v1::Accounting::
                                                                         WithRawCallbackMethod_GetEngineInfo<
                                                                             cgacct::v1::Accounting::
-                                                                                Service>>>>>>>>>>>>;
+                                                                                Service>>>>>>>>>>>>>>>>;
 
 class AccountingService final : public RawAccountingService {
  public:
@@ -326,6 +334,48 @@ class AccountingService final : public RawAccountingService {
       grpc::CallbackServerContext* context,
       const grpc::ByteBuffer* request) override;
 
+  // --- sessions (docs/DESIGN.md §4.14, server/session_registry.h) ---------
+  // A session is owned by the caller identity that opened it: any other
+  // identity gets NOT_FOUND for it, as if it did not exist. Charge, Uncharge
+  // and ChargeOp name one with session_id (NOT_FOUND unknown/closed,
+  // RESOURCE_EXHAUSTED over max_held_pages, FAILED_PRECONDITION an uncharge
+  // of more than it holds of that path and kind; nothing applied).
+
+  // Errors: INVALID_ARGUMENT ttl_ms out of [--session_min_ttl_ms,
+  // --session_max_ttl_ms] or client_name over 128 bytes;
+  // RESOURCE_EXHAUSTED --max_sessions_per_identity reached.
+  grpc::ServerUnaryReactor* OpenSession(
+      grpc::CallbackServerContext* context,
+      const grpc::ByteBuffer* request,       // a cgacct.v1.OpenSessionRequest
+      grpc::ByteBuffer* response) override;  // a cgacct.v1.OpenSessionResponse
+  // Uncharges every holding (waiting for the session's charges in flight)
+  // and answers the pages uncharged. Errors: INVALID_ARGUMENT empty
+  // session_id; NOT_FOUND.
+  grpc::ServerUnaryReactor* CloseSession(
+      grpc::CallbackServerContext* context,
+      const grpc::ByteBuffer* request,       // a cgacct.v1.CloseSessionRequest
+      grpc::ByteBuffer* response) override;  // a cgacct.v1.CloseSessionResponse
+  // Errors: as CloseSession.
+  grpc::ServerUnaryReactor* GetSession(
+      grpc::CallbackServerContext* context,
+      const grpc::ByteBuffer* request,       // a cgacct.v1.GetSessionRequest
+      grpc::ByteBuffer* response) override;  // a cgacct.v1.SessionInfo
+  // The session's lease and drain channel: the first message attaches
+  // (attach_session_id; a newer stream replaces an older one, which ends
+  // ABORTED), each keepalive renews the lease; every attach and keepalive
+  // is answered expires_in_ms. Drain requests go out with a drain_id; the
+  // answer's returned pages are uncharged for the session. Holds one
+  // stream permit of its caller (server/limits.h). Ends: OK on client
+  // half-close or CloseSession; NOT_FOUND the session is unknown or
+  // expired; INVALID_ARGUMENT a message that does not parse or a first
+  // message without attach_session_id; ABORTED replaced; UNAVAILABLE
+  // shutdown. Implemented in server/session_stream.cc.
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* SessionStream(
+      grpc::CallbackServerContext* context) override;
+
+  // The sessions, for tests and cgacctd's metrics.
+  SessionRegistry& sessions() { return *sessions_; }
+
   // The per-identity limiter, for tests (which hold permits to saturate it).
   CallLimiter& limiter() { return limiter_; }
 
@@ -342,6 +392,8 @@ class AccountingService final : public RawAccountingService {
   class ChargeStreamReactor;
   // server/watch_events.cc: the WatchEvents reactor.
   class WatchEventsReactor;
+  // server/session_stream.cc: the SessionStream reactor.
+  class SessionStreamReactor;
 
   // UNAVAILABLE after BeginShutdown(); DEADLINE_EXCEEDED when the call's
   // deadline has passed. Every handler checks it before anything changes.
@@ -451,6 +503,17 @@ class AccountingService final : public RawAccountingService {
   absl::Status DoUncharge(const std::string& identity,
                           const cgacct::v1::UnchargeRequest& request,
                           cgacct::v1::UnchargeResponse* response);
+  // Charge/Uncharge in the name of `session_id` (through `handle` if not
+  // null, else `path` resolved): the session's BeginOp/EndOp around the
+  // engine call (server/session_registry.h).
+  absl::StatusOr<ChargeResult> ChargeInSession(
+      const std::string& identity, const std::string& session_id,
+      const GroupHandle* handle, absl::string_view path, uint64_t nr_pages,
+      PageKind kind, std::optional<int> cpu);
+  absl::StatusOr<UnchargeResult> UnchargeInSession(
+      const std::string& identity, const std::string& session_id,
+      const GroupHandle* handle, absl::string_view path, uint64_t nr_pages,
+      PageKind kind, std::optional<int> cpu);
   absl::Status DoGetStats(const cgacct::v1::GetStatsRequest& request,
                           cgacct::v1::GroupStats* response);
   absl::Status DoReclaim(const cgacct::v1::ReclaimRequest& request,
@@ -549,6 +612,10 @@ class AccountingService final : public RawAccountingService {
   // The stream BeginShutdown() is calling (unlocked), and on which thread.
   ChargeStreamReactor* calling_ ABSL_GUARDED_BY(streams_mu_) = nullptr;
   std::thread::id calling_thread_ ABSL_GUARDED_BY(streams_mu_);
+
+  // Thread-safe on its own; declared last: destroyed first (stops its
+  // reaper and leaves the engine's drainer hook before anything else goes).
+  std::unique_ptr<SessionRegistry> sessions_;
 };
 
 }  // namespace cgacct

@@ -74,8 +74,10 @@ class AccountingService::ChargeOpRunner {
  public:
   // `caller`: who sends the ops (each distinct path is checked for
   // Access::kWrite once, when first resolved); must outlive the runner.
-  ChargeOpRunner(AccountingService& service, const AuthCaller& caller)
-      : service_(service), caller_(caller) {}
+  // `identity`: the caller's (CallerKey), owner of the sessions ops name.
+  ChargeOpRunner(AccountingService& service, const AuthCaller& caller,
+                 std::string identity)
+      : service_(service), caller_(caller), identity_(std::move(identity)) {}
 
   // Fills `response` with one result per op of `request`, in order. The
   // caller has checked the op count against kMaxBatchOps.
@@ -172,8 +174,9 @@ class AccountingService::ChargeOpRunner {
       if (!resolved.ok()) return Fail(index, op, resolved.status(), result);
       handle = Insert(path, *resolved);
     }
+    session_refused_ = false;
     absl::Status status = ApplyToEngine(*handle, op, kind, engine_cpu, result);
-    if (status.code() == absl::StatusCode::kNotFound) {
+    if (status.code() == absl::StatusCode::kNotFound && !session_refused_) {
       // The cached group was deleted: the path may name a new one.
       Forget();
       absl::StatusOr<GroupHandle> resolved =
@@ -196,6 +199,25 @@ class AccountingService::ChargeOpRunner {
   absl::Status ApplyToEngine(GroupHandle handle, const v1::ChargeOp& op,
                              PageKind kind, std::optional<int> cpu,
                              v1::OpResult* result) {
+    if (!op.has_session_id()) return ApplyUnowned(handle, op, kind, cpu, result);
+    // In a session's name (server/session_registry.h): the session's own
+    // refusals are not a deleted group's NOT_FOUND (no retry).
+    absl::StatusOr<SessionRegistry::Op> session_op =
+        service_.sessions_->BeginOp(identity_, op.session_id(), handle,
+                                    op.path(), kind, op.nr_pages(),
+                                    /*charge=*/!op.uncharge());
+    if (!session_op.ok()) {
+      session_refused_ = true;
+      return session_op.status();
+    }
+    absl::Status status = ApplyUnowned(handle, op, kind, cpu, result);
+    service_.sessions_->EndOp(*session_op, status.ok());
+    return status;
+  }
+
+  absl::Status ApplyUnowned(GroupHandle handle, const v1::ChargeOp& op,
+                            PageKind kind, std::optional<int> cpu,
+                            v1::OpResult* result) {
     if (op.uncharge()) {
       absl::StatusOr<UnchargeResult> r =
           service_.engine_.Uncharge(handle, op.nr_pages(), kind, cpu);
@@ -213,6 +235,9 @@ class AccountingService::ChargeOpRunner {
 
   AccountingService& service_;
   const AuthCaller& caller_;
+  const std::string identity_;
+  // The last ApplyToEngine() failed in the session's checks, not the engine.
+  bool session_refused_ = false;
   // Pages the valid charge ops of the current request may still charge
   // (max_charge_pages per request; unused when that is 0).
   uint64_t budget_ = 0;
@@ -239,7 +264,7 @@ grpc::ServerUnaryReactor* AccountingService::ChargeBatch(
         if (absl::Status s = CheckBatch(request); !s.ok()) return s;
         absl::StatusOr<AuthCaller> caller = AuthenticateCall(*context);
         if (!caller.ok()) return caller.status();
-        ChargeOpRunner runner(*this, *caller);
+        ChargeOpRunner runner(*this, *caller, CallerKey(context));
         return RunBatch(runner, CallerKey(context), request, response);
       });
 }
@@ -362,7 +387,7 @@ class AccountingService::ChargeStreamReactor final
         context_(context),
         caller_(std::move(caller)),
         identity_(AccountingService::CallerKey(context)),
-        runner_(service, caller_),
+        runner_(service, caller_, AccountingService::CallerKey(context)),
         start_ns_(start_ns),
         stream_permit_(std::move(stream_permit)) {
     const bool shutting_down = !service_.RegisterStream(this);

@@ -150,6 +150,24 @@ ABSL_FLAG(std::string, health_listen, "",
           "a second, plaintext gRPC listen address HOST:PORT serving only "
           "grpc.health.v1 (for Kubernetes' native grpc probes, which speak "
           "no TLS); empty = none");
+ABSL_FLAG(uint32_t, session_default_ttl_ms, 10000,
+          "lease of a session opened with ttl_ms 0 (OpenSession), in ms; "
+          "the client keeps it alive every ttl/3");
+ABSL_FLAG(uint32_t, session_min_ttl_ms, 100,
+          "shortest lease OpenSession grants, ms (>= 1); shorter is "
+          "INVALID_ARGUMENT");
+ABSL_FLAG(uint32_t, session_max_ttl_ms, 600000,
+          "longest lease OpenSession grants, ms; longer is INVALID_ARGUMENT");
+ABSL_FLAG(uint64_t, session_max_pages, uint64_t{1} << 20,
+          "most pages one session may hold at once (all groups and kinds); a "
+          "charge beyond it is RESOURCE_EXHAUSTED");
+ABSL_FLAG(uint32_t, max_sessions_per_identity, 1024,
+          "open sessions per caller identity (>= 1); one more is "
+          "RESOURCE_EXHAUSTED");
+ABSL_FLAG(uint32_t, session_drain_timeout_ms, 20,
+          "how long a charge at memory.max waits for sessions to return "
+          "their stock (drain_all_stock() over the network) before it goes "
+          "on without the ones that did not answer, ms; 0 = do not wait");
 
 namespace {
 
@@ -451,6 +469,17 @@ int main(int argc, char** argv) {
   service_options.max_concurrent_streams_per_connection =
       streams_per_connection;
   service_options.authorizer = authorizer.get();
+  service_options.sessions.default_ttl_ms =
+      absl::GetFlag(FLAGS_session_default_ttl_ms);
+  service_options.sessions.min_ttl_ms = absl::GetFlag(FLAGS_session_min_ttl_ms);
+  service_options.sessions.max_ttl_ms = absl::GetFlag(FLAGS_session_max_ttl_ms);
+  service_options.sessions.max_pages = absl::GetFlag(FLAGS_session_max_pages);
+  service_options.sessions.max_sessions_per_identity =
+      absl::GetFlag(FLAGS_max_sessions_per_identity);
+  service_options.sessions.drain_timeout =
+      absl::Milliseconds(absl::GetFlag(FLAGS_session_drain_timeout_ms));
+  if (absl::Status s = service_options.sessions.Validate(); !s.ok())
+    return Fail(kExitUsage, absl::StrCat("--", s.message()));
   cgacct::AccountingService service(**engine, rpc_metrics, service_options);
   // The start line's state words: none without --state_dir.
   std::string restored;
@@ -481,6 +510,8 @@ int main(int argc, char** argv) {
   if (!metrics_listen.empty()) {
     cgacct::MetricsExposerOptions exposer_options;
     exposer_options.extra_collectables.push_back(auth_metrics);
+    exposer_options.extra_collectables.push_back(
+        cgacct::MakeSessionMetrics(service.sessions()));
     exposer_options.extra_collectables.push_back(grpc_metrics);
     exposer_options.extra_collectables.push_back(
         std::make_shared<cgacct::ProcessCollector>());

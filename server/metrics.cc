@@ -300,6 +300,14 @@ const char* RpcMethodName(RpcMethod method) {
       return "WatchEvents";
     case RpcMethod::kGetEngineInfo:
       return "GetEngineInfo";
+    case RpcMethod::kOpenSession:
+      return "OpenSession";
+    case RpcMethod::kCloseSession:
+      return "CloseSession";
+    case RpcMethod::kGetSession:
+      return "GetSession";
+    case RpcMethod::kSessionStream:
+      return "SessionStream";
   }
   return "unknown";
 }

@@ -215,8 +215,12 @@ enum class RpcMethod : uint8_t {
   kReclaim,
   kWatchEvents,
   kGetEngineInfo,
+  kOpenSession,
+  kCloseSession,
+  kGetSession,
+  kSessionStream,
 };
-inline constexpr int kNrRpcMethods = 12;
+inline constexpr int kNrRpcMethods = 16;
 
 // "CreateGroup", ... (the proto method name).
 const char* RpcMethodName(RpcMethod method);

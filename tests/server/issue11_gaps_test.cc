@@ -384,6 +384,9 @@ TEST_F(Issue11GapsTest, UndecodableRequestIsInvalidArgumentNamingType) {
       {"GetStats", "cgacct.v1.GetStatsRequest"},
       {"Reclaim", "cgacct.v1.ReclaimRequest"},
       {"GetEngineInfo", "cgacct.v1.GetEngineInfoRequest"},
+      {"OpenSession", "cgacct.v1.OpenSessionRequest"},
+      {"CloseSession", "cgacct.v1.CloseSessionRequest"},
+      {"GetSession", "cgacct.v1.GetSessionRequest"},
   };
   // A tag whose varint never ends.
   const std::string garbage("\xff\xff\xff\xff", 4);
@@ -426,6 +429,35 @@ TEST_F(Issue11GapsTest, UndecodableRequestIsInvalidArgumentNamingType) {
   // An undecodable Charge counts as a rejected charge, as any other
   // INVALID_ARGUMENT Charge.
   EXPECT_GE(rpc_metrics_.charges_rejected(), 2u);
+}
+
+// The same for SessionStream (issue 13): a message that is not protobuf ends
+// the stream INVALID_ARGUMENT naming the message and its type, and nothing
+// is attached.
+TEST_F(Issue11GapsTest, UndecodableSessionStreamMessageEndsStreamInvalidArgument) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(10));
+  std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>>
+      rw(grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer,
+                                                   grpc::ByteBuffer>::
+             Create(channel_.get(),
+                    grpc::internal::RpcMethod(
+                        "/cgacct.v1.Accounting/SessionStream",
+                        grpc::internal::RpcMethod::BIDI_STREAMING),
+                    &context));
+  grpc::Slice slice(std::string("\xff\xff\xff\xff", 4));
+  rw->Write(grpc::ByteBuffer(&slice, 1));
+  rw->WritesDone();
+  grpc::ByteBuffer extra;
+  EXPECT_FALSE(rw->Read(&extra));
+  const grpc::Status s = rw->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+      << s.error_message();
+  EXPECT_THAT(s.error_message(),
+              HasSubstr("message 1: request is not a valid "
+                        "cgacct.v1.SessionClientMessage"));
+  EXPECT_THAT(s.error_message(), HasSubstr("byte 0"));
 }
 
 // "A ChargeStream message that is not protobuf ends the stream OK,

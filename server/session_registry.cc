@@ -1,0 +1,651 @@
+#include "server/session_registry.h"
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+#include <tuple>
+#include <utility>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "engine/group_path.h"
+#include "prometheus/client_metric.h"
+#include "prometheus/metric_family.h"
+#include "server/metrics.h"
+#include "server/wire.h"
+
+namespace cgacct {
+namespace {
+
+namespace v1 = ::cgacct::v1;
+
+constexpr size_t kMaxClientNameBytes = 128;
+// Longest session_id quoted back in a message.
+constexpr size_t kMaxQuotedIdBytes = 64;
+
+v1::PageKind PageKindToProto(PageKind kind) {
+  return kind == PageKind::kFile ? v1::PAGE_KIND_FILE : v1::PAGE_KIND_ANON;
+}
+
+const char* PageKindName(PageKind kind) {
+  return kind == PageKind::kFile ? "FILE" : "ANON";
+}
+
+std::string QuoteId(absl::string_view id) {
+  return absl::StrCat(
+      "\"", absl::CHexEscape(id.substr(0, kMaxQuotedIdBytes)),
+      id.size() > kMaxQuotedIdBytes ? "...\"" : "\"");
+}
+
+absl::Status NoSuchSession(absl::string_view id) {
+  return absl::NotFoundError(absl::StrCat(
+      "session_id ", QuoteId(id),
+      ": no such session (closed, expired, or not opened by this caller)"));
+}
+
+// 128 random bits from the kernel's CSPRNG (std::random_device reads
+// /dev/urandom or getrandom() on Linux), as 32 lower-case hex digits.
+std::string NewSessionId() {
+  static std::random_device* const device = new std::random_device();
+  static absl::Mutex device_mu;
+  uint32_t words[4];
+  {
+    absl::MutexLock l(&device_mu);
+    for (uint32_t& w : words) w = (*device)();
+  }
+  return absl::StrFormat("%08x%08x%08x%08x", words[0], words[1], words[2],
+                         words[3]);
+}
+
+// Whether `path` is `over` or below it.
+bool AtOrBelow(absl::string_view path, absl::string_view over) {
+  if (over == "/") return true;
+  return path == over || (path.size() > over.size() &&
+                          absl::StartsWith(path, over) &&
+                          path[over.size()] == '/');
+}
+
+}  // namespace
+
+// What a session holds of one group instance and kind.
+struct Holding {
+  GroupHandle group;
+  std::string path;
+  PageKind kind = PageKind::kAnon;
+  uint64_t nr_pages = 0;
+};
+
+struct SessionRegistry::Session {
+  std::string id;
+  std::string identity;
+  std::string client_name;
+  uint32_t ttl_ms = 0;
+  // Guarded by the registry's mu_ from here on.
+  int64_t deadline_ms = 0;  // lease end, on the steady clock (NowMs())
+  bool closing = false;     // new ops refused; a Finish() owns it
+  int in_flight = 0;        // ops between BeginOp and EndOp
+  uint64_t held = 0;        // sum of holdings
+  uint64_t reserved = 0;    // charges in flight
+  // (group id, kind) -> holding.
+  absl::flat_hash_map<std::pair<uint64_t, int>, Holding> holdings;
+  SessionStreamSink* stream = nullptr;
+};
+
+// One DrainRemoteStock() call waiting for answers (on its caller's stack).
+struct SessionRegistry::Drain {
+  uint64_t id = 0;
+  absl::flat_hash_set<Session*> pending;
+  std::vector<RemoteStockReturn> returned;
+};
+
+absl::Status SessionOptions::Validate() const {
+  if (min_ttl_ms < 1)
+    return absl::InvalidArgumentError("session_min_ttl_ms must be >= 1");
+  if (max_ttl_ms < min_ttl_ms)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "session_max_ttl_ms ", max_ttl_ms, " is below session_min_ttl_ms ",
+        min_ttl_ms));
+  if (default_ttl_ms < min_ttl_ms || default_ttl_ms > max_ttl_ms)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "session_default_ttl_ms ", default_ttl_ms, " out of [", min_ttl_ms,
+        ", ", max_ttl_ms, "] (session_min_ttl_ms, session_max_ttl_ms)"));
+  if (max_pages < 1)
+    return absl::InvalidArgumentError("session_max_pages must be >= 1");
+  if (max_sessions_per_identity < 1)
+    return absl::InvalidArgumentError(
+        "max_sessions_per_identity must be >= 1");
+  if (drain_timeout < absl::ZeroDuration())
+    return absl::InvalidArgumentError(
+        "session_drain_timeout_ms must be >= 0");
+  return absl::OkStatus();
+}
+
+SessionRegistry::SessionRegistry(Engine& engine, SessionOptions options)
+    : engine_(engine), options_(options) {
+  reaper_ = std::thread([this] { ReaperLoop(); });
+  engine_.SetRemoteStockDrainer(this);
+}
+
+SessionRegistry::~SessionRegistry() {
+  Shutdown();
+  engine_.SetRemoteStockDrainer(nullptr);
+}
+
+int64_t SessionRegistry::NowMs() const {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+void SessionRegistry::Shutdown() {
+  {
+    absl::MutexLock l(&mu_);
+    if (!shut_down_) {
+      shut_down_ = true;
+      for (auto& [id, s] : sessions_) {
+        if (s->stream == nullptr) continue;
+        s->stream->End(absl::UnavailableError(
+            "cgacctd is shutting down; the session ends with it (usage is "
+            "not persisted)"));
+        s->stream = nullptr;
+        attached_.fetch_sub(1, std::memory_order_relaxed);
+      }
+      for (auto& [id, drain] : drains_) drain->pending.clear();
+    }
+    cv_.SignalAll();
+  }
+  if (reaper_.joinable()) reaper_.join();
+}
+
+absl::StatusOr<std::shared_ptr<SessionRegistry::Session>>
+SessionRegistry::FindLocked(const std::string* identity,
+                            absl::string_view session_id) const {
+  if (session_id.empty())
+    return absl::InvalidArgumentError(
+        "session_id must not be empty when present");
+  auto it = sessions_.find(session_id);
+  if (it == sessions_.end() || it->second->closing ||
+      (identity != nullptr && it->second->identity != *identity))
+    return NoSuchSession(session_id);
+  return it->second;
+}
+
+absl::StatusOr<v1::OpenSessionResponse> SessionRegistry::Open(
+    const std::string& identity, const v1::OpenSessionRequest& request) {
+  uint32_t ttl_ms = request.ttl_ms();
+  if (ttl_ms == 0) ttl_ms = options_.default_ttl_ms;
+  if (ttl_ms < options_.min_ttl_ms || ttl_ms > options_.max_ttl_ms)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ttl_ms ", ttl_ms, " out of [", options_.min_ttl_ms, ", ",
+        options_.max_ttl_ms,
+        "] (--session_min_ttl_ms, --session_max_ttl_ms; 0 means the default ",
+        options_.default_ttl_ms, ")"));
+  if (request.client_name().size() > kMaxClientNameBytes)
+    return absl::InvalidArgumentError(
+        absl::StrCat("client_name is ", request.client_name().size(),
+                     " bytes; at most ", kMaxClientNameBytes, " allowed"));
+  auto session = std::make_shared<Session>();
+  session->id = NewSessionId();
+  session->identity = identity;
+  session->client_name = request.client_name();
+  session->ttl_ms = ttl_ms;
+  absl::MutexLock l(&mu_);
+  if (shut_down_)
+    return absl::UnavailableError("cgacctd is shutting down; no new sessions");
+  uint32_t& count = per_identity_[identity];
+  if (count >= options_.max_sessions_per_identity) {
+    if (count == 0) per_identity_.erase(identity);
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "this caller already has ", count,
+        " open sessions (--max_sessions_per_identity ",
+        options_.max_sessions_per_identity, "); close one first"));
+  }
+  ++count;
+  session->deadline_ms = NowMs() + ttl_ms;
+  sessions_.emplace(session->id, session);
+  ++stats_.opened;
+  v1::OpenSessionResponse response;
+  response.set_session_id(session->id);
+  response.set_ttl_ms(ttl_ms);
+  response.set_max_held_pages(options_.max_pages);
+  return response;
+}
+
+absl::StatusOr<uint64_t> SessionRegistry::Close(const std::string& identity,
+                                                absl::string_view session_id) {
+  std::shared_ptr<Session> session;
+  {
+    absl::MutexLock l(&mu_);
+    absl::StatusOr<std::shared_ptr<Session>> found =
+        FindLocked(&identity, session_id);
+    if (!found.ok()) return found.status();
+    session = *std::move(found);
+    session->closing = true;
+  }
+  return Finish(std::move(session), EndReason::kClose);
+}
+
+absl::Status SessionRegistry::Get(const std::string& identity,
+                                  absl::string_view session_id,
+                                  v1::SessionInfo* out) const {
+  absl::MutexLock l(&mu_);
+  absl::StatusOr<std::shared_ptr<Session>> found =
+      FindLocked(&identity, session_id);
+  if (!found.ok()) return found.status();
+  const Session& s = **found;
+  out->set_session_id(s.id);
+  out->set_client_name(s.client_name);
+  out->set_ttl_ms(s.ttl_ms);
+  out->set_expires_in_ms(
+      static_cast<uint64_t>(std::max<int64_t>(0, s.deadline_ms - NowMs())));
+  out->set_attached(s.stream != nullptr);
+  out->set_held_pages(s.held);
+  out->set_max_held_pages(options_.max_pages);
+  std::vector<const Holding*> sorted;
+  for (const auto& [key, h] : s.holdings)
+    if (h.nr_pages > 0) sorted.push_back(&h);
+  std::sort(sorted.begin(), sorted.end(),
+            [](const Holding* a, const Holding* b) {
+              return std::tie(a->path, a->kind) < std::tie(b->path, b->kind);
+            });
+  for (const Holding* h : sorted) {
+    v1::SessionHolding* o = out->add_holdings();
+    o->set_path(h->path);
+    o->set_kind(PageKindToProto(h->kind));
+    o->set_nr_pages(h->nr_pages);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SessionRegistry::Op> SessionRegistry::BeginOp(
+    const std::string& identity, absl::string_view session_id,
+    GroupHandle group, absl::string_view path, PageKind kind,
+    uint64_t nr_pages, bool charge) {
+  absl::MutexLock l(&mu_);
+  absl::StatusOr<std::shared_ptr<Session>> found =
+      FindLocked(&identity, session_id);
+  if (!found.ok()) return found.status();
+  Session& s = **found;
+  if (charge) {
+    const uint64_t after = s.held + s.reserved + nr_pages;
+    if (after > options_.max_pages || after < nr_pages)
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "session_id ", QuoteId(session_id), " holds ", s.held, " pages (",
+          s.reserved, " more being charged); ", nr_pages,
+          " more would exceed its max_held_pages of ", options_.max_pages,
+          " (--session_max_pages)"));
+    s.reserved += nr_pages;
+  } else {
+    auto it = s.holdings.find(std::make_pair(group.id(), static_cast<int>(kind)));
+    const uint64_t have = it == s.holdings.end() ? 0 : it->second.nr_pages;
+    if (nr_pages > have)
+      return absl::FailedPreconditionError(absl::StrCat(
+          "session_id ", QuoteId(session_id), " holds ", have, " ",
+          PageKindName(kind), " pages of ", QuotePath(path), "; cannot uncharge ",
+          nr_pages, " in its name"));
+    it->second.nr_pages -= nr_pages;
+    s.held -= nr_pages;
+  }
+  ++s.in_flight;
+  Op op;
+  op.session = *std::move(found);
+  op.group = group;
+  op.kind = kind;
+  op.nr_pages = nr_pages;
+  op.charge = charge;
+  op.path = std::string(path);
+  // The path is kept with the holding for GetSession and reparenting.
+  if (charge) {
+    Holding& h = op.session->holdings[std::make_pair(group.id(),
+                                                     static_cast<int>(kind))];
+    if (h.path.empty()) {
+      h.group = group;
+      h.path = std::string(path);
+      h.kind = kind;
+    }
+  }
+  return op;
+}
+
+void SessionRegistry::EndOp(const Op& op, bool applied) {
+  absl::MutexLock l(&mu_);
+  Session& s = *op.session;
+  Holding& h =
+      s.holdings[std::make_pair(op.group.id(), static_cast<int>(op.kind))];
+  if (h.path.empty()) {  // moved away by OnGroupDeleted meanwhile
+    h.group = op.group;
+    h.path = op.path;
+    h.kind = op.kind;
+  }
+  if (op.charge) {
+    s.reserved -= op.nr_pages;
+    if (applied) {
+      h.nr_pages += op.nr_pages;
+      s.held += op.nr_pages;
+    }
+  } else if (!applied) {
+    h.nr_pages += op.nr_pages;
+    s.held += op.nr_pages;
+  }
+  if (--s.in_flight == 0 && s.closing) cv_.SignalAll();
+}
+
+uint64_t SessionRegistry::UnchargeHolding(const RemoteStockReturn& h) {
+  if (h.nr_pages == 0) return 0;
+  absl::StatusOr<UnchargeResult> r =
+      engine_.Uncharge(h.group, h.nr_pages, h.kind);
+  // The group instance is gone (deleted after the holding was recorded):
+  // DeleteGroup gave its pages to the parent; uncharge the nearest live
+  // ancestor, never the root.
+  for (absl::string_view path = h.path;
+       !r.ok() && r.status().code() == absl::StatusCode::kNotFound;) {
+    path = ParentPath(path);
+    if (path == "/") break;
+    r = engine_.Uncharge(path, h.nr_pages, h.kind);
+  }
+  return r.ok() ? r->nr_pages : 0;
+}
+
+uint64_t SessionRegistry::Finish(std::shared_ptr<Session> session,
+                                 EndReason reason) {
+  std::vector<RemoteStockReturn> holdings;
+  {
+    absl::MutexLock l(&mu_);
+    Session* s = session.get();
+    while (s->in_flight > 0) cv_.Wait(&mu_);
+    sessions_.erase(s->id);
+    auto count = per_identity_.find(s->identity);
+    if (count != per_identity_.end() && --count->second == 0)
+      per_identity_.erase(count);
+    DropFromDrainsLocked(s);
+    if (s->stream != nullptr) {
+      s->stream->End(
+          reason == EndReason::kClose
+              ? absl::OkStatus()
+              : absl::NotFoundError(absl::StrCat(
+                    "session_id ", QuoteId(s->id), " expired: no keepalive for ",
+                    s->ttl_ms, " ms; its pages were uncharged")));
+      s->stream = nullptr;
+      attached_.fetch_sub(1, std::memory_order_relaxed);
+    }
+    for (auto& [key, h] : s->holdings) {
+      if (h.nr_pages == 0) continue;
+      holdings.push_back(RemoteStockReturn{h.group, h.path, h.kind, h.nr_pages});
+    }
+    s->holdings.clear();
+    s->held = 0;
+  }
+  uint64_t returned = 0;
+  for (const RemoteStockReturn& h : holdings) returned += UnchargeHolding(h);
+  absl::MutexLock l(&mu_);
+  if (reason == EndReason::kClose) {
+    ++stats_.closed;
+    stats_.returned_pages_close += returned;
+  } else {
+    ++stats_.expired;
+    stats_.returned_pages_expire += returned;
+  }
+  return returned;
+}
+
+void SessionRegistry::DropFromDrainsLocked(Session* session) {
+  bool signal = false;
+  for (auto& [id, drain] : drains_) signal |= drain->pending.erase(session) > 0;
+  if (signal) cv_.SignalAll();
+}
+
+void SessionRegistry::ReaperLoop() {
+  absl::MutexLock l(&mu_);
+  while (!shut_down_) {
+    cv_.WaitWithTimeout(&mu_, options_.reap_interval);
+    if (shut_down_) break;
+    const int64_t now = NowMs();
+    std::vector<std::shared_ptr<Session>> expired;
+    for (auto& [id, s] : sessions_) {
+      if (!s->closing && s->deadline_ms <= now) {
+        s->closing = true;
+        expired.push_back(s);
+      }
+    }
+    if (expired.empty()) continue;
+    mu_.Unlock();
+    for (std::shared_ptr<Session>& s : expired)
+      Finish(std::move(s), EndReason::kExpire);
+    mu_.Lock();
+  }
+}
+
+absl::StatusOr<uint64_t> SessionRegistry::Attach(const std::string& identity,
+                                                 absl::string_view session_id,
+                                                 SessionStreamSink* sink) {
+  absl::MutexLock l(&mu_);
+  if (shut_down_)
+    return absl::UnavailableError("cgacctd is shutting down");
+  absl::StatusOr<std::shared_ptr<Session>> found =
+      FindLocked(&identity, session_id);
+  if (!found.ok()) return found.status();
+  Session& s = **found;
+  if (s.stream != nullptr) {
+    // Reconnect: the newer stream wins; the older one may be half-dead.
+    DropFromDrainsLocked(&s);
+    s.stream->End(absl::AbortedError(
+        absl::StrCat("session_id ", QuoteId(s.id),
+                     ": replaced by a newer SessionStream")));
+  } else {
+    attached_.fetch_add(1, std::memory_order_relaxed);
+  }
+  s.stream = sink;
+  s.deadline_ms = NowMs() + s.ttl_ms;
+  return uint64_t{s.ttl_ms};
+}
+
+absl::StatusOr<uint64_t> SessionRegistry::KeepAlive(
+    absl::string_view session_id, SessionStreamSink* sink) {
+  absl::MutexLock l(&mu_);
+  absl::StatusOr<std::shared_ptr<Session>> found =
+      FindLocked(nullptr, session_id);
+  if (!found.ok() || (*found)->stream != sink) return NoSuchSession(session_id);
+  Session& s = **found;
+  s.deadline_ms = NowMs() + s.ttl_ms;
+  return uint64_t{s.ttl_ms};
+}
+
+void SessionRegistry::Detach(absl::string_view session_id,
+                             SessionStreamSink* sink) {
+  absl::MutexLock l(&mu_);
+  auto it = sessions_.find(session_id);
+  if (it == sessions_.end() || it->second->stream != sink) return;
+  it->second->stream = nullptr;
+  attached_.fetch_sub(1, std::memory_order_relaxed);
+  DropFromDrainsLocked(it->second.get());
+}
+
+void SessionRegistry::DrainAnswer(
+    absl::string_view session_id, SessionStreamSink* sink, uint64_t drain_id,
+    const google::protobuf::RepeatedPtrField<v1::SessionHolding>& returned) {
+  std::vector<RemoteStockReturn> late;
+  {
+    absl::MutexLock l(&mu_);
+    auto sit = sessions_.find(session_id);
+    if (sit == sessions_.end() || sit->second->stream != sink) return;
+    Session& s = *sit->second;
+    auto dit = drains_.find(drain_id);
+    Drain* drain = dit == drains_.end() ? nullptr : dit->second;
+    for (const v1::SessionHolding& r : returned) {
+      const PageKind kind = PageKindFromProto(r.kind());
+      for (auto& [key, h] : s.holdings) {
+        if (h.kind != kind || h.path != r.path() || h.nr_pages == 0) continue;
+        const uint64_t take = std::min(h.nr_pages, r.nr_pages());
+        h.nr_pages -= take;
+        s.held -= take;
+        stats_.drain_returned_pages += take;
+        RemoteStockReturn back{h.group, h.path, kind, take};
+        if (drain != nullptr) {
+          drain->returned.push_back(std::move(back));
+        } else {
+          late.push_back(std::move(back));
+        }
+        break;
+      }
+    }
+    if (drain != nullptr && drain->pending.erase(&s) > 0) {
+      ++stats_.drain_requests_answered;
+      if (drain->pending.empty()) cv_.SignalAll();
+    }
+  }
+  // Nobody waits for these any more: uncharge them here (no reader slot is
+  // held by this thread).
+  for (const RemoteStockReturn& r : late) UnchargeHolding(r);
+}
+
+std::vector<RemoteStockReturn> SessionRegistry::DrainRemoteStock(
+    uint64_t over_id, absl::string_view over_path) {
+  (void)over_id;
+  if (attached_.load(std::memory_order_relaxed) == 0) return {};
+  Drain drain;
+  absl::MutexLock l(&mu_);
+  if (shut_down_) return {};
+  v1::SessionServerMessage message;
+  for (auto& [id, s] : sessions_) {
+    if (s->stream == nullptr || s->closing) continue;
+    bool holds = false;
+    for (const auto& [key, h] : s->holdings)
+      holds |= h.nr_pages > 0 && AtOrBelow(h.path, over_path);
+    if (!holds) continue;
+    if (drain.id == 0) {
+      drain.id = ++next_drain_id_;
+      message.set_drain_id(drain.id);
+      message.set_drain_path(std::string(over_path));
+    }
+    message.set_expires_in_ms(static_cast<uint64_t>(
+        std::max<int64_t>(0, s->deadline_ms - NowMs())));
+    drain.pending.insert(s.get());
+    s->stream->Send(message);
+  }
+  if (drain.pending.empty()) return {};
+  ++stats_.drains;
+  drains_.emplace(drain.id, &drain);
+  const absl::Time deadline = absl::Now() + options_.drain_timeout;
+  // The wait releases mu_: the answers (DrainAnswer) take it.
+  while (!drain.pending.empty() && !shut_down_) {
+    if (cv_.WaitWithDeadline(&mu_, deadline)) break;
+  }
+  stats_.drain_requests_timeout += drain.pending.size();
+  drains_.erase(drain.id);
+  return std::move(drain.returned);
+}
+
+void SessionRegistry::OnGroupDeleted(uint64_t group_id,
+                                     absl::string_view path) {
+  const absl::string_view parent_path = ParentPath(path);
+  absl::StatusOr<GroupHandle> parent =
+      parent_path == "/" ? absl::StatusOr<GroupHandle>(absl::NotFoundError("root"))
+                         : engine_.ResolveGroup(parent_path);
+  absl::MutexLock l(&mu_);
+  for (auto& [id, s] : sessions_) {
+    for (int kind : {static_cast<int>(PageKind::kAnon),
+                     static_cast<int>(PageKind::kFile)}) {
+      auto it = s->holdings.find(std::make_pair(group_id, kind));
+      if (it == s->holdings.end()) continue;
+      Holding moved = std::move(it->second);
+      s->holdings.erase(it);
+      if (!parent.ok()) {
+        // Reparented to the root (or the parent went too): nobody can
+        // uncharge them by path any more.
+        s->held -= moved.nr_pages;
+        continue;
+      }
+      Holding& h = s->holdings[std::make_pair(parent->id(), kind)];
+      if (h.path.empty()) {
+        h.group = *parent;
+        h.path = std::string(parent_path);
+        h.kind = moved.kind;
+      }
+      h.nr_pages += moved.nr_pages;
+    }
+  }
+}
+
+SessionStats SessionRegistry::stats() const {
+  absl::MutexLock l(&mu_);
+  SessionStats out = stats_;
+  out.sessions = sessions_.size();
+  return out;
+}
+
+namespace {
+
+class SessionMetrics final : public prometheus::Collectable {
+ public:
+  explicit SessionMetrics(const SessionRegistry& registry)
+      : registry_(registry) {}
+
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    using prometheus::ClientMetric;
+    using prometheus::MetricFamily;
+    using prometheus::MetricType;
+    const SessionStats s = registry_.stats();
+    std::vector<MetricFamily> out;
+    auto counter = [](double v, std::vector<ClientMetric::Label> labels = {}) {
+      ClientMetric m;
+      m.label = std::move(labels);
+      m.counter.value = v;
+      return m;
+    };
+    auto add = [&](const char* name, const char* help, MetricType type,
+                   std::vector<ClientMetric> metrics) {
+      MetricFamily f = Family(name, help, type);
+      f.metric = std::move(metrics);
+      out.push_back(std::move(f));
+    };
+    ClientMetric gauge;
+    gauge.gauge.value = static_cast<double>(s.sessions);
+    add("cgacct_sessions", "Sessions open now (OpenSession, not yet closed or expired).",
+        MetricType::Gauge, {gauge});
+    add("cgacct_sessions_opened_total", "Sessions opened.", MetricType::Counter,
+        {counter(static_cast<double>(s.opened))});
+    add("cgacct_sessions_closed_total", "Sessions ended by CloseSession.",
+        MetricType::Counter, {counter(static_cast<double>(s.closed))});
+    add("cgacct_sessions_expired_total",
+        "Sessions ended because no keepalive came for their ttl_ms.",
+        MetricType::Counter, {counter(static_cast<double>(s.expired))});
+    add("cgacct_session_returned_pages_total",
+        "Pages uncharged on behalf of sessions that ended, by how they ended.",
+        MetricType::Counter,
+        {counter(static_cast<double>(s.returned_pages_close),
+                 {{"reason", "close"}}),
+         counter(static_cast<double>(s.returned_pages_expire),
+                 {{"reason", "expire"}})});
+    add("cgacct_session_drains_total",
+        "Charges at memory.max that asked sessions to return their stock "
+        "(drain_all_stock() over the network).",
+        MetricType::Counter, {counter(static_cast<double>(s.drains))});
+    add("cgacct_session_drain_requests_total",
+        "Drain requests sent to sessions, by whether the session answered "
+        "within --session_drain_timeout_ms.",
+        MetricType::Counter,
+        {counter(static_cast<double>(s.drain_requests_answered),
+                 {{"result", "answered"}}),
+         counter(static_cast<double>(s.drain_requests_timeout),
+                 {{"result", "timeout"}})});
+    add("cgacct_session_drain_returned_pages_total",
+        "Pages sessions returned in answer to drain requests.",
+        MetricType::Counter,
+        {counter(static_cast<double>(s.drain_returned_pages))});
+    return out;
+  }
+
+ private:
+  const SessionRegistry& registry_;
+};
+
+}  // namespace
+
+std::shared_ptr<prometheus::Collectable> MakeSessionMetrics(
+    const SessionRegistry& registry) {
+  return std::make_shared<SessionMetrics>(registry);
+}
+
+}  // namespace cgacct
