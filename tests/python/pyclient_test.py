@@ -46,14 +46,16 @@ TTL_MS = 600  # short leases, so that expiry tests take about a second
 
 
 def start_daemon(extra=()):
-    """cgacctd with its own per-CPU stock off (--charge_batch_pages=1): the
-    server's stock would keep up to 64 surplus pages per CPU of every charge
-    in memory.current (as the kernel's does), and the stock under test here
-    is the client's; short leases allowed; 500 ms for drain answers (the
+    """cgacctd with its own stock at its smallest (--charge_batch_pages=1,
+    no victim table, no pool): the server's stock would keep up to 64
+    surplus pages per group and CPU of every charge in memory.current (as
+    the kernel's does), and the stock under test here is the client's (an
+    Uncharge still parks up to a page per group and CPU); short leases; 500 ms for drain answers (the
     drain is what is tested, not how fast a loaded machine answers it)."""
     proc = subprocess.Popen(
         [CGACCTD, "--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0", "--cpus=2",
-         "--charge_batch_pages=1", "--session_min_ttl_ms=100",
+         "--charge_batch_pages=1", "--stock_victim_sets=0", "--stock_pool_buckets=0",
+         "--session_min_ttl_ms=100",
          "--session_drain_timeout_ms=500"] + list(extra),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     line = proc.stdout.readline()
@@ -194,6 +196,16 @@ class PythonClientTest(unittest.TestCase):
         stats = self.stub.GetStats(pb.GetStatsRequest(path=path.encode()), timeout=10)
         return stats.memory_current_bytes // PAGE
 
+    def drain_server_stock(self, path):
+        """Writes memory.high below usage and back to max: the server drains
+        its own per-CPU stock of the group (DESIGN §3.4), where its
+        Uncharge parks pages (§3.3: up to charge_batch_pages per group and
+        CPU, counted in memory.current as the kernel counts its stock). Only
+        where nothing reclaimable is charged (it reclaims too)."""
+        for high in (0, (1 << 64) - 1):
+            self.stub.SetLimits(pb.SetLimitsRequest(
+                path=path.encode(), limits=pb.Limits(high_bytes=high)), timeout=10)
+
     def session(self, session_id):
         return self.stub.GetSession(pb.GetSessionRequest(session_id=session_id), timeout=10)
 
@@ -320,6 +332,7 @@ threading.Event().wait()
         finally:
             child.send_signal(signal.SIGKILL)
             child.wait()
+            child.stdout.close()
         killed = time.monotonic()
         while self.current_pages("/killed") and time.monotonic() - killed < 5:
             time.sleep(0.02)
@@ -442,10 +455,18 @@ threading.Event().wait()
         info = self.session(c.session_id)
         self.assertEqual(info.held_pages, held + c.stocked())
         # memory.current also counts what the server's uncharges parked in
-        # its own per-CPU stock (DESIGN §3.6): at least the session's pages.
+        # its own per-CPU stock (DESIGN §3.6): at least the session's pages,
+        # at most a page per CPU (2) and group (3) more.
         self.assertGreaterEqual(self.current_pages("/threads"), held + c.stocked())
+        self.assertLessEqual(self.current_pages("/threads"), held + c.stocked() + 6)
         self.assertGreater(c.stats()["stock_hits"], c.stats()["charge_rpcs"])
         c.close()
+        with self.assertRaises(grpc.RpcError) as e:
+            self.session(info.session_id.encode())
+        self.assertEqual(e.exception.code(), grpc.StatusCode.NOT_FOUND)
+        # The client's Uncharge RPCs (stock over its cap) parked up to a page
+        # per group and CPU in the server's stock: drained, nothing is left.
+        self.drain_server_stock("/threads")
         self.assertEqual(self.current_pages("/threads"), 0)
 
 
