@@ -421,6 +421,23 @@ threading.Event().wait()
             cgacct.Client(self.target, throttle="ignore")
         self.assertIn("throttle", str(e.exception))
 
+    def test_throttle_sleep_or_return(self):
+        # memory.high 32 pages of anon (never reclaimed): a charge past it
+        # gets the kernel's memory.high delay as throttle_us.
+        self.create("/thr")
+        self.stub.SetLimits(pb.SetLimitsRequest(
+            path=b"/thr", limits=pb.Limits(high_bytes=32 * PAGE)), timeout=10)
+        r = self.client(throttle="return").charge("/thr", 200)
+        self.assertGreater(r.throttle_us, 0)
+        s = self.client(throttle="sleep")
+        start = time.monotonic()
+        r = s.charge("/thr", 200)
+        elapsed = time.monotonic() - start
+        self.assertEqual(r.throttle_us, 0)  # slept, nothing left to the caller
+        slept = s.stats()["throttled_us"]
+        self.assertGreater(slept, 0)
+        self.assertGreaterEqual(elapsed, slept / 1e6)
+
     def test_threads_agree_with_the_server(self):
         self.create("/threads")
         self.create("/threads/a")
