@@ -254,6 +254,31 @@ class PythonClientTest(unittest.TestCase):
         info = self.session(c.session_id)
         self.assertEqual(info.held_pages, 64)
 
+    def test_adaptive_batch_and_stock_groups(self):
+        self.create("/adapt")
+        c = self.client(batch=64, stock_cap=256)
+        for _ in range(1000):
+            c.charge("/adapt", 1)
+        # Misses within 100 ms double the batch: 64, 128, 256, 256, 256:
+        # 5 RPCs for 1,000 pages where a fixed batch of 64 needs 16.
+        self.assertLessEqual(c.stats()["charge_rpcs"], 6)
+        self.assertLessEqual(c.stocked(), 256)
+        self.assertEqual(self.session(c.session_id).held_pages, 1000 + c.stocked())
+        # A slot stocks at most stock_groups groups: stocking a third
+        # returns the oldest's pages (as the kernel's stock drains the memcg
+        # it replaces).
+        for g in ("/sg", "/sg/a", "/sg/b", "/sg/c"):
+            self.create(g)
+        d = self.client(stock_groups=2)
+        for g in ("/sg/a", "/sg/b", "/sg/c"):
+            d.charge(g, 1)
+        self.assertEqual(d.stocked("/sg/a"), 0)
+        self.assertEqual(d.stocked(), 126)
+        self.assertEqual(d.stats()["uncharge_rpcs"], 1)
+        holdings = {h.path: h.nr_pages for h in self.session(d.session_id).holdings}
+        self.assertEqual(holdings, {"/sg/a": 1, "/sg/b": 64, "/sg/c": 64})
+        self.assertEqual(self.current_pages("/sg"), 129)
+
     def test_close_returns_everything(self):
         for g in ("/close", "/close/a", "/close/b"):
             self.create(g)
