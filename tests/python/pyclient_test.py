@@ -264,8 +264,15 @@ class PythonClientTest(unittest.TestCase):
         self.assertLessEqual(c.stats()["charge_rpcs"], 6)
         self.assertLessEqual(c.stocked(), 256)
         self.assertEqual(self.session(c.session_id).held_pages, 1000 + c.stocked())
+        # batch=0: no batching, no stock: every call is an RPC of exactly n.
+        z = self.client(batch=0)
+        self.assertFalse(z.charge("/adapt", 3).from_stock)
+        self.assertFalse(z.charge("/adapt", 3).from_stock)
+        self.assertEqual(self.session(z.session_id).held_pages, 6)
+        self.assertEqual(z.uncharge("/adapt", 6), 6)
+        self.assertEqual((z.stocked(), z.stats()["charge_rpcs"]), (0, 2))
         # A slot stocks at most stock_groups groups: stocking a third
-        # returns the oldest's pages (as the kernel's stock drains the memcg
+        # returns the least recently used one's pages (as the kernel's stock drains the memcg
         # it replaces).
         for g in ("/sg", "/sg/a", "/sg/b", "/sg/c"):
             self.create(g)
@@ -369,7 +376,8 @@ threading.Event().wait()
     def test_drain_lets_a_charge_at_max_succeed(self):
         self.create("/drain", max_pages=200)
         self.create("/drain/x")
-        a, b, c = self.client(), self.client(), self.client()
+        events = []
+        a, b, c = self.client(on_event=events.append), self.client(), self.client()
         a.charge("/drain/x", 1)
         b.charge("/drain", 1)
         self.assertEqual(self.current_pages("/drain"), 128)  # 2 pages used, 126 stocked
@@ -382,12 +390,17 @@ threading.Event().wait()
         self.assertEqual(a.stats().get("drained_pages", 0) + b.stats().get("drained_pages", 0), 126)
         self.assertEqual(self.session(a.session_id).held_pages, 1)
         self.assertEqual(self.session(b.session_id).held_pages, 1)
+        drained = [e for e in events if e.type == "drained"]
+        self.assertEqual(len(drained), 1)
+        self.assertEqual((drained[0].group, drained[0].nr_pages), (b"/drain", 63))
 
     def test_reconnect_and_resume(self):
         self.create("/resume")
         proxy = Proxy(self.target)
         self.addCleanup(proxy.stop)
-        c = cgacct.Client(proxy.address, ttl_ms=TTL_MS, deadline=1.0)
+        events = []
+        c = cgacct.Client(proxy.address, ttl_ms=TTL_MS, deadline=1.0,
+                          on_event=lambda e: events.append(e.type))
         self.addCleanup(c.close)
         c.charge("/resume", 10)
         first = c.session_id
@@ -412,6 +425,9 @@ threading.Event().wait()
             time.sleep(0.05)
         self.assertNotEqual(c.session_id, first)
         self.assertEqual(c.stats()["reopened_sessions"], 1)
+        self.assertIn("stream_broken", events)
+        self.assertEqual(events.count("session_reopened"), 1)
+        self.assertNotIn("recharge_failed", events)
         self.assertEqual(self.current_pages("/resume"), 11)
         self.assertEqual(self.session(c.session_id).held_pages, 11)
         self.assertEqual(c.held("/resume"), 11)

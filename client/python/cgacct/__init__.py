@@ -13,6 +13,7 @@ proto/cgacct/v1/accounting.proto at build time are `cgacct.v1.accounting_pb2`
 and `cgacct.v1.accounting_pb2_grpc`.
 """
 from cgacct.client import (ANON, FILE, DEFAULT_BATCH, Client, Error,
-                           ChargeResult)
+                           ChargeResult, Event)
 
-__all__ = ["ANON", "FILE", "DEFAULT_BATCH", "Client", "Error", "ChargeResult"]
+__all__ = ["ANON", "FILE", "DEFAULT_BATCH", "Client", "Error", "ChargeResult",
+           "Event"]

@@ -72,6 +72,21 @@ throttle_us: microseconds the caller still has to hold this group's
 """
 
 
+Event = collections.namedtuple(
+    "Event", ["type", "session_id", "group", "nr_pages", "code", "details"])
+Event.__doc__ = """Something the client did on its own, given to on_event.
+
+type: "session_reopened" (the session was gone: a new one, session_id, was
+  opened), "recharge_failed" (after that, charging again nr_pages pages the
+  application holds of group failed with code/details: the server no
+  longer counts them), "drained" (a drain request answered: nr_pages
+  stocked pages of groups at or below group returned), "stream_broken"
+  (the SessionStream ended with code and is being re-attached).
+session_id, group: bytes; nr_pages: pages; code: a grpc.StatusCode or None.
+As the C++ library's cgacct::client::Event.
+"""
+
+
 class Error(grpc.RpcError):
     """A failed call: code() is a grpc.StatusCode, details() the server's
     message (it names the offending field, e.g. "path: ..."), or the
@@ -203,12 +218,14 @@ class Client:
       granted ttl / 3.
     batch: pages charged from the server on a stock miss when the asked n is
       smaller (MEMCG_CHARGE_BATCH, 64); the floor of the adaptive batch
-      [batch_pages].
+      [batch_pages]. 0: no batching and no stock (every charge and
+      uncharge is an RPC of exactly n).
     stock_cap: most pages one slot keeps for one (group, kind), and the
       ceiling of the adaptive batch (default 256, at least batch)
       [max_batch_pages].
     stock_groups: (group, kind) pairs one slot stocks at once (the kernel's
-      NR_MEMCG_STOCK, 7); stocking another returns the oldest one's pages.
+      NR_MEMCG_STOCK, 7); stocking another returns the least recently used
+      one's pages.
       So a group can be over its applications' use by at most
       threads x stock_cap pages per client (clients x threads x stock_cap
       in all), until a drain takes them back.
@@ -226,6 +243,10 @@ class Client:
       ("authorization", "Bearer TOKEN") of --tokens_file).
     interceptors: grpc client interceptors wrapped around the channel.
     options: gRPC channel options.
+    on_event: optional callable(Event) told what the client did on its own
+      (session_reopened, recharge_failed, drained, stream_broken), from the
+      session thread or a calling thread; keep it short, do not close() in
+      it [on_event].
 
     The constructor opens the session (raises Error if it cannot) and waits
     up to `deadline` for its SessionStream to be attached (drain requests
@@ -236,14 +257,18 @@ class Client:
     def __init__(self, target, ttl_ms=10000, batch=DEFAULT_BATCH, stock_cap=None,
                  stock_groups=7, throttle="sleep", deadline=2.0, retries=3,
                  client_name=None, credentials=None, metadata=(), interceptors=(),
-                 options=()):
-        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-            raise ValueError("batch: must be a positive number of pages, got %r" % (batch,))
+                 options=(), on_event=None):
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 0:
+            raise ValueError("batch: must be an integer >= 0 pages, got %r" % (batch,))
         if stock_cap is None:
             stock_cap = max(4 * DEFAULT_BATCH, batch)
         if isinstance(stock_cap, bool) or not isinstance(stock_cap, int) or stock_cap < batch:
             raise ValueError("stock_cap: must be an integer >= batch (%d) pages, got %r"
                              % (batch, stock_cap))
+        if on_event is not None and not callable(on_event):
+            raise ValueError("on_event: must be callable, got %r" % (on_event,))
+        if batch == 0:
+            stock_cap = 0  # no batching: no stock either, as the C++ library
         if isinstance(stock_groups, bool) or not isinstance(stock_groups, int) \
                 or stock_groups < 1:
             raise ValueError("stock_groups: must be an integer >= 1, got %r" % (stock_groups,))
@@ -259,6 +284,7 @@ class Client:
         self._batch = batch
         self._stock_cap = stock_cap
         self._stock_groups = stock_groups
+        self._on_event = on_event
         self._throttle = throttle
         self._deadline = float(deadline)
         self._retries = retries
@@ -371,6 +397,7 @@ class Client:
         with slot.lock:
             have = slot.stock.get(key, 0)
             if have >= nr_pages:
+                del slot.stock[key]  # re-inserted last: least recently used first
                 self._set_stock(slot, key, have - nr_pages)
                 with self._held_mu:
                     self._held[key] += nr_pages
@@ -428,7 +455,8 @@ class Client:
         """Uncharge nr_pages pages of `kind` from group `path` that this
         client charged. Refills the calling thread's stock slot up to
         stock_cap and uncharges the rest on the server (with the pages of
-        the slot's oldest group when it already stocks stock_groups others).
+        the slot's least recently used group when it already stocks
+        stock_groups others).
         Returns the pages this call returned to the server (0 when the stock
         took them all). Raises Error: FAILED_PRECONDITION (naming nr_pages)
         when the application holds fewer than nr_pages of (path, kind)
@@ -610,18 +638,18 @@ class Client:
     def _refill(self, slot, key, pages):
         """refill_stock(): adds `pages` of key to the slot, up to stock_cap;
         stocking a (group, kind) the slot lacks when it already stocks
-        stock_groups of them evicts the oldest (as the kernel's stock drains
-        the memcg it replaces). Returns [(key, pages)] to return to the
+        stock_groups of them evicts the least recently used (as the kernel's
+        stock drains the memcg it replaces). Returns [(key, pages)] to return to the
         server. Caller holds slot.lock."""
         out = []
-        cur = slot.stock.get(key, 0)
+        cur = slot.stock.pop(key, 0)  # re-inserted last: most recently used
         keep = min(pages, max(0, self._stock_cap - cur))
         if pages > keep:
             out.append((key, pages - keep))
-        if keep:
+        if cur + keep:
             if not cur and len(slot.stock) >= self._stock_groups:
-                oldest = next(iter(slot.stock))
-                out.append((oldest, slot.stock.pop(oldest)))
+                lru = next(iter(slot.stock))
+                out.append((lru, slot.stock.pop(lru)))
             slot.stock[key] = cur + keep
         return out
 
@@ -675,6 +703,14 @@ class Client:
 
     # --- RPCs -------------------------------------------------------------
 
+    def _event(self, type_, session_id, group=b"", nr_pages=0, code=None, details=""):
+        if self._on_event is None:
+            return
+        try:
+            self._on_event(Event(type_, session_id, group, nr_pages, code, details))
+        except Exception:  # noqa: BLE001 -- the application's callback
+            _log.exception("cgacct: on_event callback")
+
     def _count(self, name, n=1):
         with self._stats_mu:
             self._stats[name] += n
@@ -695,8 +731,9 @@ class Client:
     def _call(self, method, request):
         """One unary call with a deadline per attempt and bounded retries of
         UNAVAILABLE / DEADLINE_EXCEEDED / ABORTED (the request, its
-        request_id included, is sent unchanged)."""
-        delay = 0.05
+        request_id included, is sent unchanged), pausing 10, 20, 40 ms ...
+        (+-50%, at most 1 s) between attempts."""
+        delay = 0.01
         for attempt in range(self._retries + 1):
             try:
                 return method(request, timeout=self._deadline, metadata=self._metadata)
@@ -785,15 +822,19 @@ class Client:
             self._open_session()
             self._count("reopened_sessions")
             session_id, _ = self._current()
+            self._event("session_reopened", session_id)
             for key, n in sorted(todo.items()):
                 if n <= 0:
                     continue
                 try:
                     self._charge_rpc(session_id, key, n)
-                except (Error, _SessionLost):
+                except (Error, _SessionLost) as e:
                     self._count("recharge_failed_pages", n)
                     with self._held_mu:
                         self._unaccounted[key] += n
+                    code, details = ((e.code(), e.details()) if isinstance(e, Error)
+                                     else (grpc.StatusCode.NOT_FOUND, "session_id: lost again"))
+                    self._event("recharge_failed", session_id, key[0], n, code, details)
         finally:
             self._gate.leave_exclusive()
 
@@ -866,6 +907,7 @@ class Client:
                 except Error:
                     pass  # the server is unreachable: try again after the backoff
             self._count("reattached_streams")
+            self._event("stream_broken", session_id, code=code)
             self._stop.wait(delay * (0.5 + random.random()))
             delay = min(2 * delay, max(0.05, period / 2))
 
@@ -878,3 +920,4 @@ class Client:
         q.put(answer)
         self._count("drains")
         self._count("drained_pages", sum(taken.values()))
+        self._event("drained", self._current()[0], root, sum(taken.values()))
