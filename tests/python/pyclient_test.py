@@ -253,6 +253,16 @@ class PythonClientTest(unittest.TestCase):
         self.assertEqual(c.stocked("/stock"), 64)
         info = self.session(c.session_id)
         self.assertEqual(info.held_pages, 64)
+        # A new thread has a slot of its own (empty: a miss); when it ends
+        # it hands the slot, stock included, to the next new thread, whose
+        # charge is a hit.
+        hits = []
+        for _ in range(2):
+            t = threading.Thread(target=lambda: hits.append(c.charge("/stock", 1).from_stock))
+            t.start()
+            t.join()
+        self.assertEqual(hits, [False, True])
+        self.assertEqual(self.rpcs("Charge"), charges + 1)
 
     def test_adaptive_batch_and_stock_groups(self):
         self.create("/adapt")
