@@ -388,7 +388,11 @@ class Client:
         after the server drained every client's stock and reclaimed (the
         kernel's OOM), INVALID_ARGUMENT / NOT_FOUND / PERMISSION_DENIED as
         the server answers them (naming the field), UNAVAILABLE /
-        DEADLINE_EXCEEDED after the retries. Nothing is charged on error.
+        DEADLINE_EXCEEDED after the retries. Nothing is charged on error,
+        except that a charge whose every answer was lost (UNAVAILABLE /
+        DEADLINE_EXCEEDED after the last retry) may have been applied: the
+        session then holds those pages until close() or its expiry, which
+        return them.
         """
         key = (_wire_path(path), _check_kind(kind))
         _check_pages(nr_pages)
@@ -440,7 +444,13 @@ class Client:
             finally:
                 self._gate.leave_shared()
             if lost_gen is not None:
-                self._resume(lost_gen)
+                try:
+                    self._resume(lost_gen)
+                except Error:
+                    if not done:
+                        raise
+                    # The charge itself succeeded; the session thread
+                    # resumes once the server is reachable again.
             if done:
                 break
         self._count("charges")
@@ -495,7 +505,10 @@ class Client:
         finally:
             self._gate.leave_shared()
         if lost_gen is not None:
-            self._resume(lost_gen)
+            try:
+                self._resume(lost_gen)
+            except Error:
+                pass  # done here; the session thread resumes later
         return returned
 
     def drain(self):
@@ -563,6 +576,7 @@ class Client:
             if self._closed:
                 return 0
             self._closed = True
+        self._stop.set()  # the session thread stops re-attaching and resuming
         self._gate.enter_exclusive()
         try:
             session_id, _ = self._current()
@@ -582,7 +596,6 @@ class Client:
                     error = e
         finally:
             self._gate.leave_exclusive()
-            self._stop.set()
             with self._mu:
                 call, q = self._stream_call, self._stream_q
             if q is not None:
