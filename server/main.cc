@@ -131,7 +131,7 @@ ABSL_FLAG(uint64_t, max_charge_pages, cgacct::kDefaultMaxChargePages,
           "INVALID_ARGUMENT; 0 = only PAGE_COUNTER_MAX");
 ABSL_FLAG(uint32_t, max_streams_per_identity,
           cgacct::kDefaultMaxStreamsPerIdentity,
-          "concurrent ChargeStreams and WatchEvents streams per caller identity; more are shed with "
+          "concurrent ChargeStreams, WatchEvents and SessionStream streams per caller identity; more are shed with "
           "RESOURCE_EXHAUSTED; 0 = no limit");
 ABSL_FLAG(uint32_t, max_in_flight_per_identity,
           cgacct::kDefaultMaxInFlightPerIdentity,

@@ -89,11 +89,7 @@ class AccountingService::SessionStreamReactor final
             "SessionStream names the session to attach to"));
         return;
       }
-      // Set before Attach: once attached, the registry may End() us.
-      {
-        absl::MutexLock l(&mu_);
-        session_id_ = message.attach_session_id();
-      }
+      session_id_ = message.attach_session_id();
       absl::StatusOr<uint64_t> lease =
           registry_.Attach(identity_, session_id_, this);
       if (!lease.ok()) {
@@ -161,12 +157,8 @@ class AccountingService::SessionStreamReactor final
   }
 
   void OnDone() override {
-    std::string session_id;
-    {
-      absl::MutexLock l(&mu_);
-      session_id = session_id_;
-    }
-    if (!session_id.empty()) registry_.Detach(session_id, this);
+    // gRPC calls OnDone after every other reaction has returned.
+    if (!session_id_.empty()) registry_.Detach(session_id_, this);
     delete this;
   }
 
@@ -231,10 +223,11 @@ class AccountingService::SessionStreamReactor final
   CallLimiter::Permit permit_;  // released when the stream finishes
   grpc::ByteBuffer read_bytes_;  // touched only by the read chain
   uint64_t nr_read_ = 0;         // likewise
+  // Likewise (and OnDone): empty until the first message attached the
+  // stream, then constant. The registry never reads it.
+  std::string session_id_;
 
   absl::Mutex mu_;
-  // Empty until the first message attached the stream; then constant.
-  std::string session_id_ ABSL_GUARDED_BY(mu_);
   std::deque<grpc::ByteBuffer> queue_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;  // queue_.front() is on the wire
   bool ending_ ABSL_GUARDED_BY(mu_) = false;

@@ -615,19 +615,21 @@ TEST_F(SessionsTest, ChargesRacingCloseAndExpiryLeakNothing) {
 class DrainResponder {
  public:
   DrainResponder(v1::Accounting::Stub* stub, const std::string& id,
-                 const std::string& path, uint64_t pages, bool answer)
+                 const std::string& path, uint64_t pages, bool answer,
+                 absl::Duration answer_after = absl::ZeroDuration())
       : context_(Context(60)), stream_(stub->SessionStream(context_.get())) {
     v1::SessionClientMessage attach;
     attach.set_attach_session_id(id);
     EXPECT_TRUE(stream_->Write(attach));
     v1::SessionServerMessage first;
     EXPECT_TRUE(stream_->Read(&first));
-    thread_ = std::thread([this, path, pages, answer] {
+    thread_ = std::thread([this, path, pages, answer, answer_after] {
       v1::SessionServerMessage m;
       while (stream_->Read(&m)) {
         if (m.drain_id() == 0) continue;
         drain_paths_.push_back(m.drain_path());
         if (!answer) continue;  // never answers: the bound applies
+        absl::SleepFor(answer_after);
         v1::SessionClientMessage back;
         back.set_drain_id(m.drain_id());
         v1::SessionHolding* h = back.add_returned();
@@ -751,6 +753,45 @@ TEST_F(SessionsTest, SilentSessionDelaysTheChargeAtMostTheBound) {
   EXPECT_EQ(CurrentPages("/d"), 8u);
 }
 
+// The charge waiting for drain answers holds a group-tree reader slot; a
+// CreateGroup arriving meanwhile waits for that slot as writer (and, while
+// it waits, holds the slots before it, blocking readers there). The answer
+// path takes no reader slot while a charge waits for it, so the answer
+// still gets through: the charge succeeds as soon as the session answers
+// (not at the bound), then CreateGroup proceeds.
+TEST_F(SessionsTest, DrainAnswerIsNotBlockedByAWaitingWriter) {
+  SessionOptions options;
+  options.drain_timeout = absl::Seconds(3);
+  Start(options);
+  LimitsUpdate limits;
+  limits.max_pages = 128;
+  ASSERT_TRUE(engine_->CreateGroup("/d", limits).ok());
+  ASSERT_TRUE(engine_->CreateGroup("/d/s", {}).ok());
+  ASSERT_TRUE(engine_->CreateGroup("/d/c", {}).ok());
+  const std::string id = Open();
+  ASSERT_TRUE(Charge("/d/s", 125, id).ok());
+  DrainResponder responder(stub_.get(), id, "/d/s", 125, /*answer=*/true,
+                           /*answer_after=*/absl::Milliseconds(200));
+  const absl::Time start = absl::Now();
+  std::thread writer([&] {
+    absl::SleepFor(absl::Milliseconds(50));  // the charge is waiting by now
+    EXPECT_TRUE(engine_->CreateGroup("/w", {}).ok());
+  });
+  const grpc::Status s = Charge("/d/c", 8, "");
+  const absl::Duration took = absl::Now() - start;
+  writer.join();
+  const absl::Duration writer_done = absl::Now() - start;
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  EXPECT_GE(took, absl::Milliseconds(200));
+  EXPECT_LT(took, absl::Seconds(2)) << "the answer waited for the writer";
+  EXPECT_LT(writer_done, absl::Seconds(2));
+  // The writer did wait for the charge's reader slot (the scenario is real).
+  EXPECT_GE(writer_done, absl::Milliseconds(200));
+  EXPECT_EQ(Stats("/d").events().oom(), 0u);
+  ASSERT_TRUE(Close(id).ok());
+  EXPECT_TRUE(responder.Finish().ok());
+}
+
 // --- SIGKILL ----------------------------------------------------------------
 
 // The child: opens a session with CGACCT_SESSION_CHILD_TTL_MS, keeps it
@@ -769,7 +810,10 @@ TEST(SessionChild, DISABLED_ChargeLoop) {
   open.set_ttl_ms(static_cast<uint32_t>(std::atoi(ttl)));
   open.set_client_name(absl::StrCat("child:", getpid()));
   v1::OpenSessionResponse opened;
-  ASSERT_TRUE(stub->OpenSession(Context().get(), open, &opened).ok());
+  const grpc::Status open_status =
+      stub->OpenSession(Context().get(), open, &opened);
+  ASSERT_TRUE(open_status.ok()) << "OpenSession: " << open_status.error_code()
+                                << " " << open_status.error_message();
   const std::string id = opened.session_id();
   grpc::ClientContext stream_context;
   std::unique_ptr<Stream> stream = stub->SessionStream(&stream_context);
