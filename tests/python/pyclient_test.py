@@ -391,8 +391,17 @@ threading.Event().wait()
         a.charge("/drain/x", 1)
         b.charge("/drain", 1)
         self.assertEqual(self.current_pages("/drain"), 128)  # 2 pages used, 126 stocked
+        answered = self.metric("cgacct_session_drain_requests_total", result="answered")
+        timeouts = self.metric("cgacct_session_drain_requests_total", result="timeout")
         # 190 + 128 > 200: without the drain this is RESOURCE_EXHAUSTED.
+        start = time.monotonic()
         result = c.charge("/drain", 190)
+        print("\n  charge at max with 2 Python clients draining: %.1f ms"
+              % (1000 * (time.monotonic() - start)), end=" ", flush=True)
+        self.assertEqual(self.metric("cgacct_session_drain_requests_total", result="answered"),
+                         answered + 2)
+        self.assertEqual(self.metric("cgacct_session_drain_requests_total", result="timeout"),
+                         timeouts)
         self.assertEqual(result.nr_pages, 190)
         self.assertEqual(self.current_pages("/drain"), 192)
         self.assertEqual(a.stocked(), 0)
