@@ -99,10 +99,10 @@ def main():
                 after = rpcs()
                 st = c.stats()
             results["client"].append(pairs / secs)
-            print("client  run %d: %8.0f pairs/s, %.5f server RPCs per charge, "
-                  "%d of %d charges from the stock"
-                  % (rep + 1, pairs / secs, (after - before) / pairs,
-                     st.get("stock_hits", 0), st.get("charges", 0)), flush=True)
+            print("client  run %d: %8.0f pairs/s, %d server RPCs for %d charges (%.1e per "
+                  "charge), %d of them from the stock"
+                  % (rep + 1, pairs / secs, after - before, pairs, (after - before) / pairs,
+                     st.get("stock_hits", 0)), flush=True)
         raw, cli = statistics.median(results["raw"]), statistics.median(results["client"])
         print("median: raw %.0f pairs/s, client %.0f pairs/s: %.1fx"
               % (raw, cli, cli / raw))
