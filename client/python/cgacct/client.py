@@ -1,7 +1,7 @@
 """cgacct.Client: sessions and a remote per-thread stock over cgacct.v1.
 
-The semantics are those of the C++ library (cgacct::client; docs/DESIGN.md,
-"Python client"):
+The semantics are those of the C++ library (cgacct::client; docs/DESIGN.md
+§4.16, "The Python client"):
 
 - One session per Client (OpenSession), kept alive on SessionStream with a
   keepalive every ttl/3 by a daemon thread. When the process dies, the
@@ -10,8 +10,8 @@ The semantics are those of the C++ library (cgacct::client; docs/DESIGN.md,
   for (path, kind) -- no RPC, the kernel's consume_stock(); on a miss it
   charges max(n, batch) pages on the session (the kernel's try_charge with
   MEMCG_CHARGE_BATCH) and keeps the surplus in the slot. The batch adapts to
-  the rate of misses (doubling up to stock_cap when misses come faster than
-  every 0.1 s, halving back towards `batch` when slower than 1 s).
+  the rate of misses (doubling up to stock_cap when the slot misses the same
+  group again within 0.1 s, halving back towards `batch` after 1 s).
 - uncharge(path, n) refills the slot up to stock_cap and returns the rest to
   the server (the kernel's refill_stock()).
 - The server's drain requests (drain_all_stock() over the network: a charge
@@ -208,7 +208,8 @@ class Client:
 
     Client(target, ttl_ms=10000, batch=64, stock_cap=256, stock_groups=7,
            throttle="sleep", deadline=2.0, retries=3, client_name=None,
-           credentials=None, metadata=(), interceptors=(), options=())
+           credentials=None, metadata=(), interceptors=(), options=(),
+           on_event=None)
 
     The options and their defaults are the C++ library's (cgacct::client::
     Options, names in brackets).
@@ -225,8 +226,8 @@ class Client:
       [max_batch_pages].
     stock_groups: (group, kind) pairs one slot stocks at once (the kernel's
       NR_MEMCG_STOCK, 7); stocking another returns the least recently used
-      one's pages.
-      So a group can be over its applications' use by at most
+      one's pages [stock_groups]. So a group can be over its applications'
+      use by at most
       threads x stock_cap pages per client (clients x threads x stock_cap
       in all), until a drain takes them back.
     throttle: "sleep" (charge() sleeps the server's throttle_us, at most
@@ -250,8 +251,10 @@ class Client:
 
     The constructor opens the session (raises Error if it cannot) and waits
     up to `deadline` for its SessionStream to be attached (drain requests
-    reach the client only then).
-    Use as a context manager, or call close(). Thread-safe.
+    reach the client only then). Use as a context manager, or call close();
+    a Client never closed keeps its session (and its thread) until the
+    process exits, then the server returns its pages when the lease runs
+    out. Thread-safe. Bad options raise ValueError naming the option.
     """
 
     def __init__(self, target, ttl_ms=10000, batch=DEFAULT_BATCH, stock_cap=None,
