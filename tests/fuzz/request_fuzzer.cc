@@ -21,7 +21,8 @@
 //     message of such bytes is never answered and never ends the stream OK;
 //   - an error has a message without control bytes (§4.1: client text is
 //     escaped); an INVALID_ARGUMENT message names the field (§4.1: path,
-//     nr_pages, kind, cpu, flush, nr_bytes, ops, request_id, page_token);
+//     nr_pages, kind, cpu, flush, nr_bytes, ops, request_id, page_token,
+//     session_id, ttl_ms, client_name);
 //   - a refused call (INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS,
 //     FAILED_PRECONDITION, or an undecodable request) changes nothing: the
 //     groups, their limits, usage, peaks, failcnt, events and memory.stat
@@ -127,6 +128,17 @@ const std::vector<Method>& Methods() {
        {S::INVALID_ARGUMENT, S::NOT_FOUND, S::CANCELLED}},
       {"GetEngineInfo", Kind::kUnary, Parse<v1::GetEngineInfoRequest>,
        {S::OK}},
+      // Sessions (§4.14): an input cannot know a session_id (128 random
+      // bits), so Close/Get answer NOT_FOUND or INVALID_ARGUMENT, and a
+      // Charge/Uncharge naming one NOT_FOUND (nothing applied); opens pile
+      // up to --max_sessions_per_identity (then RESOURCE_EXHAUSTED) and
+      // expire in 10 s.
+      {"OpenSession", Kind::kUnary, Parse<v1::OpenSessionRequest>,
+       {S::OK, S::INVALID_ARGUMENT, S::RESOURCE_EXHAUSTED}},
+      {"CloseSession", Kind::kUnary, Parse<v1::CloseSessionRequest>,
+       {S::INVALID_ARGUMENT, S::NOT_FOUND}},
+      {"GetSession", Kind::kUnary, Parse<v1::GetSessionRequest>,
+       {S::INVALID_ARGUMENT, S::NOT_FOUND}},
   };
   return *methods;
 }
@@ -383,7 +395,7 @@ class Env {
     if (code == StatusCode::INVALID_ARGUMENT) {
       static constexpr const char* kFields[] = {
           "path", "nr_pages", "kind", "cpu", "flush", "nr_bytes", "ops",
-          "request_id", "page_token"};
+          "request_id", "page_token", "session_id", "ttl_ms", "client_name"};
       bool named = false;
       for (const char* f : kFields)
         named = named || absl::StrContains(status.error_message(), f);
