@@ -21,10 +21,12 @@ view equal to the client's.
 import os
 import re
 import select
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import unittest
@@ -52,18 +54,29 @@ def start_daemon(extra=()):
     the kernel's does), and the stock under test here is the client's (an
     Uncharge still parks up to a page per group and CPU); short leases; 500 ms for drain answers (the
     drain is what is tested, not how fast a loaded machine answers it)."""
+    errors = tempfile.TemporaryFile()
     proc = subprocess.Popen(
         [CGACCTD, "--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0", "--cpus=2",
          "--charge_batch_pages=1", "--stock_victim_sets=0", "--stock_pool_buckets=0",
          "--session_min_ttl_ms=100",
          "--session_drain_timeout_ms=500"] + list(extra),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        stdout=subprocess.PIPE, stderr=errors, text=True)
+    proc.errors = errors  # its stderr, read if it does not start
     line = proc.stdout.readline()
     m = re.search(r"listening on 127\.0\.0\.1:(\d+) \(metrics on 127\.0\.0\.1:(\d+),", line)
     if not m:
         proc.kill()
-        raise RuntimeError("cgacctd did not start: %r %s" % (line, proc.stderr.read()))
+        proc.wait()
+        errors.seek(0)
+        raise RuntimeError("cgacctd did not start: %r %s" % (line, errors.read()))
     return proc, "127.0.0.1:%s" % m.group(1), "127.0.0.1:%s" % m.group(2)
+
+
+def stop_daemon(proc):
+    proc.terminate()
+    proc.wait(timeout=20)
+    proc.stdout.close()
+    proc.errors.close()
 
 
 class Proxy:
@@ -180,8 +193,7 @@ class PythonClientTest(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         cls.channel.close()
-        cls.daemon.terminate()
-        cls.daemon.wait(timeout=20)
+        stop_daemon(cls.daemon)
 
     # --- helpers ---
 
@@ -545,6 +557,52 @@ threading.Event().wait()
         # per group and CPU in the server's stock: drained, nothing is left.
         self.drain_server_stock("/threads")
         self.assertEqual(self.current_pages("/threads"), 0)
+
+
+class BearerTokenTest(unittest.TestCase):
+    """A server with access control (--tokens_file): the client's metadata
+    goes with every call, the SessionStream's included."""
+
+    def test_token_on_every_call_and_the_stream(self):
+        tmp = tempfile.mkdtemp(prefix="cgacct-pyclient-")
+        self.addCleanup(shutil.rmtree, tmp)
+        tokens = os.path.join(tmp, "tokens")
+        with open(tokens, "w") as f:
+            f.write("app app-token-0123456789abcdef\nother other-token-0123456789ab\n")
+        daemon, target, _ = start_daemon(["--tokens_file=" + tokens])
+        self.addCleanup(stop_daemon, daemon)
+        app = [("authorization", "Bearer app-token-0123456789abcdef")]
+        other = [("authorization", "Bearer other-token-0123456789ab")]
+        channel = grpc.insecure_channel(target)
+        self.addCleanup(channel.close)
+        stub = pb_grpc.AccountingStub(channel)
+        stub.CreateGroup(pb.CreateGroupRequest(path=b"/tok", limits=pb.Limits(
+            max_bytes=100 * PAGE)), timeout=10, metadata=app)
+
+        with self.assertRaises(grpc.RpcError) as e:
+            cgacct.Client(target)
+        self.assertEqual(e.exception.code(), grpc.StatusCode.UNAUTHENTICATED)
+
+        a = cgacct.Client(target, ttl_ms=300, metadata=app)
+        self.addCleanup(a.close)
+        b = cgacct.Client(target, ttl_ms=300, metadata=app)
+        self.addCleanup(b.close)
+        a.charge("/tok", 1)
+        time.sleep(1.2)  # 4 ttls: the keepalives on the stream carry the token
+        info = stub.GetSession(pb.GetSessionRequest(session_id=a.session_id),
+                               timeout=10, metadata=app)
+        self.assertEqual(info.held_pages, 64)
+        self.assertTrue(info.attached)
+        # The drain request reaches a's stream: b's 90 pages fit once a's
+        # 63 stocked pages are back.
+        self.assertEqual(b.charge("/tok", 90).nr_pages, 90)
+        self.assertEqual(a.stocked(), 0)
+        # Another identity does not see the session.
+        with self.assertRaises(grpc.RpcError) as e:
+            stub.GetSession(pb.GetSessionRequest(session_id=a.session_id),
+                            timeout=10, metadata=other)
+        self.assertEqual(e.exception.code(), grpc.StatusCode.NOT_FOUND)
+        self.assertEqual(a.close() + b.close(), 91)
 
 
 if __name__ == "__main__":
