@@ -854,12 +854,12 @@ class Client:
         finally:
             self._gate.leave_exclusive()
 
-    def _requests(self, q, session_id, period):
+    def _requests(self, q, box, session_id, period):
         """SessionStream's request iterator (consumed by gRPC's own thread):
         the attach, then a keepalive every `period` seconds, drain answers as
         the reader queues them. Ends when `None` is queued or the client
-        stops. A keepalive unanswered for 2 periods cancels the call (the
-        reader reconnects)."""
+        stops. No answer for 2 periods plus a deadline cancels its call
+        (box[0]; the reader re-attaches)."""
         yield pb.SessionClientMessage(attach_session_id=session_id)
         next_keepalive = time.monotonic() + period
         while not self._stop.is_set():
@@ -867,10 +867,8 @@ class Client:
                 msg = q.get(timeout=max(0.0, next_keepalive - time.monotonic()))
             except queue.Empty:
                 if time.monotonic() - self._last_answer > 2 * period + self._deadline:
-                    with self._mu:
-                        call = self._stream_call
-                    if call is not None:
-                        call.cancel()
+                    if box:
+                        box[0].cancel()
                     return
                 self._count("keepalives")
                 next_keepalive = time.monotonic() + period
@@ -890,9 +888,11 @@ class Client:
             with self._mu:
                 period = max(self._ttl_ms, 3) / 3000.0
             q = queue.Queue()
+            box = []
             self._last_answer = time.monotonic()
-            call = self._stub.SessionStream(self._requests(q, session_id, period),
+            call = self._stub.SessionStream(self._requests(q, box, session_id, period),
                                             metadata=self._metadata)
+            box.append(call)
             with self._mu:
                 self._stream_call, self._stream_q = call, q
             if self._stop.is_set():
