@@ -12,7 +12,8 @@ returns everything; a charge whose response is lost is retried with the
 same request_id and applied once; the keepalive keeps a session past
 several ttls; a client process killed with SIGKILL mid-charge leaves
 nothing charged within ttl + 1 s; two clients holding stock answer the
-drain so that a third charging at the group's max succeeds; a cut
+drain so that a third charging at the group's max succeeds, and a stopped
+client process delays it by the drain bound only; a cut
 connection is re-attached and a lost session re-opened with what the
 application holds charged again; bad input is a grpc status naming the
 field; threads charging and uncharging concurrently leave the server's
@@ -425,6 +426,50 @@ threading.Event().wait()
         self.assertEqual(len(drained), 1)
         self.assertEqual((drained[0].group, drained[0].nr_pages), (b"/drain", 63))
 
+    def test_a_stopped_client_delays_a_charge_at_max_by_the_bound(self):
+        # A client process holding stock is stopped (SIGSTOP): it cannot
+        # answer the drain. A charge that needs its stock waits the bound
+        # (--session_drain_timeout_ms=500) and fails; once the process
+        # runs again its late answer returns the stock, and the charge fits.
+        self.create("/stopped", max_pages=100)
+        script = r"""
+import sys, threading
+sys.path.insert(0, sys.argv[1])
+import cgacct
+c = cgacct.Client(sys.argv[2], ttl_ms=10000)
+c.charge("/stopped", 1)
+print("ready", flush=True)
+threading.Event().wait()
+"""
+        child = subprocess.Popen([sys.executable, "-c", script, PYPATH, self.target],
+                                 stdout=subprocess.PIPE, text=True)
+        self.addCleanup(child.stdout.close)
+        self.addCleanup(child.wait)
+        self.addCleanup(child.kill)
+        self.assertEqual(child.stdout.readline().strip(), "ready")
+        self.assertEqual(self.current_pages("/stopped"), 64)
+        t = self.client()
+        timeouts = self.metric("cgacct_session_drain_requests_total", result="timeout")
+        child.send_signal(signal.SIGSTOP)
+        start = time.monotonic()
+        with self.assertRaises(cgacct.Error) as e:
+            t.charge("/stopped", 64)  # 64 + 64 > 100 without the child's 63
+        elapsed = time.monotonic() - start
+        print("\n  charge at max with a stopped client: %.1f ms (bound 500 ms)"
+              % (1000 * elapsed), end=" ", flush=True)
+        self.assertEqual(e.exception.code(), grpc.StatusCode.RESOURCE_EXHAUSTED)
+        self.assertGreaterEqual(elapsed, 0.5)
+        self.assertLess(elapsed, 0.5 + 1.0)
+        self.assertEqual(self.metric("cgacct_session_drain_requests_total", result="timeout"),
+                         timeouts + 1)
+        self.assertEqual(self.current_pages("/stopped"), 64)  # nothing charged
+        child.send_signal(signal.SIGCONT)
+        deadline = time.monotonic() + 5
+        while self.current_pages("/stopped") > 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        self.assertEqual(self.current_pages("/stopped"), 1)  # the late answer
+        self.assertEqual(t.charge("/stopped", 64).nr_pages, 64)
+
     def test_reconnect_and_resume(self):
         self.create("/resume")
         proxy = Proxy(self.target)
@@ -451,9 +496,11 @@ threading.Event().wait()
             time.sleep(0.05)
         self.assertEqual(self.current_pages("/resume"), 0)
         proxy.resume()
-        deadline = time.monotonic() + 10
-        while c.session_id == first and time.monotonic() < deadline:
+        resumed = time.monotonic()
+        while c.session_id == first and time.monotonic() < resumed + 10:
             time.sleep(0.05)
+        print("\n  session re-opened %.1f s after the proxy let connections through again"
+              % (time.monotonic() - resumed), end=" ", flush=True)
         self.assertNotEqual(c.session_id, first)
         self.assertEqual(c.stats()["reopened_sessions"], 1)
         self.assertIn("stream_broken", events)
