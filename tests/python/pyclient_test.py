@@ -80,6 +80,12 @@ def stop_daemon(proc):
     proc.errors.close()
 
 
+def stopped_state(pid, tid):
+    """Whether thread tid of process pid is stopped (/proc state T)."""
+    with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
+        return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+
+
 class Proxy:
     """A TCP proxy on loopback in front of cgacctd: cut() closes every
     connection through it (the client sees its stream break); while
@@ -451,6 +457,11 @@ threading.Event().wait()
         t = self.client()
         timeouts = self.metric("cgacct_session_drain_requests_total", result="timeout")
         child.send_signal(signal.SIGSTOP)
+        # kill() returns before the stop takes effect: wait until every
+        # thread of the child is stopped (state T), or it may still answer.
+        while not all(stopped_state(child.pid, t)
+                      for t in os.listdir("/proc/%d/task" % child.pid)):
+            time.sleep(0.01)
         start = time.monotonic()
         with self.assertRaises(cgacct.Error) as e:
             t.charge("/stopped", 64)  # 64 + 64 > 100 without the child's 63
