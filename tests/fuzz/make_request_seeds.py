@@ -12,7 +12,8 @@ import sys
 
 METHODS = ["CreateGroup", "DeleteGroup", "ListGroups", "SetLimits", "Charge",
            "Uncharge", "ChargeBatch", "ChargeStream", "GetStats", "Reclaim",
-           "WatchEvents", "GetEngineInfo"]
+           "WatchEvents", "GetEngineInfo", "OpenSession", "CloseSession",
+           "GetSession"]
 ANON, FILE = 1, 2
 PAGE = 4096
 
@@ -115,6 +116,12 @@ SEEDS = {
     "reclaim-anon": call("Reclaim", f_bytes(1, "/a") + f_varint(2, 1 << 40)),
     "watch": call("WatchEvents", f_bytes(1, "/a")),
     "info": call("GetEngineInfo", b""),
+    "session-open": call("OpenSession", f_varint(1, 200) + f_bytes(2, "fuzz:1")),
+    "session-open-bad-ttl": call("OpenSession", f_varint(1, 1)),
+    "session-close": call("CloseSession", f_bytes(1, "0" * 32)),
+    "session-get-empty": call("GetSession", b""),
+    "session-charge": call("Charge", charge("/a/b", 3, ANON) + f_bytes(6, "0" * 32)),
+    "session-uncharge-empty-id": call("Uncharge", charge("/c", 1, FILE) + f_bytes(6, "")),
     "sequence": (call("CreateGroup", f_bytes(1, "/d")) + call("Charge", charge("/d", 70, FILE, rid="s")) +
                  call("Charge", charge("/d", 70, FILE, rid="s")) + call("Reclaim", f_bytes(1, "/d") + f_varint(2, PAGE)) +
                  call("DeleteGroup", f_bytes(1, "/d")) + call("GetStats", f_bytes(1, "/"))),
