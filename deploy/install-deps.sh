@@ -19,7 +19,10 @@
 #     request ids survive restarts); sqlite3: the tests check the store file
 #     with SQLite's own integrity_check;
 #   - python3-grpcio, python3-protobuf: the test command drives cgacctd from
-#     Python over stubs it generates from the proto (tests/python);
+#     Python over stubs it generates from the proto (tests/python); they are
+#     also the runtime of the Python client package cgacct (client/python,
+#     Debian's 1.51 / 3.21: the stubs protoc 3.21 generates need them, and
+#     nothing comes from pip);
 #   - libcurl4-openssl-dev: cgacct-load's /metrics scrape and the tests' HTTP
 #     GET (client/metrics_scrape.cc, tests/server/http_get.h) use libcurl
 #     instead of a hand-written HTTP client;

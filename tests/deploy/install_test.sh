@@ -9,7 +9,8 @@
 # consumer project (tests/deploy/consumer: find_package(cgacct),
 # cgacct::client) configures and builds against the prefix alone (offline)
 # and runs against the installed cgacctd on loopback (charges through its
-# stock, closes; deleting the group afterwards reparents 0 pages).
+# stock, closes; deleting the group afterwards reparents 0 pages); the Python
+# client package under lib/python3.X/dist-packages/cgacct (it imports).
 #   install_test.sh BUILD_DIR SOURCE_DIR [CMAKE]
 set -euo pipefail
 build=$1
@@ -96,5 +97,18 @@ grep -q "consumer: OK" <<<"$res" || fail "consumer did not report OK: $res"
 rep=$(ctl delete /app) || fail "cgacctctl delete /app"
 grep -qx "reparented_pages 0" <<<"$rep" ||
   fail "/app still held pages after the consumer closed: $rep"
+# The Python client package, stubs included, importable by Debian's python3
+# from the prefix's dist-packages (client/python/CMakeLists.txt).
+pydir=$(find "$prefix/lib" -maxdepth 3 -type d -path '*/dist-packages/cgacct' | head -1)
+[ -n "$pydir" ] || fail "the Python package cgacct is not under lib/python3.*/dist-packages"
+for f in __init__.py client.py v1/accounting_pb2.py v1/accounting_pb2_grpc.py; do
+  [ -f "$pydir/$f" ] || fail "${pydir#"$prefix"/}/$f missing"
+done
+out=$(cd / && PYTHONPATH=$(dirname "$pydir") /usr/bin/python3 -c \
+  'import cgacct, cgacct.v1.accounting_pb2_grpc; print(cgacct.__file__)' 2>&1) ||
+  fail "installed cgacct does not import: $out"
+[ "$out" = "$pydir/__init__.py" ] || fail "imported cgacct from $out, not $pydir"
+
+
 echo "install_test: $res"
 echo "install_test: OK ($(find "$prefix" -path "$cbuild" -prune -o -type f -print | wc -l) files under the prefix)"

@@ -1,0 +1,19 @@
+"""cgacct: the Python client of cgacctd (docs/DESIGN.md, "Python client").
+
+    import cgacct
+    with cgacct.Client("127.0.0.1:50051") as c:
+        c.charge("/tenants/acme", 3)        # pages; usually no RPC (the stock)
+        c.uncharge("/tenants/acme", 3)
+
+`Client` opens one session, keeps it alive on SessionStream, charges in
+batches on it and keeps the surplus in per-thread stock slots (the kernel's
+per-CPU stock carried across the network); when the process dies the server
+uncharges what the session held. The gRPC stubs generated from
+proto/cgacct/v1/accounting.proto at build time are `cgacct.v1.accounting_pb2`
+and `cgacct.v1.accounting_pb2_grpc`.
+"""
+from cgacct.client import (ANON, FILE, DEFAULT_BATCH, Client, Error,
+                           ChargeResult, Event)
+
+__all__ = ["ANON", "FILE", "DEFAULT_BATCH", "Client", "Error", "ChargeResult",
+           "Event"]
