@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -790,6 +791,77 @@ TEST_F(SessionsTest, DrainAnswerIsNotBlockedByAWaitingWriter) {
   EXPECT_EQ(Stats("/d").events().oom(), 0u);
   ASSERT_TRUE(Close(id).ok());
   EXPECT_TRUE(responder.Finish().ok());
+}
+
+// More charges wait for drain answers at once than gRPC has callback
+// threads (Debian's gRPC 1.51 runs callback reactions on a small executor
+// pool, a few threads per core): each charge blocks its handler thread for up
+// to the drain bound. The answers must still be read (the SessionStream is
+// served off the callback threads, docs/DESIGN.md §4.14), so every charge
+// gets the stock back and succeeds well before the bound, and no drain
+// request is counted as timed out. Before the SessionStream left the
+// callback API, every charge here waited the whole bound and most drain
+// requests timed out.
+TEST_F(SessionsTest, ManyChargesWaitingAtMaxStillGetTheAnswers) {
+  constexpr int kSessions = 16;
+  constexpr int kCharges = 16;
+  constexpr uint64_t kStock = 60;
+  SessionOptions options;
+  options.drain_timeout = absl::Seconds(5);
+  Start(options);
+  constexpr uint64_t kMax = kSessions * 64;  // 1024
+  LimitsUpdate limits;
+  limits.max_pages = kMax;
+  ASSERT_TRUE(engine_->CreateGroup("/m", limits).ok());
+  ASSERT_TRUE(engine_->CreateGroup("/m/c", {}).ok());
+  std::vector<std::string> ids;
+  std::vector<std::unique_ptr<DrainResponder>> responders;
+  for (int i = 0; i < kSessions; ++i) {
+    const std::string path = absl::StrCat("/m/s", i);
+    ASSERT_TRUE(engine_->CreateGroup(path, {}).ok());
+    ids.push_back(Open());
+    ASSERT_TRUE(Charge(path, kStock, ids.back()).ok());
+    responders.push_back(std::make_unique<DrainResponder>(
+        stub_.get(), ids.back(), path, kStock, /*answer=*/true));
+  }
+  // The rest of the max: /m is full, its free pages all in the stocks.
+  ASSERT_TRUE(Charge("/m/c", kMax - kSessions * kStock, "").ok());
+  std::atomic<int> ready{0};
+  std::vector<grpc::Status> results(kCharges);
+  std::vector<absl::Duration> took(kCharges);
+  std::vector<std::thread> chargers;
+  for (int i = 0; i < kCharges; ++i) {
+    chargers.emplace_back([&, i] {
+      ready.fetch_add(1);
+      while (ready.load() < kCharges) std::this_thread::yield();
+      const absl::Time start = absl::Now();
+      results[i] = Charge("/m/c", 8, "");
+      took[i] = absl::Now() - start;
+    });
+  }
+  for (std::thread& t : chargers) t.join();
+  absl::Duration slowest;
+  for (int i = 0; i < kCharges; ++i) {
+    EXPECT_TRUE(results[i].ok()) << i << ": " << results[i].error_message();
+    slowest = std::max(slowest, took[i]);
+  }
+  const SessionStats stats = service_->sessions().stats();
+  std::printf("%d charges at max, %d answering sessions: slowest %s, %llu "
+              "drains, %llu requests answered, %llu timed out\n",
+              kCharges, kSessions, absl::FormatDuration(slowest).c_str(),
+              static_cast<unsigned long long>(stats.drains),
+              static_cast<unsigned long long>(stats.drain_requests_answered),
+              static_cast<unsigned long long>(stats.drain_requests_timeout));
+  EXPECT_GE(stats.drains, 1u);
+  EXPECT_EQ(stats.drain_requests_timeout, 0u);
+  // Far below the 5 s bound: no charge waited for it.
+  EXPECT_LT(slowest, absl::Seconds(2));
+  EXPECT_EQ(Stats("/m").events().oom(), 0u);
+  for (const std::string& id : ids) EXPECT_TRUE(Close(id).ok());
+  for (auto& r : responders) EXPECT_TRUE(r->Finish().ok());
+  engine_->DrainAllStock();
+  EXPECT_EQ(CurrentPages("/m"),
+            kMax - kSessions * kStock + kCharges * 8);
 }
 
 // --- SIGKILL ----------------------------------------------------------------
