@@ -562,7 +562,7 @@ int main(int argc, char** argv) {
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
                              static_cast<int>(streams_per_connection));
   builder.AddListeningPort(listen, credentials, &port);
-  builder.RegisterService(&service);
+  service.RegisterOn(builder);  // + SessionStream's completion queue
   {
     std::vector<
         std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
@@ -571,6 +571,7 @@ int main(int argc, char** argv) {
     builder.experimental().SetInterceptorCreators(std::move(interceptors));
   }
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server != nullptr) service.StartSessionStreams();
   std::optional<cgacct::MemoryTrimmer> trimmer;
   if (trim_interval > absl::ZeroDuration()) {
     cgacct::MemoryTrimmer::Options trim_options;
@@ -697,6 +698,7 @@ int main(int argc, char** argv) {
   }
   shutdown_thread.join();
   server.reset();
+  service.StopSessionStreams();
   // The health-only server last: probes see NOT_SERVING through the drain.
   if (health_server != nullptr) {
     health_server->Shutdown(std::chrono::system_clock::now());

@@ -80,9 +80,10 @@ class SessionsTest : public ::testing::Test {
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
                              &port);
-    builder.RegisterService(service_.get());
+    service_->RegisterOn(builder);
     server_ = builder.BuildAndStart();
     ASSERT_NE(server_, nullptr);
+    service_->StartSessionStreams();
     ASSERT_NE(port, 0);
     server_target_ = absl::StrCat("127.0.0.1:", port);
     channel_ =
@@ -431,8 +432,9 @@ TEST_F(SessionsTest, RequestIdReplayDoesNotDoubleCountHoldings) {
 
 TEST_F(SessionsTest, ExpiryWithoutKeepaliveReturnsWithinTtlPlusOneSecond) {
   ASSERT_TRUE(engine_->CreateGroup("/a", {}).ok());
-  const std::string id = Open(/*ttl_ms=*/200);
+  // Before Open: the lease starts inside it, before the answer arrives.
   const absl::Time opened = absl::Now();
+  const std::string id = Open(/*ttl_ms=*/200);
   ASSERT_TRUE(Charge("/a", 9, id).ok());
   ASSERT_TRUE(Charge("/a", 4, id, v1::PAGE_KIND_FILE).ok());
   v1::SessionInfo info;

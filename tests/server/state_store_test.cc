@@ -546,7 +546,7 @@ TEST(DeadlineTest, ExpiredCallsChangeNothing) {
   int port = 0;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
                            &port);
-  builder.RegisterService(&service);
+  service.RegisterOn(builder);
   std::vector<std::unique_ptr<
       grpc::experimental::ServerInterceptorFactoryInterface>>
       creators;
@@ -554,6 +554,7 @@ TEST(DeadlineTest, ExpiredCallsChangeNothing) {
   builder.experimental().SetInterceptorCreators(std::move(creators));
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   ASSERT_NE(server, nullptr);
+  service.StartSessionStreams();
   auto stub = v1::Accounting::NewStub(grpc::CreateChannel(
       absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
   {
