@@ -473,6 +473,14 @@ void MemoryController::DrainAllStock() {
   stock_.DrainAll(nullptr, /*wait=*/true);
 }
 
+absl::Status MemoryController::DrainStock(GroupHandle group) {
+  PercpuReaderLock l(tree_.lock(), CurrentCpu(nr_cpus_));
+  absl::StatusOr<Group*> found = tree_.Find(group);
+  if (!found.ok()) return found.status();
+  stock_.DrainAll(&(*found)->memory(), /*wait=*/true);
+  return absl::OkStatus();
+}
+
 void MemoryController::FlushAll() {
   PercpuReaderLock l(tree_.lock(), CurrentCpu(nr_cpus_));
   rstat_.Flush(&tree_.root()->rstat_group());

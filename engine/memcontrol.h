@@ -85,6 +85,9 @@ class MemoryController {
   absl::StatusOr<GroupEvents> GetEvents(GroupHandle group) const;
   // drain_all_stock() for the root, waiting (Engine::DrainAllStock).
   void DrainAllStock();
+  // drain_all_stock(memcg) of `group`'s subtree, waiting
+  // (Engine::DrainStock). NOT_FOUND: deleted or empty handle.
+  absl::Status DrainStock(GroupHandle group);
   // Engine::SetRemoteStockDrainer.
   void SetRemoteStockDrainer(RemoteStockDrainer* drainer) {
     remote_drainer_.store(drainer, std::memory_order_release);

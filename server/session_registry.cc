@@ -379,6 +379,15 @@ uint64_t SessionRegistry::Finish(std::shared_ptr<Session> session,
   }
   uint64_t returned = 0;
   for (const RemoteStockReturn& h : holdings) returned += UnchargeHolding(h);
+  // The uncharges went through the engine's per-CPU stock, which keeps up
+  // to a batch per CPU charged. A task's exit in the kernel leaves such
+  // stocked pages charged until the stock is reused or drained; cgacct
+  // drains the groups' stock (drain_all_stock(memcg), as the kernel does when
+  // a memcg goes offline) so that a closed or expired client leaves
+  // memory.current exact: 0 once every client is gone. Closes are rare.
+  absl::flat_hash_set<uint64_t> drained;
+  for (const RemoteStockReturn& h : holdings)
+    if (drained.insert(h.group.id()).second) DrainStockOf(h);
   absl::MutexLock l(&mu_);
   if (reason == EndReason::kClose) {
     ++stats_.closed;
@@ -388,6 +397,19 @@ uint64_t SessionRegistry::Finish(std::shared_ptr<Session> session,
     stats_.returned_pages_expire += returned;
   }
   return returned;
+}
+
+void SessionRegistry::DrainStockOf(const RemoteStockReturn& h) {
+  absl::Status s = engine_.DrainStock(h.group);
+  // Deleted meanwhile: its pages (and stock owner) moved to the nearest
+  // live ancestor, as in UnchargeHolding.
+  for (absl::string_view path = h.path;
+       s.code() == absl::StatusCode::kNotFound;) {
+    path = ParentPath(path);
+    if (path == "/") break;
+    absl::StatusOr<GroupHandle> group = engine_.ResolveGroup(path);
+    s = group.ok() ? engine_.DrainStock(*group) : group.status();
+  }
 }
 
 void SessionRegistry::DropFromDrainsLocked(Session* session) {

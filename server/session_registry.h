@@ -4,7 +4,8 @@
 // faulted in: CloseSession, or its lease running out (no keepalive for
 // ttl_ms), uncharges everything it still holds through the engine's normal
 // Uncharge (rstat, memory.events and protection see it, as they see any
-// uncharge). Sessions belong to the caller identity that opened them
+// uncharge), then drains the engine's per-CPU stock of those groups
+// (Engine::DrainStock) so memory.current keeps no page of it. Sessions belong to the caller identity that opened them
 // (server/caller_identity.h): any other identity naming one gets NOT_FOUND,
 // as if it did not exist. Nothing here is persisted: usage is not kept
 // across restarts (§4.12), so neither are sessions.
@@ -232,6 +233,11 @@ class SessionRegistry final : public RemoteStockDrainer {
   // group instance is gone). Returns pages uncharged.
   uint64_t UnchargeHolding(const RemoteStockReturn& holding)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // After a close or expiry uncharged `holding`: drains the engine's
+  // per-CPU stock of its group (nearest live ancestor if the instance is
+  // gone), so memory.current keeps no page the session's uncharges parked
+  // there (Engine::DrainStock, drain_all_stock(memcg)).
+  void DrainStockOf(const RemoteStockReturn& holding) ABSL_LOCKS_EXCLUDED(mu_);
   void DropFromDrainsLocked(Session* session)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReaperLoop() ABSL_LOCKS_EXCLUDED(mu_);

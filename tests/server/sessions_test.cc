@@ -611,6 +611,52 @@ TEST_F(SessionsTest, ChargesRacingCloseAndExpiryLeakNothing) {
   }
 }
 
+// With the engine's default 64-page stock batch, a session's charges park
+// surplus pages in the server's per-CPU stock and its close or expiry
+// uncharges into it; the close and the expiry then drain the groups' stock
+// (Engine::DrainStock), so memory.current is exactly 0 once the session is
+// gone, with no DrainAllStock() by the test. (Before: 64 pages per group
+// stayed charged in the stock.)
+TEST_F(SessionsTest, CloseAndExpiryLeaveMemoryCurrentExactlyZero) {
+  ASSERT_EQ(engine_->GetInfo().charge_batch_pages, 64u);
+  ASSERT_TRUE(engine_->CreateGroup("/z", {}).ok());
+  ASSERT_TRUE(engine_->CreateGroup("/z/a", {}).ok());
+  ASSERT_TRUE(engine_->CreateGroup("/z/b", {}).ok());
+  const std::string closed = Open();
+  ASSERT_TRUE(Charge("/z/a", 9, closed).ok());
+  ASSERT_TRUE(Charge("/z/b", 4, closed, v1::PAGE_KIND_FILE).ok());
+  ASSERT_TRUE(Uncharge("/z/a", 2, closed).ok());
+  // The stock is real: more is charged than the session holds.
+  EXPECT_GT(CurrentPages("/z"), 11u);
+  uint64_t returned = 0;
+  ASSERT_TRUE(Close(closed, &returned).ok());
+  EXPECT_EQ(returned, 11u);
+  EXPECT_EQ(CurrentPages("/z/a"), 0u);
+  EXPECT_EQ(CurrentPages("/z/b"), 0u);
+  EXPECT_EQ(CurrentPages("/z"), 0u);
+
+  const std::string expired = Open(/*ttl_ms=*/200);
+  ASSERT_TRUE(Charge("/z/a", 5, expired).ok());
+  ASSERT_TRUE(Charge("/z/b", 3, expired).ok());
+  EXPECT_GT(CurrentPages("/z"), 8u);
+  v1::SessionInfo info;
+  ASSERT_TRUE(WaitFor(absl::Milliseconds(1500), [&] {
+    return GetSession(expired, &info).error_code() ==
+           grpc::StatusCode::NOT_FOUND;
+  }));
+  // The reaper drains after it uncharged; GetSession answers NOT_FOUND as
+  // soon as the session is marked, so wait for the metric too.
+  ASSERT_TRUE(WaitFor(absl::Milliseconds(1000), [&] {
+    return service_->sessions().stats().expired == 1;
+  }));
+  EXPECT_EQ(CurrentPages("/z/a"), 0u);
+  EXPECT_EQ(CurrentPages("/z/b"), 0u);
+  EXPECT_EQ(CurrentPages("/z"), 0u);
+  const v1::GroupStats stats = Stats("/z");
+  EXPECT_EQ(StatValue(stats, "anon"), 0u);
+  EXPECT_EQ(StatValue(stats, "file"), 0u);
+}
+
 // --- drain_all_stock() over the network ---------------------------------------
 
 // A session attached on a raw stream that answers drain requests by giving
