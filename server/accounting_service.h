@@ -194,13 +194,16 @@ class AccountingService final : public RawAccountingService {
   // Serving. Instead of builder.RegisterService(&service):
   //   service.RegisterOn(builder);  server = builder.BuildAndStart();
   //   service.StartSessionStreams();  ...  service.BeginShutdown();
-  //   server->Shutdown();  service.StopSessionStreams();  (or destroy it)
+  //   server->Shutdown();  service.StopSessionStreams();  server.reset();
   // RegisterOn registers the service and adds the completion queue
   // SessionStream is served on (once, before BuildAndStart).
   // StartSessionStreams, once the server started, starts the thread that
   // drives that queue; without it SessionStream calls are never answered.
-  // StopSessionStreams, after grpc::Server::Shutdown() returned, shuts the
-  // queue down and joins the thread (idempotent).
+  // StopSessionStreams, after grpc::Server::Shutdown() returned and BEFORE
+  // the grpc::Server is destroyed (the queue's last completions, the calls
+  // requested but never matched, refer to the server object), shuts the
+  // queue down, drains it and joins the thread (idempotent; the destructor
+  // calls it, which is only safe if the server object is still alive).
   void RegisterOn(grpc::ServerBuilder& builder);
   void StartSessionStreams() ABSL_LOCKS_EXCLUDED(session_cq_mu_);
   void StopSessionStreams() ABSL_LOCKS_EXCLUDED(session_cq_mu_);

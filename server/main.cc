@@ -588,6 +588,7 @@ int main(int argc, char** argv) {
     health_server = health_builder->BuildAndStart();
     if (health_server == nullptr || health_port == 0) {
       server->Shutdown();
+      service.StopSessionStreams();
       return Fail(kExitBind, absl::StrCat("cannot listen on --health_listen=",
                                           health_listen,
                                           " (address in use or invalid)"));
@@ -697,8 +698,10 @@ int main(int argc, char** argv) {
     }
   }
   shutdown_thread.join();
-  server.reset();
+  // SessionStream's queue before the server object goes: its last
+  // completions (the calls requested but never matched) refer to it.
   service.StopSessionStreams();
+  server.reset();
   // The health-only server last: probes see NOT_SERVING through the drain.
   if (health_server != nullptr) {
     health_server->Shutdown(std::chrono::system_clock::now());

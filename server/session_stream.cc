@@ -32,7 +32,6 @@
 
 namespace cgacct {
 
-namespace v1 = ::cgacct::v1;
 
 // One SessionStream call, from the request for it (AwaitSessionStream) to
 // its end. Reads one message at a time; writes go through a queue (one write

@@ -191,6 +191,8 @@ class AuthTest : public ::testing::Test {
   void TearDown() override {
     hub_.Shutdown();
     if (server_ != nullptr) server_->Shutdown();
+    // Before the server goes: its queue's last completions need it.
+    if (service_) service_->StopSessionStreams();
     server_.reset();
     InstallCallerIdentitySource(nullptr);
   }
@@ -711,6 +713,8 @@ TEST_F(AuthTest, CallerIdentityNamesTheCaller) {
   Start(kPolicy);  // installs nothing: the echo service below reads it
   IdentityEchoService echo;
   server_->Shutdown();
+  // Before the server goes: its queue's last completions need it.
+  if (service_) service_->StopSessionStreams();
   server_.reset();
   StartServer(&echo);
   grpc::Status status;
@@ -757,6 +761,8 @@ TEST_F(AuthTest, CertificatesReloadWithoutRestart) {
   Start(/*policy=*/"");
   // The server restarted on the same files with clients.pem as client CA.
   server_->Shutdown();
+  // Before the server goes: its queue's last completions need it.
+  if (service_) service_->StopSessionStreams();
   server_.reset();
   // A service with an async method (SessionStream) registers on one server
   // in its life: a new one, as Start() made it.

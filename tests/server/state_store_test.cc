@@ -203,6 +203,8 @@ class RestoreTest : public ::testing::Test {
   }
   void Stop() {
     if (server_) server_->Shutdown();
+    // Before the server goes: its queue's last completions need it.
+    if (service_) service_->StopSessionStreams();
     server_.reset();
     service_.reset();
     store_.reset();
