@@ -589,6 +589,7 @@ TEST(DeadlineTest, ExpiredCallsChangeNothing) {
   EXPECT_EQ(stats->memory_current_pages, 0u);
   EXPECT_FALSE((*engine)->GetStats("/late", FlushMode::kExact).ok());
   server->Shutdown();
+  service.StopSessionStreams();  // before `server` goes (declared after it)
 }
 
 }  // namespace
