@@ -84,6 +84,10 @@ absl::StatusOr<GroupEvents> Engine::GetEvents(GroupHandle group) const {
   return impl_->memcg.GetEvents(group);
 }
 void Engine::DrainAllStock() { impl_->memcg.DrainAllStock(); }
+
+absl::Status Engine::DrainStock(GroupHandle group) {
+  return impl_->memcg.DrainStock(group);
+}
 void Engine::SetRemoteStockDrainer(RemoteStockDrainer* drainer) {
   impl_->memcg.SetRemoteStockDrainer(drainer);
 }

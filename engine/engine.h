@@ -172,6 +172,18 @@ class Engine {
   // Drains every CPU's stock (drain_all_stock() for the root), synchronously.
   void DrainAllStock();
 
+  // drain_all_stock(memcg) for `group`: every CPU's stock (slots, victim
+  // table, pool) holding pages of `group` or a descendant gives them back
+  // to the page_counters, synchronously (waits for a drain already
+  // running), so memory.current of `group` and its ancestors counts no
+  // stocked page of that subtree afterwards. The kernel drains a memcg's
+  // stock this way when it goes offline (memcg_offline_kmem ->
+  // drain_all_stock); cgacct's sessions call it after a close or expiry
+  // returned their pages (docs/DESIGN.md §4.14). Thread-safe; takes the
+  // calling CPU's tree reader slot. Errors: NOT_FOUND (deleted, or empty
+  // handle; nothing drained).
+  absl::Status DrainStock(GroupHandle group);
+
   // Installs (null: removes) the drainer a charge asks, once, for the pages
   // remote clients hold at or below the group whose memory.max it hit, after
   // reclaim and the local stock drain left no room (engine/remote_stock.h).

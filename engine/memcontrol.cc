@@ -269,9 +269,7 @@ absl::Status MemoryController::TryChargeMemcg(Group* g, uint64_t nr_pages,
       // Then the stocks clients hold across the network (sessions,
       // engine/remote_stock.h): only if the local drain left no room; what
       // they give back is uncharged into this CPU's stock, drained again.
-      if (over->memory().Margin() < nr_pages &&
-          DrainRemoteStock(over, cpu) > 0)
-        stock_.DrainAll(&over->memory(), /*wait=*/true);
+      if (over->memory().Margin() < nr_pages) DrainRemoteStock(over, cpu);
       drained = true;
       continue;
     }
@@ -304,8 +302,9 @@ uint64_t MemoryController::DrainRemoteStock(Group* over, int cpu) {
       remote_drainer_.load(std::memory_order_acquire);
   if (drainer == nullptr) return 0;
   uint64_t uncharged = 0;
-  for (const RemoteStockReturn& r :
-       drainer->DrainRemoteStock(over->id(), over->path())) {
+  const std::vector<RemoteStockReturn> returned =
+      drainer->DrainRemoteStock(over->id(), over->path());
+  for (const RemoteStockReturn& r : returned) {
     if (r.nr_pages == 0) continue;
     absl::StatusOr<Group*> g = tree_.Find(r.group);
     // The group was deleted since the pages were charged: DeleteGroup gave
@@ -320,6 +319,10 @@ uint64_t MemoryController::DrainRemoteStock(Group* over, int cpu) {
         UnchargeLocked(g, r.nr_pages, r.kind, cpu);
     if (done.ok()) uncharged += done->nr_pages;
   }
+  // They went into this CPU's stock: back to the counters, then tell the
+  // drainer (charges that joined this drain retry now).
+  if (uncharged > 0) stock_.DrainAll(&over->memory(), /*wait=*/true);
+  if (!returned.empty()) drainer->RemoteStockReturned(over->id(), over->path());
   return uncharged;
 }
 
@@ -471,6 +474,14 @@ void MemoryController::DrainAllStock() {
   // Unlike the kernel's best-effort drain, callers of this entry point
   // want the stocks empty: wait for a concurrent drain and go again.
   stock_.DrainAll(nullptr, /*wait=*/true);
+}
+
+absl::Status MemoryController::DrainStock(GroupHandle group) {
+  PercpuReaderLock l(tree_.lock(), CurrentCpu(nr_cpus_));
+  absl::StatusOr<Group*> found = tree_.Find(group);
+  if (!found.ok()) return found.status();
+  stock_.DrainAll(&(*found)->memory(), /*wait=*/true);
+  return absl::OkStatus();
 }
 
 void MemoryController::FlushAll() {

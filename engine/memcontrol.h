@@ -85,6 +85,9 @@ class MemoryController {
   absl::StatusOr<GroupEvents> GetEvents(GroupHandle group) const;
   // drain_all_stock() for the root, waiting (Engine::DrainAllStock).
   void DrainAllStock();
+  // drain_all_stock(memcg) of `group`'s subtree, waiting
+  // (Engine::DrainStock). NOT_FOUND: deleted or empty handle.
+  absl::Status DrainStock(GroupHandle group);
   // Engine::SetRemoteStockDrainer.
   void SetRemoteStockDrainer(RemoteStockDrainer* drainer) {
     remote_drainer_.store(drainer, std::memory_order_release);
@@ -142,8 +145,9 @@ class MemoryController {
   void MemcgMemoryEvent(Group* g, MemoryEvent event, int cpu);
   // drain_all_stock() over the network: asks the remote drainer (if any)
   // for the pages clients hold at or below `over` and uncharges what they
-  // give back (into `cpu`'s stock, like any uncharge). Returns the pages
-  // uncharged.
+  // give back (into `cpu`'s stock, like any uncharge), drains them from the
+  // stocks to the counters and tells the drainer (RemoteStockReturned).
+  // Returns the pages uncharged.
   uint64_t DrainRemoteStock(Group* over, int cpu)
       ABSL_SHARED_LOCKS_REQUIRED(tree_.lock());
   void UpdateStats(Group* g, int cpu, PageKind kind, int64_t nr_pages);

@@ -52,6 +52,19 @@ class RemoteStockDrainer {
   // and should return at once (empty) when nobody holds anything.
   virtual std::vector<RemoteStockReturn> DrainRemoteStock(
       uint64_t over_id, absl::string_view over_path) = 0;
+
+  // Called on the same charging thread once the engine uncharged what a
+  // DrainRemoteStock(over_id, over_path) call returned (non-empty) and
+  // drained it from the local stocks, so the pages are room in the
+  // counters now. A drainer lets concurrent charges at the same limiting
+  // group join the drain in flight (as the kernel's percpu_charge_mutex
+  // trylock makes a second drainer skip) and wake them here to retry. Same
+  // restrictions as DrainRemoteStock.
+  virtual void RemoteStockReturned(uint64_t over_id,
+                                   absl::string_view over_path) {
+    (void)over_id;
+    (void)over_path;
+  }
 };
 
 }  // namespace cgacct

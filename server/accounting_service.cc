@@ -229,7 +229,7 @@ void AccountingService::GroupToProto(const GroupInfo& group,
 // Plumbing
 
 absl::Status AccountingService::CheckCallable(
-    const grpc::CallbackServerContext& context) const {
+    const grpc::ServerContextBase& context) const {
   if (shutting_down_.load(std::memory_order_relaxed)) {
     return absl::UnavailableError(
         "cgacctd is shutting down; nothing was applied: retry (with the same "

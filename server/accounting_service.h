@@ -143,12 +143,16 @@ struct RestoreReport {
 // parses them itself (server/raw_request.h), so bytes that are not a valid
 // request are INVALID_ARGUMENT with a message, not gRPC's UNIMPLEMENTED with
 // none. The method names and descriptors are the service's, so the wire,
-// reflection and generated clients are unchanged.
+// reflection and generated clients are unchanged. SessionStream alone is on
+// the async API (WithRawMethod_, raw bytes too), served from a completion
+// queue of its own by a dedicated thread: drain answers are read there,
+// never on a callback thread a charge waiting for them may be blocking
+// (docs/DESIGN.md §4.14).
 using RawAccountingService =
     cgacct::v1::Accounting::WithRawCallbackMethod_OpenSession<
     cgacct::v1::Accounting::WithRawCallbackMethod_CloseSession<
     cgacct::v1::Accounting::WithRawCallbackMethod_GetSession<
-    cgacct::v1::Accounting::WithRawCallbackMethod_SessionStream<
+    cgacct::v1::Accounting::WithRawMethod_SessionStream<
     cgacct::v1::Accounting::WithRawCallbackMethod_CreateGroup<
         cgacct::v1::Accounting::WithRawCallbackMethod_DeleteGroup<
             cgacct::v1::Accounting::WithRawCallbackMethod_ListGroups<
@@ -184,6 +188,25 @@ class AccountingService final : public RawAccountingService {
                     AccountingServiceOptions options = {});
   AccountingService(const AccountingService&) = delete;
   AccountingService& operator=(const AccountingService&) = delete;
+  // StopSessionStreams().
+  ~AccountingService() override;
+
+  // Serving. Instead of builder.RegisterService(&service):
+  //   service.RegisterOn(builder);  server = builder.BuildAndStart();
+  //   service.StartSessionStreams();  ...  service.BeginShutdown();
+  //   server->Shutdown();  service.StopSessionStreams();  server.reset();
+  // RegisterOn registers the service and adds the completion queue
+  // SessionStream is served on (once, before BuildAndStart).
+  // StartSessionStreams, once the server started, starts the thread that
+  // drives that queue; without it SessionStream calls are never answered.
+  // StopSessionStreams, after grpc::Server::Shutdown() returned and BEFORE
+  // the grpc::Server is destroyed (the queue's last completions, the calls
+  // requested but never matched, refer to the server object), shuts the
+  // queue down, drains it and joins the thread (idempotent; the destructor
+  // calls it, which is only safe if the server object is still alive).
+  void RegisterOn(grpc::ServerBuilder& builder);
+  void StartSessionStreams() ABSL_LOCKS_EXCLUDED(session_cq_mu_);
+  void StopSessionStreams() ABSL_LOCKS_EXCLUDED(session_cq_mu_);
 
   // Re-creates the store's groups (creation order, stored limits; usage 0)
   // in the engine and reloads the request-id window (entries younger than
@@ -369,9 +392,8 @@ class AccountingService final : public RawAccountingService {
   // half-close or CloseSession; NOT_FOUND the session is unknown or
   // expired; INVALID_ARGUMENT a message that does not parse or a first
   // message without attach_session_id; ABORTED replaced; UNAVAILABLE
-  // shutdown. Implemented in server/session_stream.cc.
-  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* SessionStream(
-      grpc::CallbackServerContext* context) override;
+  // shutdown. Implemented in server/session_stream.cc, on the async API
+  // (RegisterOn, StartSessionStreams): no method to override.
 
   // The sessions, for tests and cgacctd's metrics.
   SessionRegistry& sessions() { return *sessions_; }
@@ -392,12 +414,18 @@ class AccountingService final : public RawAccountingService {
   class ChargeStreamReactor;
   // server/watch_events.cc: the WatchEvents reactor.
   class WatchEventsReactor;
-  // server/session_stream.cc: the SessionStream reactor.
-  class SessionStreamReactor;
+  // server/session_stream.cc: one SessionStream call on session_cq_.
+  class SessionStreamCall;
+  // Asks gRPC for the next SessionStream call on session_cq_ (not after
+  // StopSessionStreams began).
+  void AwaitSessionStream() ABSL_LOCKS_EXCLUDED(session_cq_mu_);
+  // session_thread_: dispatches session_cq_'s completions until it is shut
+  // down and drained.
+  void SessionStreamLoop();
 
   // UNAVAILABLE after BeginShutdown(); DEADLINE_EXCEEDED when the call's
   // deadline has passed. Every handler checks it before anything changes.
-  absl::Status CheckCallable(const grpc::CallbackServerContext& context) const;
+  absl::Status CheckCallable(const grpc::ServerContextBase& context) const;
   // ChargeStream reactors register for BeginShutdown(); false: shutdown
   // has begun (the stream must end at once). Unregister waits while
   // BeginShutdown() is calling that reactor.
@@ -612,6 +640,15 @@ class AccountingService final : public RawAccountingService {
   // The stream BeginShutdown() is calling (unlocked), and on which thread.
   ChargeStreamReactor* calling_ ABSL_GUARDED_BY(streams_mu_) = nullptr;
   std::thread::id calling_thread_ ABSL_GUARDED_BY(streams_mu_);
+
+  // SessionStream's completion queue (RegisterOn) and its thread
+  // (StartSessionStreams). session_cq_ is set once before serving;
+  // session_cq_mu_ orders requesting a call on it against shutting it down
+  // (gRPC aborts on a request to a queue already shut down).
+  std::unique_ptr<grpc::ServerCompletionQueue> session_cq_;
+  std::thread session_thread_;  // started and joined under session_cq_mu_
+  absl::Mutex session_cq_mu_;
+  bool session_cq_shut_ ABSL_GUARDED_BY(session_cq_mu_) = false;
 
   // Thread-safe on its own; declared last: destroyed first (stops its
   // reaper and leaves the engine's drainer hook before anything else goes).

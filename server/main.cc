@@ -562,7 +562,7 @@ int main(int argc, char** argv) {
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
                              static_cast<int>(streams_per_connection));
   builder.AddListeningPort(listen, credentials, &port);
-  builder.RegisterService(&service);
+  service.RegisterOn(builder);  // + SessionStream's completion queue
   {
     std::vector<
         std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
@@ -571,6 +571,7 @@ int main(int argc, char** argv) {
     builder.experimental().SetInterceptorCreators(std::move(interceptors));
   }
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server != nullptr) service.StartSessionStreams();
   std::optional<cgacct::MemoryTrimmer> trimmer;
   if (trim_interval > absl::ZeroDuration()) {
     cgacct::MemoryTrimmer::Options trim_options;
@@ -587,6 +588,7 @@ int main(int argc, char** argv) {
     health_server = health_builder->BuildAndStart();
     if (health_server == nullptr || health_port == 0) {
       server->Shutdown();
+      service.StopSessionStreams();
       return Fail(kExitBind, absl::StrCat("cannot listen on --health_listen=",
                                           health_listen,
                                           " (address in use or invalid)"));
@@ -696,6 +698,9 @@ int main(int argc, char** argv) {
     }
   }
   shutdown_thread.join();
+  // SessionStream's queue before the server object goes: its last
+  // completions (the calls requested but never matched) refer to it.
+  service.StopSessionStreams();
   server.reset();
   // The health-only server last: probes see NOT_SERVING through the drain.
   if (health_server != nullptr) {

@@ -96,6 +96,7 @@ struct SessionRegistry::Session {
 // One DrainRemoteStock() call waiting for answers (on its caller's stack).
 struct SessionRegistry::Drain {
   uint64_t id = 0;
+  std::string over_path;
   absl::flat_hash_set<Session*> pending;
   std::vector<RemoteStockReturn> returned;
 };
@@ -379,6 +380,15 @@ uint64_t SessionRegistry::Finish(std::shared_ptr<Session> session,
   }
   uint64_t returned = 0;
   for (const RemoteStockReturn& h : holdings) returned += UnchargeHolding(h);
+  // The uncharges went through the engine's per-CPU stock, which keeps up
+  // to a batch per CPU charged. A task's exit in the kernel leaves such
+  // stocked pages charged until the stock is reused or drained; cgacct
+  // drains the groups' stock (drain_all_stock(memcg), as the kernel does when
+  // a memcg goes offline) so that a closed or expired client leaves
+  // memory.current exact: 0 once every client is gone. Closes are rare.
+  absl::flat_hash_set<uint64_t> drained;
+  for (const RemoteStockReturn& h : holdings)
+    if (drained.insert(h.group.id()).second) DrainStockOf(h);
   absl::MutexLock l(&mu_);
   if (reason == EndReason::kClose) {
     ++stats_.closed;
@@ -388,6 +398,19 @@ uint64_t SessionRegistry::Finish(std::shared_ptr<Session> session,
     stats_.returned_pages_expire += returned;
   }
   return returned;
+}
+
+void SessionRegistry::DrainStockOf(const RemoteStockReturn& h) {
+  absl::Status s = engine_.DrainStock(h.group);
+  // Deleted meanwhile: its pages (and stock owner) moved to the nearest
+  // live ancestor, as in UnchargeHolding.
+  for (absl::string_view path = h.path;
+       s.code() == absl::StatusCode::kNotFound;) {
+    path = ParentPath(path);
+    if (path == "/") break;
+    absl::StatusOr<GroupHandle> group = engine_.ResolveGroup(path);
+    s = group.ok() ? engine_.DrainStock(*group) : group.status();
+  }
 }
 
 void SessionRegistry::DropFromDrainsLocked(Session* session) {
@@ -524,8 +547,19 @@ std::vector<RemoteStockReturn> SessionRegistry::DrainRemoteStock(
     drain.pending.insert(s.get());
     s->stream->Send(message);
   }
-  if (drain.pending.empty()) return {};
+  if (drain.pending.empty()) {
+    // Nobody holds pages here now, but a drain in flight for an overlapping
+    // group may be bringing some back (answered: out of the holdings, not
+    // yet uncharged by its charge). Join it, as the kernel's trylock makes a
+    // second drainer leave the drain to the first: wait until it is over and
+    // its pages are room in the counters (RemoteStockReturned), at most the
+    // bound, then retry the charge. Without this, such a charge found
+    // nothing to ask, retried before the pages were uncharged, and failed.
+    JoinInFlightLocked(over_path, absl::Now() + options_.drain_timeout);
+    return {};
+  }
   ++stats_.drains;
+  drain.over_path = std::string(over_path);
   drains_.emplace(drain.id, &drain);
   const absl::Time deadline = absl::Now() + options_.drain_timeout;
   // The wait releases mu_: the answers (DrainAnswer) take it.
@@ -534,7 +568,46 @@ std::vector<RemoteStockReturn> SessionRegistry::DrainRemoteStock(
   }
   stats_.drain_requests_timeout += drain.pending.size();
   drains_.erase(drain.id);
+  cv_.SignalAll();  // joiners: the drain is over
+  if (drain.returned.empty()) {
+    // The sessions answered, but another drain had taken their pages
+    // first: join it, within what is left of the bound.
+    JoinInFlightLocked(over_path, deadline);
+    return {};
+  }
+  // The engine uncharges these, then calls RemoteStockReturned.
+  ++unsettled_[drain.over_path];
   return std::move(drain.returned);
+}
+
+void SessionRegistry::JoinInFlightLocked(absl::string_view over_path,
+                                         absl::Time deadline) {
+  if (!OverlapsInFlightLocked(over_path)) return;
+  ++stats_.drains_joined;
+  while (OverlapsInFlightLocked(over_path) && !shut_down_) {
+    if (cv_.WaitWithDeadline(&mu_, deadline)) break;
+  }
+}
+
+void SessionRegistry::RemoteStockReturned(uint64_t over_id,
+                                          absl::string_view over_path) {
+  (void)over_id;
+  absl::MutexLock l(&mu_);
+  auto it = unsettled_.find(over_path);
+  if (it == unsettled_.end()) return;
+  if (--it->second == 0) unsettled_.erase(it);
+  cv_.SignalAll();
+}
+
+bool SessionRegistry::OverlapsInFlightLocked(absl::string_view over_path) const {
+  auto overlaps = [&](absl::string_view other) {
+    return AtOrBelow(other, over_path) || AtOrBelow(over_path, other);
+  };
+  for (const auto& [id, drain] : drains_)
+    if (overlaps(drain->over_path)) return true;
+  for (const auto& [path, n] : unsettled_)
+    if (overlaps(path)) return true;
+  return false;
 }
 
 void SessionRegistry::OnGroupDeleted(uint64_t group_id,

@@ -4,7 +4,8 @@
 // faulted in: CloseSession, or its lease running out (no keepalive for
 // ttl_ms), uncharges everything it still holds through the engine's normal
 // Uncharge (rstat, memory.events and protection see it, as they see any
-// uncharge). Sessions belong to the caller identity that opened them
+// uncharge), then drains the engine's per-CPU stock of those groups
+// (Engine::DrainStock) so memory.current keeps no page of it. Sessions belong to the caller identity that opened them
 // (server/caller_identity.h): any other identity naming one gets NOT_FOUND,
 // as if it did not exist. Nothing here is persisted: usage is not kept
 // across restarts (§4.12), so neither are sessions.
@@ -106,6 +107,7 @@ struct SessionStats {
   uint64_t returned_pages_close = 0;   // uncharged by closes
   uint64_t returned_pages_expire = 0;  // uncharged by expiries
   uint64_t drains = 0;                 // charges that asked sessions
+  uint64_t drains_joined = 0;  // charges that waited for a drain in flight
   uint64_t drain_requests_answered = 0;  // per session asked
   uint64_t drain_requests_timeout = 0;
   uint64_t drain_returned_pages = 0;
@@ -212,6 +214,8 @@ class SessionRegistry final : public RemoteStockDrainer {
   std::vector<RemoteStockReturn> DrainRemoteStock(uint64_t over_id,
                                                   absl::string_view over_path)
       override ABSL_LOCKS_EXCLUDED(mu_);
+  void RemoteStockReturned(uint64_t over_id, absl::string_view over_path)
+      override ABSL_LOCKS_EXCLUDED(mu_);
 
   SessionStats stats() const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -232,7 +236,22 @@ class SessionRegistry final : public RemoteStockDrainer {
   // group instance is gone). Returns pages uncharged.
   uint64_t UnchargeHolding(const RemoteStockReturn& holding)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // After a close or expiry uncharged `holding`: drains the engine's
+  // per-CPU stock of its group (nearest live ancestor if the instance is
+  // gone), so memory.current keeps no page the session's uncharges parked
+  // there (Engine::DrainStock, drain_all_stock(memcg)).
+  void DrainStockOf(const RemoteStockReturn& holding) ABSL_LOCKS_EXCLUDED(mu_);
   void DropFromDrainsLocked(Session* session)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A drain in flight, or returned pages not yet uncharged, for a group at,
+  // above or below `over_path`.
+  bool OverlapsInFlightLocked(absl::string_view over_path) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Joins the drains in flight overlapping `over_path` (a charge that has
+  // no stock of its own to ask for, or whose asked sessions had nothing left,
+  // while another drain brings pages back): waits until they are over and
+  // their pages uncharged (RemoteStockReturned), or `deadline`, or Shutdown.
+  void JoinInFlightLocked(absl::string_view over_path, absl::Time deadline)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReaperLoop() ABSL_LOCKS_EXCLUDED(mu_);
   int64_t NowMs() const;
@@ -247,9 +266,13 @@ class SessionRegistry final : public RemoteStockDrainer {
       ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, Drain*> drains_ ABSL_GUARDED_BY(mu_);
   uint64_t next_drain_id_ ABSL_GUARDED_BY(mu_) = 0;
+  // Limiting group path -> drains that returned pages the engine has not
+  // yet reported uncharged (RemoteStockReturned).
+  absl::flat_hash_map<std::string, int> unsettled_ ABSL_GUARDED_BY(mu_);
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
-  // Signalled when a drain's last answer arrives, when an op in flight ends
-  // on a closing session, and on Shutdown() (the reaper).
+  // Signalled when a drain's last answer arrives, when a drain ends or its
+  // pages were uncharged (joiners), when an op in flight ends on a closing
+  // session, and on Shutdown() (the reaper).
   absl::CondVar cv_;
   SessionStats stats_ ABSL_GUARDED_BY(mu_);
   // Attached streams: the drain's fast path (0: return at once, one

@@ -5,6 +5,16 @@
 // requests through it (SessionStreamSink::Send) and ends it
 // (SessionStreamSink::End) when the session closes or expires, a newer
 // stream replaces it, or the server shuts down.
+//
+// Served on gRPC's async API, from a completion queue of the service's own
+// (session_cq_) driven by one dedicated thread (session_thread_), not on the
+// callback API: a charge at memory.max waiting for drain answers
+// (SessionRegistry::DrainRemoteStock) blocks the callback thread it runs on,
+// and with as many such charges as gRPC has callback threads no callback
+// would run to read the answers they wait for (each charge then waited the
+// whole --session_drain_timeout_ms). This thread never charges and never
+// waits for a drain: it only parses messages and takes the registry's mutex,
+// which a waiting charge does not hold (its CondVar wait releases it).
 #include <grpcpp/grpcpp.h>
 
 #include <deque>
@@ -21,45 +31,51 @@
 #include "server/status.h"
 
 namespace cgacct {
-namespace {
 
-namespace v1 = ::cgacct::v1;
 
-// A stream refused before it starts (shed, unauthenticated, shutting down).
-class RefusedSessionStream final
-    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
- public:
-  explicit RefusedSessionStream(const grpc::Status& status) { Finish(status); }
-  void OnDone() override { delete this; }
-};
-
-}  // namespace
-
-// One SessionStream. Reads one message at a time; writes go through a queue
-// (one write outstanding). Ending: End() (the registry) or a local error
-// records the status; the stream finishes once the queue is written (a
-// failed write, e.g. the client vanished, drops the rest).
+// One SessionStream call, from the request for it (AwaitSessionStream) to
+// its end. Reads one message at a time; writes go through a queue (one write
+// outstanding). Ending: End() (the registry) or a local error records the
+// status; the call finishes once the queue is written (a failed write, e.g.
+// the client vanished, drops the rest).
 //
-// Lifetime: gRPC owns the reactor until OnDone, which detaches it from the
-// registry (under the registry's mutex, which every registry call into a sink
-// holds), then deletes it: after Detach the registry never calls it again.
-//
-// Thread safety: OnReadDone, OnWriteDone and the registry's Send/End may
-// run concurrently; the queue and flags are guarded by mu_. StartWrite and
-// Finish are called without mu_ (gRPC may run a reaction inline).
-class AccountingService::SessionStreamReactor final
-    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
-      public SessionStreamSink {
+// Completions arrive on the service's thread only (Proceed); the registry's
+// Send/End run on other threads (under the registry's mutex). Starting a
+// Write or Finish happens under mu_ (async operations never complete inline,
+// so nothing re-enters). Lifetime: deleted on the service's thread once the
+// Finish completed and no read is outstanding, after Detach (under the
+// registry's mutex, which every registry call into a sink holds): after
+// Detach the registry never calls it again.
+class AccountingService::SessionStreamCall final : public SessionStreamSink {
  public:
-  SessionStreamReactor(AccountingService& service,
-                       grpc::CallbackServerContext* context,
-                       CallLimiter::Permit permit, int64_t start_ns)
-      : service_(service),
-        registry_(*service.sessions_),
-        identity_(AccountingService::CallerKey(context)),
-        start_ns_(start_ns),
-        permit_(std::move(permit)) {
-    StartRead(&read_bytes_);
+  enum class Event { kNew, kRead, kWrite, kFinish };
+  // A completion queue tag.
+  struct Tag {
+    SessionStreamCall* call;
+    Event event;
+  };
+
+  explicit SessionStreamCall(AccountingService& service)
+      : service_(service), registry_(*service.sessions_), stream_(&context_) {}
+
+  // Requests the next SessionStream call on `cq` (the caller holds the
+  // service's session_cq_mu_, the queue is not shut down).
+  void Request(grpc::ServerCompletionQueue* cq) {
+    service_.RequestSessionStream(&context_, &stream_, cq, cq, &new_tag_);
+  }
+
+  // A completion of `event` (on the service's thread). May delete this.
+  void Proceed(Event event, bool ok) {
+    switch (event) {
+      case Event::kNew:
+        return OnNew(ok);
+      case Event::kRead:
+        return OnRead(ok);
+      case Event::kWrite:
+        return OnWrite(ok);
+      case Event::kFinish:
+        return OnFinish();
+    }
   }
 
   // SessionStreamSink (called under the registry's mutex).
@@ -68,10 +84,55 @@ class AccountingService::SessionStreamReactor final
   }
   void End(absl::Status status) override { EndWith(std::move(status)); }
 
-  void OnReadDone(bool ok) override {
+ private:
+  void OnNew(bool ok) {
+    if (!ok) {  // the server is shutting down: no call came
+      delete this;
+      return;
+    }
+    service_.AwaitSessionStream();  // the next call
+    start_ns_ = service_.clock_.NowNs();
+    identity_ = AccountingService::CallerKey(&context_);
+    absl::Status refused = service_.CheckCallable(context_);
+    if (refused.ok()) {
+      ShedReason reason;
+      absl::StatusOr<CallLimiter::Permit> permit = service_.limiter_.Acquire(
+          CallLimiter::Kind::kStream, identity_, &reason);
+      if (!permit.ok()) {
+        service_.MarkShed(&context_, reason);
+        refused = permit.status();
+      } else {
+        permit_ = *std::move(permit);
+        if (absl::StatusOr<AuthCaller> caller =
+                service_.AuthenticateCall(context_);
+            !caller.ok())
+          refused = caller.status();
+      }
+    }
+    if (!refused.ok()) {
+      EndWith(refused);
+      return;
+    }
+    absl::MutexLock l(&mu_);
+    StartReadLocked();
+  }
+
+  void OnRead(bool ok) {
+    bool done;
+    {
+      absl::MutexLock l(&mu_);
+      reading_ = false;
+      done = finish_done_;
+    }
+    if (done) {
+      // The call is over (OnFinish saw this read outstanding): this was the
+      // read it failed; nothing else refers to this call any more.
+      delete this;
+      return;
+    }
     if (!ok) {
-      // The client half-closed, or the call is over: the session stays
-      // (its lease runs on; a new stream may attach).
+      // The client half-closed, or the call is over: the session stays (its
+      // lease runs on; a new stream may attach).
       EndWith(absl::OkStatus());
       return;
     }
@@ -121,140 +182,156 @@ class AccountingService::SessionStreamReactor final
       answer.set_expires_in_ms(*lease);
       Queue(answer);
     }
-    {
-      absl::MutexLock l(&mu_);
-      if (ending_) return;
-    }
-    StartRead(&read_bytes_);
-  }
-
-  void OnWriteDone(bool ok) override {
-    bool write_next = false;
-    bool finish = false;
-    {
-      absl::MutexLock l(&mu_);
-      queue_.pop_front();
-      if (!ok) {
-        // The client is gone: nothing more will be written.
-        queue_.clear();
-        if (!ending_) {
-          ending_ = true;
-          status_ = absl::CancelledError("the client went away");
-        }
-      }
-      if (!queue_.empty()) {
-        write_next = true;
-      } else {
-        writing_ = false;
-        finish = ShouldFinishLocked();
-      }
-    }
-    if (write_next) {
-      StartWrite(&queue_front());
-    } else if (finish) {
-      DoFinish();
-    }
-  }
-
-  void OnDone() override {
-    // gRPC calls OnDone after every other reaction has returned.
-    if (!session_id_.empty()) registry_.Detach(session_id_, this);
-    delete this;
-  }
-
- private:
-  grpc::ByteBuffer& queue_front() {
     absl::MutexLock l(&mu_);
-    return queue_.front();
+    if (!ending_) StartReadLocked();
+  }
+
+  void OnWrite(bool ok) {
+    absl::MutexLock l(&mu_);
+    queue_.pop_front();
+    if (!ok) {
+      // The client is gone: nothing more will be written.
+      queue_.clear();
+      if (!ending_) {
+        ending_ = true;
+        status_ = absl::CancelledError("the client went away");
+      }
+    }
+    if (!queue_.empty()) {
+      stream_.Write(queue_.front(), &write_tag_);
+    } else {
+      writing_ = false;
+      MaybeFinishLocked();
+    }
+  }
+
+  void OnFinish() {
+    // Detach first (the registry's mutex, never held with mu_ here): after
+    // it the registry never calls this sink again.
+    if (!session_id_.empty()) registry_.Detach(session_id_, this);
+    bool reading;
+    {
+      absl::MutexLock l(&mu_);
+      finish_done_ = true;
+      reading = reading_;
+    }
+    // A read still outstanding fails now that the call is over; its
+    // completion (on this thread, later) deletes.
+    if (!reading) delete this;
+  }
+
+  void StartReadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    reading_ = true;
+    stream_.Read(&read_bytes_, &read_tag_);
   }
 
   void Queue(const v1::SessionServerMessage& message) {
     grpc::ByteBuffer bytes;
     if (!SerializeResponse(message, &bytes).ok()) return;
-    grpc::ByteBuffer* start = nullptr;
-    {
-      absl::MutexLock l(&mu_);
-      if (ending_) return;
-      queue_.push_back(std::move(bytes));
-      if (!writing_) {
-        writing_ = true;
-        start = &queue_.front();  // deque: stable while only pushed back
-      }
+    absl::MutexLock l(&mu_);
+    if (ending_) return;
+    queue_.push_back(std::move(bytes));
+    if (!writing_) {
+      writing_ = true;
+      stream_.Write(queue_.front(), &write_tag_);
     }
-    if (start != nullptr) StartWrite(start);
   }
 
   // Records the end (the first one wins) and finishes once writes are done.
   void EndWith(absl::Status status) {
-    bool finish;
-    {
-      absl::MutexLock l(&mu_);
-      if (ending_) return;
-      ending_ = true;
-      status_ = std::move(status);
-      finish = ShouldFinishLocked();
-    }
-    if (finish) DoFinish();
+    absl::MutexLock l(&mu_);
+    if (ending_) return;
+    ending_ = true;
+    status_ = std::move(status);
+    MaybeFinishLocked();
   }
 
-  bool ShouldFinishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (!ending_ || writing_ || finished_) return false;
-    finished_ = true;
-    return true;
-  }
-
-  void DoFinish() {
-    absl::Status status;
-    {
-      absl::MutexLock l(&mu_);
-      status = status_;
-    }
-    const grpc::Status answer = ToGrpcStatus(status);
+  void MaybeFinishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!ending_ || writing_ || finishing_) return;
+    finishing_ = true;
+    const grpc::Status answer = ToGrpcStatus(status_);
     service_.RecordRpc(RpcMethod::kSessionStream, start_ns_,
                        answer.error_code());
     permit_.Release();
-    Finish(answer);
+    stream_.Finish(answer, &finish_tag_);
   }
 
   AccountingService& service_;
   SessionRegistry& registry_;
-  const std::string identity_;
-  const int64_t start_ns_;
-  CallLimiter::Permit permit_;  // released when the stream finishes
+  grpc::ServerContext context_;
+  grpc::ServerAsyncReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer> stream_;
+  Tag new_tag_{this, Event::kNew};
+  Tag read_tag_{this, Event::kRead};
+  Tag write_tag_{this, Event::kWrite};
+  Tag finish_tag_{this, Event::kFinish};
+  // Set by OnNew before the first read, then constant.
+  int64_t start_ns_ = 0;
+  std::string identity_;
+  CallLimiter::Permit permit_;   // guarded by mu_ once the call started
   grpc::ByteBuffer read_bytes_;  // touched only by the read chain
   uint64_t nr_read_ = 0;         // likewise
-  // Likewise (and OnDone): empty until the first message attached the
+  // Likewise (and OnFinish): empty until the first message attached the
   // stream, then constant. The registry never reads it.
   std::string session_id_;
 
   absl::Mutex mu_;
   std::deque<grpc::ByteBuffer> queue_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;  // queue_.front() is on the wire
+  bool reading_ ABSL_GUARDED_BY(mu_) = false;  // a Read is outstanding
   bool ending_ ABSL_GUARDED_BY(mu_) = false;
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool finishing_ ABSL_GUARDED_BY(mu_) = false;    // Finish started
+  bool finish_done_ ABSL_GUARDED_BY(mu_) = false;  // Finish completed
   absl::Status status_ ABSL_GUARDED_BY(mu_);
 };
 
-grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
-AccountingService::SessionStream(grpc::CallbackServerContext* context) {
-  const int64_t start_ns = clock_.NowNs();
-  auto refuse = [&](const absl::Status& s) {
-    const grpc::Status status = ToGrpcStatus(s);
-    RecordRpc(RpcMethod::kSessionStream, start_ns, status.error_code());
-    return new RefusedSessionStream(status);
-  };
-  if (absl::Status s = CheckCallable(*context); !s.ok()) return refuse(s);
-  ShedReason reason;
-  absl::StatusOr<CallLimiter::Permit> permit = limiter_.Acquire(
-      CallLimiter::Kind::kStream, CallerKey(context), &reason);
-  if (!permit.ok()) {
-    MarkShed(context, reason);
-    return refuse(permit.status());
-  }
-  if (absl::StatusOr<AuthCaller> caller = AuthenticateCall(*context);
-      !caller.ok())
-    return refuse(caller.status());
-  return new SessionStreamReactor(*this, context, *std::move(permit), start_ns);
+void AccountingService::RegisterOn(grpc::ServerBuilder& builder) {
+  builder.RegisterService(this);
+  session_cq_ = builder.AddCompletionQueue();
 }
+
+void AccountingService::StartSessionStreams() {
+  absl::MutexLock l(&session_cq_mu_);
+  if (session_cq_ == nullptr || session_cq_shut_ ||
+      session_thread_.joinable())
+    return;
+  // Two calls requested ahead: one is matched while the thread handles the
+  // other's arrival.
+  for (int i = 0; i < 2; ++i)
+    (new SessionStreamCall(*this))->Request(session_cq_.get());
+  session_thread_ = std::thread([this] { SessionStreamLoop(); });
+}
+
+void AccountingService::AwaitSessionStream() {
+  absl::MutexLock l(&session_cq_mu_);
+  if (session_cq_shut_) return;
+  (new SessionStreamCall(*this))->Request(session_cq_.get());
+}
+
+void AccountingService::SessionStreamLoop() {
+  void* tag = nullptr;
+  bool ok = false;
+  while (session_cq_->Next(&tag, &ok)) {
+    auto* t = static_cast<SessionStreamCall::Tag*>(tag);
+    t->call->Proceed(t->event, ok);
+  }
+}
+
+void AccountingService::StopSessionStreams() {
+  std::thread thread;
+  {
+    absl::MutexLock l(&session_cq_mu_);
+    if (session_cq_ == nullptr || session_cq_shut_) return;
+    session_cq_shut_ = true;
+    session_cq_->Shutdown();
+    thread = std::move(session_thread_);
+  }
+  if (thread.joinable()) {
+    thread.join();
+  } else {
+    SessionStreamLoop();  // never started: drain the queue here
+  }
+}
+
+AccountingService::~AccountingService() { StopSessionStreams(); }
 
 }  // namespace cgacct

@@ -115,6 +115,34 @@ TEST_F(EngineTest, LimitsDefaultToMaxAndClamp) {
             absl::StatusCode::kNotFound);
 }
 
+// Engine::DrainStock(group): drain_all_stock(memcg) of one subtree. The
+// group's and its descendants' stocked pages (on any CPU) go back to the
+// counters; another subtree's stock stays; a deleted group is NOT_FOUND.
+TEST_F(EngineTest, DrainStockDrainsOneSubtreeOnEveryCpu) {
+  ASSERT_TRUE(engine_->CreateGroup("/p", {}).ok());
+  ASSERT_TRUE(engine_->CreateGroup("/p/c", {}).ok());
+  ASSERT_TRUE(engine_->CreateGroup("/q", {}).ok());
+  ASSERT_TRUE(engine_->Charge("/p", 1, PageKind::kAnon, 0).ok());
+  ASSERT_TRUE(engine_->Charge("/p/c", 2, PageKind::kAnon, 1).ok());
+  // On a CPU with no page of /p (a drain empties a whole CPU's stock).
+  ASSERT_TRUE(engine_->Charge("/q", 3, PageKind::kAnon, 2).ok());
+  EXPECT_EQ(Stats("/p").memory_current_pages, 128u);  // 2 batches stocked
+  EXPECT_EQ(Stats("/q").memory_current_pages, 64u);
+  absl::StatusOr<GroupHandle> p = engine_->ResolveGroup("/p");
+  ASSERT_TRUE(p.ok());
+  ASSERT_TRUE(engine_->DrainStock(*p).ok());
+  EXPECT_EQ(Stats("/p").memory_current_pages, 3u);
+  EXPECT_EQ(Stats("/p/c").memory_current_pages, 2u);
+  EXPECT_EQ(Stats("/q").memory_current_pages, 64u);  // not its subtree
+  absl::StatusOr<GroupHandle> q = engine_->ResolveGroup("/q");
+  ASSERT_TRUE(q.ok());
+  ASSERT_TRUE(engine_->Uncharge("/q", 3, PageKind::kAnon, 2).ok());
+  ASSERT_TRUE(engine_->DeleteGroup("/q").ok());
+  EXPECT_EQ(engine_->DrainStock(*q).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(engine_->DrainStock(GroupHandle()).code(),
+            absl::StatusCode::kNotFound);
+}
+
 TEST_F(EngineTest, ChargeReservesABatchInTheStock) {
   ASSERT_TRUE(engine_->CreateGroup("/g", {}).ok());
   ASSERT_TRUE(engine_->Charge("/g", 1, PageKind::kAnon, 0).ok());

@@ -206,9 +206,10 @@ class Env {
     service_ = std::make_unique<AccountingService>(*engine_, rpc_metrics_,
                                                    service_options);
     grpc::ServerBuilder builder;
-    builder.RegisterService(service_.get());
+    service_->RegisterOn(builder);
     server_ = builder.BuildAndStart();
     FUZZ_CHECK(server_ != nullptr, "the in-process server did not start");
+    service_->StartSessionStreams();
     channel_ = server_->InProcessChannel(grpc::ChannelArguments());
   }
 

@@ -83,6 +83,8 @@ class AccountingServiceTest : public ::testing::Test {
 
   void StopServer() {
     if (server_) server_->Shutdown();
+    // Before the server goes: its queue's last completions need it.
+    if (service_) service_->StopSessionStreams();
     server_.reset();
     service_.reset();
     engine_.reset();

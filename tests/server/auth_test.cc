@@ -191,6 +191,8 @@ class AuthTest : public ::testing::Test {
   void TearDown() override {
     hub_.Shutdown();
     if (server_ != nullptr) server_->Shutdown();
+    // Before the server goes: its queue's last completions need it.
+    if (service_) service_->StopSessionStreams();
     server_.reset();
     InstallCallerIdentitySource(nullptr);
   }
@@ -230,10 +232,17 @@ class AuthTest : public ::testing::Test {
     ASSERT_TRUE(creds.ok()) << creds.status();
     grpc::ServerBuilder builder;
     builder.AddListeningPort("127.0.0.1:0", *creds, &port_);
-    builder.RegisterService(service);
+    // cgacct's service brings SessionStream's completion queue and thread.
+    auto* accounting = dynamic_cast<AccountingService*>(service);
+    if (accounting != nullptr) {
+      accounting->RegisterOn(builder);
+    } else {
+      builder.RegisterService(service);
+    }
     server_ = builder.BuildAndStart();
     ASSERT_NE(server_, nullptr);
     ASSERT_NE(port_, 0);
+    if (accounting != nullptr) accounting->StartSessionStreams();
   }
 
   // A TLS channel trusting `ca`, with client certificate `client` ("" =
@@ -704,6 +713,8 @@ TEST_F(AuthTest, CallerIdentityNamesTheCaller) {
   Start(kPolicy);  // installs nothing: the echo service below reads it
   IdentityEchoService echo;
   server_->Shutdown();
+  // Before the server goes: its queue's last completions need it.
+  if (service_) service_->StopSessionStreams();
   server_.reset();
   StartServer(&echo);
   grpc::Status status;
@@ -750,7 +761,16 @@ TEST_F(AuthTest, CertificatesReloadWithoutRestart) {
   Start(/*policy=*/"");
   // The server restarted on the same files with clients.pem as client CA.
   server_->Shutdown();
+  // Before the server goes: its queue's last completions need it.
+  if (service_) service_->StopSessionStreams();
   server_.reset();
+  // A service with an async method (SessionStream) registers on one server
+  // in its life: a new one, as Start() made it.
+  AccountingServiceOptions options;
+  options.events_hub = &hub_;
+  options.authorizer = authorizer_.get();
+  service_ = std::make_unique<AccountingService>(*engine_, rpc_metrics_,
+                                                 std::move(options));
   StartServer(service_.get(), "clients.pem");
   grpc::Status status;
   Identity(*Stub("tenant-a", "ca"), &status);

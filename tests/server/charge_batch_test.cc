@@ -67,6 +67,8 @@ class ChargeBatchTest : public ::testing::Test {
 
   void TearDown() override {
     server_->Shutdown();
+    // Before the server goes: its queue's last completions need it.
+    if (service_) service_->StopSessionStreams();
     server_.reset();
     service_.reset();
     engine_.reset();

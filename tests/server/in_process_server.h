@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cgacct/v1/accounting.grpc.pb.h"
+#include "server/accounting_service.h"
 
 namespace cgacct {
 
@@ -36,9 +37,17 @@ inline InProcessServer StartInProcessServer(
   int port = 0;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
                            &port);
-  builder.RegisterService(service);
+  // cgacct's service also brings SessionStream's completion queue and
+  // thread (AccountingService::RegisterOn).
+  auto* accounting = dynamic_cast<AccountingService*>(service);
+  if (accounting != nullptr) {
+    accounting->RegisterOn(builder);
+  } else {
+    builder.RegisterService(service);
+  }
   out.server = builder.BuildAndStart();
   if (out.server == nullptr || port == 0) return out;
+  if (accounting != nullptr) accounting->StartSessionStreams();
   out.channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", port),
                                     grpc::InsecureChannelCredentials());
   out.stub = cgacct::v1::Accounting::NewStub(out.channel);

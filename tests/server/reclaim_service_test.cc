@@ -76,6 +76,8 @@ class ReclaimServiceTest : public ::testing::Test {
   }
   void TearDown() override {
     server_->Shutdown();
+    // Before the server goes: its queue's last completions need it.
+    if (service_) service_->StopSessionStreams();
     server_.reset();
   }
 

@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -79,9 +80,10 @@ class SessionsTest : public ::testing::Test {
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
                              &port);
-    builder.RegisterService(service_.get());
+    service_->RegisterOn(builder);
     server_ = builder.BuildAndStart();
     ASSERT_NE(server_, nullptr);
+    service_->StartSessionStreams();
     ASSERT_NE(port, 0);
     server_target_ = absl::StrCat("127.0.0.1:", port);
     channel_ =
@@ -95,6 +97,8 @@ class SessionsTest : public ::testing::Test {
     // does not wait for them.
     service_->BeginShutdown();
     server_->Shutdown();
+    // Before the server goes: its queue's last completions need it.
+    if (service_) service_->StopSessionStreams();
     server_.reset();
     service_.reset();
     engine_.reset();
@@ -430,8 +434,9 @@ TEST_F(SessionsTest, RequestIdReplayDoesNotDoubleCountHoldings) {
 
 TEST_F(SessionsTest, ExpiryWithoutKeepaliveReturnsWithinTtlPlusOneSecond) {
   ASSERT_TRUE(engine_->CreateGroup("/a", {}).ok());
-  const std::string id = Open(/*ttl_ms=*/200);
+  // Before Open: the lease starts inside it, before the answer arrives.
   const absl::Time opened = absl::Now();
+  const std::string id = Open(/*ttl_ms=*/200);
   ASSERT_TRUE(Charge("/a", 9, id).ok());
   ASSERT_TRUE(Charge("/a", 4, id, v1::PAGE_KIND_FILE).ok());
   v1::SessionInfo info;
@@ -606,6 +611,52 @@ TEST_F(SessionsTest, ChargesRacingCloseAndExpiryLeakNothing) {
     ASSERT_EQ(stats.memory_current_bytes(), 0u) << "round " << round;
     ASSERT_EQ(StatValue(stats, "anon"), 0u) << "round " << round;
   }
+}
+
+// With the engine's default 64-page stock batch, a session's charges park
+// surplus pages in the server's per-CPU stock and its close or expiry
+// uncharges into it; the close and the expiry then drain the groups' stock
+// (Engine::DrainStock), so memory.current is exactly 0 once the session is
+// gone, with no DrainAllStock() by the test. (Before: 64 pages per group
+// stayed charged in the stock.)
+TEST_F(SessionsTest, CloseAndExpiryLeaveMemoryCurrentExactlyZero) {
+  ASSERT_EQ(engine_->GetInfo().charge_batch_pages, 64u);
+  ASSERT_TRUE(engine_->CreateGroup("/z", {}).ok());
+  ASSERT_TRUE(engine_->CreateGroup("/z/a", {}).ok());
+  ASSERT_TRUE(engine_->CreateGroup("/z/b", {}).ok());
+  const std::string closed = Open();
+  ASSERT_TRUE(Charge("/z/a", 9, closed).ok());
+  ASSERT_TRUE(Charge("/z/b", 4, closed, v1::PAGE_KIND_FILE).ok());
+  ASSERT_TRUE(Uncharge("/z/a", 2, closed).ok());
+  // The stock is real: more is charged than the session holds.
+  EXPECT_GT(CurrentPages("/z"), 11u);
+  uint64_t returned = 0;
+  ASSERT_TRUE(Close(closed, &returned).ok());
+  EXPECT_EQ(returned, 11u);
+  EXPECT_EQ(CurrentPages("/z/a"), 0u);
+  EXPECT_EQ(CurrentPages("/z/b"), 0u);
+  EXPECT_EQ(CurrentPages("/z"), 0u);
+
+  const std::string expired = Open(/*ttl_ms=*/200);
+  ASSERT_TRUE(Charge("/z/a", 5, expired).ok());
+  ASSERT_TRUE(Charge("/z/b", 3, expired).ok());
+  EXPECT_GT(CurrentPages("/z"), 8u);
+  v1::SessionInfo info;
+  ASSERT_TRUE(WaitFor(absl::Milliseconds(1500), [&] {
+    return GetSession(expired, &info).error_code() ==
+           grpc::StatusCode::NOT_FOUND;
+  }));
+  // The reaper drains after it uncharged; GetSession answers NOT_FOUND as
+  // soon as the session is marked, so wait for the metric too.
+  ASSERT_TRUE(WaitFor(absl::Milliseconds(1000), [&] {
+    return service_->sessions().stats().expired == 1;
+  }));
+  EXPECT_EQ(CurrentPages("/z/a"), 0u);
+  EXPECT_EQ(CurrentPages("/z/b"), 0u);
+  EXPECT_EQ(CurrentPages("/z"), 0u);
+  const v1::GroupStats stats = Stats("/z");
+  EXPECT_EQ(StatValue(stats, "anon"), 0u);
+  EXPECT_EQ(StatValue(stats, "file"), 0u);
 }
 
 // --- drain_all_stock() over the network ---------------------------------------
@@ -790,6 +841,82 @@ TEST_F(SessionsTest, DrainAnswerIsNotBlockedByAWaitingWriter) {
   EXPECT_EQ(Stats("/d").events().oom(), 0u);
   ASSERT_TRUE(Close(id).ok());
   EXPECT_TRUE(responder.Finish().ok());
+}
+
+// More charges wait for drain answers at once than gRPC has callback
+// threads (Debian's gRPC 1.51 runs callback reactions on a small executor
+// pool, a few threads per core): each charge blocks its handler thread for up
+// to the drain bound. The answers must still be read (the SessionStream is
+// served off the callback threads, docs/DESIGN.md §4.14), so every charge
+// gets the stock back and succeeds well before the bound, and no drain
+// request is counted as timed out. Before the SessionStream left the
+// callback API, every charge here waited the whole bound and most drain
+// requests timed out.
+TEST_F(SessionsTest, ManyChargesWaitingAtMaxStillGetTheAnswers) {
+  constexpr int kSessions = 16;
+  constexpr int kCharges = 16;
+  // Each session's stock is twice the engine's 64-page batch: every
+  // charge that gets room also parks a batch in the server's per-CPU stock,
+  // which must not eat the room the drain brought back.
+  constexpr uint64_t kStock = 128;
+  SessionOptions options;
+  options.drain_timeout = absl::Seconds(5);
+  Start(options);
+  constexpr uint64_t kMax = kSessions * kStock + 64;
+  LimitsUpdate limits;
+  limits.max_pages = kMax;
+  ASSERT_TRUE(engine_->CreateGroup("/m", limits).ok());
+  ASSERT_TRUE(engine_->CreateGroup("/m/c", {}).ok());
+  std::vector<std::string> ids;
+  std::vector<std::unique_ptr<DrainResponder>> responders;
+  for (int i = 0; i < kSessions; ++i) {
+    const std::string path = absl::StrCat("/m/s", i);
+    ASSERT_TRUE(engine_->CreateGroup(path, {}).ok());
+    ids.push_back(Open());
+    ASSERT_TRUE(Charge(path, kStock, ids.back()).ok());
+    responders.push_back(std::make_unique<DrainResponder>(
+        stub_.get(), ids.back(), path, kStock, /*answer=*/true));
+  }
+  // The rest of the max: /m is full, its free pages all in the stocks.
+  ASSERT_TRUE(Charge("/m/c", kMax - kSessions * kStock, "").ok());
+  std::atomic<int> ready{0};
+  std::vector<grpc::Status> results(kCharges);
+  std::vector<absl::Duration> took(kCharges);
+  std::vector<std::thread> chargers;
+  for (int i = 0; i < kCharges; ++i) {
+    chargers.emplace_back([&, i] {
+      ready.fetch_add(1);
+      while (ready.load() < kCharges) std::this_thread::yield();
+      const absl::Time start = absl::Now();
+      results[i] = Charge("/m/c", 8, "");
+      took[i] = absl::Now() - start;
+    });
+  }
+  for (std::thread& t : chargers) t.join();
+  absl::Duration slowest;
+  for (int i = 0; i < kCharges; ++i) {
+    EXPECT_TRUE(results[i].ok()) << i << ": " << results[i].error_message();
+    slowest = std::max(slowest, took[i]);
+  }
+  const SessionStats stats = service_->sessions().stats();
+  std::printf("%d charges at max, %d answering sessions: slowest %s, %llu "
+              "drains (%llu charges joined one in flight), %llu requests "
+              "answered, %llu timed out\n",
+              kCharges, kSessions, absl::FormatDuration(slowest).c_str(),
+              static_cast<unsigned long long>(stats.drains),
+              static_cast<unsigned long long>(stats.drains_joined),
+              static_cast<unsigned long long>(stats.drain_requests_answered),
+              static_cast<unsigned long long>(stats.drain_requests_timeout));
+  EXPECT_GE(stats.drains, 1u);
+  EXPECT_EQ(stats.drain_requests_timeout, 0u);
+  // Far below the 5 s bound: no charge waited for it.
+  EXPECT_LT(slowest, absl::Seconds(2));
+  EXPECT_EQ(Stats("/m").events().oom(), 0u);
+  for (const std::string& id : ids) EXPECT_TRUE(Close(id).ok());
+  for (auto& r : responders) EXPECT_TRUE(r->Finish().ok());
+  engine_->DrainAllStock();
+  EXPECT_EQ(CurrentPages("/m"),
+            kMax - kSessions * kStock + kCharges * 8);
 }
 
 // --- SIGKILL ----------------------------------------------------------------

@@ -252,6 +252,8 @@ class GrpcServerMetricsTest : public ::testing::Test {
   void TearDown() override {
     hub_->Shutdown();
     if (server_) server_->Shutdown();
+    // Before the server goes: its queue's last completions need it.
+    if (service_) service_->StopSessionStreams();
     server_.reset();
     service_.reset();
     engine_.reset();

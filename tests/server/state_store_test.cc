@@ -203,6 +203,8 @@ class RestoreTest : public ::testing::Test {
   }
   void Stop() {
     if (server_) server_->Shutdown();
+    // Before the server goes: its queue's last completions need it.
+    if (service_) service_->StopSessionStreams();
     server_.reset();
     service_.reset();
     store_.reset();
@@ -546,7 +548,7 @@ TEST(DeadlineTest, ExpiredCallsChangeNothing) {
   int port = 0;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
                            &port);
-  builder.RegisterService(&service);
+  service.RegisterOn(builder);
   std::vector<std::unique_ptr<
       grpc::experimental::ServerInterceptorFactoryInterface>>
       creators;
@@ -554,6 +556,7 @@ TEST(DeadlineTest, ExpiredCallsChangeNothing) {
   builder.experimental().SetInterceptorCreators(std::move(creators));
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   ASSERT_NE(server, nullptr);
+  service.StartSessionStreams();
   auto stub = v1::Accounting::NewStub(grpc::CreateChannel(
       absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
   {
@@ -586,6 +589,7 @@ TEST(DeadlineTest, ExpiredCallsChangeNothing) {
   EXPECT_EQ(stats->memory_current_pages, 0u);
   EXPECT_FALSE((*engine)->GetStats("/late", FlushMode::kExact).ok());
   server->Shutdown();
+  service.StopSessionStreams();  // before `server` goes (declared after it)
 }
 
 }  // namespace

@@ -56,6 +56,8 @@ class WatchEventsTest : public ::testing::Test {
   void StopServer() {
     hub_->Shutdown();
     if (server_) server_->Shutdown();
+    // Before the server goes: its queue's last completions need it.
+    if (service_) service_->StopSessionStreams();
     server_.reset();
     service_.reset();
     engine_.reset();
