@@ -691,8 +691,11 @@ absl::Status AccountingService::DoCharge(const std::string& identity,
           PageKind kind, std::optional<int> cpu) {
         absl::StatusOr<ChargeResult> result =
             request.has_session_id()
-                ? ChargeInSession(identity, request.session_id(), handle, path,
-                                  nr_pages, kind, cpu)
+                ? InSession(identity, request.session_id(), handle, path,
+                            nr_pages, kind, /*charge=*/true,
+                            [&](const GroupHandle& group) {
+                              return engine_.Charge(group, nr_pages, kind, cpu);
+                            })
             : handle != nullptr ? engine_.Charge(*handle, nr_pages, kind, cpu)
                                 : engine_.Charge(path, nr_pages, kind, cpu);
         if (!result.ok()) return AnswerWithStatus(result.status());
@@ -737,8 +740,12 @@ absl::Status AccountingService::DoUncharge(const std::string& identity,
           PageKind kind, std::optional<int> cpu) {
         absl::StatusOr<UnchargeResult> result =
             request.has_session_id()
-                ? UnchargeInSession(identity, request.session_id(), handle,
-                                    path, nr_pages, kind, cpu)
+                ? InSession(identity, request.session_id(), handle, path,
+                            nr_pages, kind, /*charge=*/false,
+                            [&](const GroupHandle& group) {
+                              return engine_.Uncharge(group, nr_pages, kind,
+                                                      cpu);
+                            })
             : handle != nullptr ? engine_.Uncharge(*handle, nr_pages, kind, cpu)
                                 : engine_.Uncharge(path, nr_pages, kind, cpu);
         if (!result.ok()) return AnswerWithStatus(result.status());
@@ -754,36 +761,21 @@ absl::Status AccountingService::DoUncharge(const std::string& identity,
   return std::move(answer.status);
 }
 
-absl::StatusOr<ChargeResult> AccountingService::ChargeInSession(
-    const std::string& identity, const std::string& session_id,
-    const GroupHandle* handle, absl::string_view path, uint64_t nr_pages,
-    PageKind kind, std::optional<int> cpu) {
-  // Holdings are per group instance: resolve the path first (NOT_FOUND
-  // before the session is looked at, as for an unowned charge).
+template <typename Apply>
+auto AccountingService::InSession(const std::string& identity,
+                                  const std::string& session_id,
+                                  const GroupHandle* handle,
+                                  absl::string_view path, uint64_t nr_pages,
+                                  PageKind kind, bool charge, Apply apply)
+    -> decltype(apply(std::declval<const GroupHandle&>())) {
+  // Holdings are per group instance: resolve the path first.
   absl::StatusOr<GroupHandle> group =
       handle != nullptr ? *handle : engine_.ResolveGroup(path);
   if (!group.ok()) return group.status();
   absl::StatusOr<SessionRegistry::Op> op = sessions_->BeginOp(
-      identity, session_id, *group, path, kind, nr_pages, /*charge=*/true);
+      identity, session_id, *group, path, kind, nr_pages, charge);
   if (!op.ok()) return op.status();
-  absl::StatusOr<ChargeResult> result =
-      engine_.Charge(*group, nr_pages, kind, cpu);
-  sessions_->EndOp(*op, result.ok());
-  return result;
-}
-
-absl::StatusOr<UnchargeResult> AccountingService::UnchargeInSession(
-    const std::string& identity, const std::string& session_id,
-    const GroupHandle* handle, absl::string_view path, uint64_t nr_pages,
-    PageKind kind, std::optional<int> cpu) {
-  absl::StatusOr<GroupHandle> group =
-      handle != nullptr ? *handle : engine_.ResolveGroup(path);
-  if (!group.ok()) return group.status();
-  absl::StatusOr<SessionRegistry::Op> op = sessions_->BeginOp(
-      identity, session_id, *group, path, kind, nr_pages, /*charge=*/false);
-  if (!op.ok()) return op.status();
-  absl::StatusOr<UnchargeResult> result =
-      engine_.Uncharge(*group, nr_pages, kind, cpu);
+  auto result = apply(*group);
   sessions_->EndOp(*op, result.ok());
   return result;
 }

@@ -531,17 +531,16 @@ class AccountingService final : public RawAccountingService {
   absl::Status DoUncharge(const std::string& identity,
                           const cgacct::v1::UnchargeRequest& request,
                           cgacct::v1::UnchargeResponse* response);
-  // Charge/Uncharge in the name of `session_id` (through `handle` if not
-  // null, else `path` resolved): the session's BeginOp/EndOp around the
-  // engine call (server/session_registry.h).
-  absl::StatusOr<ChargeResult> ChargeInSession(
-      const std::string& identity, const std::string& session_id,
-      const GroupHandle* handle, absl::string_view path, uint64_t nr_pages,
-      PageKind kind, std::optional<int> cpu);
-  absl::StatusOr<UnchargeResult> UnchargeInSession(
-      const std::string& identity, const std::string& session_id,
-      const GroupHandle* handle, absl::string_view path, uint64_t nr_pages,
-      PageKind kind, std::optional<int> cpu);
+  // A charge (`charge`) or an uncharge of `nr_pages` in the name of
+  // `session_id`, through `handle` if not null, else `path` resolved (NOT_FOUND
+  // before the session is looked at, as for an unowned call): the session's
+  // BeginOp/EndOp (server/session_registry.h) around `apply(group)`, the
+  // engine call, whose StatusOr it returns.
+  template <typename Apply>
+  auto InSession(const std::string& identity, const std::string& session_id,
+                 const GroupHandle* handle, absl::string_view path,
+                 uint64_t nr_pages, PageKind kind, bool charge, Apply apply)
+      -> decltype(apply(std::declval<const GroupHandle&>()));
   absl::Status DoGetStats(const cgacct::v1::GetStatsRequest& request,
                           cgacct::v1::GroupStats* response);
   absl::Status DoReclaim(const cgacct::v1::ReclaimRequest& request,

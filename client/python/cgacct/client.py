@@ -794,27 +794,29 @@ class Client:
             return e.code() == grpc.StatusCode.NOT_FOUND
         return False
 
-    def _charge_rpc(self, session_id, key, n):
-        req = pb.ChargeRequest(path=key[0], nr_pages=n, kind=key[1],
-                               request_id=self._request_id(), session_id=session_id)
-        self._count("charge_rpcs")
+    def _page_rpc(self, charge, session_id, key, n):
+        """One Charge (charge=True) or Uncharge RPC of n pages of key
+        (path, kind) on session_id, with a fresh request_id (retried with
+        it). Raises _SessionLost when the session is gone."""
+        if charge:
+            method, request, counter = self._stub.Charge, pb.ChargeRequest, "charge_rpcs"
+        else:
+            method, request, counter = self._stub.Uncharge, pb.UnchargeRequest, "uncharge_rpcs"
+        req = request(path=key[0], nr_pages=n, kind=key[1],
+                      request_id=self._request_id(), session_id=session_id)
+        self._count(counter)
         try:
-            return self._call(self._stub.Charge, req)
+            return self._call(method, req)
         except Error as e:
             if e.code() == grpc.StatusCode.NOT_FOUND and self._session_gone(session_id):
                 raise _SessionLost() from None
             raise
 
+    def _charge_rpc(self, session_id, key, n):
+        return self._page_rpc(True, session_id, key, n)
+
     def _uncharge_rpc(self, session_id, key, n):
-        req = pb.UnchargeRequest(path=key[0], nr_pages=n, kind=key[1],
-                                 request_id=self._request_id(), session_id=session_id)
-        self._count("uncharge_rpcs")
-        try:
-            return self._call(self._stub.Uncharge, req)
-        except Error as e:
-            if e.code() == grpc.StatusCode.NOT_FOUND and self._session_gone(session_id):
-                raise _SessionLost() from None
-            raise
+        return self._page_rpc(False, session_id, key, n)
 
     # --- session ----------------------------------------------------------
 
