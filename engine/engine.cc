@@ -83,6 +83,11 @@ absl::StatusOr<GroupStats> Engine::GetStats(absl::string_view path,
 absl::StatusOr<GroupEvents> Engine::GetEvents(GroupHandle group) const {
   return impl_->memcg.GetEvents(group);
 }
+absl::StatusOr<UnchargeResult> Engine::UnchargeAtMost(GroupHandle group,
+                                                      uint64_t nr_pages,
+                                                      PageKind kind) {
+  return impl_->memcg.UnchargeAtMost(group, nr_pages, kind);
+}
 void Engine::DrainAllStock() { impl_->memcg.DrainAllStock(); }
 
 absl::Status Engine::DrainStock(GroupHandle group) {

@@ -158,6 +158,14 @@ class Engine {
   absl::StatusOr<UnchargeResult> Uncharge(
       GroupHandle group, uint64_t nr_pages, PageKind kind,
       std::optional<int> cpu = std::nullopt);
+  // Uncharge(group, ...) of at most nr_pages: ANON too uncharges what the
+  // group still holds of them instead of FAILED_PRECONDITION, and returns
+  // that number. For a holder returning pages it recorded when some may have
+  // been uncharged behind its back (a session's close or expiry). The
+  // serving thread's CPU slot. Thread-safe.
+  absl::StatusOr<UnchargeResult> UnchargeAtMost(GroupHandle group,
+                                                uint64_t nr_pages,
+                                                PageKind kind);
 
   // memory.current/peak/stat/events of `path`, flushed per `mode`.
   absl::StatusOr<GroupStats> GetStats(absl::string_view path,

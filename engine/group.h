@@ -84,14 +84,17 @@ class Group {
   // Before uncharging: takes nr_pages of `kind` off the group's own count and
   // returns how many the caller must uncharge. ANON: all of nr_pages, or
   // FAILED_PRECONDITION (nothing taken) if the group holds fewer. FILE: what
-  // is left of nr_pages (reclaim may have taken some), possibly 0.
+  // is left of nr_pages (reclaim may have taken some), possibly 0; with
+  // `at_most`, ANON too takes what is left instead of refusing.
   // Inline: on every uncharge.
-  absl::StatusOr<uint64_t> Uncharging(PageKind kind, uint64_t nr_pages) {
+  absl::StatusOr<uint64_t> Uncharging(PageKind kind, uint64_t nr_pages,
+                                      bool at_most = false) {
     std::atomic<uint64_t>& held = PagesOf(kind);
     uint64_t cur = held.load(std::memory_order_relaxed);
     uint64_t take;
     do {
-      if (ABSL_PREDICT_FALSE(kind == PageKind::kAnon && nr_pages > cur))
+      if (ABSL_PREDICT_FALSE(kind == PageKind::kAnon && nr_pages > cur &&
+                             !at_most))
         return AnonUnderflow(nr_pages, cur);
       take = std::min(nr_pages, cur);
       if (take == 0) return 0;

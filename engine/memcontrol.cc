@@ -379,11 +379,12 @@ absl::StatusOr<ChargeResult> MemoryController::Charge(
 // Inlined into both callers (path and handle): the fast path.
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline absl::StatusOr<UnchargeResult>
 MemoryController::UnchargeLocked(const absl::StatusOr<Group*>& found,
-                                 uint64_t nr_pages, PageKind kind, int cpu) {
+                                 uint64_t nr_pages, PageKind kind, int cpu,
+                                 bool at_most) {
   if (ABSL_PREDICT_FALSE(!found.ok())) return found.status();
   Group* g = *found;
   if (ABSL_PREDICT_FALSE(g->is_root())) return RefuseRootCharge(g->path());
-  absl::StatusOr<uint64_t> take = g->Uncharging(kind, nr_pages);
+  absl::StatusOr<uint64_t> take = g->Uncharging(kind, nr_pages, at_most);
   if (!take.ok()) return take.status();
   if (*take == 0) return UnchargeResult{0};
   stock_.Refill(cpu, &g->memory(), *take);
@@ -409,6 +410,15 @@ absl::StatusOr<UnchargeResult> MemoryController::Uncharge(
   if (!cpu.ok()) return cpu.status();
   PercpuReaderLock l(tree_.lock(), *cpu);
   return UnchargeLocked(tree_.Find(group), nr_pages, kind, *cpu);
+}
+
+absl::StatusOr<UnchargeResult> MemoryController::UnchargeAtMost(
+    GroupHandle group, uint64_t nr_pages, PageKind kind) {
+  absl::StatusOr<int> cpu = CheckArgs(nr_pages, kind, std::nullopt, false);
+  if (!cpu.ok()) return cpu.status();
+  PercpuReaderLock l(tree_.lock(), *cpu);
+  return UnchargeLocked(tree_.Find(group), nr_pages, kind, *cpu,
+                        /*at_most=*/true);
 }
 
 // --- memory.reclaim, memory.stat, drains and flushes ------------------------

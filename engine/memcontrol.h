@@ -76,6 +76,10 @@ class MemoryController {
   absl::StatusOr<UnchargeResult> Uncharge(GroupHandle group, uint64_t nr_pages,
                                           PageKind kind,
                                           std::optional<int> cpu);
+  // Engine::UnchargeAtMost.
+  absl::StatusOr<UnchargeResult> UnchargeAtMost(GroupHandle group,
+                                                uint64_t nr_pages,
+                                                PageKind kind);
 
   // memory.reclaim (Engine::Reclaim).
   absl::StatusOr<uint64_t> Reclaim(absl::string_view path, uint64_t nr_pages);
@@ -138,9 +142,10 @@ class MemoryController {
   absl::Status TryChargeMemcg(Group* g, uint64_t nr_pages, int cpu,
                               uint64_t* nr_pages_over_high)
       ABSL_SHARED_LOCKS_REQUIRED(tree_.lock());
+  // `at_most`: Group::Uncharging()'s (UnchargeAtMost).
   absl::StatusOr<UnchargeResult> UnchargeLocked(
       const absl::StatusOr<Group*>& found, uint64_t nr_pages, PageKind kind,
-      int cpu) ABSL_SHARED_LOCKS_REQUIRED(tree_.lock());
+      int cpu, bool at_most = false) ABSL_SHARED_LOCKS_REQUIRED(tree_.lock());
 
   void MemcgMemoryEvent(Group* g, MemoryEvent event, int cpu);
   // drain_all_stock() over the network: asks the remote drainer (if any)

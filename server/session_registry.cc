@@ -187,6 +187,14 @@ absl::StatusOr<v1::OpenSessionResponse> SessionRegistry::Open(
     return absl::InvalidArgumentError(
         absl::StrCat("client_name is ", request.client_name().size(),
                      " bytes; at most ", kMaxClientNameBytes, " allowed"));
+  // SessionInfo.client_name is a proto `string`: only printable ASCII goes
+  // back out (a "host:pid" label), so GetSession never sends invalid UTF-8.
+  for (const char c : request.client_name()) {
+    if (c < 0x20 || c > 0x7e)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "client_name \"", absl::CHexEscape(request.client_name()),
+          "\": only printable ASCII (0x20-0x7e) is allowed"));
+  }
   auto session = std::make_shared<Session>();
   session->id = NewSessionId();
   session->identity = identity;
@@ -335,8 +343,11 @@ void SessionRegistry::EndOp(const Op& op, bool applied) {
 
 uint64_t SessionRegistry::UnchargeHolding(const RemoteStockReturn& h) {
   if (h.nr_pages == 0) return 0;
+  // At most: pages the session recorded may have been uncharged without
+  // naming it (an unowned Uncharge of the same group); what the group still
+  // holds of them is uncharged, never an error that would leave the rest.
   absl::StatusOr<UnchargeResult> r =
-      engine_.Uncharge(h.group, h.nr_pages, h.kind);
+      engine_.UnchargeAtMost(h.group, h.nr_pages, h.kind);
   // The group instance is gone (deleted after the holding was recorded):
   // DeleteGroup gave its pages to the parent; uncharge the nearest live
   // ancestor, never the root.
@@ -344,7 +355,9 @@ uint64_t SessionRegistry::UnchargeHolding(const RemoteStockReturn& h) {
        !r.ok() && r.status().code() == absl::StatusCode::kNotFound;) {
     path = ParentPath(path);
     if (path == "/") break;
-    r = engine_.Uncharge(path, h.nr_pages, h.kind);
+    absl::StatusOr<GroupHandle> up = engine_.ResolveGroup(path);
+    if (!up.ok()) continue;
+    r = engine_.UnchargeAtMost(*up, h.nr_pages, h.kind);
   }
   return r.ok() ? r->nr_pages : 0;
 }
@@ -498,8 +511,16 @@ void SessionRegistry::DrainAnswer(
     Drain* drain = dit == drains_.end() ? nullptr : dit->second;
     for (const v1::SessionHolding& r : returned) {
       const PageKind kind = PageKindFromProto(r.kind());
+      // The holding the client names, or, if that group was deleted since
+      // (its holding moved up, OnGroupDeleted), the nearest ancestor's.
+      Holding* match = nullptr;
       for (auto& [key, h] : s.holdings) {
-        if (h.kind != kind || h.path != r.path() || h.nr_pages == 0) continue;
+        if (h.kind != kind || h.nr_pages == 0 || !AtOrBelow(r.path(), h.path))
+          continue;
+        if (match == nullptr || h.path.size() > match->path.size()) match = &h;
+      }
+      if (match != nullptr) {
+        Holding& h = *match;
         const uint64_t take = std::min(h.nr_pages, r.nr_pages());
         h.nr_pages -= take;
         s.held -= take;
@@ -510,7 +531,6 @@ void SessionRegistry::DrainAnswer(
         } else {
           late.push_back(std::move(back));
         }
-        break;
       }
     }
     if (drain != nullptr && drain->pending.erase(&s) > 0) {

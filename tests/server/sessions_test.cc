@@ -569,6 +569,33 @@ TEST_F(SessionsTest, GroupDeletedWhileHeldMovesHoldingsToTheParent) {
   EXPECT_EQ(StatValue(stats, "anon"), 0u);
 }
 
+// The pages a session recorded may have been uncharged without naming it
+// (an unowned Uncharge of the same group): its close returns what the group
+// still holds of them instead of nothing.
+TEST_F(SessionsTest, CloseReturnsWhatIsLeftAfterAnUnownedUncharge) {
+  ASSERT_TRUE(engine_->CreateGroup("/u", {}).ok());
+  const std::string id = Open();
+  ASSERT_TRUE(Charge("/u", 10, id).ok());
+  ASSERT_TRUE(Uncharge("/u", 4, "").ok());  // not naming the session
+  uint64_t returned = 0;
+  ASSERT_TRUE(Close(id, &returned).ok());
+  EXPECT_EQ(returned, 6u);
+  EXPECT_EQ(CurrentPages("/u"), 0u);
+}
+
+// SessionInfo.client_name is a proto string: a name that is not printable
+// ASCII is refused at OpenSession, so GetSession never sends invalid UTF-8.
+TEST_F(SessionsTest, ClientNameMustBePrintable) {
+  v1::OpenSessionRequest request;
+  request.set_client_name(std::string("\xff\xfe\x00\x1b", 4));
+  v1::OpenSessionResponse response;
+  const grpc::Status s =
+      stub_->OpenSession(Context().get(), request, &response);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("client_name"));
+  EXPECT_THAT(Metrics(), HasSubstr("cgacct_sessions 0"));
+}
+
 // Charges and uncharges racing with CloseSession and with expiry: after
 // everything settled, nothing is charged (no leak) and no uncharge failed
 // for want of pages (no holding went negative).
@@ -741,6 +768,40 @@ TEST_F(SessionsTest, DrainReturnsStockSoTheChargeSucceedsAtMax) {
   EXPECT_TRUE(responder.Finish().ok());
   ASSERT_EQ(responder.drain_paths().size(), 1u);
   EXPECT_EQ(responder.drain_paths()[0], "/d");
+}
+
+// A client answers a drain with the path it charged; the group was deleted
+// since and the server moved that holding to the parent: the answer still
+// returns the pages (to the parent, where DeleteGroup put them).
+TEST_F(SessionsTest, DrainAnswerForADeletedGroupReturnsItsMovedHolding) {
+  LimitsUpdate limits;
+  limits.max_pages = 128;
+  for (const char* path : {"/d", "/d/x"}) {  // through the service's store
+    v1::CreateGroupRequest create;
+    create.set_path(path);
+    v1::Group group;
+    ASSERT_TRUE(stub_->CreateGroup(Context().get(), create, &group).ok());
+  }
+  ASSERT_TRUE(engine_->SetLimits("/d", limits).ok());
+  const std::string id = Open();
+  ASSERT_TRUE(Charge("/d/x", 125, id).ok());
+  v1::DeleteGroupRequest del;
+  del.set_path("/d/x");
+  v1::DeleteGroupResponse deleted;
+  ASSERT_TRUE(stub_->DeleteGroup(Context().get(), del, &deleted).ok());
+  DrainResponder responder(stub_.get(), id, "/d/x", 125, /*answer=*/true);
+  // EXPECT, not ASSERT, until the responder is finished (its thread).
+  const grpc::Status s = Charge("/d", 8, "");
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  v1::SessionInfo info;
+  EXPECT_TRUE(GetSession(id, &info).ok());
+  EXPECT_EQ(info.held_pages(), 0u);
+  EXPECT_THAT(Metrics(),
+              HasSubstr("cgacct_session_drain_returned_pages_total 125"));
+  ASSERT_TRUE(Close(id).ok());
+  EXPECT_TRUE(responder.Finish().ok());
+  engine_->DrainAllStock();
+  EXPECT_EQ(CurrentPages("/d"), 8u);
 }
 
 // A session that never answers delays the charge by the bound, no more;
