@@ -83,15 +83,16 @@ absl::StatusOr<GroupStats> Engine::GetStats(absl::string_view path,
 absl::StatusOr<GroupEvents> Engine::GetEvents(GroupHandle group) const {
   return impl_->memcg.GetEvents(group);
 }
-absl::StatusOr<UnchargeResult> Engine::UnchargeAtMost(GroupHandle group,
-                                                      uint64_t nr_pages,
-                                                      PageKind kind) {
-  return impl_->memcg.UnchargeAtMost(group, nr_pages, kind);
+absl::StatusOr<UnchargeResult> Engine::UnchargeAtMost(
+    GroupHandle group, absl::string_view charged_path, uint64_t nr_pages,
+    PageKind kind) {
+  return impl_->memcg.UnchargeAtMost(group, charged_path, nr_pages, kind);
 }
 void Engine::DrainAllStock() { impl_->memcg.DrainAllStock(); }
 
-absl::Status Engine::DrainStock(GroupHandle group) {
-  return impl_->memcg.DrainStock(group);
+absl::Status Engine::DrainStock(GroupHandle group,
+                               absl::string_view charged_path) {
+  return impl_->memcg.DrainStock(group, charged_path);
 }
 void Engine::SetRemoteStockDrainer(RemoteStockDrainer* drainer) {
   impl_->memcg.SetRemoteStockDrainer(drainer);

@@ -158,12 +158,19 @@ class Engine {
   absl::StatusOr<UnchargeResult> Uncharge(
       GroupHandle group, uint64_t nr_pages, PageKind kind,
       std::optional<int> cpu = std::nullopt);
-  // Uncharge(group, ...) of at most nr_pages: ANON too uncharges what the
-  // group still holds of them instead of FAILED_PRECONDITION, and returns
-  // that number. For a holder returning pages it recorded when some may have
-  // been uncharged behind its back (a session's close or expiry). The
-  // serving thread's CPU slot. Thread-safe.
+  // Returns pages a holder recorded against `group` (charged at
+  // `charged_path`): uncharges at most nr_pages (> 0) pages of `kind`, ANON
+  // too taking what the group still holds of them instead of
+  // FAILED_PRECONDITION (some may have been uncharged behind the holder's
+  // back), and returns that number. If `group` was deleted since, from the
+  // nearest live ancestor of `charged_path` below the root, where
+  // DeleteGroup moved its pages (found under the same tree reader slot as the
+  // uncharge, so it cannot move again meanwhile). For a session's close or
+  // expiry. The serving thread's CPU slot. Thread-safe. Errors: NOT_FOUND
+  // when neither the group nor such an ancestor exists (nothing uncharged);
+  // INVALID_ARGUMENT as Uncharge for nr_pages or kind.
   absl::StatusOr<UnchargeResult> UnchargeAtMost(GroupHandle group,
+                                                absl::string_view charged_path,
                                                 uint64_t nr_pages,
                                                 PageKind kind);
 
@@ -187,10 +194,13 @@ class Engine {
   // stocked page of that subtree afterwards. The kernel drains a memcg's
   // stock this way when it goes offline (memcg_offline_kmem ->
   // drain_all_stock); cgacct's sessions call it after a close or expiry
-  // returned their pages (docs/DESIGN.md §4.14). Thread-safe; takes the
-  // calling CPU's tree reader slot. Errors: NOT_FOUND (deleted, or empty
-  // handle; nothing drained).
-  absl::Status DrainStock(GroupHandle group);
+  // returned their pages (docs/DESIGN.md §4.14). With `charged_path`, a
+  // deleted `group` is replaced by the nearest live ancestor of that path
+  // below the root, as in UnchargeAtMost. Thread-safe; takes the calling
+  // CPU's tree reader slot. Errors: NOT_FOUND (deleted, or empty handle, and
+  // no such ancestor; nothing drained).
+  absl::Status DrainStock(GroupHandle group,
+                          absl::string_view charged_path = {});
 
   // Installs (null: removes) the drainer a charge asks, once, for the pages
   // remote clients hold at or below the group whose memory.max it hit, after

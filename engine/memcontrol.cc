@@ -306,17 +306,9 @@ uint64_t MemoryController::DrainRemoteStock(Group* over, int cpu) {
       drainer->DrainRemoteStock(over->id(), over->path());
   for (const RemoteStockReturn& r : returned) {
     if (r.nr_pages == 0) continue;
-    absl::StatusOr<Group*> g = tree_.Find(r.group);
-    // The group was deleted since the pages were charged: DeleteGroup gave
-    // them to the parent (or further up): uncharge the nearest live one.
-    for (absl::string_view path = r.path; !g.ok() && path != "/";) {
-      path = ParentPath(path);
-      if (path == "/") break;
-      if (Group* up = tree_.Lookup(path)) g = up;
-    }
-    if (!g.ok()) continue;
+    // Deleted since the pages were charged: uncharged from the heir.
     absl::StatusOr<UnchargeResult> done =
-        UnchargeLocked(g, r.nr_pages, r.kind, cpu);
+        UnchargeLocked(FindOrHeir(r.group, r.path), r.nr_pages, r.kind, cpu);
     if (done.ok()) uncharged += done->nr_pages;
   }
   // They went into this CPU's stock: back to the counters, then tell the
@@ -412,12 +404,25 @@ absl::StatusOr<UnchargeResult> MemoryController::Uncharge(
   return UnchargeLocked(tree_.Find(group), nr_pages, kind, *cpu);
 }
 
+absl::StatusOr<Group*> MemoryController::FindOrHeir(
+    GroupHandle group, absl::string_view charged_path) {
+  absl::StatusOr<Group*> g = tree_.Find(group);
+  for (absl::string_view path = charged_path;
+       !g.ok() && !path.empty() && path != "/";) {
+    path = ParentPath(path);
+    if (path == "/") break;
+    if (Group* up = tree_.Lookup(path)) g = up;
+  }
+  return g;
+}
+
 absl::StatusOr<UnchargeResult> MemoryController::UnchargeAtMost(
-    GroupHandle group, uint64_t nr_pages, PageKind kind) {
+    GroupHandle group, absl::string_view charged_path, uint64_t nr_pages,
+    PageKind kind) {
   absl::StatusOr<int> cpu = CheckArgs(nr_pages, kind, std::nullopt, false);
   if (!cpu.ok()) return cpu.status();
   PercpuReaderLock l(tree_.lock(), *cpu);
-  return UnchargeLocked(tree_.Find(group), nr_pages, kind, *cpu,
+  return UnchargeLocked(FindOrHeir(group, charged_path), nr_pages, kind, *cpu,
                         /*at_most=*/true);
 }
 
@@ -486,9 +491,10 @@ void MemoryController::DrainAllStock() {
   stock_.DrainAll(nullptr, /*wait=*/true);
 }
 
-absl::Status MemoryController::DrainStock(GroupHandle group) {
+absl::Status MemoryController::DrainStock(GroupHandle group,
+                                          absl::string_view charged_path) {
   PercpuReaderLock l(tree_.lock(), CurrentCpu(nr_cpus_));
-  absl::StatusOr<Group*> found = tree_.Find(group);
+  absl::StatusOr<Group*> found = FindOrHeir(group, charged_path);
   if (!found.ok()) return found.status();
   stock_.DrainAll(&(*found)->memory(), /*wait=*/true);
   return absl::OkStatus();

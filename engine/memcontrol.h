@@ -78,6 +78,7 @@ class MemoryController {
                                           std::optional<int> cpu);
   // Engine::UnchargeAtMost.
   absl::StatusOr<UnchargeResult> UnchargeAtMost(GroupHandle group,
+                                                absl::string_view charged_path,
                                                 uint64_t nr_pages,
                                                 PageKind kind);
 
@@ -91,7 +92,7 @@ class MemoryController {
   void DrainAllStock();
   // drain_all_stock(memcg) of `group`'s subtree, waiting
   // (Engine::DrainStock). NOT_FOUND: deleted or empty handle.
-  absl::Status DrainStock(GroupHandle group);
+  absl::Status DrainStock(GroupHandle group, absl::string_view charged_path);
   // Engine::SetRemoteStockDrainer.
   void SetRemoteStockDrainer(RemoteStockDrainer* drainer) {
     remote_drainer_.store(drainer, std::memory_order_release);
@@ -141,6 +142,12 @@ class MemoryController {
       ABSL_SHARED_LOCKS_REQUIRED(tree_.lock());
   absl::Status TryChargeMemcg(Group* g, uint64_t nr_pages, int cpu,
                               uint64_t* nr_pages_over_high)
+      ABSL_SHARED_LOCKS_REQUIRED(tree_.lock());
+  // The group `group` names or, if it was deleted, the nearest live
+  // ancestor of `charged_path` below the root (where DeleteGroup moved its
+  // pages); NOT_FOUND if neither (an empty `charged_path`: no fallback).
+  absl::StatusOr<Group*> FindOrHeir(GroupHandle group,
+                                    absl::string_view charged_path)
       ABSL_SHARED_LOCKS_REQUIRED(tree_.lock());
   // `at_most`: Group::Uncharging()'s (UnchargeAtMost).
   absl::StatusOr<UnchargeResult> UnchargeLocked(

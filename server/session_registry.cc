@@ -344,21 +344,10 @@ void SessionRegistry::EndOp(const Op& op, bool applied) {
 uint64_t SessionRegistry::UnchargeHolding(const RemoteStockReturn& h) {
   if (h.nr_pages == 0) return 0;
   // At most: pages the session recorded may have been uncharged without
-  // naming it (an unowned Uncharge of the same group); what the group still
-  // holds of them is uncharged, never an error that would leave the rest.
+  // naming it (an unowned Uncharge of the same group); from the heir if the
+  // group was deleted since (Engine::UnchargeAtMost).
   absl::StatusOr<UnchargeResult> r =
-      engine_.UnchargeAtMost(h.group, h.nr_pages, h.kind);
-  // The group instance is gone (deleted after the holding was recorded):
-  // DeleteGroup gave its pages to the parent; uncharge the nearest live
-  // ancestor, never the root.
-  for (absl::string_view path = h.path;
-       !r.ok() && r.status().code() == absl::StatusCode::kNotFound;) {
-    path = ParentPath(path);
-    if (path == "/") break;
-    absl::StatusOr<GroupHandle> up = engine_.ResolveGroup(path);
-    if (!up.ok()) continue;
-    r = engine_.UnchargeAtMost(*up, h.nr_pages, h.kind);
-  }
+      engine_.UnchargeAtMost(h.group, h.path, h.nr_pages, h.kind);
   return r.ok() ? r->nr_pages : 0;
 }
 
@@ -401,7 +390,8 @@ uint64_t SessionRegistry::Finish(std::shared_ptr<Session> session,
   // memory.current exact: 0 once every client is gone. Closes are rare.
   absl::flat_hash_set<uint64_t> drained;
   for (const RemoteStockReturn& h : holdings)
-    if (drained.insert(h.group.id()).second) DrainStockOf(h);
+    if (drained.insert(h.group.id()).second)
+      engine_.DrainStock(h.group, h.path).IgnoreError();  // gone: nothing
   absl::MutexLock l(&mu_);
   if (reason == EndReason::kClose) {
     ++stats_.closed;
@@ -411,19 +401,6 @@ uint64_t SessionRegistry::Finish(std::shared_ptr<Session> session,
     stats_.returned_pages_expire += returned;
   }
   return returned;
-}
-
-void SessionRegistry::DrainStockOf(const RemoteStockReturn& h) {
-  absl::Status s = engine_.DrainStock(h.group);
-  // Deleted meanwhile: its pages (and stock owner) moved to the nearest
-  // live ancestor, as in UnchargeHolding.
-  for (absl::string_view path = h.path;
-       s.code() == absl::StatusCode::kNotFound;) {
-    path = ParentPath(path);
-    if (path == "/") break;
-    absl::StatusOr<GroupHandle> group = engine_.ResolveGroup(path);
-    s = group.ok() ? engine_.DrainStock(*group) : group.status();
-  }
 }
 
 void SessionRegistry::DropFromDrainsLocked(Session* session) {

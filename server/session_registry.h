@@ -236,11 +236,6 @@ class SessionRegistry final : public RemoteStockDrainer {
   // group instance is gone). Returns pages uncharged.
   uint64_t UnchargeHolding(const RemoteStockReturn& holding)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // After a close or expiry uncharged `holding`: drains the engine's
-  // per-CPU stock of its group (nearest live ancestor if the instance is
-  // gone), so memory.current keeps no page the session's uncharges parked
-  // there (Engine::DrainStock, drain_all_stock(memcg)).
-  void DrainStockOf(const RemoteStockReturn& holding) ABSL_LOCKS_EXCLUDED(mu_);
   void DropFromDrainsLocked(Session* session)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A drain in flight, or returned pages not yet uncharged, for a group at,

@@ -151,15 +151,7 @@ class AccountingService::SessionStreamCall final : public SessionStreamSink {
         return;
       }
       session_id_ = message.attach_session_id();
-      absl::StatusOr<uint64_t> lease =
-          registry_.Attach(identity_, session_id_, this);
-      if (!lease.ok()) {
-        EndWith(lease.status());
-        return;
-      }
-      v1::SessionServerMessage answer;
-      answer.set_expires_in_ms(*lease);
-      Queue(answer);
+      if (!AnswerLease(registry_.Attach(identity_, session_id_, this))) return;
     } else if (!message.attach_session_id().empty() &&
                message.attach_session_id() != session_id_) {
       EndWith(absl::InvalidArgumentError(absl::StrCat(
@@ -172,18 +164,24 @@ class AccountingService::SessionStreamCall final : public SessionStreamSink {
       registry_.DrainAnswer(session_id_, this, message.drain_id(),
                             message.returned());
     }
-    if (message.keepalive()) {
-      absl::StatusOr<uint64_t> lease = registry_.KeepAlive(session_id_, this);
-      if (!lease.ok()) {
-        EndWith(lease.status());
-        return;
-      }
-      v1::SessionServerMessage answer;
-      answer.set_expires_in_ms(*lease);
-      Queue(answer);
-    }
+    if (message.keepalive() &&
+        !AnswerLease(registry_.KeepAlive(session_id_, this)))
+      return;
     absl::MutexLock l(&mu_);
     if (!ending_) StartReadLocked();
+  }
+
+  // Answers an attach or keepalive with the lease's remaining ms (true), or
+  // ends the stream with the registry's refusal (false).
+  bool AnswerLease(const absl::StatusOr<uint64_t>& lease) {
+    if (!lease.ok()) {
+      EndWith(lease.status());
+      return false;
+    }
+    v1::SessionServerMessage answer;
+    answer.set_expires_in_ms(*lease);
+    Queue(answer);
+    return true;
   }
 
   void OnWrite(bool ok) {
