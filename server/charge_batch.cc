@@ -74,10 +74,11 @@ class AccountingService::ChargeOpRunner {
  public:
   // `caller`: who sends the ops (each distinct path is checked for
   // Access::kWrite once, when first resolved); must outlive the runner.
-  // `identity`: the caller's (CallerKey), owner of the sessions ops name.
+  // `identity`: the caller's (CallerKey), owner of the sessions ops name;
+  // must outlive the runner.
   ChargeOpRunner(AccountingService& service, const AuthCaller& caller,
-                 std::string identity)
-      : service_(service), caller_(caller), identity_(std::move(identity)) {}
+                 const std::string& identity)
+      : service_(service), caller_(caller), identity_(identity) {}
 
   // Fills `response` with one result per op of `request`, in order. The
   // caller has checked the op count against kMaxBatchOps.
@@ -235,7 +236,7 @@ class AccountingService::ChargeOpRunner {
 
   AccountingService& service_;
   const AuthCaller& caller_;
-  const std::string identity_;
+  const std::string& identity_;
   // The last ApplyToEngine() failed in the session's checks, not the engine.
   bool session_refused_ = false;
   // Pages the valid charge ops of the current request may still charge
@@ -264,8 +265,9 @@ grpc::ServerUnaryReactor* AccountingService::ChargeBatch(
         if (absl::Status s = CheckBatch(request); !s.ok()) return s;
         absl::StatusOr<AuthCaller> caller = AuthenticateCall(*context);
         if (!caller.ok()) return caller.status();
-        ChargeOpRunner runner(*this, *caller, CallerKey(context));
-        return RunBatch(runner, CallerKey(context), request, response);
+        const std::string identity = CallerKey(context);
+        ChargeOpRunner runner(*this, *caller, identity);
+        return RunBatch(runner, identity, request, response);
       });
 }
 
@@ -387,7 +389,7 @@ class AccountingService::ChargeStreamReactor final
         context_(context),
         caller_(std::move(caller)),
         identity_(AccountingService::CallerKey(context)),
-        runner_(service, caller_, AccountingService::CallerKey(context)),
+        runner_(service, caller_, identity_),
         start_ns_(start_ns),
         stream_permit_(std::move(stream_permit)) {
     const bool shutting_down = !service_.RegisterStream(this);
