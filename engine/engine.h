@@ -115,6 +115,10 @@ class Engine {
   // first. A charge that leaves a level over memory.high then runs
   // mem_cgroup_handle_over_high() (reclaim, `high` events) and returns the
   // throttle the kernel would sleep (0, or over 10 ms and at most 2 s).
+  // With a RemoteStockDrainer installed, inside a RemoteDrainDeferral::Scope
+  // (engine/remote_stock.h): UNAVAILABLE marked IsRemoteDrainDeferred(),
+  // nothing charged, when the charge reached the remote drain and the
+  // drainer would wait; run it again outside a Scope.
   absl::StatusOr<ChargeResult> Charge(absl::string_view path, uint64_t nr_pages,
                                       PageKind kind,
                                       std::optional<int> cpu = std::nullopt);

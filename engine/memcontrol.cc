@@ -257,9 +257,15 @@ absl::Status MemoryController::TryChargeMemcg(Group* g, uint64_t nr_pages,
       batch = nr_pages;
       continue;
     }
-    MemcgMemoryEvent(over, MemoryEvent::kMax, cpu);
-    const uint64_t reclaimed = ReclaimPages(over, nr_pages, cpu);
-    if (over->memory().Margin() >= nr_pages) continue;
+    uint64_t reclaimed = 0;
+    // The rerun of a deferred charge (RemoteDrainDeferral::Resume) resumes
+    // its turn at the drain: `max` and reclaim were done before it was
+    // deferred.
+    if (drained || !RemoteDrainDeferral::Resuming()) {
+      MemcgMemoryEvent(over, MemoryEvent::kMax, cpu);
+      reclaimed = ReclaimPages(over, nr_pages, cpu);
+      if (over->memory().Margin() >= nr_pages) continue;
+    }
     if (!drained) {
       // Once per charge, as the kernel's drain_all_stock(), but waiting
       // for a concurrent drain where the kernel's trylock skips it. Pages
@@ -269,7 +275,12 @@ absl::Status MemoryController::TryChargeMemcg(Group* g, uint64_t nr_pages,
       // Then the stocks clients hold across the network (sessions,
       // engine/remote_stock.h): only if the local drain left no room; what
       // they give back is uncharged into this CPU's stock, drained again.
-      if (over->memory().Margin() < nr_pages) DrainRemoteStock(over, cpu);
+      if (over->memory().Margin() < nr_pages &&
+          !DrainRemoteStock(over, cpu)) {
+        // A thread that may not wait (RemoteDrainDeferral): its caller
+        // runs the charge again where it may; nothing charged, no OOM.
+        return RemoteDrainDeferredError(ShortPath(over->path()));
+      }
       drained = true;
       continue;
     }
@@ -297,10 +308,13 @@ absl::Status MemoryController::TryChargeMemcg(Group* g, uint64_t nr_pages,
   return absl::ResourceExhaustedError(failed);
 }
 
-uint64_t MemoryController::DrainRemoteStock(Group* over, int cpu) {
+bool MemoryController::DrainRemoteStock(Group* over, int cpu) {
   RemoteStockDrainer* const drainer =
       remote_drainer_.load(std::memory_order_acquire);
-  if (drainer == nullptr) return 0;
+  if (drainer == nullptr) return true;
+  if (RemoteDrainDeferral::Active() &&
+      drainer->RemoteDrainWouldWait(over->id(), over->path()))
+    return false;
   uint64_t uncharged = 0;
   const std::vector<RemoteStockReturn> returned =
       drainer->DrainRemoteStock(over->id(), over->path());
@@ -315,7 +329,7 @@ uint64_t MemoryController::DrainRemoteStock(Group* over, int cpu) {
   // drainer (charges that joined this drain retry now).
   if (uncharged > 0) stock_.DrainAll(&over->memory(), /*wait=*/true);
   if (!returned.empty()) drainer->RemoteStockReturned(over->id(), over->path());
-  return uncharged;
+  return true;
 }
 
 // Inlined into both callers (path and handle): the fast path.
@@ -330,7 +344,9 @@ MemoryController::ChargeLocked(const absl::StatusOr<Group*>& found,
   uint64_t nr_pages_over_high = 0;
   if (absl::Status s = TryChargeMemcg(g, nr_pages, cpu, &nr_pages_over_high);
       !s.ok()) {
-    Bump(counters_[cpu].charges_oom);
+    // A deferred charge (RemoteDrainDeferral) is retried by its caller.
+    if (ABSL_PREDICT_TRUE(!IsRemoteDrainDeferred(s)))
+      Bump(counters_[cpu].charges_oom);
     return s;
   }
   g->Charged(kind, nr_pages);

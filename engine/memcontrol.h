@@ -16,7 +16,9 @@
 //     the uncharge (engine/group.h).
 //   - A failed call changes nothing but counters and memory.events.
 //   - Every Charge is counted once: charges_ok, charges_oom (RESOURCE
-//     EXHAUSTED) or charges_rejected (bad argument, no such group).
+//     EXHAUSTED) or charges_rejected (bad argument, no such group); a
+//     charge deferred to a waiting thread (RemoteDrainDeferral) is not
+//     counted: its caller runs it again, and that run is.
 //
 // Thread safety: thread-safe; every public method may be called from any
 // thread. The writer side of the tree lock is taken only by CreateGroup and
@@ -159,8 +161,9 @@ class MemoryController {
   // for the pages clients hold at or below `over` and uncharges what they
   // give back (into `cpu`'s stock, like any uncharge), drains them from the
   // stocks to the counters and tells the drainer (RemoteStockReturned).
-  // Returns the pages uncharged.
-  uint64_t DrainRemoteStock(Group* over, int cpu)
+  // Returns false, having asked nobody, if the drainer would wait and the
+  // thread may not (RemoteDrainDeferral::Scope); true otherwise.
+  bool DrainRemoteStock(Group* over, int cpu)
       ABSL_SHARED_LOCKS_REQUIRED(tree_.lock());
   void UpdateStats(Group* g, int cpu, PageKind kind, int64_t nr_pages);
   uint64_t ReclaimPages(Group* over, uint64_t nr_pages, int cpu)

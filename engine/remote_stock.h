@@ -13,6 +13,19 @@
 // (a client that does not answer in time is skipped, as the kernel's
 // drain_all_stock() skips a CPU whose stock lock is busy).
 //
+// Waiting threads. The drainer's wait is a network round trip; a front end
+// whose charging threads must not block (gRPC callback threads: a blocked
+// one delays every other call of the server) opens a
+// RemoteDrainDeferral::Scope around the charge. Inside one, a charge that
+// reaches the drain point while the drainer would wait
+// (RemoteDrainWouldWait) returns RemoteDrainDeferredError() instead:
+// nothing charged, no oom event, only what the kernel's loop does before
+// drain_all_stock() (a `max` event, reclaim, the local drain). The caller
+// then runs the charge again, from the start, on a thread of its own that
+// may wait (no Scope there). The kernel's charge never waits for the
+// drain work it queues; this is the closest a charge that must see the
+// pages back before it fails can come.
+//
 // Thread safety: implementations must be thread-safe: any charging thread
 // calls them, concurrently.
 #ifndef CGACCT_ENGINE_REMOTE_STOCK_H_
@@ -22,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "engine/group_handle.h"
 #include "engine/types.h"
@@ -65,7 +79,77 @@ class RemoteStockDrainer {
     (void)over_id;
     (void)over_path;
   }
+
+  // Whether DrainRemoteStock(over_id, over_path) would wait now: a holder
+  // to ask, or a drain in flight to join. Asked (before DrainRemoteStock)
+  // only inside a RemoteDrainDeferral::Scope; a false answer lets the
+  // charge go on at once. Same restrictions as DrainRemoteStock; must not
+  // block. The default: never.
+  virtual bool RemoteDrainWouldWait(uint64_t over_id,
+                                    absl::string_view over_path) {
+    (void)over_id;
+    (void)over_path;
+    return false;
+  }
 };
+
+// Two thread-local marks for the charges made inside their scopes (see
+// "Waiting threads" above). Scopes nest. Thread-compatible: each thread has
+// its own flags.
+class RemoteDrainDeferral {
+ private:
+  // Sets `*flag` (a thread_local) for its life, unless `enabled` is false,
+  // and restores it after.
+  class FlagScope {
+   public:
+    FlagScope(bool* flag, bool enabled) : flag_(flag), previous_(*flag) {
+      *flag_ = previous_ || enabled;
+    }
+    ~FlagScope() { *flag_ = previous_; }
+    FlagScope(const FlagScope&) = delete;
+    FlagScope& operator=(const FlagScope&) = delete;
+
+   private:
+    bool* const flag_;
+    const bool previous_;
+  };
+
+ public:
+  // The calling thread must not wait for a remote drain: a charge that
+  // would is deferred. `enabled` false: a no-op (for a caller that
+  // sometimes may wait).
+  class Scope : FlagScope {
+   public:
+    explicit Scope(bool enabled = true) : FlagScope(&active_, enabled) {}
+  };
+  // Whether the calling thread is inside a Scope.
+  static bool Active() { return active_; }
+
+  // The charges made inside it are the rerun of a deferred one: the first
+  // time such a charge fails it goes straight to the drain, without the
+  // `max` event and reclaim its deferred turn already did, so a deferred
+  // charge counts the events the same charge waiting in place would. Open
+  // it around the rerun of the deferred charge only (not around later
+  // charges of the same batch).
+  class Resume : FlagScope {
+   public:
+    explicit Resume(bool enabled = true) : FlagScope(&resuming_, enabled) {}
+  };
+  // Whether the calling thread is inside a Resume.
+  static bool Resuming() { return resuming_; }
+
+ private:
+  static thread_local bool active_;
+  static thread_local bool resuming_;
+};
+
+// The status of a charge deferred inside a RemoteDrainDeferral::Scope:
+// UNAVAILABLE with a payload that marks it (never an answer to a client:
+// the caller runs the charge again where it may wait). `over_path` names
+// the limiting group in the message.
+absl::Status RemoteDrainDeferredError(absl::string_view over_path);
+// Whether `status` is RemoteDrainDeferredError(...).
+bool IsRemoteDrainDeferred(const absl::Status& status);
 
 }  // namespace cgacct
 

@@ -289,13 +289,14 @@ void AccountingService::RecordRpc(RpcMethod method, int64_t start_ns,
 
 grpc::ServerUnaryReactor* AccountingService::FinishUnary(
     grpc::CallbackServerContext* context, RpcMethod method, int64_t start_ns,
-    const absl::Status& status, CallLimiter::Permit permit) {
+    const absl::Status& status, CallLimiter::Permit permit,
+    grpc::ServerUnaryReactor* reactor) {
   const grpc::Status answer = ToGrpcStatus(status);
   RecordRpc(method, start_ns, answer.error_code());
   // Given back before Finish: a client that has its answer may call again
   // at once without meeting its own previous call's permit.
   permit.Release();
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (reactor == nullptr) reactor = context->DefaultReactor();
   reactor->Finish(answer);
   return reactor;
 }
@@ -533,17 +534,25 @@ absl::Status AccountingService::DoSetLimits(const v1::SetLimitsRequest& request,
 grpc::ServerUnaryReactor* AccountingService::Charge(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request_bytes,
     grpc::ByteBuffer* response_bytes) {
+  // Owns its captures: a deferred call runs it again on a waiting thread
+  // (from the start: a deferred charge left nothing behind).
   return Unary<v1::ChargeRequest, v1::ChargeResponse>(
       context, RpcMethod::kCharge, request_bytes, response_bytes,
-      [&](const v1::ChargeRequest& request, v1::ChargeResponse* response) {
+      [this, context, rerun = false](const v1::ChargeRequest& request,
+                                     v1::ChargeResponse* response) mutable {
         if (absl::Status s =
                 AuthorizeCall(*context, Access::kWrite, request.path());
             !s.ok()) {
           CountChargeAnswer(s);  // a refused Charge is a rejected charge
           return s;
         }
-        return DoCharge(CallerKey(context), request, response);
-      });
+        // The rerun resumes the deferred turn (its `max` event is counted).
+        RemoteDrainDeferral::Resume resume(/*enabled=*/rerun);
+        absl::Status s = DoCharge(CallerKey(context), request, response);
+        rerun = IsRemoteDrainDeferred(s);
+        return s;
+      },
+      UnaryMode::kCharging);
 }
 
 template <typename Request, typename Call>
@@ -609,6 +618,13 @@ DedupAnswer AccountingService::ApplyPageRequest(
       handle.ok()
           ? call(&*handle, request.path(), request.nr_pages(), kind, engine_cpu)
           : AnswerWithStatus(handle.status());
+  if (ABSL_PREDICT_FALSE(IsRemoteDrainDeferred(answer.status))) {
+    // Not an answer: the call runs again on a waiting thread and begins
+    // again (meanwhile a retry of the id is a new arrival; whichever is
+    // applied first is the one the other replays).
+    dedup_.Abandon(key, begin.ticket);
+    return answer;
+  }
   // Persisted before the answer is stored or sent: an acknowledged id
   // survives a restart.
   StoredRequest stored;
@@ -705,8 +721,10 @@ absl::Status AccountingService::DoCharge(const std::string& identity,
         return ok;
       },
       &replayed);
-  // A replay was counted when it was first answered.
-  if (!replayed) CountChargeAnswer(answer.status);
+  // A replay was counted when it was first answered; a deferred charge is
+  // counted when it runs again.
+  if (!replayed && !IsRemoteDrainDeferred(answer.status))
+    CountChargeAnswer(answer.status);
   if (answer.status.ok()) {
     response->set_nr_pages(answer.nr_pages);
     response->set_throttle_us(answer.throttle_us);
@@ -918,7 +936,7 @@ grpc::ServerUnaryReactor* AccountingService::GetEngineInfo(
         DoGetEngineInfo(*caller, response);
         return absl::OkStatus();
       },
-      /*probe=*/true);
+      UnaryMode::kProbe);
 }
 
 void AccountingService::DoGetEngineInfo(const AuthCaller& caller,

@@ -61,8 +61,10 @@
 #include "engine/clock.h"
 #include "engine/engine.h"
 #include "engine/group_handle.h"
+#include "engine/remote_stock.h"
 #include "engine/types.h"
 #include "server/auth.h"
+#include "server/drain_wait_pool.h"
 #include "server/events_watch.h"
 #include "server/limits.h"
 #include "server/metrics.h"
@@ -426,20 +428,47 @@ class AccountingService final : public RawAccountingService {
   // UNAVAILABLE after BeginShutdown(); DEADLINE_EXCEEDED when the call's
   // deadline has passed. Every handler checks it before anything changes.
   absl::Status CheckCallable(const grpc::ServerContextBase& context) const;
-  // ChargeStream reactors register for BeginShutdown(); false: shutdown
-  // has begun (the stream must end at once). Unregister waits while
-  // BeginShutdown() is calling that reactor.
+  // Where a ChargeBatch request (or ChargeStream message) stands between a
+  // RunBatch() that was deferred (a charge op waits for sessions' drain
+  // answers) and the RunBatch() that resumes it. Reset when one ends.
+  struct BatchProgress {
+    bool begun = false;  // idempotency checked (and, keyed, Begin() done)
+    int next_op = 0;     // the first op not yet applied
+    bool deferred = false;  // next_op was deferred: its rerun resumes
+    bool keyed = false;  // batch_dedup_ entry in flight under `ticket`
+    std::string dedup_key;
+    uint64_t ticket = 0;
+    uint64_t scope = 0;
+    uint64_t digest = 0;
+  };
   // Runs a ChargeBatch request (or ChargeStream message) through `runner`,
   // at most once per (identity, generations of its groups,
   // idempotency_key) inside the window when it has a key; records the
   // response in the state store. Errors (nothing applied):
   // INVALID_ARGUMENT bad key, or the key used for other ops; ABORTED the
-  // same key is in flight. Implemented in server/charge_batch.cc.
+  // same key is in flight. Inside a RemoteDrainDeferral::Scope it may
+  // return IsRemoteDrainDeferred() with the ops before the deferred one
+  // applied (their results in `response`) and `progress` saying where it
+  // stopped: call it again, outside a Scope, with the same request,
+  // response and progress. Implemented in server/charge_batch.cc.
   absl::Status RunBatch(ChargeOpRunner& runner, const std::string& identity,
                         const cgacct::v1::ChargeBatchRequest& request,
-                        cgacct::v1::ChargeBatchResponse* response);
+                        cgacct::v1::ChargeBatchResponse* response,
+                        BatchProgress* progress);
+  absl::Status BeginKeyedBatch(const std::string& identity,
+                               const cgacct::v1::ChargeBatchRequest& request,
+                               cgacct::v1::ChargeBatchResponse* response,
+                               BatchProgress* progress);
+  absl::Status RunBatchSteps(ChargeOpRunner& runner,
+                             const std::string& identity,
+                             const cgacct::v1::ChargeBatchRequest& request,
+                             cgacct::v1::ChargeBatchResponse* response,
+                             BatchProgress* progress);
   // Calls stream->OnServerShutdown() (server/charge_batch.cc).
   static void NotifyStreamShutdown(ChargeStreamReactor* stream);
+  // ChargeStream reactors register for BeginShutdown(); false: shutdown
+  // has begun (the stream must end at once). Unregister waits while
+  // BeginShutdown() is calling that reactor.
   bool RegisterStream(ChargeStreamReactor* stream)
       ABSL_LOCKS_EXCLUDED(streams_mu_);
   void UnregisterStream(ChargeStreamReactor* stream)
@@ -448,24 +477,35 @@ class AccountingService final : public RawAccountingService {
   // and the scope of request ids and idempotency keys ("" = anonymous).
   static std::string CallerKey(const grpc::ServerContextBase* context);
 
+  enum class UnaryMode {
+    kAdmitted,  // shutdown, deadline and in-flight checks; body runs once
+    kProbe,     // GetEngineInfo: served during shutdown, never shed
+    // kAdmitted, and `body` charges: it runs in a RemoteDrainDeferral::Scope
+    // and may return IsRemoteDrainDeferred(); it is then called again, with
+    // the same request and the response as it left it, on a
+    // drain_wait_pool_ thread (no Scope: it may wait), which finishes the
+    // call. Such a body must own what it captures (not `[&]`) and carry its
+    // own progress (a batch resumes at the op that was deferred).
+    kCharging,
+  };
   // The one adapter of the ten unary methods from raw bytes to typed
-  // messages. Unless `probe` (GetEngineInfo: served during shutdown, never
-  // shed): refuses the call after BeginShutdown() or past its deadline, and
-  // admits it as one in-flight message of the caller (a Permit held while
-  // `body` runs; a shed call finishes at once). Then parses `request_bytes`
-  // as a Request (INVALID_ARGUMENT naming the type otherwise; an
-  // undecodable Charge counts as a rejected charge), runs
+  // messages. Unless kProbe: refuses the call after BeginShutdown() or past
+  // its deadline, and admits it as one in-flight message of the caller (a
+  // Permit held while `body` runs; a shed call finishes at once). Then
+  // parses `request_bytes` as a Request (INVALID_ARGUMENT naming the type
+  // otherwise; an undecodable Charge counts as a rejected charge), runs
   // `body(const Request&, Response*)` (returning absl::Status), serializes
-  // its Response into `response_bytes` if OK, and finishes the call.
+  // its Response into `response_bytes` if OK, and finishes the call (see
+  // kCharging for a deferred body).
   template <typename Request, typename Response, typename Body>
   grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* context,
                                   RpcMethod method,
                                   const grpc::ByteBuffer* request_bytes,
                                   grpc::ByteBuffer* response_bytes, Body&& body,
-                                  bool probe = false) {
+                                  UnaryMode mode = UnaryMode::kAdmitted) {
     const int64_t start_ns = clock_.NowNs();
     CallLimiter::Permit permit;
-    if (!probe) {
+    if (mode != UnaryMode::kProbe) {
       // Shutdown and the deadline first: nothing changes for such a call.
       if (absl::Status s = CheckCallable(*context); !s.ok())
         return FinishUnary(context, method, start_ns, s);
@@ -485,7 +525,30 @@ class AccountingService final : public RawAccountingService {
     absl::Status status = ParseRequest(*request_bytes, &request);
     if (status.ok()) {
       Response response;
-      status = body(static_cast<const Request&>(request), &response);
+      if (mode == UnaryMode::kCharging) {
+        {
+          RemoteDrainDeferral::Scope no_wait;  // a gRPC callback thread
+          status = body(static_cast<const Request&>(request), &response);
+        }
+        if (ABSL_PREDICT_FALSE(IsRemoteDrainDeferred(status))) {
+          // Taken once: DefaultReactor() constructs the reactor anew.
+          grpc::ServerUnaryReactor* const reactor = context->DefaultReactor();
+          drain_wait_pool_.Run(
+              [this, context, reactor, method, start_ns, response_bytes,
+               request = std::move(request), response = std::move(response),
+               body = std::forward<Body>(body),
+               permit = std::move(permit)]() mutable {
+                absl::Status s =
+                    body(static_cast<const Request&>(request), &response);
+                if (s.ok()) s = SerializeResponse(response, response_bytes);
+                FinishUnary(context, method, start_ns, s, std::move(permit),
+                            reactor);
+              });
+          return reactor;
+        }
+      } else {
+        status = body(static_cast<const Request&>(request), &response);
+      }
       if (status.ok()) status = SerializeResponse(response, response_bytes);
     } else if (method == RpcMethod::kCharge) {
       CountChargeAnswer(status);  // a refused Charge is a rejected charge
@@ -503,12 +566,13 @@ class AccountingService final : public RawAccountingService {
   absl::Status CheckBatch(const cgacct::v1::ChargeBatchRequest& request) const;
 
   // Converts `status` (ToGrpcStatus), records the call's metrics (latency
-  // since `start_ns` on clock_) and finishes it.
+  // since `start_ns` on clock_) and finishes it on `reactor` (null: the
+  // context's DefaultReactor(), which must not have been taken before).
   // A held `permit` is given back before the call is finished.
-  grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context,
-                                        RpcMethod method, int64_t start_ns,
-                                        const absl::Status& status,
-                                        CallLimiter::Permit permit = {});
+  grpc::ServerUnaryReactor* FinishUnary(
+      grpc::CallbackServerContext* context, RpcMethod method, int64_t start_ns,
+      const absl::Status& status, CallLimiter::Permit permit = {},
+      grpc::ServerUnaryReactor* reactor = nullptr);
   void RecordRpc(RpcMethod method, int64_t start_ns, grpc::StatusCode code);
   // Counts `status`, the answer to one charge (a Charge or a charge op), as
   // rejected unless it is OK or RESOURCE_EXHAUSTED. The only place the
@@ -652,6 +716,10 @@ class AccountingService final : public RawAccountingService {
   // Thread-safe on its own; declared last: destroyed first (stops its
   // reaper and leaves the engine's drainer hook before anything else goes).
   std::unique_ptr<SessionRegistry> sessions_;
+  // Where charges that wait for sessions' drain answers finish (Unary's
+  // kCharging, ChargeStream). Thread-safe on its own; declared after
+  // sessions_: destroyed before it (its last tasks may still ask it).
+  DrainWaitPool drain_wait_pool_;
 };
 
 }  // namespace cgacct

@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -26,6 +27,7 @@
 #include "engine/engine.h"
 #include "engine/group_handle.h"
 #include "engine/group_path.h"
+#include "engine/remote_stock.h"
 #include "server/accounting_service.h"
 #include "server/request_dedup.h"
 #include "server/state_store.h"
@@ -80,17 +82,41 @@ class AccountingService::ChargeOpRunner {
                  const std::string& identity)
       : service_(service), caller_(caller), identity_(identity) {}
 
-  // Fills `response` with one result per op of `request`, in order. The
-  // caller has checked the op count against kMaxBatchOps.
-  void Run(const v1::ChargeBatchRequest& request,
-           v1::ChargeBatchResponse* response) {
-    budget_ = service_.max_charge_pages_;
+  // Fills `response` with one result per op of `request`, in order, from
+  // op *next_op (0: a new request). The caller has checked the op count
+  // against kMaxBatchOps. Inside a RemoteDrainDeferral::Scope, an op whose
+  // charge would wait for sessions' drain answers stops the run: nothing
+  // of it applied, *next_op is its index, and the result is
+  // IsRemoteDrainDeferred(); calling Run again (outside a Scope) with the
+  // same request, response and *next_op, and `resume` true, resumes there
+  // (that op's charge inside a RemoteDrainDeferral::Resume). Otherwise OK
+  // and *next_op is 0.
+  absl::Status Run(const v1::ChargeBatchRequest& request,
+                   v1::ChargeBatchResponse* response, int* next_op,
+                   bool resume) {
     auto* results = response->mutable_results();
-    results->Clear();  // keeps the cleared OpResults for reuse by Add()
-    results->Reserve(request.ops_size());
-    for (int i = 0; i < request.ops_size(); ++i) {
-      Apply(i, request.ops(i), results->Add());
+    if (*next_op == 0) {
+      budget_ = service_.max_charge_pages_;
+      results->Clear();  // keeps the cleared OpResults for reuse by Add()
+      results->Reserve(request.ops_size());
     }
+    for (int i = *next_op; i < request.ops_size(); ++i) {
+      v1::OpResult* result =
+          i < results->size() ? results->Mutable(i) : results->Add();
+      bool applied;
+      if (ABSL_PREDICT_FALSE(resume && i == *next_op)) {
+        RemoteDrainDeferral::Resume resumed;
+        applied = Apply(i, request.ops(i), result);
+      } else {
+        applied = Apply(i, request.ops(i), result);
+      }
+      if (ABSL_PREDICT_FALSE(!applied)) {
+        *next_op = i;
+        return RemoteDrainDeferredError(request.ops(i).path());
+      }
+    }
+    *next_op = 0;
+    return absl::OkStatus();
   }
 
  private:
@@ -129,7 +155,8 @@ class AccountingService::ChargeOpRunner {
     last_ = nullptr;
   }
 
-  void Apply(int index, const v1::ChargeOp& op, v1::OpResult* result) {
+  // False: the op was deferred (see Run), nothing of it applied.
+  bool Apply(int index, const v1::ChargeOp& op, v1::OpResult* result) {
     result->set_id(op.id());
     const absl::string_view path = op.path();
     const GroupHandle* handle = Find(path);
@@ -143,7 +170,10 @@ class AccountingService::ChargeOpRunner {
       // a path stays cached only once it passed.
       if (s.ok() && service_.authorizer_ != nullptr)
         s = service_.authorizer_->Check(caller_, Access::kWrite, path);
-      if (!s.ok()) return Fail(index, op, s, result);
+      if (!s.ok()) {
+        Fail(index, op, s, result);
+        return true;
+      }
     }
     const std::optional<uint32_t> cpu =
         op.has_cpu() ? std::optional<uint32_t>(op.cpu()) : std::nullopt;
@@ -152,27 +182,31 @@ class AccountingService::ChargeOpRunner {
     if (absl::Status s = service_.ValidatePageArgs(
             op.nr_pages(), kind, cpu, /*charge=*/!op.uncharge(), &engine_cpu);
         !s.ok()) {
-      return Fail(index, op, s, result);
+      Fail(index, op, s, result);
+      return true;
     }
     // The per-call cap is one budget for the whole request: each valid
     // charge op takes its pages from it, whatever the engine answers.
     if (!op.uncharge() && service_.max_charge_pages_ != 0) {
       if (op.nr_pages() > budget_) {
-        return Fail(index, op,
-                    absl::InvalidArgumentError(absl::StrCat(
-                        "nr_pages ", op.nr_pages(), " exceeds the ", budget_,
-                        " pages left of this request's per-call cap of ",
-                        service_.max_charge_pages_,
-                        " pages (--max_charge_pages, "
-                        "EngineInfo.max_charge_pages)")),
-                    result);
+        Fail(index, op,
+             absl::InvalidArgumentError(absl::StrCat(
+                 "nr_pages ", op.nr_pages(), " exceeds the ", budget_,
+                 " pages left of this request's per-call cap of ",
+                 service_.max_charge_pages_,
+                 " pages (--max_charge_pages, EngineInfo.max_charge_pages)")),
+             result);
+        return true;
       }
       budget_ -= op.nr_pages();
     }
     if (handle == nullptr) {
       absl::StatusOr<GroupHandle> resolved =
           service_.engine_.ResolveGroup(path);
-      if (!resolved.ok()) return Fail(index, op, resolved.status(), result);
+      if (!resolved.ok()) {
+        Fail(index, op, resolved.status(), result);
+        return true;
+      }
       handle = Insert(path, *resolved);
     }
     session_refused_ = false;
@@ -182,7 +216,10 @@ class AccountingService::ChargeOpRunner {
       Forget();
       absl::StatusOr<GroupHandle> resolved =
           service_.engine_.ResolveGroup(path);
-      if (!resolved.ok()) return Fail(index, op, resolved.status(), result);
+      if (!resolved.ok()) {
+        Fail(index, op, resolved.status(), result);
+        return true;
+      }
       status =
           ApplyToEngine(*Insert(path, *resolved), op, kind, engine_cpu, result);
       if (status.code() == absl::StatusCode::kNotFound) {
@@ -194,7 +231,14 @@ class AccountingService::ChargeOpRunner {
             ": no such group (deleted while this op was applied)"));
       }
     }
+    if (ABSL_PREDICT_FALSE(IsRemoteDrainDeferred(status))) {
+      // Run again later: the op takes its pages from the budget then.
+      if (!op.uncharge() && service_.max_charge_pages_ != 0)
+        budget_ += op.nr_pages();
+      return false;
+    }
     if (!status.ok()) Fail(index, op, status, result);
+    return true;
   }
 
   absl::Status ApplyToEngine(GroupHandle handle, const v1::ChargeOp& op,
@@ -258,28 +302,44 @@ absl::Status AccountingService::CheckBatch(
 grpc::ServerUnaryReactor* AccountingService::ChargeBatch(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request_bytes,
     grpc::ByteBuffer* response_bytes) {
+  // Owns what the body needs, so that a call deferred to a waiting thread
+  // (Unary's kCharging) resumes with the same runner and progress.
+  struct BatchCall {
+    BatchCall(AccountingService& service, AuthCaller who, std::string key)
+        : caller(std::move(who)),
+          identity(std::move(key)),
+          runner(service, caller, identity) {}
+    const AuthCaller caller;
+    const std::string identity;
+    ChargeOpRunner runner;  // refers to caller and identity
+    BatchProgress progress;
+  };
   return Unary<v1::ChargeBatchRequest, v1::ChargeBatchResponse>(
       context, RpcMethod::kChargeBatch, request_bytes, response_bytes,
-      [&](const v1::ChargeBatchRequest& request,
-          v1::ChargeBatchResponse* response) {
-        if (absl::Status s = CheckBatch(request); !s.ok()) return s;
-        absl::StatusOr<AuthCaller> caller = AuthenticateCall(*context);
-        if (!caller.ok()) return caller.status();
-        const std::string identity = CallerKey(context);
-        ChargeOpRunner runner(*this, *caller, identity);
-        return RunBatch(runner, identity, request, response);
-      });
+      [this, context, call = std::unique_ptr<BatchCall>()](
+          const v1::ChargeBatchRequest& request,
+          v1::ChargeBatchResponse* response) mutable -> absl::Status {
+        if (call == nullptr) {
+          if (absl::Status s = CheckBatch(request); !s.ok()) return s;
+          absl::StatusOr<AuthCaller> caller = AuthenticateCall(*context);
+          if (!caller.ok()) return caller.status();
+          call = std::make_unique<BatchCall>(*this, *std::move(caller),
+                                             CallerKey(context));
+        }
+        return RunBatch(call->runner, call->identity, request, response,
+                        &call->progress);
+      },
+      UnaryMode::kCharging);
 }
 
-absl::Status AccountingService::RunBatch(
-    ChargeOpRunner& runner, const std::string& identity,
-    const v1::ChargeBatchRequest& request, v1::ChargeBatchResponse* response) {
-  if (!request.has_idempotency_key()) {
-    runner.Run(request, response);
-    response->set_replayed(false);
-    return absl::OkStatus();
-  }
+// The idempotency_key's checks and batch_dedup_.Begin(): OK with
+// progress->keyed set when the ops are to be applied; OK without it when
+// `response` holds the replayed answer; an error otherwise.
+absl::Status AccountingService::BeginKeyedBatch(
+    const std::string& identity, const v1::ChargeBatchRequest& request,
+    v1::ChargeBatchResponse* response, BatchProgress* progress) {
   const std::string& key = request.idempotency_key();
+  progress->begun = true;
   if (key.empty())
     return absl::InvalidArgumentError(
         "idempotency_key must not be empty when present");
@@ -319,7 +379,7 @@ absl::Status AccountingService::RunBatch(
             "idempotency_key \"", absl::CHexEscape(key), "\": the stored response is corrupt"));
       }
       response->set_replayed(true);
-      return absl::OkStatus();
+      return absl::OkStatus();  // not keyed: nothing to apply
     case RequestDedupCache::Verdict::kMismatch:
       return absl::InvalidArgumentError(absl::StrCat(
           "idempotency_key \"", absl::CHexEscape(key),
@@ -330,17 +390,61 @@ absl::Status AccountingService::RunBatch(
     case RequestDedupCache::Verdict::kProceed:
       break;
   }
-  runner.Run(request, response);
+  progress->keyed = true;
+  progress->dedup_key = dedup_key;
+  progress->ticket = begin.ticket;
+  progress->scope = scope;
+  progress->digest = digest;
+  return absl::OkStatus();
+}
+
+absl::Status AccountingService::RunBatch(ChargeOpRunner& runner,
+                                         const std::string& identity,
+                                         const v1::ChargeBatchRequest& request,
+                                         v1::ChargeBatchResponse* response,
+                                         BatchProgress* progress) {
+  absl::Status status =
+      RunBatchSteps(runner, identity, request, response, progress);
+  if (ABSL_PREDICT_TRUE(!IsRemoteDrainDeferred(status))) {
+    *progress = BatchProgress();
+  } else {
+    progress->deferred = true;
+  }
+  return status;
+}
+
+absl::Status AccountingService::RunBatchSteps(
+    ChargeOpRunner& runner, const std::string& identity,
+    const v1::ChargeBatchRequest& request, v1::ChargeBatchResponse* response,
+    BatchProgress* progress) {
+  if (!request.has_idempotency_key()) {
+    if (absl::Status s = runner.Run(request, response, &progress->next_op,
+                                    progress->deferred);
+        !s.ok())
+      return s;  // deferred
+    response->set_replayed(false);
+    return absl::OkStatus();
+  }
+  const std::string& key = request.idempotency_key();
+  if (!progress->begun) {
+    absl::Status begun =
+        BeginKeyedBatch(identity, request, response, progress);
+    if (!begun.ok() || !progress->keyed) return begun;  // refused, replayed
+  }
+  if (absl::Status s = runner.Run(request, response, &progress->next_op,
+                                  progress->deferred);
+      !s.ok())
+    return s;  // deferred: the entry stays in flight
   response->set_replayed(false);
   DedupAnswer answer;
   answer.body = response->SerializeAsString();
   StoredRequest stored;
   stored.identity = identity;
   stored.request_id = key;
-  stored.scope = scope;
+  stored.scope = progress->scope;
   stored.method = static_cast<int>(DedupFingerprint::Method::kBatch);
-  stored.nr_pages = fingerprint.nr_pages;
-  stored.digest = digest;
+  stored.nr_pages = static_cast<uint64_t>(request.ops_size());
+  stored.digest = progress->digest;
   stored.body = answer.body;
   const absl::Time now = absl::Now();
   stored.arrived_unix_ns = absl::ToUnixNanos(now);
@@ -350,7 +454,8 @@ absl::Status AccountingService::RunBatch(
       !s.ok()) {
     rpc_metrics_.RecordStateStoreError();
   }
-  batch_dedup_.Complete(dedup_key, begin.ticket, std::move(answer));
+  batch_dedup_.Complete(progress->dedup_key, progress->ticket,
+                        std::move(answer));
   return absl::OkStatus();
 }
 
@@ -522,8 +627,27 @@ class AccountingService::ChargeStreamReactor final
       if (stop_finish) DoFinish();
       return;
     }
-    absl::Status run =
-        service_.RunBatch(runner_, identity_, request_, &responses_[buffer]);
+    ApplyAndAnswer(buffer, /*may_defer=*/true);
+  }
+
+  // Applies request_ into responses_[buffer] (applying_ is set), then sends
+  // or parks the response as the class comment says. `may_defer`: on a
+  // gRPC callback thread; a charge op that would wait for sessions' drain
+  // answers hands the rest of the request to the service's DrainWaitPool
+  // (applying_ stays set meanwhile, so the stream neither reads nor
+  // finishes), which calls this again with may_defer false.
+  void ApplyAndAnswer(int buffer, bool may_defer) {
+    absl::Status run;
+    {
+      RemoteDrainDeferral::Scope no_wait(/*enabled=*/may_defer);
+      run = service_.RunBatch(runner_, identity_, request_,
+                              &responses_[buffer], &progress_);
+    }
+    if (ABSL_PREDICT_FALSE(IsRemoteDrainDeferred(run))) {
+      service_.drain_wait_pool_.Run(
+          [this, buffer] { ApplyAndAnswer(buffer, /*may_defer=*/false); });
+      return;
+    }
     // The wire form of the response, while its buffer is ours (not on the
     // wire, not parked).
     if (run.ok()) {
@@ -663,6 +787,7 @@ class AccountingService::ChargeStreamReactor final
   const AuthCaller caller_;  // authenticated when the stream started
   const std::string identity_;  // CallerKey(context_)
   ChargeOpRunner runner_;  // touched only by the thread applying a request
+  BatchProgress progress_;  // likewise
   const int64_t start_ns_;                // service_.clock_
   const CallLimiter::Permit stream_permit_;  // released when the reactor goes
   grpc::ByteBuffer request_bytes_;           // owned by the outstanding read

@@ -84,6 +84,16 @@ void RequestDedupCache::Complete(const std::string& request_id, uint64_t ticket,
   EvictBytesLocked();
 }
 
+void RequestDedupCache::Abandon(const std::string& request_id,
+                                uint64_t ticket) {
+  absl::MutexLock l(&mu_);
+  auto it = entries_.find(request_id);
+  // Its arrival stays queued; eviction skips an arrival whose entry is gone.
+  if (it != entries_.end() && it->second.ticket == ticket &&
+      it->second.in_flight)
+    EraseLocked(it);
+}
+
 void RequestDedupCache::Restore(const std::string& request_id,
                                 const DedupFingerprint& fingerprint,
                                 DedupAnswer answer, absl::Duration age) {

@@ -121,6 +121,13 @@ class RequestDedupCache {
   void Complete(const std::string& request_id, uint64_t ticket,
                 DedupAnswer answer) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Forgets the in-flight entry of the call Begin() let proceed with
+  // `ticket`, which ended without an answer and will Begin() again (a
+  // charge deferred to a waiting thread, server/drain_wait_pool.h). A no-op
+  // if that entry is gone or answered.
+  void Abandon(const std::string& request_id, uint64_t ticket)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
   // Entries currently held (in flight or answered, not yet expired).
   size_t size() const ABSL_LOCKS_EXCLUDED(mu_);
 

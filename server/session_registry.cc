@@ -579,11 +579,43 @@ std::vector<RemoteStockReturn> SessionRegistry::DrainRemoteStock(
 
 void SessionRegistry::JoinInFlightLocked(absl::string_view over_path,
                                          absl::Time deadline) {
-  if (!OverlapsInFlightLocked(over_path)) return;
+  if (!OverlapsDrainLocked(over_path) && !OverlapsUnsettledLocked(over_path))
+    return;
   ++stats_.drains_joined;
-  while (OverlapsInFlightLocked(over_path) && !shut_down_) {
+  while (OverlapsDrainLocked(over_path) && !shut_down_) {
     if (cv_.WaitWithDeadline(&mu_, deadline)) break;
   }
+  // Pages answered but not yet uncharged are room a moment from now: a
+  // charge whose own wait ended while they were in transit must not fail
+  // for want of them. Bounded all the same (a second bound).
+  const absl::Time settle_deadline =
+      std::max(deadline, absl::Now()) + options_.drain_timeout;
+  while (OverlapsUnsettledLocked(over_path) && !shut_down_) {
+    if (cv_.WaitWithDeadline(&mu_, settle_deadline)) break;
+  }
+}
+
+bool SessionRegistry::RemoteDrainWouldWait(uint64_t over_id,
+                                           absl::string_view over_path) {
+  (void)over_id;
+  if (attached_.load(std::memory_order_relaxed) == 0) return false;
+  absl::MutexLock l(&mu_);
+  if (shut_down_) return false;
+  bool would_wait =
+      OverlapsDrainLocked(over_path) || OverlapsUnsettledLocked(over_path);
+  for (auto it = sessions_.begin(); !would_wait && it != sessions_.end();
+       ++it) {
+    const Session& s = *it->second;
+    if (s.stream == nullptr || s.closing) continue;
+    for (const auto& [key, h] : s.holdings) {
+      if (h.nr_pages > 0 && AtOrBelow(h.path, over_path)) {
+        would_wait = true;
+        break;
+      }
+    }
+  }
+  if (would_wait) ++stats_.drains_deferred;
+  return would_wait;
 }
 
 void SessionRegistry::RemoteStockReturned(uint64_t over_id,
@@ -596,14 +628,22 @@ void SessionRegistry::RemoteStockReturned(uint64_t over_id,
   cv_.SignalAll();
 }
 
-bool SessionRegistry::OverlapsInFlightLocked(absl::string_view over_path) const {
-  auto overlaps = [&](absl::string_view other) {
-    return AtOrBelow(other, over_path) || AtOrBelow(over_path, other);
-  };
+namespace {
+bool Overlap(absl::string_view a, absl::string_view b) {
+  return AtOrBelow(a, b) || AtOrBelow(b, a);
+}
+}  // namespace
+
+bool SessionRegistry::OverlapsDrainLocked(absl::string_view over_path) const {
   for (const auto& [id, drain] : drains_)
-    if (overlaps(drain->over_path)) return true;
+    if (Overlap(drain->over_path, over_path)) return true;
+  return false;
+}
+
+bool SessionRegistry::OverlapsUnsettledLocked(
+    absl::string_view over_path) const {
   for (const auto& [path, n] : unsettled_)
-    if (overlaps(path)) return true;
+    if (Overlap(path, over_path)) return true;
   return false;
 }
 
@@ -692,6 +732,14 @@ class SessionMetrics final : public prometheus::Collectable {
         "Charges at memory.max that asked sessions to return their stock "
         "(drain_all_stock() over the network).",
         MetricType::Counter, {counter(static_cast<double>(s.drains))});
+    add("cgacct_session_drains_joined_total",
+        "Charges at memory.max that waited for another charge's drain in "
+        "flight instead of asking sessions themselves.",
+        MetricType::Counter, {counter(static_cast<double>(s.drains_joined))});
+    add("cgacct_session_drains_deferred_total",
+        "Charges that would have waited for drain answers on a gRPC "
+        "callback thread and were moved to a waiting thread.",
+        MetricType::Counter, {counter(static_cast<double>(s.drains_deferred))});
     add("cgacct_session_drain_requests_total",
         "Drain requests sent to sessions, by whether the session answered "
         "within --session_drain_timeout_ms.",

@@ -108,6 +108,9 @@ struct SessionStats {
   uint64_t returned_pages_expire = 0;  // uncharged by expiries
   uint64_t drains = 0;                 // charges that asked sessions
   uint64_t drains_joined = 0;  // charges that waited for a drain in flight
+  // Charges on a thread that may not wait (gRPC's) handed to a waiting
+  // thread (server/drain_wait_pool.h).
+  uint64_t drains_deferred = 0;
   uint64_t drain_requests_answered = 0;  // per session asked
   uint64_t drain_requests_timeout = 0;
   uint64_t drain_returned_pages = 0;
@@ -216,6 +219,12 @@ class SessionRegistry final : public RemoteStockDrainer {
       override ABSL_LOCKS_EXCLUDED(mu_);
   void RemoteStockReturned(uint64_t over_id, absl::string_view over_path)
       override ABSL_LOCKS_EXCLUDED(mu_);
+  // True when an attached session holds pages at or below `over_path`, or
+  // a drain overlapping it is in flight or its pages not yet uncharged:
+  // the charge is deferred to a waiting thread (counted in
+  // SessionStats::drains_deferred).
+  bool RemoteDrainWouldWait(uint64_t over_id, absl::string_view over_path)
+      override ABSL_LOCKS_EXCLUDED(mu_);
 
   SessionStats stats() const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -238,14 +247,18 @@ class SessionRegistry final : public RemoteStockDrainer {
       ABSL_LOCKS_EXCLUDED(mu_);
   void DropFromDrainsLocked(Session* session)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A drain in flight, or returned pages not yet uncharged, for a group at,
-  // above or below `over_path`.
-  bool OverlapsInFlightLocked(absl::string_view over_path) const
+  // A drain in flight for a group at, above or below `over_path`.
+  bool OverlapsDrainLocked(absl::string_view over_path) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Returned pages not yet uncharged (unsettled_) for such a group.
+  bool OverlapsUnsettledLocked(absl::string_view over_path) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Joins the drains in flight overlapping `over_path` (a charge that has
   // no stock of its own to ask for, or whose asked sessions had nothing left,
-  // while another drain brings pages back): waits until they are over and
-  // their pages uncharged (RemoteStockReturned), or `deadline`, or Shutdown.
+  // while another drain brings pages back): waits until they are over, or
+  // `deadline`, and then, past the deadline too, until the pages they
+  // brought back are uncharged (RemoteStockReturned: the charging thread
+  // that holds them is uncharging them, no network wait), or Shutdown.
   void JoinInFlightLocked(absl::string_view over_path, absl::Time deadline)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReaperLoop() ABSL_LOCKS_EXCLUDED(mu_);
@@ -278,7 +291,8 @@ class SessionRegistry final : public RemoteStockDrainer {
 
 // cgacct_sessions, cgacct_sessions_{opened,closed,expired}_total,
 // cgacct_session_returned_pages_total{reason="close|expire"},
-// cgacct_session_drains_total,
+// cgacct_session_drains_total, cgacct_session_drains_joined_total,
+// cgacct_session_drains_deferred_total,
 // cgacct_session_drain_requests_total{result="answered|timeout"},
 // cgacct_session_drain_returned_pages_total, read from `registry` at scrape
 // time. `registry` must outlive the collectable.

@@ -46,12 +46,29 @@ class FakeDrainer final : public RemoteStockDrainer {
     MutexLock l(&mu_);
     return over_ids_;
   }
+  bool RemoteDrainWouldWait(uint64_t over_id,
+                            absl::string_view over_path) override {
+    (void)over_id;
+    MutexLock l(&mu_);
+    would_wait_asked_.push_back(std::string(over_path));
+    return would_wait_;
+  }
+  void SetWouldWait(bool would_wait) {
+    MutexLock l(&mu_);
+    would_wait_ = would_wait;
+  }
+  std::vector<std::string> would_wait_asked() {
+    MutexLock l(&mu_);
+    return would_wait_asked_;
+  }
 
  private:
   Mutex mu_;  // engine/mutex.h: visible to TSan
   RemoteStockReturn give_;
   std::vector<std::string> calls_;
   std::vector<uint64_t> over_ids_;
+  bool would_wait_ = false;
+  std::vector<std::string> would_wait_asked_;
 };
 
 class RemoteStockTest : public ::testing::Test {
@@ -120,6 +137,64 @@ TEST_F(RemoteStockTest, AskedOncePerChargeThenOom) {
   EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(drainer_.calls().size(), 1u);
   EXPECT_EQ(engine_->GetStats("/d", FlushMode::kExact)->events.oom, 1u);
+}
+
+// Inside a RemoteDrainDeferral::Scope, a charge that would wait for the
+// drainer is handed back (deferred) with nothing charged and no OOM, and
+// the drainer is not asked; run again outside the Scope, it waits and
+// succeeds. A drainer that would not wait lets the charge go on at once.
+TEST_F(RemoteStockTest, DeferredInsideAScopeWhenTheDrainerWouldWait) {
+  GroupHandle s = *engine_->ResolveGroup("/d/s");
+  ASSERT_TRUE(engine_->Charge(s, 125, PageKind::kAnon, 0).ok());
+  drainer_.Give(s, "/d/s", 125);
+  drainer_.SetWouldWait(true);
+  absl::StatusOr<ChargeResult> r;
+  {
+    RemoteDrainDeferral::Scope no_wait;
+    EXPECT_TRUE(RemoteDrainDeferral::Active());
+    r = engine_->Charge("/d/c", 8, PageKind::kAnon, 1);
+  }
+  EXPECT_FALSE(RemoteDrainDeferral::Active());
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(IsRemoteDrainDeferred(r.status())) << r.status();
+  EXPECT_THAT(drainer_.would_wait_asked(), ::testing::ElementsAre("/d"));
+  EXPECT_TRUE(drainer_.calls().empty());
+  absl::StatusOr<GroupStats> d = engine_->GetStats("/d", FlushMode::kExact);
+  EXPECT_EQ(d->events.oom, 0u);
+  EXPECT_EQ(d->events.max, 1u);  // the loop's turn before the drain
+  EXPECT_EQ(engine_->GetStats("/d/c", FlushMode::kExact)->events.oom_kill, 0u);
+  EXPECT_EQ(engine_->GetCounters().charges_oom, 0u);
+  engine_->DrainAllStock();
+  EXPECT_EQ(Current("/d"), 125u);  // nothing of the deferred charge
+  // The rerun, outside a Scope: not asked whether it would wait; waits,
+  // succeeds. Resuming the deferred turn, it raises no second `max`: the
+  // events are those of the same charge waiting in place.
+  {
+    RemoteDrainDeferral::Resume resume;
+    EXPECT_TRUE(RemoteDrainDeferral::Resuming());
+    r = engine_->Charge("/d/c", 8, PageKind::kAnon, 1);
+  }
+  EXPECT_FALSE(RemoteDrainDeferral::Resuming());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(drainer_.would_wait_asked().size(), 1u);
+  EXPECT_THAT(drainer_.calls(), ::testing::ElementsAre("/d"));
+  d = engine_->GetStats("/d", FlushMode::kExact);
+  EXPECT_EQ(d->events.max, 1u);
+  EXPECT_EQ(d->events.oom, 0u);
+}
+
+TEST_F(RemoteStockTest, NotDeferredWhenTheDrainerWouldNotWait) {
+  ASSERT_TRUE(engine_->Charge("/d/s", 125, PageKind::kAnon, 0).ok());
+  RemoteDrainDeferral::Scope no_wait;
+  absl::StatusOr<ChargeResult> r =
+      engine_->Charge("/d/c", 8, PageKind::kAnon, 1);
+  // Nobody to wait for: asked, nothing back, the charge OOMs as before.
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_FALSE(IsRemoteDrainDeferred(r.status()));
+  EXPECT_EQ(drainer_.calls().size(), 1u);
+  EXPECT_EQ(engine_->GetStats("/d", FlushMode::kExact)->events.oom, 1u);
+  // An ordinary UNAVAILABLE is not a deferral.
+  EXPECT_FALSE(IsRemoteDrainDeferred(absl::UnavailableError("x")));
 }
 
 // Pages of a group deleted since they were charged are uncharged from the

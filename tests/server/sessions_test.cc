@@ -198,6 +198,31 @@ class SessionsTest : public ::testing::Test {
     return true;
   }
 
+  // /d (max 128 pages) with /d/c, `holder` below it, and /e (no limit);
+  // a session that holds 125 pages at `holder`. Returns its id.
+  std::string SessionHoldingMostOfD(const std::string& holder) {
+    LimitsUpdate limits;
+    limits.max_pages = 128;
+    EXPECT_TRUE(engine_->CreateGroup("/d", limits).ok());
+    EXPECT_TRUE(engine_->CreateGroup(holder, {}).ok());
+    EXPECT_TRUE(engine_->CreateGroup("/d/c", {}).ok());
+    EXPECT_TRUE(engine_->CreateGroup("/e", {}).ok());
+    const std::string id = Open();
+    EXPECT_TRUE(Charge(holder, 125, id).ok());
+    return id;
+  }
+
+  // Appends an ANON op (its id: its 1-based position).
+  static void AddOp(v1::ChargeBatchRequest* request, const std::string& path,
+                    uint64_t nr_pages, bool uncharge = false) {
+    v1::ChargeOp* op = request->add_ops();
+    op->set_id(static_cast<uint64_t>(request->ops_size()));
+    op->set_path(path);
+    op->set_nr_pages(nr_pages);
+    op->set_kind(v1::PAGE_KIND_ANON);
+    op->set_uncharge(uncharge);
+  }
+
   std::unique_ptr<Engine> engine_;
   RpcMetrics rpc_metrics_;
   std::unique_ptr<AccountingService> service_;
@@ -978,6 +1003,177 @@ TEST_F(SessionsTest, ManyChargesWaitingAtMaxStillGetTheAnswers) {
   engine_->DrainAllStock();
   EXPECT_EQ(CurrentPages("/m"),
             kMax - kSessions * kStock + kCharges * 8);
+}
+
+// A session that never answers, and more charges at that group's max than
+// gRPC has callback threads, through Charge, ChargeBatch and ChargeStream at
+// once: each charge is delayed by the bound once (they wait side by side on
+// the server's drain-wait threads, not one after another on gRPC's), and
+// calls to other groups are not delayed at all. Before the waiting charges
+// left the callback threads, 12 charges with a 500 ms bound took up to
+// ~3 s and every other call of the server queued behind them. A batch op
+// applied before the deferred one is applied once (not again on resume).
+TEST_F(SessionsTest, SilentSessionDelaysConcurrentChargesOnlyByTheBound) {
+  constexpr absl::Duration kBound = absl::Milliseconds(500);
+  constexpr int kPerKind = 4;  // Charge, ChargeBatch, ChargeStream each
+  SessionOptions options;
+  options.drain_timeout = kBound;
+  Start(options);
+  const std::string id = SessionHoldingMostOfD("/d/t");
+  DrainResponder silent(stub_.get(), id, "/d/t", 125, /*answer=*/false);
+
+  // One op that fits (elsewhere), then the one at /d's max.
+  v1::ChargeBatchRequest batch;
+  AddOp(&batch, "/e", 1);
+  AddOp(&batch, "/d/c", 8);
+
+  std::atomic<int> ready{0};
+  constexpr int kChargers = 3 * kPerKind;
+  std::vector<absl::Duration> took(kChargers);
+  std::vector<std::string> outcome(kChargers);
+  std::vector<std::thread> chargers;
+  for (int i = 0; i < kChargers; ++i) {
+    chargers.emplace_back([&, i] {
+      ready.fetch_add(1);
+      while (ready.load() < kChargers) std::this_thread::yield();
+      const absl::Time start = absl::Now();
+      if (i < kPerKind) {
+        outcome[i] = absl::StrCat(Charge("/d/c", 8, "").error_code());
+      } else if (i < 2 * kPerKind) {
+        v1::ChargeBatchResponse response;
+        const grpc::Status s =
+            stub_->ChargeBatch(Context().get(), batch, &response);
+        outcome[i] = s.ok() && response.results_size() == 2
+                         ? absl::StrCat(response.results(0).code(), ",",
+                                        response.results(1).code())
+                         : s.error_message();
+      } else {
+        auto context = Context();
+        auto stream = stub_->ChargeStream(context.get());
+        v1::ChargeBatchResponse response;
+        const bool io = stream->Write(batch) && stream->Read(&response);
+        stream->WritesDone();
+        const grpc::Status s = stream->Finish();
+        outcome[i] = io && s.ok() && response.results_size() == 2
+                         ? absl::StrCat(response.results(0).code(), ",",
+                                        response.results(1).code())
+                         : s.error_message();
+      }
+      took[i] = absl::Now() - start;
+    });
+  }
+  // Meanwhile, calls that have nothing to do with /d.
+  absl::SleepFor(kBound / 5);  // the charges are waiting by now
+  absl::Duration slowest_other;
+  for (int i = 0; i < 10; ++i) {
+    const absl::Time start = absl::Now();
+    Stats("/e");  // a GetStats
+    EXPECT_TRUE(Charge("/e", 1, "").ok());
+    EXPECT_TRUE(Uncharge("/e", 1, "").ok());
+    slowest_other = std::max(slowest_other, absl::Now() - start);
+  }
+  for (std::thread& t : chargers) t.join();
+  absl::Duration slowest_charge;
+  for (int i = 0; i < kChargers; ++i) {
+    // An OOM after the bound (the silent session kept its pages); a
+    // batch's first op applied.
+    const std::string exhausted =
+        absl::StrCat(grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_EQ(outcome[i], i < kPerKind ? exhausted : "0," + exhausted) << i;
+    EXPECT_GE(took[i], kBound) << i;
+    slowest_charge = std::max(slowest_charge, took[i]);
+  }
+  std::printf("%d charges at max with a silent session, bound %s: slowest "
+              "%s; slowest GetStats+Charge+Uncharge elsewhere meanwhile %s\n",
+              kChargers, absl::FormatDuration(kBound).c_str(),
+              absl::FormatDuration(slowest_charge).c_str(),
+              absl::FormatDuration(slowest_other).c_str());
+  EXPECT_LT(slowest_charge, kBound + absl::Milliseconds(400));
+  EXPECT_LT(slowest_other, kBound / 2);
+  // Each batch's first op once: 8 pages at /e, not 16.
+  engine_->DrainAllStock();
+  EXPECT_EQ(CurrentPages("/e"), static_cast<uint64_t>(2 * kPerKind));
+  EXPECT_EQ(CurrentPages("/d"), 125u);
+  const SessionStats stats = service_->sessions().stats();
+  EXPECT_GE(stats.drains_deferred, static_cast<uint64_t>(kChargers));
+  EXPECT_EQ(Stats("/d").events().oom(), static_cast<uint64_t>(kChargers));
+  EXPECT_THAT(Metrics(), HasSubstr("cgacct_session_drains_deferred_total"));
+  ASSERT_TRUE(Close(id).ok());
+  EXPECT_TRUE(silent.Finish().ok());
+}
+
+// A batch and a stream whose op at max is deferred and then served by an
+// answering session's stock: every op applied exactly once, in order; an
+// idempotency_key replay after the deferral answers the stored results and
+// applies nothing; a keyed single Charge deferred the same way is applied
+// once and replayed.
+TEST_F(SessionsTest, DeferredBatchStreamAndKeyedChargeApplyOnce) {
+  const std::string id = SessionHoldingMostOfD("/d/s");
+  DrainResponder responder(stub_.get(), id, "/d/s", 125, /*answer=*/true);
+  v1::ChargeBatchRequest batch;
+  batch.set_idempotency_key("deferred-batch");
+  AddOp(&batch, "/e", 3);
+  AddOp(&batch, "/d/c", 8);  // at max: deferred, then drained
+  AddOp(&batch, "/e", 1, /*uncharge=*/true);
+  AddOp(&batch, "/d/c", 2);
+  v1::ChargeBatchResponse first;
+  ASSERT_TRUE(stub_->ChargeBatch(Context().get(), batch, &first).ok());
+  ASSERT_EQ(first.results_size(), 4);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(first.results(i).code(), 0) << i << first.results(i).message();
+    EXPECT_EQ(first.results(i).id(), static_cast<uint64_t>(i + 1));
+  }
+  EXPECT_FALSE(first.replayed());
+  EXPECT_GE(service_->sessions().stats().drains_deferred, 1u);
+  v1::ChargeBatchResponse again;
+  ASSERT_TRUE(stub_->ChargeBatch(Context().get(), batch, &again).ok());
+  EXPECT_TRUE(again.replayed());
+  ASSERT_EQ(again.results_size(), 4);
+  engine_->DrainAllStock();
+  EXPECT_EQ(CurrentPages("/e"), 2u);
+  EXPECT_EQ(CurrentPages("/d"), 10u);
+  EXPECT_EQ(Stats("/d").events().oom(), 0u);
+
+  // The stream: the same again at a full /d; two requests, answers in order.
+  ASSERT_TRUE(Charge("/d/s", 118, id).ok());  // /d at 128
+  {
+    auto context = Context();
+    auto stream = stub_->ChargeStream(context.get());
+    v1::ChargeBatchRequest r1;
+    AddOp(&r1, "/d/c", 8);
+    v1::ChargeBatchRequest r2;
+    AddOp(&r2, "/e", 5);
+    ASSERT_TRUE(stream->Write(r1));
+    ASSERT_TRUE(stream->Write(r2));
+    stream->WritesDone();
+    v1::ChargeBatchResponse a1, a2;
+    ASSERT_TRUE(stream->Read(&a1));
+    ASSERT_TRUE(stream->Read(&a2));
+    const grpc::Status s = stream->Finish();
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    ASSERT_EQ(a1.results_size(), 1);
+    EXPECT_EQ(a1.results(0).code(), 0) << a1.results(0).message();
+    ASSERT_EQ(a2.results_size(), 1);
+    EXPECT_EQ(a2.results(0).code(), 0);
+  }
+  engine_->DrainAllStock();
+  EXPECT_EQ(CurrentPages("/e"), 7u);
+  EXPECT_EQ(CurrentPages("/d"), 18u);
+
+  // A keyed Charge deferred, then replayed.
+  ASSERT_TRUE(Charge("/d/s", 110, id).ok());  // /d at 128
+  v1::ChargeResponse charged;
+  ASSERT_TRUE(Charge("/d/c", 8, "", v1::PAGE_KIND_ANON, "keyed-1", &charged)
+                  .ok());
+  EXPECT_FALSE(charged.replayed());
+  ASSERT_TRUE(Charge("/d/c", 8, "", v1::PAGE_KIND_ANON, "keyed-1", &charged)
+                  .ok());
+  EXPECT_TRUE(charged.replayed());
+  engine_->DrainAllStock();
+  EXPECT_EQ(CurrentPages("/d"), 26u);
+  EXPECT_EQ(Stats("/d").events().oom(), 0u);
+  ASSERT_TRUE(Close(id).ok());
+  EXPECT_TRUE(responder.Finish().ok());
 }
 
 // --- SIGKILL ----------------------------------------------------------------
