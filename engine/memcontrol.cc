@@ -276,7 +276,7 @@ absl::Status MemoryController::TryChargeMemcg(Group* g, uint64_t nr_pages,
       // engine/remote_stock.h): only if the local drain left no room; what
       // they give back is uncharged into this CPU's stock, drained again.
       if (over->memory().Margin() < nr_pages &&
-          !DrainRemoteStock(over, cpu)) {
+          !DrainRemoteStock(over, nr_pages, cpu)) {
         // A thread that may not wait (RemoteDrainDeferral): its caller
         // runs the charge again where it may; nothing charged, no OOM.
         return RemoteDrainDeferredError(ShortPath(over->path()));
@@ -308,7 +308,8 @@ absl::Status MemoryController::TryChargeMemcg(Group* g, uint64_t nr_pages,
   return absl::ResourceExhaustedError(failed);
 }
 
-bool MemoryController::DrainRemoteStock(Group* over, int cpu) {
+bool MemoryController::DrainRemoteStock(Group* over, uint64_t nr_pages,
+                                        int cpu) {
   RemoteStockDrainer* const drainer =
       remote_drainer_.load(std::memory_order_acquire);
   if (drainer == nullptr) return true;
@@ -317,7 +318,7 @@ bool MemoryController::DrainRemoteStock(Group* over, int cpu) {
     return false;
   uint64_t uncharged = 0;
   const std::vector<RemoteStockReturn> returned =
-      drainer->DrainRemoteStock(over->id(), over->path());
+      drainer->DrainRemoteStock(over->id(), over->path(), nr_pages);
   for (const RemoteStockReturn& r : returned) {
     if (r.nr_pages == 0) continue;
     // Deleted since the pages were charged: uncharged from the heir.

@@ -163,7 +163,7 @@ class MemoryController {
   // stocks to the counters and tells the drainer (RemoteStockReturned).
   // Returns false, having asked nobody, if the drainer would wait and the
   // thread may not (RemoteDrainDeferral::Scope); true otherwise.
-  bool DrainRemoteStock(Group* over, int cpu)
+  bool DrainRemoteStock(Group* over, uint64_t nr_pages, int cpu)
       ABSL_SHARED_LOCKS_REQUIRED(tree_.lock());
   void UpdateStats(Group* g, int cpu, PageKind kind, int64_t nr_pages);
   uint64_t ReclaimPages(Group* over, uint64_t nr_pages, int cpu)

@@ -60,12 +60,15 @@ class RemoteStockDrainer {
   // Asks the holders of pages charged at or below the group `over_path`
   // (id `over_id`) to give them back, waiting at most the drainer's own
   // bound, and returns what they gave back before it passed; the engine
-  // uncharges it. Called on the charging thread while it holds a group-tree
+  // uncharges it. `nr_pages` is what the charge needs: once the holders
+  // gave back at least that much, the drainer may stop waiting for the
+  // others (their answers still return their pages, later). Called on the
+  // charging thread while it holds a group-tree
   // reader slot: it must not call into the engine (a second reader slot on
   // the same thread can deadlock against a waiting CreateGroup/DeleteGroup),
   // and should return at once (empty) when nobody holds anything.
   virtual std::vector<RemoteStockReturn> DrainRemoteStock(
-      uint64_t over_id, absl::string_view over_path) = 0;
+      uint64_t over_id, absl::string_view over_path, uint64_t nr_pages) = 0;
 
   // Called on the same charging thread once the engine uncharged what a
   // DrainRemoteStock(over_id, over_path) call returned (non-empty) and

@@ -99,6 +99,7 @@ struct SessionRegistry::Drain {
   std::string over_path;
   absl::flat_hash_set<Session*> pending;
   std::vector<RemoteStockReturn> returned;
+  uint64_t returned_pages = 0;  // the sum of `returned`
 };
 
 absl::Status SessionOptions::Validate() const {
@@ -504,6 +505,7 @@ void SessionRegistry::DrainAnswer(
         stats_.drain_returned_pages += take;
         RemoteStockReturn back{h.group, h.path, kind, take};
         if (drain != nullptr) {
+          drain->returned_pages += take;
           drain->returned.push_back(std::move(back));
         } else {
           late.push_back(std::move(back));
@@ -512,7 +514,9 @@ void SessionRegistry::DrainAnswer(
     }
     if (drain != nullptr && drain->pending.erase(&s) > 0) {
       ++stats_.drain_requests_answered;
-      if (drain->pending.empty()) cv_.SignalAll();
+      // The last answer, or pages that may cover the charge: wake it.
+      if (drain->pending.empty() || drain->returned_pages > 0)
+        cv_.SignalAll();
     }
   }
   // Nobody waits for these any more: uncharge them here (no reader slot is
@@ -521,7 +525,7 @@ void SessionRegistry::DrainAnswer(
 }
 
 std::vector<RemoteStockReturn> SessionRegistry::DrainRemoteStock(
-    uint64_t over_id, absl::string_view over_path) {
+    uint64_t over_id, absl::string_view over_path, uint64_t nr_pages) {
   (void)over_id;
   if (attached_.load(std::memory_order_relaxed) == 0) return {};
   Drain drain;
@@ -559,11 +563,23 @@ std::vector<RemoteStockReturn> SessionRegistry::DrainRemoteStock(
   drain.over_path = std::string(over_path);
   drains_.emplace(drain.id, &drain);
   const absl::Time deadline = absl::Now() + options_.drain_timeout;
-  // The wait releases mu_: the answers (DrainAnswer) take it.
-  while (!drain.pending.empty() && !shut_down_) {
-    if (cv_.WaitWithDeadline(&mu_, deadline)) break;
+  // The wait releases mu_: the answers (DrainAnswer) take it. Pages that
+  // cover the charge end it early: they are room now, and a charge that
+  // joined this drain (or sent its own to the same silent session) waits
+  // for them to be uncharged, not for a session that will not answer.
+  bool timed_out = false;
+  while (!drain.pending.empty() && drain.returned_pages < nr_pages &&
+         !shut_down_) {
+    if (cv_.WaitWithDeadline(&mu_, deadline)) {
+      timed_out = true;
+      break;
+    }
   }
-  stats_.drain_requests_timeout += drain.pending.size();
+  if (timed_out || drain.returned_pages < nr_pages) {
+    stats_.drain_requests_timeout += drain.pending.size();
+  } else {
+    stats_.drain_requests_unneeded += drain.pending.size();
+  }
   drains_.erase(drain.id);
   cv_.SignalAll();  // joiners: the drain is over
   if (drain.returned.empty()) {
@@ -742,12 +758,16 @@ class SessionMetrics final : public prometheus::Collectable {
         MetricType::Counter, {counter(static_cast<double>(s.drains_deferred))});
     add("cgacct_session_drain_requests_total",
         "Drain requests sent to sessions, by whether the session answered "
-        "within --session_drain_timeout_ms.",
+        "within --session_drain_timeout_ms (timeout), or was still "
+        "unanswered when other sessions had returned what the charge "
+        "needed (unneeded).",
         MetricType::Counter,
         {counter(static_cast<double>(s.drain_requests_answered),
                  {{"result", "answered"}}),
          counter(static_cast<double>(s.drain_requests_timeout),
-                 {{"result", "timeout"}})});
+                 {{"result", "timeout"}}),
+         counter(static_cast<double>(s.drain_requests_unneeded),
+                 {{"result", "unneeded"}})});
     add("cgacct_session_drain_returned_pages_total",
         "Pages sessions returned in answer to drain requests.",
         MetricType::Counter,

@@ -113,6 +113,8 @@ struct SessionStats {
   uint64_t drains_deferred = 0;
   uint64_t drain_requests_answered = 0;  // per session asked
   uint64_t drain_requests_timeout = 0;
+  // Unanswered when the pages already returned covered the charge.
+  uint64_t drain_requests_unneeded = 0;
   uint64_t drain_returned_pages = 0;
 };
 
@@ -213,9 +215,13 @@ class SessionRegistry final : public RemoteStockDrainer {
   // is going away; usage is not persisted). Idempotent.
   void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
 
-  // RemoteStockDrainer (engine/remote_stock.h).
+  // RemoteStockDrainer (engine/remote_stock.h). Waits until every asked
+  // session answered, or the pages returned reach `nr_pages` (the requests
+  // still unanswered then are counted `unneeded`; their answers, if any,
+  // are uncharged when they arrive), or drain_timeout.
   std::vector<RemoteStockReturn> DrainRemoteStock(uint64_t over_id,
-                                                  absl::string_view over_path)
+                                                  absl::string_view over_path,
+                                                  uint64_t nr_pages)
       override ABSL_LOCKS_EXCLUDED(mu_);
   void RemoteStockReturned(uint64_t over_id, absl::string_view over_path)
       override ABSL_LOCKS_EXCLUDED(mu_);
@@ -293,7 +299,7 @@ class SessionRegistry final : public RemoteStockDrainer {
 // cgacct_session_returned_pages_total{reason="close|expire"},
 // cgacct_session_drains_total, cgacct_session_drains_joined_total,
 // cgacct_session_drains_deferred_total,
-// cgacct_session_drain_requests_total{result="answered|timeout"},
+// cgacct_session_drain_requests_total{result="answered|timeout|unneeded"},
 // cgacct_session_drain_returned_pages_total, read from `registry` at scrape
 // time. `registry` must outlive the collectable.
 std::shared_ptr<prometheus::Collectable> MakeSessionMetrics(

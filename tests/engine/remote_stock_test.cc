@@ -23,7 +23,9 @@ namespace {
 class FakeDrainer final : public RemoteStockDrainer {
  public:
   std::vector<RemoteStockReturn> DrainRemoteStock(
-      uint64_t over_id, absl::string_view over_path) override {
+      uint64_t over_id, absl::string_view over_path,
+      uint64_t nr_pages) override {
+    (void)nr_pages;
     MutexLock l(&mu_);
     calls_.push_back(std::string(over_path));
     over_ids_.push_back(over_id);
