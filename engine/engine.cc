@@ -4,6 +4,8 @@
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+
 #include "engine/flusher.h"
 #include "engine/memcontrol.h"
 
@@ -65,6 +67,15 @@ absl::StatusOr<ChargeResult> Engine::Charge(GroupHandle group,
                                             uint64_t nr_pages, PageKind kind,
                                             std::optional<int> cpu) {
   return impl_->memcg.Charge(group, nr_pages, kind, cpu);
+}
+absl::StatusOr<ChargeResult> Engine::ChargeWithBatch(
+    GroupHandle group, uint64_t nr_pages, uint64_t batch_pages, PageKind kind,
+    std::optional<int> cpu) {
+  if (batch_pages < nr_pages)
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch_pages ", batch_pages, " is below nr_pages ",
+                     nr_pages));
+  return impl_->memcg.Charge(group, nr_pages, kind, cpu, batch_pages);
 }
 absl::StatusOr<UnchargeResult> Engine::Uncharge(GroupHandle group,
                                                 uint64_t nr_pages,

@@ -158,6 +158,21 @@ class Engine {
                                       PageKind kind,
                                       std::optional<int> cpu = std::nullopt);
 
+  // Charge(group, nr_pages, ...) for a caller that keeps a stock of its own
+  // (a client library, docs/DESIGN.md §4.15): charges batch_pages
+  // (>= nr_pages) if the page counters take them at once, else exactly
+  // nr_pages through the whole path (reclaim, drains, OOM), as
+  // try_charge_memcg() charges max(MEMCG_CHARGE_BATCH, nr_pages) and drops
+  // to nr_pages before any reclaim. The batch is the caller's: none of it
+  // goes into the engine's per-CPU stock (unless batch_pages is below the
+  // engine's own batch, whose surplus does, as in Charge). Returns the
+  // pages charged (ChargeResult.nr_pages: batch_pages or nr_pages).
+  // Errors: Charge's; INVALID_ARGUMENT batch_pages < nr_pages, or
+  // batch_pages out of the range Charge allows for nr_pages.
+  absl::StatusOr<ChargeResult> ChargeWithBatch(
+      GroupHandle group, uint64_t nr_pages, uint64_t batch_pages,
+      PageKind kind, std::optional<int> cpu = std::nullopt);
+
   // Uncharge(path, ...) on a resolved group; NOT_FOUND as for Charge above.
   absl::StatusOr<UnchargeResult> Uncharge(
       GroupHandle group, uint64_t nr_pages, PageKind kind,

@@ -231,30 +231,36 @@ absl::StatusOr<GroupInfo> MemoryController::SetLimits(
 // stock checks nothing, as in the kernel.
 absl::Status MemoryController::TryChargeMemcg(Group* g, uint64_t nr_pages,
                                               int cpu,
-                                              uint64_t* nr_pages_over_high) {
+                                              uint64_t* nr_pages_over_high,
+                                              uint64_t* charged) {
   *nr_pages_over_high = 0;
   PageCounter* const memory = &g->memory();
-  uint64_t batch = std::max<uint64_t>(stock_.batch_pages(), nr_pages);
+  // What the caller takes on success: its own batch while that may still
+  // fit, then exactly nr_pages.
+  uint64_t take = std::max(*charged, nr_pages);
+  *charged = take;
+  uint64_t batch = std::max<uint64_t>(stock_.batch_pages(), take);
   int retries = kMaxReclaimRetries;
   bool drained = false;
   Group* over = nullptr;
   for (;;) {
-    if (stock_.Consume(cpu, memory, nr_pages)) return absl::OkStatus();
+    if (stock_.Consume(cpu, memory, take)) return absl::OkStatus();
     // The stock's pool: pages this group parked from another CPU's slot.
-    if (const uint64_t pooled = stock_.TakePooled(memory, nr_pages)) {
-      if (pooled > nr_pages) stock_.Refill(cpu, memory, pooled - nr_pages);
+    if (const uint64_t pooled = stock_.TakePooled(memory, take)) {
+      if (pooled > take) stock_.Refill(cpu, memory, pooled - take);
       return absl::OkStatus();
     }
     PageCounter* fail = nullptr;
     if (memory->TryCharge(batch, &fail)) {
-      if (batch > nr_pages) stock_.Refill(cpu, memory, batch - nr_pages);
+      if (batch > take) stock_.Refill(cpu, memory, batch - take);
       if (MemoryHighExceeded(g)) *nr_pages_over_high = batch;
       return absl::OkStatus();
     }
     over = GroupOfCounter(g, fail);
     if (batch > nr_pages) {
-      // Retry the exact amount before any reclaim or event.
-      batch = nr_pages;
+      // Retry the exact amount before any reclaim or event (the caller's
+      // batch too: it gets nr_pages).
+      batch = take = *charged = nr_pages;
       continue;
     }
     uint64_t reclaimed = 0;
@@ -336,25 +342,28 @@ bool MemoryController::DrainRemoteStock(Group* over, uint64_t nr_pages,
 // Inlined into both callers (path and handle): the fast path.
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline absl::StatusOr<ChargeResult>
 MemoryController::ChargeLocked(const absl::StatusOr<Group*>& found,
-                               uint64_t nr_pages, PageKind kind, int cpu) {
+                               uint64_t nr_pages, PageKind kind, int cpu,
+                               uint64_t batch_pages) {
   if (ABSL_PREDICT_FALSE(!found.ok())) return Reject(found.status(), cpu);
   Group* g = *found;
   // A handle to the root (Charge(path) refused "/" on entry).
   if (ABSL_PREDICT_FALSE(g->is_root()))
     return Reject(RefuseRootCharge(g->path()), cpu);
   uint64_t nr_pages_over_high = 0;
-  if (absl::Status s = TryChargeMemcg(g, nr_pages, cpu, &nr_pages_over_high);
+  uint64_t charged = batch_pages;
+  if (absl::Status s =
+          TryChargeMemcg(g, nr_pages, cpu, &nr_pages_over_high, &charged);
       !s.ok()) {
     // A deferred charge (RemoteDrainDeferral) is retried by its caller.
     if (ABSL_PREDICT_TRUE(!IsRemoteDrainDeferred(s)))
       Bump(counters_[cpu].charges_oom);
     return s;
   }
-  g->Charged(kind, nr_pages);
-  UpdateStats(g, cpu, kind, static_cast<int64_t>(nr_pages));
+  g->Charged(kind, charged);
+  UpdateStats(g, cpu, kind, static_cast<int64_t>(charged));
   Bump(counters_[cpu].charges_ok);
   ChargeResult result;
-  result.nr_pages = nr_pages;
+  result.nr_pages = charged;
   // The request's return to user mode: mem_cgroup_handle_over_high().
   result.throttle = reclaimer_.HandleOverHigh(g, nr_pages_over_high, cpu);
   return result;
@@ -374,11 +383,17 @@ absl::StatusOr<ChargeResult> MemoryController::Charge(
 
 absl::StatusOr<ChargeResult> MemoryController::Charge(
     GroupHandle group, uint64_t nr_pages, PageKind kind,
-    std::optional<int> cpu_arg) {
+    std::optional<int> cpu_arg, uint64_t batch_pages) {
   absl::StatusOr<int> cpu = CheckArgs(nr_pages, kind, cpu_arg, true);
   if (!cpu.ok()) return cpu.status();
+  if (ABSL_PREDICT_FALSE(batch_pages > nr_pages)) {
+    // The batch must be a charge the engine would take on its own.
+    if (absl::StatusOr<int> c = CheckArgs(batch_pages, kind, cpu_arg, true);
+        !c.ok())
+      return c.status();
+  }
   PercpuReaderLock l(tree_.lock(), *cpu);
-  return ChargeLocked(tree_.Find(group), nr_pages, kind, *cpu);
+  return ChargeLocked(tree_.Find(group), nr_pages, kind, *cpu, batch_pages);
 }
 
 // --- uncharge ---------------------------------------------------------------

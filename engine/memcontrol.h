@@ -71,7 +71,8 @@ class MemoryController {
   absl::StatusOr<ChargeResult> Charge(absl::string_view path, uint64_t nr_pages,
                                       PageKind kind, std::optional<int> cpu);
   absl::StatusOr<ChargeResult> Charge(GroupHandle group, uint64_t nr_pages,
-                                      PageKind kind, std::optional<int> cpu);
+                                      PageKind kind, std::optional<int> cpu,
+                                      uint64_t batch_pages = 0);
   absl::StatusOr<UnchargeResult> Uncharge(absl::string_view path,
                                           uint64_t nr_pages, PageKind kind,
                                           std::optional<int> cpu);
@@ -138,12 +139,16 @@ class MemoryController {
   absl::Status RejectArgs(uint64_t nr_pages, PageKind kind,
                           std::optional<int> cpu, bool charge);
 
+  // `batch_pages` (0: none): Engine::ChargeWithBatch's.
   absl::StatusOr<ChargeResult> ChargeLocked(const absl::StatusOr<Group*>& found,
                                             uint64_t nr_pages, PageKind kind,
-                                            int cpu)
+                                            int cpu, uint64_t batch_pages = 0)
       ABSL_SHARED_LOCKS_REQUIRED(tree_.lock());
+  // Charges nr_pages, or, if the caller asked for a batch (`*charged` >
+  // nr_pages on entry) and the counters take it at once, `*charged`;
+  // *charged is what was charged on success.
   absl::Status TryChargeMemcg(Group* g, uint64_t nr_pages, int cpu,
-                              uint64_t* nr_pages_over_high)
+                              uint64_t* nr_pages_over_high, uint64_t* charged)
       ABSL_SHARED_LOCKS_REQUIRED(tree_.lock());
   // The group `group` names or, if it was deleted, the nearest live
   // ancestor of `charged_path` below the root (where DeleteGroup moved its

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "engine/group_path.h"
+#include "engine/validate.h"
 #include "absl/time/time.h"
 #include "server/caller_identity.h"
 #include "server/status.h"
@@ -166,6 +168,19 @@ void AccountingService::MarkShed(grpc::ServerContextBase* context,
                                  ShedReason reason) {
   rpc_metrics_.RecordShed(reason);
   context->AddTrailingMetadata(kShedMetadataKey, ShedReasonName(reason));
+}
+
+absl::Status AccountingService::ValidateBatchPages(uint64_t batch_pages,
+                                                   uint64_t nr_pages) const {
+  if (batch_pages < nr_pages)
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch_pages ", batch_pages, " is below nr_pages ",
+                     nr_pages, " (a batch is at least what is needed)"));
+  if (!NrPagesValid(batch_pages, page_counter_max_))
+    return absl::InvalidArgumentError(absl::StrCat(
+        "batch_pages ", batch_pages, " out of range [1, ", page_counter_max_,
+        "]"));
+  return CheckChargeCap(batch_pages, "batch_pages");
 }
 
 absl::Status AccountingService::CheckChargeCap(uint64_t nr_pages,
@@ -574,6 +589,10 @@ DedupAnswer AccountingService::ApplyPageRequest(
   if (valid.ok())
     valid =
         ValidatePageArgs(request.nr_pages(), kind, cpu, charge, &engine_cpu);
+  if constexpr (std::is_same_v<Request, v1::ChargeRequest>) {
+    if (valid.ok() && request.has_batch_pages())
+      valid = ValidateBatchPages(request.batch_pages(), request.nr_pages());
+  }
   if (valid.ok() && request_id != nullptr)
     valid = ValidateRequestId(*request_id);
   if (!valid.ok()) return AnswerWithStatus(std::move(valid));
@@ -591,10 +610,15 @@ DedupAnswer AccountingService::ApplyPageRequest(
   const std::string key = DedupKey(identity, generation, *request_id);
   // A session's request is another request than the same one unowned (or
   // in another session): the session_id is part of what a retry repeats.
-  const std::string fingerprint_path =
+  std::string fingerprint_path =
       request.has_session_id()
           ? absl::StrCat(request.path(), "\nsession_id=", request.session_id())
           : request.path();
+  if constexpr (std::is_same_v<Request, v1::ChargeRequest>) {
+    if (request.has_batch_pages())
+      absl::StrAppend(&fingerprint_path, "\nbatch_pages=",
+                      request.batch_pages());
+  }
   const RequestDedupCache::BeginResult begin =
       dedup_.Begin(key, MakeFingerprint(method, fingerprint_path,
                                         request.nr_pages(), request.kind(), cpu));
@@ -705,14 +729,26 @@ absl::Status AccountingService::DoCharge(const std::string& identity,
       identity, request, /*charge=*/true, DedupFingerprint::Method::kCharge,
       [&](const GroupHandle* handle, absl::string_view path, uint64_t nr_pages,
           PageKind kind, std::optional<int> cpu) {
+        // A client's batch (batch_pages): charged through the handle.
+        const uint64_t batch =
+            request.has_batch_pages() ? request.batch_pages() : 0;
+        auto charge = [&](const GroupHandle& group) {
+          return batch > nr_pages ? engine_.ChargeWithBatch(group, nr_pages,
+                                                            batch, kind, cpu)
+                                  : engine_.Charge(group, nr_pages, kind, cpu);
+        };
+        absl::StatusOr<GroupHandle> resolved;
+        if (handle == nullptr && batch > nr_pages && !request.has_session_id()) {
+          resolved = engine_.ResolveGroup(path);
+          if (!resolved.ok()) return AnswerWithStatus(resolved.status());
+          handle = &*resolved;
+        }
         absl::StatusOr<ChargeResult> result =
             request.has_session_id()
                 ? InSession(identity, request.session_id(), handle, path,
-                            nr_pages, kind, /*charge=*/true,
-                            [&](const GroupHandle& group) {
-                              return engine_.Charge(group, nr_pages, kind, cpu);
-                            })
-            : handle != nullptr ? engine_.Charge(*handle, nr_pages, kind, cpu)
+                            std::max(nr_pages, batch), kind, /*charge=*/true,
+                            charge)
+            : handle != nullptr ? charge(*handle)
                                 : engine_.Charge(path, nr_pages, kind, cpu);
         if (!result.ok()) return AnswerWithStatus(result.status());
         DedupAnswer ok;
@@ -794,7 +830,9 @@ auto AccountingService::InSession(const std::string& identity,
       identity, session_id, *group, path, kind, nr_pages, charge);
   if (!op.ok()) return op.status();
   auto result = apply(*group);
-  sessions_->EndOp(*op, result.ok());
+  // A charge holds what it charged (a batch may have dropped to less).
+  sessions_->EndOp(*op, result.ok(),
+                   charge && result.ok() ? result->nr_pages : nr_pages);
   return result;
 }
 

@@ -561,6 +561,9 @@ class AccountingService final : public RawAccountingService {
   // A charge of `nr_pages` is within max_charge_pages (`field` names it in
   // the message: "nr_pages", or "ops" for a batch's sum).
   absl::Status CheckChargeCap(uint64_t nr_pages, absl::string_view field) const;
+  // ChargeRequest.batch_pages: >= nr_pages, a valid page count, within
+  // max_charge_pages. INVALID_ARGUMENT naming batch_pages otherwise.
+  absl::Status ValidateBatchPages(uint64_t batch_pages, uint64_t nr_pages) const;
   // What a ChargeBatch request (or one ChargeStream message) must pass
   // before any op runs: at most kMaxBatchOps ops.
   absl::Status CheckBatch(const cgacct::v1::ChargeBatchRequest& request) const;

@@ -319,7 +319,8 @@ absl::StatusOr<SessionRegistry::Op> SessionRegistry::BeginOp(
   return op;
 }
 
-void SessionRegistry::EndOp(const Op& op, bool applied) {
+void SessionRegistry::EndOp(const Op& op, bool applied,
+                            uint64_t charged_pages) {
   absl::MutexLock l(&mu_);
   Session& s = *op.session;
   Holding& h =
@@ -332,8 +333,9 @@ void SessionRegistry::EndOp(const Op& op, bool applied) {
   if (op.charge) {
     s.reserved -= op.nr_pages;
     if (applied) {
-      h.nr_pages += op.nr_pages;
-      s.held += op.nr_pages;
+      const uint64_t held = std::min(charged_pages, op.nr_pages);
+      h.nr_pages += held;
+      s.held += held;
     }
   } else if (!applied) {
     h.nr_pages += op.nr_pages;
@@ -583,9 +585,11 @@ std::vector<RemoteStockReturn> SessionRegistry::DrainRemoteStock(
   drains_.erase(drain.id);
   cv_.SignalAll();  // joiners: the drain is over
   if (drain.returned.empty()) {
-    // The sessions answered, but another drain had taken their pages
-    // first: join it, within what is left of the bound.
-    JoinInFlightLocked(over_path, deadline);
+    // Nothing came back (the sessions did not answer in time, or another
+    // drain had taken their pages first): join the drains in flight,
+    // within what is left of the bound, and wait for the pages they
+    // brought back. Not counted as a join: this charge asked itself.
+    JoinInFlightLocked(over_path, deadline, /*count=*/false);
     return {};
   }
   // The engine uncharges these, then calls RemoteStockReturned.
@@ -594,10 +598,10 @@ std::vector<RemoteStockReturn> SessionRegistry::DrainRemoteStock(
 }
 
 void SessionRegistry::JoinInFlightLocked(absl::string_view over_path,
-                                         absl::Time deadline) {
+                                         absl::Time deadline, bool count) {
   if (!OverlapsDrainLocked(over_path) && !OverlapsUnsettledLocked(over_path))
     return;
-  ++stats_.drains_joined;
+  if (count) ++stats_.drains_joined;
   while (OverlapsDrainLocked(over_path) && !shut_down_) {
     if (cv_.WaitWithDeadline(&mu_, deadline)) break;
   }

@@ -176,8 +176,14 @@ class SessionRegistry final : public RemoteStockDrainer {
                              uint64_t nr_pages, bool charge)
       ABSL_LOCKS_EXCLUDED(mu_);
   // After the engine call: `applied` says whether it succeeded. A charge
-  // applied becomes a holding; an uncharge not applied is given back.
-  void EndOp(const Op& op, bool applied) ABSL_LOCKS_EXCLUDED(mu_);
+  // applied becomes a holding of `charged_pages` (at most op.nr_pages: a
+  // batch that dropped to what was needed; the rest of the reservation is
+  // released); an uncharge not applied is given back.
+  void EndOp(const Op& op, bool applied, uint64_t charged_pages)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void EndOp(const Op& op, bool applied) ABSL_LOCKS_EXCLUDED(mu_) {
+    EndOp(op, applied, op.nr_pages);
+  }
 
   // SessionStream: attaches `sink` to the session (a stream already
   // attached is ended ABORTED: replaced) and renews the lease. Returns the
@@ -265,8 +271,9 @@ class SessionRegistry final : public RemoteStockDrainer {
   // `deadline`, and then, past the deadline too, until the pages they
   // brought back are uncharged (RemoteStockReturned: the charging thread
   // that holds them is uncharging them, no network wait), or Shutdown.
-  void JoinInFlightLocked(absl::string_view over_path, absl::Time deadline)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `count`: a charge that asked nobody itself (drains_joined).
+  void JoinInFlightLocked(absl::string_view over_path, absl::Time deadline,
+                          bool count = true) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReaperLoop() ABSL_LOCKS_EXCLUDED(mu_);
   int64_t NowMs() const;
 

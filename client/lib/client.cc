@@ -213,11 +213,17 @@ struct Client::Impl {
   }
 
   // One Charge RPC (with retries) on session `sid`.
+  // `batch_pages` > nr_pages: ChargeRequest.batch_pages (the server charges
+  // the batch if it fits at once, else nr_pages); *charged (if not null)
+  // gets what was charged.
   grpc::Status ChargeRpc(const std::string& sid, std::string_view group,
-                         uint64_t nr_pages, int kind, uint64_t* throttle_us) {
+                         uint64_t nr_pages, int kind, uint64_t* throttle_us,
+                         uint64_t batch_pages = 0,
+                         uint64_t* charged = nullptr) {
     v1::ChargeRequest request;
     request.set_path(std::string(group));
     request.set_nr_pages(nr_pages);
+    if (batch_pages > nr_pages) request.set_batch_pages(batch_pages);
     request.set_kind(static_cast<v1::PageKind>(kind));
     request.set_request_id(NextRequestId());
     request.set_session_id(sid);
@@ -227,6 +233,7 @@ struct Client::Impl {
       return stub->Charge(c, request, &response);
     });
     if (s.ok() && throttle_us != nullptr) *throttle_us = response.throttle_us();
+    if (s.ok() && charged != nullptr) *charged = response.nr_pages();
     if (!s.ok() && Retryable(s.error_code())) needs_reconcile.store(true);
     return s;
   }
@@ -709,7 +716,11 @@ ChargeResult Client::Charge(std::string_view group, uint64_t nr_pages,
       break;
     }
   }
-  uint64_t want = std::max(nr_pages, batch);
+  // One RPC: the server charges the batch if it fits at once, else
+  // exactly nr_pages through reclaim and the drains (try_charge_memcg()
+  // drops its batch before reclaiming), so a group at its max costs one
+  // drain wait, not two.
+  const uint64_t want = std::max(nr_pages, batch);
   for (int round = 0; round < 3; ++round) {
     grpc::Status s;
     uint64_t throttle = 0;
@@ -719,11 +730,14 @@ ChargeResult Client::Charge(std::string_view group, uint64_t nr_pages,
       absl::ReaderMutexLock r(&m.rpc_mu);
       std::string sid;
       std::tie(sid, gen) = m.Session();
-      s = m.ChargeRpc(sid, group, want, k, &throttle);
+      uint64_t charged = nr_pages;
+      s = m.ChargeRpc(sid, group, nr_pages, k, &throttle, want, &charged);
       if (s.ok()) {
-        m.AddHeld(std::string(group), k, static_cast<int64_t>(want));
-        if (want > nr_pages)
-          m.Refill(m.MySlot(), group, k, want - nr_pages, &excess);
+        // A server that predates batch_pages charged nr_pages.
+        charged = std::clamp(charged, nr_pages, want);
+        m.AddHeld(std::string(group), k, static_cast<int64_t>(charged));
+        if (charged > nr_pages)
+          m.Refill(m.MySlot(), group, k, charged - nr_pages, &excess);
         if (!excess.empty()) m.ReturnPages(sid, excess);
       }
     }
@@ -737,11 +751,6 @@ ChargeResult Client::Charge(std::string_view group, uint64_t nr_pages,
       if (throttle > 0 && m.options.throttle == ThrottleMode::kSleep)
         std::this_thread::sleep_for(std::chrono::microseconds(throttle));
       return result;
-    }
-    if (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
-        want > nr_pages) {
-      want = nr_pages;  // try_charge(): retry without the batch
-      continue;
     }
     if (SessionGone(s) && round < 2) {
       grpc::Status rs = m.Reopen(gen);

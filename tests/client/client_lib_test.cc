@@ -646,6 +646,7 @@ TEST(ClientLibTest, ConcurrentClientsAtMaxNeverFailWhileStockCouldServe) {
     ASSERT_NE(clients.back(), nullptr);
   }
   std::atomic<int> failed{0};
+  std::atomic<int> arrived{0};  // clients that finished charging, all rounds
   std::string first_error;
   absl::Mutex mu;
   std::vector<std::thread> threads;
@@ -653,7 +654,11 @@ TEST(ClientLibTest, ConcurrentClientsAtMaxNeverFailWhileStockCouldServe) {
     threads.emplace_back([&, i] {
       Client& c = *clients[i];
       for (int round = 0; round < 20; ++round) {
-        for (int n = 0; n < 90; ++n) {
+        // Every round ends with the 4 clients holding 100 pages each, the
+        // whole max: whatever the clients' batches (64 pages, dropping to
+        // 1 when they do not fit) left in their stocks had to come back
+        // for the last pages.
+        for (int n = 0; n < 100; ++n) {
           const ChargeResult r = c.Charge("/c", 1);
           if (!r.ok()) {
             ++failed;
@@ -661,7 +666,9 @@ TEST(ClientLibTest, ConcurrentClientsAtMaxNeverFailWhileStockCouldServe) {
             if (first_error.empty()) first_error = r.status.error_message();
           }
         }
-        EXPECT_TRUE(c.Uncharge("/c", 90).ok());
+        arrived.fetch_add(1);
+        while (arrived.load() < 4 * (round + 1)) std::this_thread::yield();
+        EXPECT_TRUE(c.Uncharge("/c", 100).ok());
       }
     });
   }
@@ -742,9 +749,65 @@ TEST(ClientLibTest, ASilentSessionDelaysADrainByAtMostTheBound) {
   EXPECT_LE(took.count(), 300 + 700) << took.count() << " ms";
   EXPECT_EQ(c->stocked_pages(), 0u);
   EXPECT_EQ(server.CurrentPages("/s"), 191u);
+
+  // The library's own charge at the max, with nothing left but the silent
+  // session's stock: one RPC (nr_pages 1, batch_pages 64: the server drops
+  // the batch before reclaiming, as try_charge_memcg() does), so one wait
+  // for the silent session, then RESOURCE_EXHAUSTED. Before batch_pages the
+  // library sent the batch as a whole charge, waited the bound, was
+  // refused, and charged 1 page: two bounds (600-610 ms).
+  {
+    v1::ChargeRequest fill;
+    fill.set_path("/s");
+    fill.set_nr_pages(9);  // 191 + 9: at the max
+    fill.set_kind(v1::PAGE_KIND_ANON);
+    v1::ChargeResponse filled;
+    grpc::ClientContext fill_context;
+    ASSERT_TRUE(server.stub->Charge(&fill_context, fill, &filled).ok());
+  }
+  const uint64_t rpcs_before = c->stats().charge_rpcs;
+  const Clock::time_point t1 = Clock::now();
+  const ChargeResult at_max = c->Charge("/s", 1);
+  const auto took_library =
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t1);
+  EXPECT_EQ(at_max.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << at_max.status.error_message();
+  std::cerr << "library charge at max with a silent session (bound 300 ms): "
+            << took_library.count() << " ms\n";
+  EXPECT_GE(took_library.count(), 300);
+  EXPECT_LT(took_library.count(), 500);
+  EXPECT_EQ(c->stats().charge_rpcs, rpcs_before + 1);
   ASSERT_TRUE(c->Close().ok());
   stream_context.TryCancel();
   stream->Finish();
+}
+
+// ChargeRequest.batch_pages through the library: a batch that fits is
+// charged whole in one RPC (the rest stocked); one that does not drops to
+// exactly what is needed in the same RPC, with no `max` event (the
+// page_counter refused only the batch) and nothing parked in the server's
+// stock.
+TEST(ClientLibTest, BatchThatDoesNotFitDropsToWhatIsNeededInOneRpc) {
+  Server server;
+  server.CreateGroup("/b", /*max_pages=*/100);
+  Options options;
+  options.nr_slots = 1;
+  std::unique_ptr<Client> c = server.Open(options);
+  ASSERT_NE(c, nullptr);
+  ASSERT_TRUE(c->Charge("/b", 1).ok());  // a 64-page batch: 63 stocked
+  EXPECT_EQ(c->stocked_pages(), 63u);
+  EXPECT_EQ(server.CurrentPages("/b"), 64u);
+  EXPECT_EQ(c->stats().charge_rpcs, 1u);
+  ASSERT_TRUE(c->Charge("/b", 63).ok());  // from the stock, no RPC
+  EXPECT_EQ(c->stats().charge_rpcs, 1u);
+  // 36 free: the next batch (64) does not fit, 1 page does.
+  ASSERT_TRUE(c->Charge("/b", 1).ok());
+  EXPECT_EQ(c->stats().charge_rpcs, 2u);
+  EXPECT_EQ(c->stocked_pages(), 0u);
+  EXPECT_EQ(server.CurrentPages("/b"), 65u);
+  EXPECT_EQ(server.Stats("/b").events().max(), 0u);
+  ASSERT_TRUE(c->Close().ok());
+  EXPECT_EQ(server.CurrentPages("/b"), 0u);
 }
 
 }  // namespace

@@ -1216,6 +1216,57 @@ TEST_F(SessionsTest, DeferredBatchStreamAndKeyedChargeApplyOnce) {
   EXPECT_TRUE(responder.Finish().ok());
 }
 
+// ChargeRequest.batch_pages: the batch when it fits at once, else exactly
+// nr_pages (no `max` event for the batch), the session holding what was
+// charged; bad values INVALID_ARGUMENT naming batch_pages, nothing applied;
+// a request_id retry must repeat batch_pages.
+TEST_F(SessionsTest, BatchPagesChargesTheBatchOrWhatIsNeeded) {
+  LimitsUpdate limits;
+  limits.max_pages = 100;
+  ASSERT_TRUE(engine_->CreateGroup("/b", limits).ok());
+  const std::string id = Open();
+  auto charge = [&](uint64_t nr_pages, uint64_t batch_pages,
+                    const std::string& request_id, v1::ChargeResponse* out) {
+    v1::ChargeRequest request;
+    request.set_path("/b");
+    request.set_nr_pages(nr_pages);
+    request.set_batch_pages(batch_pages);
+    request.set_kind(v1::PAGE_KIND_ANON);
+    request.set_session_id(id);
+    if (!request_id.empty()) request.set_request_id(request_id);
+    return stub_->Charge(Context().get(), request, out);
+  };
+  v1::ChargeResponse r;
+  ASSERT_TRUE(charge(1, 64, "a", &r).ok());
+  EXPECT_EQ(r.nr_pages(), 64u);
+  ASSERT_TRUE(charge(1, 64, "b", &r).ok());  // 36 free: 1 page
+  EXPECT_EQ(r.nr_pages(), 1u);
+  v1::SessionInfo info;
+  ASSERT_TRUE(GetSession(id, &info).ok());
+  EXPECT_EQ(info.held_pages(), 65u);
+  EXPECT_EQ(Stats("/b").events().max(), 0u);
+  engine_->DrainAllStock();
+  EXPECT_EQ(CurrentPages("/b"), 65u);  // nothing parked in the server stock
+  // The replay answers the same; another batch_pages is another request.
+  ASSERT_TRUE(charge(1, 64, "b", &r).ok());
+  EXPECT_TRUE(r.replayed());
+  EXPECT_EQ(r.nr_pages(), 1u);
+  grpc::Status s = charge(1, 32, "b", &r);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  // Below nr_pages, or beyond what a charge may be: refused, named.
+  s = charge(8, 4, "", &r);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("batch_pages 4 is below nr_pages 8"));
+  s = charge(1, ~uint64_t{0}, "", &r);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("batch_pages"));
+  ASSERT_TRUE(GetSession(id, &info).ok());
+  EXPECT_EQ(info.held_pages(), 65u);
+  EXPECT_EQ(CurrentPages("/b"), 65u);
+  ASSERT_TRUE(Close(id).ok());
+  EXPECT_EQ(CurrentPages("/b"), 0u);
+}
+
 // --- SIGKILL ----------------------------------------------------------------
 
 // The child: opens a session with CGACCT_SESSION_CHILD_TTL_MS, keeps it

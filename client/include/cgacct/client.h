@@ -171,9 +171,11 @@ class Client {
   // Charges `nr_pages` (> 0) pages of `kind` to `group` for this process
   // (try_charge()): from the calling CPU's stock when it holds enough
   // (consume_stock(): no RPC, no lock shared with other CPUs), otherwise
-  // one Charge RPC of max(nr_pages, batch) pages on the session, the surplus
-  // stocked. A batch refused at memory.max is retried once as exactly
-  // nr_pages (as try_charge() retries without the batch). Errors: the
+  // one Charge RPC of nr_pages with batch_pages max(nr_pages, batch) on the
+  // session: the server charges the batch if it fits at once (the surplus
+  // is stocked here), else exactly nr_pages through its reclaim and drains,
+  // in the same RPC (try_charge() drops its batch before reclaiming): a
+  // group at its max costs one drain wait, not two. Errors: the
   // server's (RESOURCE_EXHAUSTED at memory.max after the server's reclaim
   // and drain, NOT_FOUND group) or the transport's after max_attempts.
   ChargeResult Charge(std::string_view group, uint64_t nr_pages,

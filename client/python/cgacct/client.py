@@ -445,21 +445,18 @@ class Client:
                 now = time.monotonic()
                 with slot.lock:
                     want = max(nr_pages, self._next_batch(slot, key, now))
-                try:
-                    resp = self._charge_rpc(session_id, key, want)
-                except Error as e:
-                    if e.code() != grpc.StatusCode.RESOURCE_EXHAUSTED or want == nr_pages:
-                        raise
-                    # As try_charge_memcg(): the batch did not fit, charge
-                    # exactly what was asked (the server drains and reclaims).
-                    with slot.lock:
-                        slot.batch[key] = self._batch
-                    want = nr_pages
-                    resp = self._charge_rpc(session_id, key, want)
+                # One RPC: the server charges the batch if it fits at once,
+                # else exactly nr_pages through reclaim and the drains (as
+                # try_charge_memcg() drops its batch before reclaiming), so
+                # a group at its max costs one drain wait, not two.
+                resp = self._charge_rpc(session_id, key, nr_pages, want)
+                charged = min(max(resp.nr_pages, nr_pages), want)
                 with slot.lock:
+                    if charged < want:
+                        slot.batch[key] = self._batch  # the batch did not fit
                     with self._held_mu:
                         self._held[key] += nr_pages
-                    returns = self._refill(slot, key, want - nr_pages)
+                    returns = self._refill(slot, key, charged - nr_pages)
                 done = True
                 lost_gen, _ = self._return_pages(session_id, gen, slot, returns)
             except _SessionLost:
@@ -794,16 +791,20 @@ class Client:
             return e.code() == grpc.StatusCode.NOT_FOUND
         return False
 
-    def _page_rpc(self, charge, session_id, key, n):
+    def _page_rpc(self, charge, session_id, key, n, batch=0):
         """One Charge (charge=True) or Uncharge RPC of n pages of key
         (path, kind) on session_id, with a fresh request_id (retried with
-        it). Raises _SessionLost when the session is gone."""
+        it). A charge with batch > n asks for the batch (ChargeRequest.
+        batch_pages: charged if it fits at once, else n). Raises
+        _SessionLost when the session is gone."""
         if charge:
             method, request, counter = self._stub.Charge, pb.ChargeRequest, "charge_rpcs"
         else:
             method, request, counter = self._stub.Uncharge, pb.UnchargeRequest, "uncharge_rpcs"
         req = request(path=key[0], nr_pages=n, kind=key[1],
                       request_id=self._request_id(), session_id=session_id)
+        if charge and batch > n:
+            req.batch_pages = batch
         self._count(counter)
         try:
             return self._call(method, req)
@@ -812,8 +813,8 @@ class Client:
                 raise _SessionLost() from None
             raise
 
-    def _charge_rpc(self, session_id, key, n):
-        return self._page_rpc(True, session_id, key, n)
+    def _charge_rpc(self, session_id, key, n, batch=0):
+        return self._page_rpc(True, session_id, key, n, batch)
 
     def _uncharge_rpc(self, session_id, key, n):
         return self._page_rpc(False, session_id, key, n)
