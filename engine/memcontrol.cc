@@ -29,6 +29,16 @@ Group* GroupOfCounter(Group* g, const PageCounter* counter) {
   return pos;
 }
 
+// The level page_counter_try_charge() of nr_pages at `g` would fail at now
+// (the first, from `g` up, without room), or null.
+Group* LimitingGroup(Group* g, uint64_t nr_pages) {
+  for (Group* pos = g; pos != nullptr; pos = pos->parent()) {
+    const PageCounter& c = pos->memory();
+    if (c.Read() + nr_pages > c.max()) return pos;
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 MemoryController::MemoryController(int nr_cpus, const EngineOptions& options)
@@ -250,24 +260,34 @@ absl::Status MemoryController::TryChargeMemcg(Group* g, uint64_t nr_pages,
       if (pooled > take) stock_.Refill(cpu, memory, pooled - take);
       return absl::OkStatus();
     }
-    PageCounter* fail = nullptr;
-    if (memory->TryCharge(batch, &fail)) {
-      if (batch > take) stock_.Refill(cpu, memory, batch - take);
-      if (MemoryHighExceeded(g)) *nr_pages_over_high = batch;
-      return absl::OkStatus();
-    }
-    over = GroupOfCounter(g, fail);
-    if (batch > nr_pages) {
-      // Retry the exact amount before any reclaim or event (the caller's
-      // batch too: it gets nr_pages).
+    // The rerun of a deferred charge (RemoteDrainDeferral::Resume) resumes
+    // its turn where it stopped: the batch dropped, the page_counter
+    // failures, `max` and reclaim done, at the drain (if there is still no
+    // room), so failcnt and memory.events count what the same charge
+    // waiting in place would.
+    bool at_drain = false;
+    if (!drained && ABSL_PREDICT_FALSE(RemoteDrainDeferral::Resuming())) {
       batch = take = *charged = nr_pages;
-      continue;
+      over = LimitingGroup(g, nr_pages);
+      at_drain = over != nullptr;
+    }
+    if (!at_drain) {
+      PageCounter* fail = nullptr;
+      if (memory->TryCharge(batch, &fail)) {
+        if (batch > take) stock_.Refill(cpu, memory, batch - take);
+        if (MemoryHighExceeded(g)) *nr_pages_over_high = batch;
+        return absl::OkStatus();
+      }
+      over = GroupOfCounter(g, fail);
+      if (batch > nr_pages) {
+        // Retry the exact amount before any reclaim or event (the caller's
+        // batch too: it gets nr_pages).
+        batch = take = *charged = nr_pages;
+        continue;
+      }
     }
     uint64_t reclaimed = 0;
-    // The rerun of a deferred charge (RemoteDrainDeferral::Resume) resumes
-    // its turn at the drain: `max` and reclaim were done before it was
-    // deferred.
-    if (drained || !RemoteDrainDeferral::Resuming()) {
+    if (!at_drain) {
       MemcgMemoryEvent(over, MemoryEvent::kMax, cpu);
       reclaimed = ReclaimPages(over, nr_pages, cpu);
       if (over->memory().Margin() >= nr_pages) continue;
@@ -323,8 +343,14 @@ bool MemoryController::DrainRemoteStock(Group* over, uint64_t nr_pages,
       drainer->RemoteDrainWouldWait(over->id(), over->path()))
     return false;
   uint64_t uncharged = 0;
+  // The room the charge needs at the limiting group: more than nr_pages
+  // when usage is above a lowered max.
+  const uint64_t usage = over->memory().Read();
+  const uint64_t max = over->memory().max();
+  const uint64_t needed =
+      usage + nr_pages > max ? usage + nr_pages - max : nr_pages;
   const std::vector<RemoteStockReturn> returned =
-      drainer->DrainRemoteStock(over->id(), over->path(), nr_pages);
+      drainer->DrainRemoteStock(over->id(), over->path(), needed);
   for (const RemoteStockReturn& r : returned) {
     if (r.nr_pages == 0) continue;
     // Deleted since the pages were charged: uncharged from the heir.

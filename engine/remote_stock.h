@@ -60,9 +60,11 @@ class RemoteStockDrainer {
   // Asks the holders of pages charged at or below the group `over_path`
   // (id `over_id`) to give them back, waiting at most the drainer's own
   // bound, and returns what they gave back before it passed; the engine
-  // uncharges it. `nr_pages` is what the charge needs: once the holders
-  // gave back at least that much, the drainer may stop waiting for the
-  // others (their answers still return their pages, later). Called on the
+  // uncharges it. `nr_pages` is the room the charge needs at that group
+  // (its usage + the charge - its max: more than the charge when usage is
+  // above a lowered max): once the holders gave back at least that much,
+  // the drainer may stop waiting for the others (their answers still
+  // return their pages, later). Called on the
   // charging thread while it holds a group-tree
   // reader slot: it must not call into the engine (a second reader slot on
   // the same thread can deadlock against a waiting CreateGroup/DeleteGroup),

@@ -129,7 +129,8 @@ AccountingService::AccountingService(Engine& engine, RpcMetrics& rpc_metrics,
       owned_store_(options.store == nullptr ? std::make_unique<MemoryStateStore>()
                                             : nullptr),
       store_(options.store != nullptr ? options.store : owned_store_.get()),
-      sessions_(std::make_unique<SessionRegistry>(engine, options.sessions)) {}
+      sessions_(std::make_unique<SessionRegistry>(engine, options.sessions)),
+      drain_wait_pool_(options.sessions.drain_wait_threads) {}
 
 absl::StatusOr<RestoreReport> AccountingService::Restore() {
   RestoreReport report;
@@ -314,6 +315,19 @@ grpc::ServerUnaryReactor* AccountingService::FinishUnary(
   if (reactor == nullptr) reactor = context->DefaultReactor();
   reactor->Finish(answer);
   return reactor;
+}
+
+absl::Status AccountingService::CheckStillWanted(
+    const grpc::ServerContextBase& context) {
+  if (context.IsCancelled())
+    return absl::CancelledError(
+        "the call was cancelled while its charge waited for a drain-wait "
+        "thread; not applied");
+  if (context.deadline() <= std::chrono::system_clock::now())
+    return absl::DeadlineExceededError(
+        "the call's deadline passed while its charge waited for a "
+        "drain-wait thread; not applied");
+  return absl::OkStatus();
 }
 
 absl::StatusOr<AuthCaller> AccountingService::AuthenticateCall(
@@ -553,8 +567,17 @@ grpc::ServerUnaryReactor* AccountingService::Charge(
   // (from the start: a deferred charge left nothing behind).
   return Unary<v1::ChargeRequest, v1::ChargeResponse>(
       context, RpcMethod::kCharge, request_bytes, response_bytes,
-      [this, context, rerun = false](const v1::ChargeRequest& request,
-                                     v1::ChargeResponse* response) mutable {
+      [this, context, rerun = false, resume = PageRequestResume()](
+          const v1::ChargeRequest& request,
+          v1::ChargeResponse* response) mutable {
+        if (rerun) {
+          // Queued past its deadline, or cancelled: not run; its
+          // de-duplication entry is let go (a retry is a new arrival).
+          if (absl::Status gone = CheckStillWanted(*context); !gone.ok()) {
+            if (resume.ticket != 0) dedup_.Abandon(resume.key, resume.ticket);
+            return gone;
+          }
+        }
         if (absl::Status s =
                 AuthorizeCall(*context, Access::kWrite, request.path());
             !s.ok()) {
@@ -562,8 +585,9 @@ grpc::ServerUnaryReactor* AccountingService::Charge(
           return s;
         }
         // The rerun resumes the deferred turn (its `max` event is counted).
-        RemoteDrainDeferral::Resume resume(/*enabled=*/rerun);
-        absl::Status s = DoCharge(CallerKey(context), request, response);
+        RemoteDrainDeferral::Resume resumed_turn(/*enabled=*/rerun);
+        absl::Status s =
+            DoCharge(CallerKey(context), request, response, &resume);
         rerun = IsRemoteDrainDeferred(s);
         return s;
       },
@@ -573,7 +597,8 @@ grpc::ServerUnaryReactor* AccountingService::Charge(
 template <typename Request, typename Call>
 DedupAnswer AccountingService::ApplyPageRequest(
     const std::string& identity, const Request& request, bool charge,
-    DedupFingerprint::Method method, Call&& call, bool* replayed) {
+    DedupFingerprint::Method method, Call&& call, bool* replayed,
+    PageRequestResume* resume) {
   *replayed = false;
   const std::optional<uint32_t> cpu =
       request.has_cpu() ? std::optional<uint32_t>(request.cpu()) : std::nullopt;
@@ -619,9 +644,22 @@ DedupAnswer AccountingService::ApplyPageRequest(
       absl::StrAppend(&fingerprint_path, "\nbatch_pages=",
                       request.batch_pages());
   }
-  const RequestDedupCache::BeginResult begin =
-      dedup_.Begin(key, MakeFingerprint(method, fingerprint_path,
-                                        request.nr_pages(), request.kind(), cpu));
+  RequestDedupCache::BeginResult begin;
+  if (resume != nullptr && resume->ticket != 0 && resume->key == key) {
+    // The rerun of a deferred call: its entry is still in flight.
+    begin.verdict = RequestDedupCache::Verdict::kProceed;
+    begin.ticket = resume->ticket;
+  } else {
+    if (resume != nullptr && resume->ticket != 0) {
+      // The group was re-created meanwhile (another scope): the deferred
+      // attempt's entry will not be completed.
+      dedup_.Abandon(resume->key, resume->ticket);
+    }
+    begin = dedup_.Begin(key, MakeFingerprint(method, fingerprint_path,
+                                              request.nr_pages(),
+                                              request.kind(), cpu));
+  }
+  if (resume != nullptr) *resume = PageRequestResume();
   switch (begin.verdict) {
     case RequestDedupCache::Verdict::kReplay:
       *replayed = true;
@@ -643,10 +681,15 @@ DedupAnswer AccountingService::ApplyPageRequest(
           ? call(&*handle, request.path(), request.nr_pages(), kind, engine_cpu)
           : AnswerWithStatus(handle.status());
   if (ABSL_PREDICT_FALSE(IsRemoteDrainDeferred(answer.status))) {
-    // Not an answer: the call runs again on a waiting thread and begins
-    // again (meanwhile a retry of the id is a new arrival; whichever is
-    // applied first is the one the other replays).
-    dedup_.Abandon(key, begin.ticket);
+    // Not an answer: the call runs again on a waiting thread, which
+    // completes this entry (a retry of the id meanwhile: ABORTED, in
+    // flight). Without a resume state there is no rerun to complete it.
+    if (resume != nullptr) {
+      resume->key = key;
+      resume->ticket = begin.ticket;
+    } else {
+      dedup_.Abandon(key, begin.ticket);
+    }
     return answer;
   }
   // Persisted before the answer is stored or sent: an acknowledged id
@@ -723,7 +766,8 @@ size_t AccountingService::RestoreRequests(
 
 absl::Status AccountingService::DoCharge(const std::string& identity,
                                          const v1::ChargeRequest& request,
-                                         v1::ChargeResponse* response) {
+                                         v1::ChargeResponse* response,
+                                         PageRequestResume* resume) {
   bool replayed;
   DedupAnswer answer = ApplyPageRequest(
       identity, request, /*charge=*/true, DedupFingerprint::Method::kCharge,
@@ -756,7 +800,7 @@ absl::Status AccountingService::DoCharge(const std::string& identity,
         ok.throttle_us = DurationToMicros(result->throttle);
         return ok;
       },
-      &replayed);
+      &replayed, resume);
   // A replay was counted when it was first answered; a deferred charge is
   // counted when it runs again.
   if (!replayed && !IsRemoteDrainDeferred(answer.status))

@@ -428,6 +428,11 @@ class AccountingService final : public RawAccountingService {
   // UNAVAILABLE after BeginShutdown(); DEADLINE_EXCEEDED when the call's
   // deadline has passed. Every handler checks it before anything changes.
   absl::Status CheckCallable(const grpc::ServerContextBase& context) const;
+  // For a deferred charge about to run again on a drain-wait thread:
+  // CANCELLED if the client cancelled the call, DEADLINE_EXCEEDED if its
+  // deadline passed while it was queued (nobody waits for the answer:
+  // it is not run), else OK.
+  static absl::Status CheckStillWanted(const grpc::ServerContextBase& context);
   // Where a ChargeBatch request (or ChargeStream message) stands between a
   // RunBatch() that was deferred (a charge op waits for sessions' drain
   // answers) and the RunBatch() that resumes it. Reset when one ends.
@@ -435,6 +440,9 @@ class AccountingService final : public RawAccountingService {
     bool begun = false;  // idempotency checked (and, keyed, Begin() done)
     int next_op = 0;     // the first op not yet applied
     bool deferred = false;  // next_op was deferred: its rerun resumes
+    // Not OK: the call was cancelled or timed out while deferred; the ops
+    // from next_op on are answered with it, not applied.
+    absl::Status abort;
     bool keyed = false;  // batch_dedup_ entry in flight under `ticket`
     std::string dedup_key;
     uint64_t ticket = 0;
@@ -591,10 +599,19 @@ class AccountingService final : public RawAccountingService {
                             cgacct::v1::ListGroupsResponse* response);
   absl::Status DoSetLimits(const cgacct::v1::SetLimitsRequest& request,
                            cgacct::v1::Group* response);
-  // `identity`: the caller's (CallerKey), scoping request ids.
+  // A keyed Charge deferred to a waiting thread keeps its de-duplication
+  // entry in flight (a retry meanwhile is ABORTED "in flight"); its rerun
+  // completes that entry instead of beginning another.
+  struct PageRequestResume {
+    std::string key;      // DedupKey of the deferred attempt ("" : none)
+    uint64_t ticket = 0;  // its dedup_ ticket
+  };
+  // `identity`: the caller's (CallerKey), scoping request ids. `resume`:
+  // the call's state across a deferral (see PageRequestResume).
   absl::Status DoCharge(const std::string& identity,
                         const cgacct::v1::ChargeRequest& request,
-                        cgacct::v1::ChargeResponse* response);
+                        cgacct::v1::ChargeResponse* response,
+                        PageRequestResume* resume = nullptr);
   absl::Status DoUncharge(const std::string& identity,
                           const cgacct::v1::UnchargeRequest& request,
                           cgacct::v1::UnchargeResponse* response);
@@ -630,12 +647,15 @@ class AccountingService final : public RawAccountingService {
   // DedupAnswer) at most once per (identity, group generation, request_id)
   // inside the window (request_dedup.h), recording the answer in the state
   // store before it is returned. Returns the answer; *replayed tells whether
-  // it was a stored one (nothing was applied).
+  // it was a stored one (nothing was applied). With `resume`, a deferred
+  // answer (IsRemoteDrainDeferred) leaves the entry in flight, recorded in
+  // *resume, and the next call with the same *resume completes it.
   template <typename Request, typename Call>
   DedupAnswer ApplyPageRequest(const std::string& identity,
                                const Request& request, bool charge,
                                DedupFingerprint::Method method, Call&& call,
-                               bool* replayed);
+                               bool* replayed,
+                               PageRequestResume* resume = nullptr);
   // The store generation of engine group `group_id` (see generations_).
   uint64_t GenerationOf(uint64_t group_id) const
       ABSL_LOCKS_EXCLUDED(generations_mu_);

@@ -91,14 +91,26 @@ class AccountingService::ChargeOpRunner {
   // same request, response and *next_op, and `resume` true, resumes there
   // (that op's charge inside a RemoteDrainDeferral::Resume). Otherwise OK
   // and *next_op is 0.
+  // `abort` (not OK; with `resume`): the ops from *next_op on are
+  // answered with it instead of applied.
   absl::Status Run(const v1::ChargeBatchRequest& request,
                    v1::ChargeBatchResponse* response, int* next_op,
-                   bool resume) {
+                   bool resume, const absl::Status& abort = absl::OkStatus()) {
     auto* results = response->mutable_results();
     if (*next_op == 0) {
       budget_ = service_.max_charge_pages_;
       results->Clear();  // keeps the cleared OpResults for reuse by Add()
       results->Reserve(request.ops_size());
+    }
+    if (ABSL_PREDICT_FALSE(resume && !abort.ok())) {
+      for (int i = *next_op; i < request.ops_size(); ++i) {
+        v1::OpResult* result =
+            i < results->size() ? results->Mutable(i) : results->Add();
+        result->set_id(request.ops(i).id());
+        Fail(i, request.ops(i), abort, result);
+      }
+      *next_op = 0;
+      return absl::OkStatus();
     }
     for (int i = *next_op; i < request.ops_size(); ++i) {
       v1::OpResult* result =
@@ -325,6 +337,10 @@ grpc::ServerUnaryReactor* AccountingService::ChargeBatch(
           if (!caller.ok()) return caller.status();
           call = std::make_unique<BatchCall>(*this, *std::move(caller),
                                              CallerKey(context));
+        } else if (call->progress.deferred) {
+          // Queued past its deadline, or cancelled: the ops not applied
+          // yet are answered with that (a keyed batch still completes).
+          call->progress.abort = CheckStillWanted(*context);
         }
         return RunBatch(call->runner, call->identity, request, response,
                         &call->progress);
@@ -419,7 +435,7 @@ absl::Status AccountingService::RunBatchSteps(
     BatchProgress* progress) {
   if (!request.has_idempotency_key()) {
     if (absl::Status s = runner.Run(request, response, &progress->next_op,
-                                    progress->deferred);
+                                    progress->deferred, progress->abort);
         !s.ok())
       return s;  // deferred
     response->set_replayed(false);
@@ -432,7 +448,7 @@ absl::Status AccountingService::RunBatchSteps(
     if (!begun.ok() || !progress->keyed) return begun;  // refused, replayed
   }
   if (absl::Status s = runner.Run(request, response, &progress->next_op,
-                                  progress->deferred);
+                                  progress->deferred, progress->abort);
       !s.ok())
     return s;  // deferred: the entry stays in flight
   response->set_replayed(false);

@@ -36,9 +36,9 @@ namespace cgacct {
 
 class DrainWaitPool {
  public:
-  // The default `max_threads`: waiting threads cost a stack each and
-  // nothing else while they sleep.
-  static constexpr int kDefaultMaxThreads = 64;
+  // The default `max_threads` (--session_drain_wait_threads): waiting
+  // threads cost a stack each and nothing else while they sleep.
+  static constexpr int kDefaultMaxThreads = 256;
 
   explicit DrainWaitPool(int max_threads = kDefaultMaxThreads);
   ~DrainWaitPool();

@@ -164,6 +164,10 @@ ABSL_FLAG(uint64_t, session_max_pages, uint64_t{1} << 20,
 ABSL_FLAG(uint32_t, max_sessions_per_identity, 1024,
           "open sessions per caller identity (>= 1); one more is "
           "RESOURCE_EXHAUSTED");
+ABSL_FLAG(uint32_t, session_drain_wait_threads, 256,
+          "threads on which charges at memory.max wait for sessions' drain "
+          "answers (off gRPC's callback threads), 1..4096; that many wait "
+          "side by side, more queue");
 ABSL_FLAG(uint32_t, session_drain_timeout_ms, 20,
           "how long a charge at memory.max waits for sessions to return "
           "their stock (drain_all_stock() over the network) before it goes "
@@ -478,6 +482,8 @@ int main(int argc, char** argv) {
       absl::GetFlag(FLAGS_max_sessions_per_identity);
   service_options.sessions.drain_timeout =
       absl::Milliseconds(absl::GetFlag(FLAGS_session_drain_timeout_ms));
+  service_options.sessions.drain_wait_threads = static_cast<int>(std::min<uint32_t>(
+      absl::GetFlag(FLAGS_session_drain_wait_threads), 1u << 20));
   if (absl::Status s = service_options.sessions.Validate(); !s.ok())
     return Fail(kExitUsage, absl::StrCat("--", s.message()));
   cgacct::AccountingService service(**engine, rpc_metrics, service_options);

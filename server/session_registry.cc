@@ -121,6 +121,10 @@ absl::Status SessionOptions::Validate() const {
   if (drain_timeout < absl::ZeroDuration())
     return absl::InvalidArgumentError(
         "session_drain_timeout_ms must be >= 0");
+  if (drain_wait_threads < 1 || drain_wait_threads > 4096)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "session_drain_wait_threads ", drain_wait_threads,
+        " out of [1, 4096]"));
   return absl::OkStatus();
 }
 
@@ -618,7 +622,10 @@ void SessionRegistry::JoinInFlightLocked(absl::string_view over_path,
 bool SessionRegistry::RemoteDrainWouldWait(uint64_t over_id,
                                            absl::string_view over_path) {
   (void)over_id;
-  if (attached_.load(std::memory_order_relaxed) == 0) return false;
+  // A bound of 0: the drain asks and never waits.
+  if (attached_.load(std::memory_order_relaxed) == 0 ||
+      options_.drain_timeout <= absl::ZeroDuration())
+    return false;
   absl::MutexLock l(&mu_);
   if (shut_down_) return false;
   bool would_wait =

@@ -75,12 +75,16 @@ struct SessionOptions {
   // How long a charge at memory.max waits for the sessions it asked to
   // return their stock (--session_drain_timeout_ms).
   absl::Duration drain_timeout = absl::Milliseconds(20);
+  // Threads on which charges wait for drain answers (DrainWaitPool's
+  // max_threads, --session_drain_wait_threads): that many wait side by
+  // side; more queue. 1..4096.
+  int drain_wait_threads = 256;
   // How often the reaper looks for expired sessions (at most this late).
   absl::Duration reap_interval = absl::Milliseconds(25);
 
   // INVALID_ARGUMENT naming the first field out of range: min_ttl_ms >= 1,
   // min <= default <= max, max_pages >= 1, max_sessions_per_identity >= 1,
-  // drain_timeout >= 0.
+  // drain_timeout >= 0, 1 <= drain_wait_threads <= 4096.
   absl::Status Validate() const;
 };
 

@@ -183,6 +183,27 @@ TEST_F(RemoteStockTest, DeferredInsideAScopeWhenTheDrainerWouldWait) {
   d = engine_->GetStats("/d", FlushMode::kExact);
   EXPECT_EQ(d->events.max, 1u);
   EXPECT_EQ(d->events.oom, 0u);
+  // The same charge waiting in place, on a twin engine: the same max
+  // events and page_counter failures (the 64-page batch, then 8 pages).
+  EngineOptions options;
+  options.nr_cpus = 2;
+  std::unique_ptr<Engine> twin = std::move(*Engine::Create(options));
+  LimitsUpdate limits;
+  limits.max_pages = 128;
+  ASSERT_TRUE(twin->CreateGroup("/d", limits).ok());
+  ASSERT_TRUE(twin->CreateGroup("/d/s", {}).ok());
+  ASSERT_TRUE(twin->CreateGroup("/d/c", {}).ok());
+  FakeDrainer twin_drainer;
+  twin->SetRemoteStockDrainer(&twin_drainer);
+  GroupHandle ts = *twin->ResolveGroup("/d/s");
+  ASSERT_TRUE(twin->Charge(ts, 125, PageKind::kAnon, 0).ok());
+  twin_drainer.Give(ts, "/d/s", 125);
+  ASSERT_TRUE(twin->Charge("/d/c", 8, PageKind::kAnon, 1).ok());
+  absl::StatusOr<GroupStats> t = twin->GetStats("/d", FlushMode::kExact);
+  EXPECT_EQ(t->events.max, d->events.max);
+  EXPECT_EQ(t->failcnt, d->failcnt);
+  EXPECT_EQ(t->failcnt, 2u);
+  twin->SetRemoteStockDrainer(nullptr);
 }
 
 TEST_F(RemoteStockTest, NotDeferredWhenTheDrainerWouldNotWait) {

@@ -65,7 +65,14 @@ class SessionsTest : public ::testing::Test {
  protected:
   void SetUp() override { Start(SessionOptions()); }
 
-  void Start(SessionOptions sessions) {
+  void StartWithDrainTimeout(absl::Duration drain_timeout) {
+    SessionOptions options;
+    options.drain_timeout = drain_timeout;
+    Start(options);
+  }
+
+  // `dedup_capacity` (0: the default): the request_id table's.
+  void Start(SessionOptions sessions, size_t dedup_capacity = 0) {
     Stop();
     EngineOptions options;
     options.nr_cpus = kCpus;
@@ -73,6 +80,7 @@ class SessionsTest : public ::testing::Test {
     engine_ = std::move(*Engine::Create(options));
     AccountingServiceOptions service_options;
     service_options.sessions = sessions;
+    if (dedup_capacity > 0) service_options.dedup.capacity = dedup_capacity;
     service_ = std::make_unique<AccountingService>(*engine_, rpc_metrics_,
                                                    service_options);
     // StartInProcessServer's recipe, keeping the port for child processes.
@@ -832,9 +840,7 @@ TEST_F(SessionsTest, DrainAnswerForADeletedGroupReturnsItsMovedHolding) {
 // A session that never answers delays the charge by the bound, no more;
 // the charge then goes on without it (here: OOM, its pages stay held).
 TEST_F(SessionsTest, SilentSessionDelaysTheChargeAtMostTheBound) {
-  SessionOptions options;
-  options.drain_timeout = absl::Milliseconds(100);
-  Start(options);
+  StartWithDrainTimeout(absl::Milliseconds(100));
   LimitsUpdate limits;
   limits.max_pages = 128;
   ASSERT_TRUE(engine_->CreateGroup("/d", limits).ok());
@@ -898,9 +904,7 @@ TEST_F(SessionsTest, SilentSessionDelaysTheChargeAtMostTheBound) {
 // and failed at max: 4 of 36 runs of a tester's 4 x 25 one-page charges.)
 TEST_F(SessionsTest, DrainThatGotEnoughDoesNotWaitForASilentSession) {
   constexpr absl::Duration kBound = absl::Seconds(2);
-  SessionOptions options;
-  options.drain_timeout = kBound;
-  Start(options);
+  StartWithDrainTimeout(kBound);
   const std::string silent_id = SessionHoldingMostOfD("/d/t");
   ASSERT_TRUE(Uncharge("/d/t", 20, silent_id).ok());
   const std::string answering_id = Open();
@@ -937,9 +941,7 @@ TEST_F(SessionsTest, DrainThatGotEnoughDoesNotWaitForASilentSession) {
 // still gets through: the charge succeeds as soon as the session answers
 // (not at the bound), then CreateGroup proceeds.
 TEST_F(SessionsTest, DrainAnswerIsNotBlockedByAWaitingWriter) {
-  SessionOptions options;
-  options.drain_timeout = absl::Seconds(3);
-  Start(options);
+  StartWithDrainTimeout(absl::Seconds(3));
   LimitsUpdate limits;
   limits.max_pages = 128;
   ASSERT_TRUE(engine_->CreateGroup("/d", limits).ok());
@@ -985,9 +987,7 @@ TEST_F(SessionsTest, ManyChargesWaitingAtMaxStillGetTheAnswers) {
   // charge that gets room also parks a batch in the server's per-CPU stock,
   // which must not eat the room the drain brought back.
   constexpr uint64_t kStock = 128;
-  SessionOptions options;
-  options.drain_timeout = absl::Seconds(5);
-  Start(options);
+  StartWithDrainTimeout(absl::Seconds(5));
   constexpr uint64_t kMax = kSessions * kStock + 64;
   LimitsUpdate limits;
   limits.max_pages = kMax;
@@ -1056,9 +1056,7 @@ TEST_F(SessionsTest, ManyChargesWaitingAtMaxStillGetTheAnswers) {
 TEST_F(SessionsTest, SilentSessionDelaysConcurrentChargesOnlyByTheBound) {
   constexpr absl::Duration kBound = absl::Milliseconds(500);
   constexpr int kPerKind = 4;  // Charge, ChargeBatch, ChargeStream each
-  SessionOptions options;
-  options.drain_timeout = kBound;
-  Start(options);
+  StartWithDrainTimeout(kBound);
   const std::string id = SessionHoldingMostOfD("/d/t");
   DrainResponder silent(stub_.get(), id, "/d/t", 125, /*answer=*/false);
 
@@ -1265,6 +1263,127 @@ TEST_F(SessionsTest, BatchPagesChargesTheBatchOrWhatIsNeeded) {
   EXPECT_EQ(CurrentPages("/b"), 65u);
   ASSERT_TRUE(Close(id).ok());
   EXPECT_EQ(CurrentPages("/b"), 0u);
+}
+
+// A keyed Charge deferred to a drain-wait thread keeps its one entry of
+// the request_id table in flight and its rerun completes it: deferrals do
+// not take two entries each (a tester saw ids forgotten after half the
+// table's capacity, and a retry inside the window applied twice).
+TEST_F(SessionsTest, DeferredKeyedChargesTakeOneRequestIdEntryEach) {
+  constexpr size_t kCapacity = 8;
+  Start(SessionOptions(), kCapacity);
+  const std::string id = SessionHoldingMostOfD("/d/s");
+  DrainResponder responder(stub_.get(), id, "/d/s", 125, /*answer=*/true);
+  v1::ChargeResponse first;
+  ASSERT_TRUE(Charge("/e", 1, "", v1::PAGE_KIND_ANON, "k0", &first).ok());
+  // kCapacity - 2 keyed charges at /d's max, each deferred, then drained.
+  for (size_t i = 0; i + 2 < kCapacity; ++i) {
+    engine_->DrainAllStock();
+    const uint64_t used = CurrentPages("/d");
+    if (used < 128) {
+      ASSERT_TRUE(Charge("/d/s", 128 - used, id).ok());  // full again
+    }
+    v1::ChargeResponse r;
+    const grpc::Status s = Charge("/d/c", 1, "", v1::PAGE_KIND_ANON,
+                                  absl::StrCat("k", i + 1), &r);
+    ASSERT_TRUE(s.ok()) << i << ": " << s.error_message();
+  }
+  EXPECT_EQ(service_->sessions().stats().drains_deferred, kCapacity - 2);
+  v1::ChargeResponse again;
+  ASSERT_TRUE(Charge("/e", 1, "", v1::PAGE_KIND_ANON, "k0", &again).ok());
+  EXPECT_TRUE(again.replayed());
+  engine_->DrainAllStock();
+  EXPECT_EQ(CurrentPages("/e"), 1u);
+  ASSERT_TRUE(Close(id).ok());
+  EXPECT_TRUE(responder.Finish().ok());
+}
+
+// Deferred calls queue for a drain-wait thread when all are busy; one whose
+// client gave up (deadline passed) while queued is answered at once, not
+// run: it neither waits the bound again nor delays the calls behind it.
+TEST_F(SessionsTest, ExpiredDeferredCallsAreNotRun) {
+  constexpr absl::Duration kBound = absl::Milliseconds(600);
+  SessionOptions options;
+  options.drain_timeout = kBound;
+  options.drain_wait_threads = 1;
+  Start(options);
+  const std::string id = SessionHoldingMostOfD("/d/t");
+  DrainResponder silent(stub_.get(), id, "/d/t", 125, /*answer=*/false);
+  auto charge_with_deadline = [&](absl::Duration deadline) {
+    v1::ChargeRequest request;
+    request.set_path("/d/c");
+    request.set_nr_pages(8);
+    request.set_kind(v1::PAGE_KIND_ANON);
+    v1::ChargeResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         absl::ToChronoMilliseconds(deadline));
+    return stub_->Charge(&context, request, &response);
+  };
+  // The first takes the only thread for the bound; three queue and expire.
+  std::thread holder([&] {
+    EXPECT_EQ(charge_with_deadline(absl::Seconds(10)).error_code(),
+              grpc::StatusCode::RESOURCE_EXHAUSTED);
+  });
+  absl::SleepFor(absl::Milliseconds(100));
+  std::vector<std::thread> expiring;
+  for (int i = 0; i < 3; ++i) {
+    expiring.emplace_back([&] {
+      EXPECT_EQ(charge_with_deadline(absl::Milliseconds(100)).error_code(),
+                grpc::StatusCode::DEADLINE_EXCEEDED);
+    });
+  }
+  absl::SleepFor(absl::Milliseconds(50));
+  const absl::Time start = absl::Now();
+  EXPECT_EQ(charge_with_deadline(absl::Seconds(10)).error_code(),
+            grpc::StatusCode::RESOURCE_EXHAUSTED);
+  const absl::Duration took = absl::Now() - start;
+  holder.join();
+  for (std::thread& t : expiring) t.join();
+  // Behind the holder (~450 ms left), then its own bound; the three
+  // expired calls add nothing (they would add 3 x 600 ms).
+  std::printf("last queued charge: %s (bound %s, one drain-wait thread)\n",
+              absl::FormatDuration(took).c_str(),
+              absl::FormatDuration(kBound).c_str());
+  EXPECT_LT(took, 2 * kBound + absl::Milliseconds(300));
+  EXPECT_EQ(service_->sessions().stats().drains, 2u);
+  ASSERT_TRUE(Close(id).ok());
+  EXPECT_TRUE(silent.Finish().ok());
+}
+
+// The drain stops early only once the pages returned cover the room the
+// charge needs at the limiting group, which is more than the charge when
+// usage is above a lowered max.
+TEST_F(SessionsTest, DrainWaitsForTheRoomNeededNotJustTheCharge) {
+  StartWithDrainTimeout(absl::Seconds(3));
+  LimitsUpdate limits;
+  limits.max_pages = 100;
+  ASSERT_TRUE(engine_->CreateGroup("/a", limits).ok());
+  ASSERT_TRUE(engine_->CreateGroup("/a/x", {}).ok());
+  ASSERT_TRUE(engine_->CreateGroup("/a/y", {}).ok());
+  ASSERT_TRUE(engine_->CreateGroup("/a/c", {}).ok());
+  const std::string fast = Open();
+  const std::string slow = Open();
+  ASSERT_TRUE(Charge("/a/x", 5, fast).ok());
+  ASSERT_TRUE(Charge("/a/y", 20, slow).ok());
+  ASSERT_TRUE(Charge("/a/c", 75, "").ok());  // usage 100
+  engine_->DrainAllStock();
+  DrainResponder answers_at_once(stub_.get(), fast, "/a/x", 5, true);
+  DrainResponder answers_later(stub_.get(), slow, "/a/y", 20, true,
+                               absl::Milliseconds(200));
+  LimitsUpdate lower;
+  lower.max_pages = 95;  // usage stays 100 (no reclaimable pages)
+  ASSERT_TRUE(engine_->SetLimits("/a", lower).ok());
+  // (memory_max_write() raised `oom`: usage could not get under.)
+  const uint64_t oom_before = Stats("/a").events().oom();
+  // 3 pages need 8 back: 5 come at once, the rest 200 ms later.
+  const grpc::Status s = Charge("/a/c", 3, "");
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(Stats("/a").events().oom(), oom_before);
+  ASSERT_TRUE(Close(fast).ok());
+  ASSERT_TRUE(Close(slow).ok());
+  EXPECT_TRUE(answers_at_once.Finish().ok());
+  EXPECT_TRUE(answers_later.Finish().ok());
 }
 
 // --- SIGKILL ----------------------------------------------------------------
