@@ -18,7 +18,10 @@ start() { "$1/server/cgacctd" --listen="127.0.0.1:$2" --metrics_listen="" >"$tmp
 po=57501; pn=57502
 pido=$(start $OLD $po); pidn=$(start $NEW $pn)
 trap 'kill $pido $pidn 2>/dev/null; wait 2>/dev/null; rm -rf $tmp' EXIT
-sleep 1.5
+for log in "$tmp/$po.log" "$tmp/$pn.log"; do
+  for _ in $(seq 100); do grep -q listening "$log" && break; sleep 0.1; done
+  grep -q listening "$log" || { cat "$log" >&2; exit 1; }
+done
 for rpc in $RPCS; do
   for run in $(seq $RUNS); do
     for side in old new; do
