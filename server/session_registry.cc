@@ -539,11 +539,7 @@ std::vector<RemoteStockReturn> SessionRegistry::DrainRemoteStock(
   if (shut_down_) return {};
   v1::SessionServerMessage message;
   for (auto& [id, s] : sessions_) {
-    if (s->stream == nullptr || s->closing) continue;
-    bool holds = false;
-    for (const auto& [key, h] : s->holdings)
-      holds |= h.nr_pages > 0 && AtOrBelow(h.path, over_path);
-    if (!holds) continue;
+    if (!DrainableLocked(*s, over_path)) continue;
     if (drain.id == 0) {
       drain.id = ++next_drain_id_;
       message.set_drain_id(drain.id);
@@ -630,17 +626,8 @@ bool SessionRegistry::RemoteDrainWouldWait(uint64_t over_id,
   if (shut_down_) return false;
   bool would_wait =
       OverlapsDrainLocked(over_path) || OverlapsUnsettledLocked(over_path);
-  for (auto it = sessions_.begin(); !would_wait && it != sessions_.end();
-       ++it) {
-    const Session& s = *it->second;
-    if (s.stream == nullptr || s.closing) continue;
-    for (const auto& [key, h] : s.holdings) {
-      if (h.nr_pages > 0 && AtOrBelow(h.path, over_path)) {
-        would_wait = true;
-        break;
-      }
-    }
-  }
+  for (auto it = sessions_.begin(); !would_wait && it != sessions_.end(); ++it)
+    would_wait = DrainableLocked(*it->second, over_path);
   if (would_wait) ++stats_.drains_deferred;
   return would_wait;
 }
@@ -653,6 +640,14 @@ void SessionRegistry::RemoteStockReturned(uint64_t over_id,
   if (it == unsettled_.end()) return;
   if (--it->second == 0) unsettled_.erase(it);
   cv_.SignalAll();
+}
+
+bool SessionRegistry::DrainableLocked(const Session& s,
+                                      absl::string_view over_path) const {
+  if (s.stream == nullptr || s.closing) return false;
+  for (const auto& [key, h] : s.holdings)
+    if (h.nr_pages > 0 && AtOrBelow(h.path, over_path)) return true;
+  return false;
 }
 
 namespace {

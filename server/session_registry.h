@@ -263,6 +263,10 @@ class SessionRegistry final : public RemoteStockDrainer {
       ABSL_LOCKS_EXCLUDED(mu_);
   void DropFromDrainsLocked(Session* session)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `s` is attached, not closing, and holds pages at or below `over_path`:
+  // a drain for that group asks it.
+  bool DrainableLocked(const Session& s, absl::string_view over_path) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A drain in flight for a group at, above or below `over_path`.
   bool OverlapsDrainLocked(absl::string_view over_path) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -61,6 +61,33 @@ std::unique_ptr<grpc::ClientContext> Context(int seconds = 10) {
   return context;
 }
 
+// `n` threads released at once, thread i running call(i); Join() waits for
+// them and returns how long each call took.
+class Together {
+ public:
+  template <typename Call>
+  Together(int n, Call call) : took_(n) {
+    for (int i = 0; i < n; ++i) {
+      threads_.emplace_back([this, n, i, call] {
+        ready_.fetch_add(1);
+        while (ready_.load() < n) std::this_thread::yield();
+        const absl::Time start = absl::Now();
+        call(i);
+        took_[i] = absl::Now() - start;
+      });
+    }
+  }
+  std::vector<absl::Duration> Join() {
+    for (std::thread& t : threads_) t.join();
+    return took_;
+  }
+
+ private:
+  std::atomic<int> ready_{0};
+  std::vector<absl::Duration> took_;  // took_[i]: thread i's until Join()
+  std::vector<std::thread> threads_;
+};
+
 class SessionsTest : public ::testing::Test {
  protected:
   void SetUp() override { Start(SessionOptions()); }
@@ -1005,20 +1032,10 @@ TEST_F(SessionsTest, ManyChargesWaitingAtMaxStillGetTheAnswers) {
   }
   // The rest of the max: /m is full, its free pages all in the stocks.
   ASSERT_TRUE(Charge("/m/c", kMax - kSessions * kStock, "").ok());
-  std::atomic<int> ready{0};
   std::vector<grpc::Status> results(kCharges);
-  std::vector<absl::Duration> took(kCharges);
-  std::vector<std::thread> chargers;
-  for (int i = 0; i < kCharges; ++i) {
-    chargers.emplace_back([&, i] {
-      ready.fetch_add(1);
-      while (ready.load() < kCharges) std::this_thread::yield();
-      const absl::Time start = absl::Now();
-      results[i] = Charge("/m/c", 8, "");
-      took[i] = absl::Now() - start;
-    });
-  }
-  for (std::thread& t : chargers) t.join();
+  const std::vector<absl::Duration> took =
+      Together(kCharges, [&](int i) { results[i] = Charge("/m/c", 8, ""); })
+          .Join();
   absl::Duration slowest;
   for (int i = 0; i < kCharges; ++i) {
     EXPECT_TRUE(results[i].ok()) << i << ": " << results[i].error_message();
@@ -1065,16 +1082,9 @@ TEST_F(SessionsTest, SilentSessionDelaysConcurrentChargesOnlyByTheBound) {
   AddOp(&batch, "/e", 1);
   AddOp(&batch, "/d/c", 8);
 
-  std::atomic<int> ready{0};
   constexpr int kChargers = 3 * kPerKind;
-  std::vector<absl::Duration> took(kChargers);
   std::vector<std::string> outcome(kChargers);
-  std::vector<std::thread> chargers;
-  for (int i = 0; i < kChargers; ++i) {
-    chargers.emplace_back([&, i] {
-      ready.fetch_add(1);
-      while (ready.load() < kChargers) std::this_thread::yield();
-      const absl::Time start = absl::Now();
+  Together chargers(kChargers, [&](int i) {
       if (i < kPerKind) {
         outcome[i] = absl::StrCat(Charge("/d/c", 8, "").error_code());
       } else if (i < 2 * kPerKind) {
@@ -1097,9 +1107,7 @@ TEST_F(SessionsTest, SilentSessionDelaysConcurrentChargesOnlyByTheBound) {
                                         response.results(1).code())
                          : s.error_message();
       }
-      took[i] = absl::Now() - start;
-    });
-  }
+  });
   // Meanwhile, calls that have nothing to do with /d.
   absl::SleepFor(kBound / 5);  // the charges are waiting by now
   absl::Duration slowest_other;
@@ -1110,7 +1118,7 @@ TEST_F(SessionsTest, SilentSessionDelaysConcurrentChargesOnlyByTheBound) {
     EXPECT_TRUE(Uncharge("/e", 1, "").ok());
     slowest_other = std::max(slowest_other, absl::Now() - start);
   }
-  for (std::thread& t : chargers) t.join();
+  const std::vector<absl::Duration> took = chargers.Join();
   absl::Duration slowest_charge;
   for (int i = 0; i < kChargers; ++i) {
     // An OOM after the bound (the silent session kept its pages); a

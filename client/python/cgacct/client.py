@@ -464,13 +464,9 @@ class Client:
             finally:
                 self._gate.leave_shared()
             if lost_gen is not None:
-                try:
-                    self._resume(lost_gen)
-                except Error:
-                    if not done:
-                        raise
-                    # The charge itself succeeded; the session thread
-                    # resumes once the server is reachable again.
+                # If the charge itself succeeded, a failed resume is left
+                # to the session thread.
+                self._resume_after_loss(lost_gen, must_succeed=not done)
             if done:
                 break
         self._count("charges")
@@ -525,10 +521,7 @@ class Client:
         finally:
             self._gate.leave_shared()
         if lost_gen is not None:
-            try:
-                self._resume(lost_gen)
-            except Error:
-                pass  # done here; the session thread resumes later
+            self._resume_after_loss(lost_gen, must_succeed=False)
         return returned
 
     def drain(self):
@@ -545,7 +538,7 @@ class Client:
         finally:
             self._gate.leave_shared()
         if lost_gen is not None:
-            self._resume(lost_gen)
+            self._resume_after_loss(lost_gen, must_succeed=True)
         return returned
 
     def held(self, path, kind=ANON):
@@ -833,6 +826,17 @@ class Client:
             self._ttl_ms = resp.ttl_ms
             self._max_held = resp.max_held_pages
         self._last_answer = time.monotonic()
+
+    def _resume_after_loss(self, lost_gen, must_succeed):
+        """_resume(lost_gen) after a call found its session gone. A failure
+        is raised if must_succeed (the call's own work is not done), else
+        left to the session thread, which resumes once the server is
+        reachable again."""
+        try:
+            self._resume(lost_gen)
+        except Error:
+            if must_succeed:
+                raise
 
     def _resume(self, lost_gen):
         """The session of generation lost_gen is gone on the server (its
