@@ -8,6 +8,7 @@ Usage: load_run_test.py CGACCTD CGACCT_LOAD
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -32,6 +33,7 @@ class LoadAgainstCgacctd(unittest.TestCase):
             raise RuntimeError("no start line: %r" % line)
         self.target = "127.0.0.1:%s" % m.group(1)
         self.tmp = tempfile.mkdtemp(prefix="cgacct_load_")
+        self.addCleanup(shutil.rmtree, self.tmp, ignore_errors=True)
 
     def tearDown(self):
         if self.daemon.poll() is None:
@@ -222,6 +224,7 @@ class LibraryLoadAgainstCgacctd(unittest.TestCase):
         self.target = "127.0.0.1:%s" % m.group(1)
         self.metrics = "127.0.0.1:%s" % m.group(2)
         self.tmp = tempfile.mkdtemp(prefix="cgacct_load_lib_")
+        self.addCleanup(shutil.rmtree, self.tmp, ignore_errors=True)
 
     def tearDown(self):
         self.daemon.terminate()
