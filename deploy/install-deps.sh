@@ -39,6 +39,8 @@
 #     test command runs the real one: label "gnuplot"); -nox: no X11 needed.
 #   - nghttp2-client: h2load, the reference client tests/bench/h2load_compare.sh
 #     measures cgacct-load's own per-call overhead against.
+#   - python3-h2: the HTTP/2 rapid-reset flood test writes its HEADERS +
+#     RST_STREAM frames with the h2 library (tests/server/rapid_reset_flood.py).
 # CGACCT_DEPS=build installs only what building the three binaries needs
 # (no tests, benchmarks or tools): deploy/Dockerfile's build stage.
 set -euo pipefail
@@ -56,7 +58,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev sqlite3
   python3-grpcio python3-protobuf
   prometheus python3-yaml
-  gnuplot-nox nghttp2-client
+  gnuplot-nox nghttp2-client python3-h2
 )
 case "${CGACCT_DEPS:-all}" in
   all) ;;
