@@ -37,11 +37,11 @@ absl::Status EngineOptions::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat(
         "flush_preempt_model ", static_cast<int>(flush_preempt_model),
         " must be none (0) or full (1)"));
-  if (flush_hold_budget <= absl::ZeroDuration() ||
+  if (flush_hold_budget < absl::ZeroDuration() ||
       flush_hold_budget > absl::Seconds(1))
     return absl::InvalidArgumentError(absl::StrCat(
         "flush_hold_budget ", absl::FormatDuration(flush_hold_budget),
-        " must be in (0, 1s]"));
+        " must be in [0, 1s]"));
   if (periodic_flush_interval < absl::ZeroDuration())
     return absl::InvalidArgumentError("periodic_flush_interval must be >= 0");
   return absl::OkStatus();

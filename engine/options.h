@@ -34,8 +34,11 @@ struct EngineOptions {
   // under kFull it drops the lock between CPUs for a waiter. Other policies
   // behave the same under both. kNone or kFull.
   FlushPreemptModel flush_preempt_model = FlushPreemptModel::kNone;
-  // kAdaptive: drop and retake the lock once a hold reaches this, > 0.
-  absl::Duration flush_hold_budget = absl::Microseconds(50);
+  // kAdaptive: drop and retake the lock once a hold reaches this, in
+  // [0, 1 s]. Zero (the default): drop it after every CPU with updates, so
+  // adaptive's longest hold is per_cpu's (one CPU's work) while clean CPUs
+  // are still passed without the lock.
+  absl::Duration flush_hold_budget = absl::ZeroDuration();
   // Background flush of the whole tree (the kernel's FLUSH_TIME, 2 s);
   // zero disables the flusher thread.
   absl::Duration periodic_flush_interval = absl::Seconds(2);

@@ -76,8 +76,12 @@ Rstat::Rstat(int nr_cpus, const FlushLockConfig& config,
     : nr_cpus_(nr_cpus),
       config_(config),
       config_name_(FlushLockConfigName(config)),
-      hold_budget_ticks_(std::max<int64_t>(
-          1, clock.NsToCycles(absl::ToInt64Nanoseconds(config.hold_budget)))),
+      // Zero: every hold ends after its first CPU (held_ticks() >= 0).
+      hold_budget_ticks_(
+          config.hold_budget <= absl::ZeroDuration()
+              ? 0
+              : std::max<int64_t>(1, clock.NsToCycles(absl::ToInt64Nanoseconds(
+                                         config.hold_budget)))),
       observer_(observer),
       clock_(clock),
       cpu_locks_(new CpuLock[nr_cpus]),

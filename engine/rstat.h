@@ -32,15 +32,17 @@
 //              depends on the preempt model (below);
 //   kBatch     drop and retake every N CPUs (the compromise proposed in the
 //              2025 review): holds bounded by N CPUs' work;
-//   kAdaptive  ours: hold across CPUs while the hold stays under a time
-//              budget (--flush_hold_budget) and nobody waits, then drop and
-//              retake; and visit a CPU without the lock at all when the flush
+//   kAdaptive  ours: visit a CPU without the lock at all when the flush
 //              root is not on that CPU's updated tree and no flush of that
 //              CPU is in progress (a per-CPU sequence count proves it), so
 //              concurrent readers of the same subtree do not queue on the
-//              lock for CPUs that have nothing to fold. Holds are bounded by
-//              the budget plus one CPU's work, like kBatch but in time, and
-//              acquisitions are fewer than kWhole's when most CPUs are clean.
+//              lock for CPUs that have nothing to fold; take the lock around
+//              each CPU that has updates, per_cpu's hold (the default,
+//              --flush_hold_budget=0), or, with a budget, hold across CPUs
+//              while the hold stays under it and nobody waits, then drop and
+//              retake (holds bounded by the budget plus one CPU's work, like
+//              kBatch but in time). Acquisitions: one per CPU with updates,
+//              or fewer with a budget; none for a clean subtree.
 //              Readers still see everything acknowledged before the flush:
 //              see "Skipping clean CPUs" in rstat.cc.
 //
@@ -119,7 +121,9 @@ class RstatGroup;
 struct FlushLockConfig {
   FlushLockPolicy policy = FlushLockPolicy::kPerCpu;
   int batch_cpus = 8;                                   // kBatch
-  absl::Duration hold_budget = absl::Microseconds(50);  // kAdaptive
+  // kAdaptive: the longest planned hold; zero (the default) drops the lock
+  // after every CPU with updates, per_cpu's hold.
+  absl::Duration hold_budget = absl::ZeroDuration();
   // kWhole: whether a waiter makes the holder drop the lock mid-loop.
   FlushPreemptModel preempt_model = FlushPreemptModel::kNone;
 };

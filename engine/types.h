@@ -48,8 +48,9 @@ enum class FlushLockPolicy : uint8_t {
   kWhole,   // hold across the CPU loop (<= 6.14); FlushPreemptModel says
             // whether it yields to a waiter
   kBatch,   // drop and retake every N CPUs ("batch:N")
-  kAdaptive,  // hold while under a time budget and nobody waits; skip clean
-              // CPUs
+  kAdaptive,  // skip clean CPUs without the lock; hold around each CPU with
+              // updates, or across CPUs while under a time budget and
+              // nobody waits
 };
 
 // Which kernel preemption model the flush lock's holder follows

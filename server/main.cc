@@ -62,15 +62,16 @@ ABSL_FLAG(int, cpus, 0,
 ABSL_FLAG(std::string, flush_lock_policy, "per_cpu",
           "rstat flush lock policy: per_cpu (retake per CPU), whole (hold "
           "across CPUs; see --flush_preempt_model), batch:N (retake every N "
-          "CPUs) or adaptive (hold up to --flush_hold_budget, skip clean "
-          "CPUs)");
+          "CPUs) or adaptive (skip clean CPUs without the lock; hold per CPU "
+          "with updates, or up to --flush_hold_budget)");
 ABSL_FLAG(std::string, flush_preempt_model, "none",
           "kernel preemption model of the flush-lock holder: none (whole "
           "holds the lock across every CPU, as without CONFIG_PREEMPTION) or "
           "full (whole drops it between CPUs for a waiting flusher, as with "
           "CONFIG_PREEMPT); other policies are the same under both");
-ABSL_FLAG(absl::Duration, flush_hold_budget, absl::Microseconds(50),
-          "adaptive policy: longest planned flush-lock hold");
+ABSL_FLAG(absl::Duration, flush_hold_budget, absl::ZeroDuration(),
+          "adaptive policy: longest planned flush-lock hold, in [0, 1s]; 0 "
+          "drops the lock after every CPU with updates (per_cpu's hold)");
 ABSL_FLAG(absl::Duration, periodic_flush_interval, absl::Seconds(2),
           "background flush of the whole tree (the kernel's 2 s); 0 = off");
 ABSL_FLAG(uint64_t, page_size, 4096, "bytes per page (power of two >= 512)");
@@ -241,7 +242,7 @@ int main(int argc, char** argv) {
       "  cgacctd [--listen=HOST:PORT] [--metrics_listen=HOST:PORT] [--cpus=N]\n"
       "          [--flush_lock_policy=per_cpu|whole|batch:N|adaptive]\n"
       "          [--flush_preempt_model=none|full]\n"
-      "          [--flush_hold_budget=50us] [--periodic_flush_interval=2s]\n"
+      "          [--flush_hold_budget=0] [--periodic_flush_interval=2s]\n"
       "          [--page_size=4096]\n"
       "          [--metrics_group_depth=3] [--metrics_max_groups=10000]\n"
       "          [--memory_recursiveprot]\n"

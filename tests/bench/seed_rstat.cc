@@ -28,7 +28,7 @@
 //
 //   seed_rstat [--cpus=400] [--duration=10s] [--readers=8] [--hogs=8]
 //              [--hog_cpus=all|N] [--hog_chunk_pages=64]
-//              [--flush_preempt_model=none|full]
+//              [--flush_preempt_model=none|full] [--flush_hold_budget=0]
 //              [--policies=per_cpu,whole(none),whole(full),batch:8,adaptive]
 //              [--flush=exact] [--seed2_threads=10] [--seed2_reads=10000]
 //              [--json=FILE]
@@ -70,6 +70,9 @@ ABSL_FLAG(uint64_t, hog_chunk_pages, 64,
 ABSL_FLAG(std::string, policies,
           "per_cpu,whole(none),whole(full),batch:8,adaptive",
           "policies to run; POLICY(none|full) sets the preempt model");
+ABSL_FLAG(absl::Duration, flush_hold_budget, absl::ZeroDuration(),
+          "adaptive: the longest planned hold, cgacctd's --flush_hold_budget "
+          "(0: one CPU with updates per hold)");
 ABSL_FLAG(std::string, flush, "exact",
           "read mode: exact or threshold (the kernel's)");
 ABSL_FLAG(int, seed2_threads, 10, "seed 2: threads");
@@ -247,6 +250,7 @@ std::unique_ptr<Engine> MakeEngine(const PolicySpec& spec,
   options.flush_lock_policy = spec.policy;
   options.flush_batch_cpus = spec.batch_cpus;
   options.flush_preempt_model = spec.model;
+  options.flush_hold_budget = absl::GetFlag(FLAGS_flush_hold_budget);
   options.observer = observer;
   auto engine = std::move(*Engine::Create(options));
   LimitsUpdate limits;
@@ -416,10 +420,11 @@ int main(int argc, char** argv) {
   std::vector<Row> rows;
   std::printf(
       "seed_rstat: cpus=%d readers=%d hogs=%d hog_cpus=%s hog_chunk_pages=%d "
-      "duration=%s reads=%s (%s)\n",
+      "adaptive_budget=%s duration=%s reads=%s (%s)\n",
       nr_cpus, absl::GetFlag(FLAGS_readers), absl::GetFlag(FLAGS_hogs),
       absl::GetFlag(FLAGS_hog_cpus).c_str(),
       static_cast<int>(absl::GetFlag(FLAGS_hog_chunk_pages)),
+      absl::FormatDuration(absl::GetFlag(FLAGS_flush_hold_budget)).c_str(),
       absl::FormatDuration(absl::GetFlag(FLAGS_duration)).c_str(),
       flush.c_str(),
       mode == cgacct::FlushMode::kExact

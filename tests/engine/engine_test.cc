@@ -454,9 +454,14 @@ TEST(EngineOptionsTest, RejectsBadFlushOptions) {
   EXPECT_EQ(Engine::Create(options).status().code(),
             absl::StatusCode::kInvalidArgument);
   options.flush_batch_cpus = 8;
-  options.flush_hold_budget = absl::ZeroDuration();
+  options.flush_hold_budget = -absl::Microseconds(1);
   EXPECT_EQ(Engine::Create(options).status().code(),
             absl::StatusCode::kInvalidArgument);
+  options.flush_hold_budget = absl::Seconds(2);
+  EXPECT_EQ(Engine::Create(options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  options.flush_hold_budget = absl::ZeroDuration();  // one CPU per hold
+  EXPECT_TRUE(Engine::Create(options).ok());
   options.flush_hold_budget = absl::Microseconds(50);
   options.periodic_flush_interval = -absl::Seconds(1);
   EXPECT_EQ(Engine::Create(options).status().code(),

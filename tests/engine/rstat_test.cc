@@ -326,6 +326,33 @@ TEST(RstatClockTest, HoldsAndTheAdaptiveBudgetAreTimedOnTheInjectedClock) {
     EXPECT_LT(h.when, absl::UnixEpoch() + absl::Hours(1));  // clock's wall time
 }
 
+// adaptive's default (no budget) holds the lock around one CPU with updates
+// at a time, per_cpu's longest hold, and passes clean CPUs without it: on
+// the same clock a budget of 50 µs would fold 50 CPUs in its first hold.
+TEST(RstatClockTest, AdaptiveWithoutABudgetHoldsOneCpuWithUpdatesAtATime) {
+  constexpr int kCpus = 64;
+  TickingClock clock;
+  HoldObserver observer;
+  FlushLockConfig config;
+  config.policy = FlushLockPolicy::kAdaptive;
+  ASSERT_EQ(config.hold_budget, absl::ZeroDuration());  // the default
+  Rstat rstat(kCpus, config, &observer, clock);
+  RstatGroup root(&rstat, nullptr, "/");
+  RstatGroup child(&rstat, &root, "/a");
+  int64_t d[kNrStatItems] = {};
+  d[kStatAnon] = 1;
+  for (int cpu = 0; cpu < kCpus; cpu += 2) rstat.Update(&child, cpu, d, 1);
+  rstat.Flush(&root);
+  ASSERT_EQ(observer.holds.size(), static_cast<size_t>(kCpus / 2));
+  for (const FlushLockHold& hold : observer.holds) {
+    EXPECT_EQ(hold.cpus_walked, 1);
+    EXPECT_EQ(hold.groups_folded, 2);  // the child and the root
+  }
+  EXPECT_EQ(root.total(kStatAnon), kCpus / 2);
+  for (const FlushHoldRecord& h : rstat.LongestHolds())
+    EXPECT_EQ(h.cpus_walked, 1);
+}
+
 INSTANTIATE_TEST_SUITE_P(Policies, RstatTest,
                          ::testing::ValuesIn(AllPolicies()),
                          [](const auto& info) {
