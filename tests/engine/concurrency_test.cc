@@ -19,12 +19,20 @@ uint64_t Stat(const GroupStats& stats, const std::string& name) {
   return ~0ull;
 }
 
-class ConcurrencyTest : public ::testing::TestWithParam<FlushLockPolicy> {};
+// A flush-lock policy and, for kAdaptive, its hold budget (zero: one CPU
+// with updates per hold; else holds across CPUs that drop for a waiter).
+struct PolicyParam {
+  FlushLockPolicy policy;
+  absl::Duration hold_budget = absl::ZeroDuration();
+};
 
-EngineOptions Options(FlushLockPolicy policy, int nr_cpus) {
+class ConcurrencyTest : public ::testing::TestWithParam<PolicyParam> {};
+
+EngineOptions Options(PolicyParam param, int nr_cpus) {
   EngineOptions options;
   options.nr_cpus = nr_cpus;
-  options.flush_lock_policy = policy;
+  options.flush_lock_policy = param.policy;
+  options.flush_hold_budget = param.hold_budget;
   options.flush_batch_cpus = 3;
   options.periodic_flush_interval = absl::Milliseconds(5);  // races the readers
   return options;
@@ -169,7 +177,7 @@ TEST_P(ConcurrencyTest, ChargesUnchargesAndFlushesConserveEveryPage) {
 // overflow and evict to the pool too). One policy: the stock does not depend
 // on it.
 TEST(StockVictimConcurrencyTest, ConserveEveryPageWithTheVictimTable) {
-  EngineOptions options = Options(FlushLockPolicy::kPerCpu, 8);
+  EngineOptions options = Options({FlushLockPolicy::kPerCpu}, 8);
   options.stock_victim_sets = 2;
   CheckConservation(options, 10, /*ops_per_thread=*/1000);
 }
@@ -291,12 +299,19 @@ TEST(StockDrainConcurrencyTest, NoOomWhileAnotherGroupDrains) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, ConcurrencyTest,
-                         ::testing::Values(FlushLockPolicy::kPerCpu,
-                                           FlushLockPolicy::kWhole,
-                                           FlushLockPolicy::kBatch,
-                                           FlushLockPolicy::kAdaptive),
+                         ::testing::Values(
+                             PolicyParam{FlushLockPolicy::kPerCpu},
+                             PolicyParam{FlushLockPolicy::kWhole},
+                             PolicyParam{FlushLockPolicy::kBatch},
+                             PolicyParam{FlushLockPolicy::kAdaptive},
+                             PolicyParam{FlushLockPolicy::kAdaptive,
+                                         absl::Microseconds(50)}),
                          [](const auto& info) {
-                           return std::string(FlushLockPolicyName(info.param));
+                           return absl::StrCat(
+                               FlushLockPolicyName(info.param.policy),
+                               info.param.hold_budget > absl::ZeroDuration()
+                                   ? "_budget"
+                                   : "");
                          });
 
 }  // namespace

@@ -92,14 +92,16 @@ std::vector<FlushLockConfig> AllPolicies() {
   FlushLockConfig batch;
   batch.policy = FlushLockPolicy::kBatch;
   batch.batch_cpus = 3;
-  FlushLockConfig adaptive;
+  FlushLockConfig adaptive;  // one CPU with updates per hold (no budget)
   adaptive.policy = FlushLockPolicy::kAdaptive;
+  FlushLockConfig adaptive_budget = adaptive;  // holds across CPUs
+  adaptive_budget.hold_budget = absl::Microseconds(50);
   FlushLockConfig whole_full;
   whole_full.policy = FlushLockPolicy::kWhole;
   whole_full.preempt_model = FlushPreemptModel::kFull;
   return {FlushLockConfig{FlushLockPolicy::kPerCpu},
           FlushLockConfig{FlushLockPolicy::kWhole}, whole_full, batch,
-          adaptive};
+          adaptive, adaptive_budget};
 }
 
 TEST_P(RstatTest, AfterAFlushEveryAncestorEqualsItsSubtreeSum) {
@@ -358,8 +360,10 @@ INSTANTIATE_TEST_SUITE_P(Policies, RstatTest,
                          [](const auto& info) {
                            return absl::StrCat(
                                FlushLockPolicyName(info.param.policy), "_",
-                               FlushPreemptModelName(
-                                   info.param.preempt_model));
+                               FlushPreemptModelName(info.param.preempt_model),
+                               info.param.hold_budget > absl::ZeroDuration()
+                                   ? "_budget"
+                                   : "");
                          });
 
 // A clock whose first cycle read (the flush lock just taken, in the first
