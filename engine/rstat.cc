@@ -76,7 +76,7 @@ Rstat::Rstat(int nr_cpus, const FlushLockConfig& config,
     : nr_cpus_(nr_cpus),
       config_(config),
       config_name_(FlushLockConfigName(config)),
-      // Zero: every hold ends after its first CPU (held_ticks() >= 0).
+      // Zero: every hold ends after its first CPU (ShouldDropFlushLock).
       hold_budget_ticks_(
           config.hold_budget <= absl::ZeroDuration()
               ? 0
@@ -405,7 +405,9 @@ bool Rstat::ShouldDropFlushLock(const FlushHold& hold, bool* yield) const {
       return *yield;
     case FlushLockPolicy::kAdaptive:
       *yield = flush_waiters_.load(std::memory_order_relaxed) > 0;
-      return *yield || hold.held_ticks() >= hold_budget_ticks_;
+      // No budget: one CPU per hold, whatever the clock reads.
+      return *yield || hold_budget_ticks_ == 0 ||
+             hold.held_ticks() >= hold_budget_ticks_;
   }
   return true;
 }

@@ -1060,9 +1060,14 @@ void AccountingService::DoGetEngineInfo(const AuthCaller& caller,
   response->set_flush_lock_hold_wall_max_us(
       DurationToMicros(info.flush_lock_hold_wall_max));
   response->set_preempted_flushes(info.preempted_flushes);
-  if (info.flush_lock_policy == FlushLockPolicy::kAdaptive)
-    response->set_flush_hold_budget_us(
-        DurationToMicros(info.flush_hold_budget));
+  if (info.flush_lock_policy == FlushLockPolicy::kAdaptive &&
+      info.flush_hold_budget > absl::ZeroDuration()) {
+    // Rounded up: 0 means "no budget" (one CPU per hold), so a budget
+    // under 1 µs reads 1, not 0.
+    response->set_flush_hold_budget_us(static_cast<uint64_t>(
+        absl::ToInt64Microseconds(info.flush_hold_budget +
+                                  absl::Nanoseconds(999))));
+  }
   response->set_periodic_flush_interval_ms(static_cast<uint64_t>(
       absl::ToInt64Milliseconds(info.periodic_flush_interval)));
   const SessionOptions& so = sessions_->options();

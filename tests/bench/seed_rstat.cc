@@ -243,8 +243,7 @@ struct Row {
   double seconds = 0;  // seed 2
 };
 
-std::unique_ptr<Engine> MakeEngine(const PolicySpec& spec,
-                                   HoldObserver* observer) {
+EngineOptions SeedOptions(const PolicySpec& spec, HoldObserver* observer) {
   EngineOptions options;
   options.nr_cpus = absl::GetFlag(FLAGS_cpus);
   options.flush_lock_policy = spec.policy;
@@ -252,7 +251,13 @@ std::unique_ptr<Engine> MakeEngine(const PolicySpec& spec,
   options.flush_preempt_model = spec.model;
   options.flush_hold_budget = absl::GetFlag(FLAGS_flush_hold_budget);
   options.observer = observer;
-  auto engine = std::move(*Engine::Create(options));
+  return options;
+}
+
+std::unique_ptr<Engine> MakeEngine(const PolicySpec& spec,
+                                   HoldObserver* observer) {
+  // main() validated these options for every policy.
+  auto engine = std::move(*Engine::Create(SeedOptions(spec, observer)));
   LimitsUpdate limits;
   limits.max_pages = absl::GetFlag(FLAGS_hog_max_pages);
   (void)engine->CreateGroup("/seed", limits);
@@ -415,6 +420,14 @@ int main(int argc, char** argv) {
                    std::string(text).c_str());
       return 2;
     }
+    // The flags the engine checks (--cpus, --flush_hold_budget): a usage
+    // error, not an abort in the middle of a run.
+    if (const absl::Status valid =
+            cgacct::SeedOptions(*spec, nullptr).Validate();
+        !valid.ok()) {
+      std::fprintf(stderr, "seed_rstat: %s\n", valid.ToString().c_str());
+      return 2;
+    }
     policies.push_back(*spec);
   }
   std::vector<Row> rows;
@@ -467,7 +480,8 @@ int main(int argc, char** argv) {
       const Row& r = rows[i];
       out << absl::StrFormat(
           "  {\"policy\": \"%s\", \"scenario\": \"%s\", \"flush\": \"%s\", "
-          "\"hog_cpus\": \"%s\", \"reads\": %d, "
+          "\"hog_cpus\": \"%s\", \"adaptive_budget_us\": %.3f, "
+          "\"reads\": %d, "
           "\"p50_us\": %.2f, \"p99_us\": %.2f, \"mode_us\": %d, "
           "\"hold_max_us\": %.2f, \"hold_cpus\": %d, \"hold_entries\": %d, "
           "\"max_entries\": %d, "
@@ -476,7 +490,9 @@ int main(int argc, char** argv) {
           "\"preempted_flushes\": %d, \"charges\": %d, \"ooms\": %d, "
           "\"seconds\": %.3f, "
           "\"pow2_counts\": [%s]}%s\n",
-          r.policy, r.scenario, flush, absl::GetFlag(FLAGS_hog_cpus), r.reads,
+          r.policy, r.scenario, flush, absl::GetFlag(FLAGS_hog_cpus),
+          absl::ToDoubleMicroseconds(absl::GetFlag(FLAGS_flush_hold_budget)),
+          r.reads,
           r.p50_us, r.p99_us, r.mode_us, r.hold_max_us, r.hold_cpus,
           r.hold_entries, r.max_entries, r.hold_wall_max_us, r.hold_p99_us,
           r.hold_p999_us, r.holds, r.preempted_flushes, r.charges, r.ooms, r.seconds,

@@ -355,6 +355,34 @@ TEST(RstatClockTest, AdaptiveWithoutABudgetHoldsOneCpuWithUpdatesAtATime) {
     EXPECT_EQ(h.cpus_walked, 1);
 }
 
+// Without a budget the hold ends after one CPU whatever the clock reads,
+// even a cycle counter that steps back (a TSC out of step between cores).
+TEST(RstatClockTest, AdaptiveWithoutABudgetIgnoresAClockThatStepsBack) {
+  class BackwardsClock final : public Clock {
+   public:
+    int64_t NowNs() const override { return 1'000'000'000; }
+    int64_t NowCycles() const override { return cycles_.fetch_sub(1000); }
+
+   private:
+    mutable std::atomic<int64_t> cycles_{1'000'000'000};
+  };
+  constexpr int kCpus = 16;
+  BackwardsClock clock;
+  HoldObserver observer;
+  FlushLockConfig config;
+  config.policy = FlushLockPolicy::kAdaptive;
+  Rstat rstat(kCpus, config, &observer, clock);
+  RstatGroup root(&rstat, nullptr, "/");
+  int64_t d[kNrStatItems] = {};
+  d[kStatAnon] = 1;
+  for (int cpu = 0; cpu < kCpus; ++cpu) rstat.Update(&root, cpu, d, 1);
+  rstat.Flush(&root);
+  ASSERT_EQ(observer.holds.size(), static_cast<size_t>(kCpus));
+  for (const FlushLockHold& hold : observer.holds)
+    EXPECT_EQ(hold.cpus_walked, 1);
+  EXPECT_EQ(root.total(kStatAnon), kCpus);
+}
+
 INSTANTIATE_TEST_SUITE_P(Policies, RstatTest,
                          ::testing::ValuesIn(AllPolicies()),
                          [](const auto& info) {

@@ -143,6 +143,9 @@ class Harness {
     o.flush_batch_cpus = in_.ConsumeIntegralInRange<int>(1, 4);
     o.memory_recursiveprot = in_.ConsumeBool();
     o.memcg_full_walk = in_.ConsumeBool();
+    // adaptive without a budget (the default: one CPU per hold) or with one
+    // (holds across CPUs on the fuzzer's clock).
+    if (in_.ConsumeBool()) o.flush_hold_budget = absl::Microseconds(50);
     o.periodic_flush_interval = absl::ZeroDuration();
     o.clock = &clock_;
     FUZZ_CHECK(o.Validate().ok(), "options rejected: %s",

@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <regex>
+#include <utility>
 #include <string>
 #include <thread>
 #include <vector>
@@ -88,6 +89,37 @@ TEST(CgacctdTest, ServesPrintsRealPortsAndStopsOnSigterm) {
          channel->WaitForStateChange(GRPC_CHANNEL_READY, deadline)) {
   }
   EXPECT_EQ(daemon.WaitExit(std::chrono::seconds(3)), 0) << daemon.ReadStderr();
+}
+
+// GetEngineInfo.flush_hold_budget_us under adaptive: 0 only without a
+// budget (one CPU with updates per hold, the default); a budget under 1 µs
+// reads 1, not 0.
+TEST(CgacctdTest, AdaptiveReportsItsHoldBudgetRoundedUp) {
+  const std::pair<std::vector<std::string>, uint64_t> cases[] = {
+      {{}, 0}, {{"--flush_hold_budget=999ns"}, 1},
+      {{"--flush_hold_budget=50us"}, 50}};
+  for (const auto& [extra, want_us] : cases) {
+    std::vector<std::string> flags = {
+        "--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0", "--cpus=3",
+        "--flush_lock_policy=adaptive"};
+    flags.insert(flags.end(), extra.begin(), extra.end());
+    Daemon daemon(flags);
+    const std::string line = daemon.ReadStdoutLine(kTimeout);
+    std::smatch m;
+    static const std::regex kPort(R"(listening on 127\.0\.0\.1:(\d+) )");
+    ASSERT_TRUE(std::regex_search(line, m, kPort)) << "start line: " << line;
+    auto stub = cgacct::v1::Accounting::NewStub(grpc::CreateChannel(
+        "127.0.0.1:" + m[1].str(), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + kTimeout);
+    cgacct::v1::EngineInfo info;
+    const grpc::Status s = stub->GetEngineInfo(
+        &context, cgacct::v1::GetEngineInfoRequest(), &info);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(info.flush_lock_policy(), "adaptive");
+    EXPECT_EQ(info.flush_hold_budget_us(), want_us)
+        << (extra.empty() ? "default" : extra[0]);
+  }
 }
 
 // A large /metrics body reaches a plain HTTP/1.0 client (no gzip) whole:
