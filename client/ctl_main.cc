@@ -585,9 +585,15 @@ class Ctl {
     Line("charge_batch_pages", info.charge_batch_pages());
     Line("flush_lock_policy", info.flush_lock_policy());
     Line("flush_preempt_model", info.flush_preempt_model());
+    if (info.flush_lock_policy() == "adaptive")
+      Line("flush_hold_budget_us", info.flush_hold_budget_us());
     Line("nr_stock_slots", info.nr_stock_slots());
     Line("nr_groups", info.nr_groups());
     Line("flush_lock_hold_max_us", info.flush_lock_hold_max_us());
+    Line("flush_lock_hold_max_cpus_walked",
+         info.flush_lock_hold_max_cpus_walked());
+    Line("flush_lock_hold_max_groups_folded",
+         info.flush_lock_hold_max_groups_folded());
     Line("max_batch_ops", info.max_batch_ops());
     return kExitOk;
   }

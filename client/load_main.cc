@@ -1463,6 +1463,10 @@ int Run(const Options& o) {
     context.set_deadline(DeadlineAfter(o.rpc_timeout));
     if (control->GetEngineInfo(&context, v1::GetEngineInfoRequest(), &after)
             .ok()) {
+      report.hold_max_cpus_walked = after.flush_lock_hold_max_cpus_walked();
+      report.hold_max_groups_folded =
+          after.flush_lock_hold_max_groups_folded();
+      report.flush_hold_budget_us = after.flush_hold_budget_us();
       for (const v1::FlushLockHold& h : after.longest_flush_holds()) {
         FlushHoldLine line;
         line.hold_us = static_cast<double>(h.hold_ns()) / 1000;

@@ -66,6 +66,14 @@ void OptionalDouble(JsonWriter& w, const std::optional<double>& v) {
   }
 }
 
+void OptionalUint(JsonWriter& w, const std::optional<uint32_t>& v) {
+  if (v.has_value()) {
+    w.Uint(*v);
+  } else {
+    w.Null();
+  }
+}
+
 }  // namespace
 
 void WriteSeriesJson(JsonWriter& w, const std::vector<IntervalStats>& series) {
@@ -257,7 +265,11 @@ std::string FormatLoadReportTable(const LoadReport& r) {
       absl::StrFormat("nr_cpus %d  page size %d B  charge batch %d  "
                       "flush lock policy %s  preempt model %s",
                       r.nr_cpus, r.page_size_bytes, r.charge_batch_pages,
-                      r.flush_lock_policy,
+                      r.flush_lock_policy == "adaptive" &&
+                              r.flush_hold_budget_us > 0
+                          ? absl::StrCat("adaptive (budget ",
+                                         r.flush_hold_budget_us, " us)")
+                          : r.flush_lock_policy,
                       r.flush_preempt_model.empty() ? std::string("n/a")
                                                     : r.flush_preempt_model));
   std::string hold = HoldMaxText(r.flush_lock_hold_max_us);
@@ -275,12 +287,25 @@ std::string FormatLoadReportTable(const LoadReport& r) {
                      " (holder preemption included; the line above counts "
                      "only flushes that kept their CPU)"));
   }
+  if (r.hold_max_cpus_walked.has_value() &&
+      r.hold_max_groups_folded.has_value()) {
+    Row(&out, "most work in one hold",
+        absl::StrFormat("%u CPU%s walked, %u entries folded (since server "
+                        "start, any hold; work, unlike the times above and "
+                        "below, has no preemption or VM noise)",
+                        *r.hold_max_cpus_walked,
+                        *r.hold_max_cpus_walked == 1 ? "" : "s",
+                        *r.hold_max_groups_folded));
+  }
   if (!r.longest_holds.empty()) {
     constexpr size_t kShown = 5;
     Row(&out, "longest holds",
-        absl::StrCat("since server start, not preempted; the ",
+        absl::StrCat("in time, since server start, not preempted (the "
+                     "server keeps 16); the ",
                      std::min(kShown, r.longest_holds.size()), " longest of ",
-                     r.longest_holds.size(), ":"));
+                     r.longest_holds.size(),
+                     " (one that folded nothing yet lasted long met a gap "
+                     "the VM or an interrupt took):"));
     for (size_t i = 0; i < r.longest_holds.size() && i < kShown; ++i) {
       const FlushHoldLine& h = r.longest_holds[i];
       Row(&out, absl::StrCat("  #", i + 1),
@@ -402,6 +427,11 @@ std::string LoadReportJson(const LoadReport& r) {
   w.Key("charge_batch_pages").Uint(r.charge_batch_pages);
   w.Key("flush_lock_policy").String(r.flush_lock_policy);
   w.Key("flush_preempt_model").String(r.flush_preempt_model);
+  w.Key("flush_hold_budget_us").Uint(r.flush_hold_budget_us);
+  w.Key("hold_max_cpus_walked");
+  OptionalUint(w, r.hold_max_cpus_walked);
+  w.Key("hold_max_groups_folded");
+  OptionalUint(w, r.hold_max_groups_folded);
   w.Key("longest_holds").BeginArray();
   for (const FlushHoldLine& h : r.longest_holds) {
     w.BeginObject();

@@ -191,6 +191,12 @@ struct LoadReport {
   // GetEngineInfo's longest flush-lock holds after the run, longest first
   // (since server start; at most 16).
   std::vector<FlushHoldLine> longest_holds;
+  // GetEngineInfo after the run: the most CPUs walked and the most entries
+  // folded by one hold since server start (nullopt if the call failed).
+  std::optional<uint32_t> hold_max_cpus_walked;
+  std::optional<uint32_t> hold_max_groups_folded;
+  // adaptive's --flush_hold_budget in µs (0: one CPU with updates per hold).
+  uint64_t flush_hold_budget_us = 0;
   // cgacct_rstat_flush_lock_hold_max_seconds in us, since server start;
   // nullopt when the scrape failed (then metrics_error says why).
   std::optional<double> flush_lock_hold_max_us;

@@ -7,7 +7,8 @@
 #
 # Environment: POLICY (per_cpu|whole|batch:N|adaptive, default per_cpu),
 # PREEMPT (the flush preempt model, none|full, default none: whole holds the
-# flush lock across every CPU), CPUS (400),
+# flush lock across every CPU), HOLD_BUDGET (adaptive's --flush_hold_budget,
+# a duration such as 50us; default 0: one CPU with updates per hold), CPUS (400),
 # DURATION (10s), THREADS (8), HOGS (8), PORT (50051), METRICS_PORT (9464),
 # JSON (a file for the --json report; unset = none), BUILD_DIR (build). Extra
 # arguments go to cgacct-load.
@@ -21,6 +22,7 @@ BUILD_TARGETS="cgacctd cgacct-load cgacctctl" BUILD_DIR="$BUILD_DIR" deploy/buil
 
 POLICY=${POLICY:-per_cpu}
 PREEMPT=${PREEMPT:-none}
+HOLD_BUDGET=${HOLD_BUDGET:-0}
 CPUS=${CPUS:-400}
 DURATION=${DURATION:-10s}
 THREADS=${THREADS:-8}
@@ -33,7 +35,8 @@ METRICS_PORT=${METRICS_PORT:-9464}
 # the server after it.
 setsid "$BUILD_DIR"/server/cgacctd --listen=127.0.0.1:"$PORT" \
   --metrics_listen=127.0.0.1:"$METRICS_PORT" --cpus="$CPUS" \
-  --flush_lock_policy="$POLICY" --flush_preempt_model="$PREEMPT" &
+  --flush_lock_policy="$POLICY" --flush_preempt_model="$PREEMPT" \
+  --flush_hold_budget="$HOLD_BUDGET" &
 server=$!
 trap 'kill -TERM $server 2>/dev/null; wait $server 2>/dev/null || true' EXIT
 

@@ -579,6 +579,8 @@ EngineInfo MemoryController::GetInfo() const {
   info.flush_lock_hold_max = rstat_.hold_max();
   info.flush_lock_hold_wall_max = rstat_.hold_wall_max();
   info.preempted_flushes = rstat_.preempted_flushes();
+  info.flush_lock_hold_max_cpus_walked = rstat_.hold_max_cpus_walked();
+  info.flush_lock_hold_max_groups_folded = rstat_.hold_max_groups_folded();
   info.longest_flush_holds = rstat_.LongestHolds();
   return info;
 }

@@ -337,6 +337,8 @@ Rstat::FlushHold::~FlushHold() {
   rstat_->flush_mu_.Unlock();
   const int64_t hold_ns = clock.CyclesToNs(released - acquired_);
   StoreMax(rstat_->hold_wall_max_ns_, hold_ns);
+  StoreMax(rstat_->hold_max_cpus_, cpus_);
+  StoreMax(rstat_->hold_max_groups_, groups_);
   if (rstat_->observer_ != nullptr) {
     FlushLockHold hold;
     hold.policy = rstat_->config_.policy;

@@ -175,6 +175,19 @@ class Rstat {
   absl::Duration hold_wall_max() const {
     return absl::Nanoseconds(hold_wall_max_ns_.load(std::memory_order_relaxed));
   }
+  // The most work any one hold did: CPUs walked, and (group, CPU) entries
+  // folded, each the maximum over all holds (possibly of different holds),
+  // preempted or not. Work is free of preemption and hypervisor noise, so
+  // these compare policies where the longest hold in time cannot
+  // ("Holds and preemption").
+  int hold_max_cpus_walked() const {
+    return static_cast<int>(
+        hold_max_cpus_.load(std::memory_order_relaxed));
+  }
+  int hold_max_groups_folded() const {
+    return static_cast<int>(
+        hold_max_groups_.load(std::memory_order_relaxed));
+  }
   // Flushes that took the lock and whose thread was preempted meanwhile.
   uint64_t preempted_flushes() const {
     return preempted_flushes_.load(std::memory_order_relaxed);
@@ -282,6 +295,8 @@ class Rstat {
   std::atomic<int> flush_waiters_{0};
   std::atomic<int64_t> hold_max_ns_{0};
   std::atomic<int64_t> hold_wall_max_ns_{0};
+  std::atomic<int64_t> hold_max_cpus_{0};    // hold_max_cpus_walked()
+  std::atomic<int64_t> hold_max_groups_{0};  // hold_max_groups_folded()
   std::atomic<uint64_t> preempted_flushes_{0};
   std::atomic<uint64_t> flushes_{0};
   std::atomic<uint64_t> flush_cpus_{0};

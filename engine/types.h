@@ -206,6 +206,10 @@ struct EngineInfo {
   absl::Duration flush_lock_hold_max = absl::ZeroDuration();
   absl::Duration flush_lock_hold_wall_max = absl::ZeroDuration();
   uint64_t preempted_flushes = 0;
+  // The most work one hold did since start (Rstat::hold_max_cpus_walked(),
+  // hold_max_groups_folded()): CPUs walked, entries folded.
+  int flush_lock_hold_max_cpus_walked = 0;
+  int flush_lock_hold_max_groups_folded = 0;
   // The longest holds seen since start, longest first (at most 16).
   std::vector<FlushHoldRecord> longest_flush_holds;
 };

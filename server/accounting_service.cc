@@ -1060,6 +1060,10 @@ void AccountingService::DoGetEngineInfo(const AuthCaller& caller,
   response->set_flush_lock_hold_wall_max_us(
       DurationToMicros(info.flush_lock_hold_wall_max));
   response->set_preempted_flushes(info.preempted_flushes);
+  response->set_flush_lock_hold_max_cpus_walked(
+      static_cast<uint32_t>(info.flush_lock_hold_max_cpus_walked));
+  response->set_flush_lock_hold_max_groups_folded(
+      static_cast<uint32_t>(info.flush_lock_hold_max_groups_folded));
   if (info.flush_lock_policy == FlushLockPolicy::kAdaptive &&
       info.flush_hold_budget > absl::ZeroDuration()) {
     // Rounded up: 0 means "no budget" (one CPU per hold), so a budget

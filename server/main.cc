@@ -70,8 +70,10 @@ ABSL_FLAG(std::string, flush_preempt_model, "none",
           "full (whole drops it between CPUs for a waiting flusher, as with "
           "CONFIG_PREEMPT); other policies are the same under both");
 ABSL_FLAG(absl::Duration, flush_hold_budget, absl::ZeroDuration(),
-          "adaptive policy: longest planned flush-lock hold, in [0, 1s]; 0 "
-          "drops the lock after every CPU with updates (per_cpu's hold)");
+          "adaptive policy: longest planned flush-lock hold, a duration "
+          "with its unit (e.g. 50us), in [0, 1s]; with a budget the holder "
+          "also drops the lock for a waiting flusher; 0 drops it after every "
+          "CPU with updates (per_cpu's hold)");
 ABSL_FLAG(absl::Duration, periodic_flush_interval, absl::Seconds(2),
           "background flush of the whole tree (the kernel's 2 s); 0 = off");
 ABSL_FLAG(uint64_t, page_size, 4096, "bytes per page (power of two >= 512)");
@@ -421,6 +423,13 @@ int main(int argc, char** argv) {
   engine_options.flush_batch_cpus = batch_cpus;
   engine_options.flush_preempt_model = *preempt_model;
   engine_options.flush_hold_budget = absl::GetFlag(FLAGS_flush_hold_budget);
+  if (*policy != cgacct::FlushLockPolicy::kAdaptive &&
+      engine_options.flush_hold_budget != absl::ZeroDuration()) {
+    std::fprintf(stderr,
+                 "cgacctd: --flush_hold_budget applies to the adaptive "
+                 "policy only; ignored under %s\n",
+                 absl::GetFlag(FLAGS_flush_lock_policy).c_str());
+  }
   engine_options.periodic_flush_interval =
       absl::GetFlag(FLAGS_periodic_flush_interval);
   engine_options.observer = &events_hub;
@@ -633,10 +642,16 @@ int main(int argc, char** argv) {
   }
   absl::StrAppend(&security, restored);
   const cgacct::EngineInfo started = (*engine)->GetInfo();
+  std::string policy_text = started.flush_lock_policy_name;
+  if (started.flush_lock_policy == cgacct::FlushLockPolicy::kAdaptive &&
+      started.flush_hold_budget > absl::ZeroDuration()) {
+    absl::StrAppend(&policy_text, ", budget=",
+                    absl::FormatDuration(started.flush_hold_budget));
+  }
   std::printf(
       "cgacctd listening on %s:%d (%s, cpus=%d, policy=%s, preempt=%s%s)\n",
       HostOf(listen).c_str(), port, metrics_where.c_str(),
-      (*engine)->nr_cpus(), started.flush_lock_policy_name.c_str(),
+      (*engine)->nr_cpus(), policy_text.c_str(),
       cgacct::FlushPreemptModelName(started.flush_preempt_model),
       security.c_str());
   std::fflush(stdout);

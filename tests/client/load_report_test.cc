@@ -87,6 +87,30 @@ TEST(LoadReportTest, TableListsTheLongestHoldsWithTheirWork) {
   EXPECT_TRUE(Contains(json, "\"cpus_walked\": 400")) << json;
 }
 
+// The most work one hold did (GetEngineInfo), apart from the holds picked
+// by time, and adaptive's budget in the server row; absent when the
+// server did not say.
+TEST(LoadReportTest, TableShowsTheMostWorkInOneHoldAndTheBudget) {
+  LoadReport r = SeedRstatReport();
+  std::string table = FormatLoadReportTable(r);
+  EXPECT_FALSE(Contains(table, "most work in one hold")) << table;
+  r.hold_max_cpus_walked = 1;
+  r.hold_max_groups_folded = 3;
+  r.flush_lock_policy = "adaptive";
+  r.flush_hold_budget_us = 50;
+  table = FormatLoadReportTable(r);
+  EXPECT_TRUE(Contains(table, "most work in one hold")) << table;
+  EXPECT_TRUE(Contains(table, "1 CPU walked, 3 entries folded (since server "
+                              "start, any hold"))
+      << table;
+  EXPECT_TRUE(Contains(table, "flush lock policy adaptive (budget 50 us)"))
+      << table;
+  const std::string json = LoadReportJson(r);
+  EXPECT_TRUE(Contains(json, "\"hold_max_cpus_walked\": 1")) << json;
+  EXPECT_TRUE(Contains(json, "\"hold_max_groups_folded\": 3")) << json;
+  EXPECT_TRUE(Contains(json, "\"flush_hold_budget_us\": 50")) << json;
+}
+
 TEST(LoadReportTest, TableSaysNaWhenTheScrapeFailed) {
   LoadReport r = SeedRstatReport();
   r.flush_lock_hold_max_us.reset();

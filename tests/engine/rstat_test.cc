@@ -321,6 +321,8 @@ TEST(RstatClockTest, HoldsAndTheAdaptiveBudgetAreTimedOnTheInjectedClock) {
   EXPECT_EQ(observer.holds[0].cpus_walked, 50);
   EXPECT_EQ(observer.holds[0].hold, absl::Microseconds(51));
   EXPECT_EQ(observer.holds[1].cpus_walked, 14);
+  EXPECT_EQ(rstat.hold_max_cpus_walked(), 50);  // the most work of one hold
+  EXPECT_EQ(rstat.hold_max_groups_folded(), 50);
   EXPECT_EQ(rstat.hold_wall_max(), absl::Microseconds(51));
   EXPECT_EQ(root.last_flush_ns(), clock.NowNs());
   EXPECT_EQ(root.total(kStatAnon), kCpus);
@@ -353,6 +355,8 @@ TEST(RstatClockTest, AdaptiveWithoutABudgetHoldsOneCpuWithUpdatesAtATime) {
   EXPECT_EQ(root.total(kStatAnon), kCpus / 2);
   for (const FlushHoldRecord& h : rstat.LongestHolds())
     EXPECT_EQ(h.cpus_walked, 1);
+  EXPECT_EQ(rstat.hold_max_cpus_walked(), 1);
+  EXPECT_EQ(rstat.hold_max_groups_folded(), 2);
 }
 
 // Without a budget the hold ends after one CPU whatever the clock reads,

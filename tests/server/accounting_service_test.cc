@@ -917,6 +917,9 @@ TEST_F(AccountingServiceTest, GetEngineInfo) {
 
 TEST_F(AccountingServiceTest, GetEngineInfoListsTheLongestFlushHolds) {
   ASSERT_OK(CreateGroup("/a"));
+  // Updates on CPU 1: the first read of /a folds its subtree there, /a
+  // alone (1 entry).
+  ASSERT_OK(Charge("/a", 3, v1::PAGE_KIND_FILE, /*cpu=*/1));
   for (int i = 0; i < 20; ++i) {  // some flush will not be preempted
     grpc::ClientContext context;
     v1::GetStatsRequest request;
@@ -940,6 +943,9 @@ TEST_F(AccountingServiceTest, GetEngineInfoListsTheLongestFlushHolds) {
   for (int i = 1; i < info.longest_flush_holds_size(); ++i)
     EXPECT_GE(info.longest_flush_holds(i - 1).hold_ns(),
               info.longest_flush_holds(i).hold_ns());
+  // The most work in one hold, whichever hold was longest in time.
+  EXPECT_EQ(info.flush_lock_hold_max_cpus_walked(), 1u);
+  EXPECT_EQ(info.flush_lock_hold_max_groups_folded(), 1u);
 }
 
 // ChargeBatch and ChargeStream: charge_batch_test.cc.

@@ -119,7 +119,19 @@ TEST(CgacctdTest, AdaptiveReportsItsHoldBudgetRoundedUp) {
     EXPECT_EQ(info.flush_lock_policy(), "adaptive");
     EXPECT_EQ(info.flush_hold_budget_us(), want_us)
         << (extra.empty() ? "default" : extra[0]);
+    // The start line names a budget when there is one.
+    EXPECT_EQ(line.find("budget=") != std::string::npos, want_us > 0) << line;
   }
+  // Under another policy the budget is ignored, and the daemon says so.
+  Daemon per_cpu({"--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0",
+                  "--cpus=3", "--flush_hold_budget=50us"});
+  const std::string line = per_cpu.ReadStdoutLine(kTimeout);
+  EXPECT_THAT(line, Not(HasSubstr("budget="))) << line;
+  per_cpu.Signal(SIGTERM);
+  ASSERT_EQ(per_cpu.WaitExit(kTimeout), 0);
+  EXPECT_THAT(per_cpu.ReadStderr(),
+              HasSubstr("--flush_hold_budget applies to the adaptive policy "
+                        "only; ignored under per_cpu"));
 }
 
 // A large /metrics body reaches a plain HTTP/1.0 client (no gzip) whole:
