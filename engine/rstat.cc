@@ -337,8 +337,6 @@ Rstat::FlushHold::~FlushHold() {
   rstat_->flush_mu_.Unlock();
   const int64_t hold_ns = clock.CyclesToNs(released - acquired_);
   StoreMax(rstat_->hold_wall_max_ns_, hold_ns);
-  StoreMax(rstat_->hold_max_cpus_, cpus_);
-  StoreMax(rstat_->hold_max_groups_, groups_);
   if (rstat_->observer_ != nullptr) {
     FlushLockHold hold;
     hold.policy = rstat_->config_.policy;
@@ -348,7 +346,13 @@ Rstat::FlushHold::~FlushHold() {
     hold.groups_folded = groups_;
     rstat_->observer_->OnFlushLockHold(hold);
   }
-  if (hold_ns > longest_->hold_ns) *longest_ = {hold_ns, cpus_, groups_};
+  longest_->most_cpus = std::max(longest_->most_cpus, cpus_);
+  longest_->most_groups = std::max(longest_->most_groups, groups_);
+  if (hold_ns > longest_->hold_ns) {
+    longest_->hold_ns = hold_ns;
+    longest_->cpus = cpus_;
+    longest_->groups = groups_;
+  }
 }
 
 int64_t Rstat::FlushHold::held_ticks() const {
@@ -441,6 +445,10 @@ void Rstat::Flush(RstatGroup* root) {
       } while ((cpu = NextCpuToFlush(root, cpu)) < nr_cpus_);
     }
     if (yield) std::this_thread::yield();
+  }
+  if (longest.most_cpus > 0) {  // this flush took the lock
+    StoreMax(hold_max_cpus_, longest.most_cpus);
+    StoreMax(hold_max_groups_, longest.most_groups);
   }
   if (preemptions_at_start >= 0 && Preemptions() == preemptions_at_start) {
     // Not preempted: every hold of this flush was on-CPU time, the

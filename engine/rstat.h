@@ -244,6 +244,10 @@ class Rstat {
     int64_t hold_ns = 0;
     int cpus = 0;
     int groups = 0;
+    // The most work of any hold of the flush (the engine-wide maxima are
+    // stored once per flush, not per hold).
+    int most_cpus = 0;
+    int most_groups = 0;
   };
 
   // One hold of the flush lock, as a scoped object the thread-safety
