@@ -179,7 +179,9 @@ class Rstat {
   // folded, each the maximum over all holds (possibly of different holds),
   // preempted or not. Work is free of preemption and hypervisor noise, so
   // these compare policies where the longest hold in time cannot
-  // ("Holds and preemption").
+  // ("Holds and preemption"). Counts (CPUs, entries), 0 before the first
+  // hold; updated once per flush after its last hold, read relaxed from
+  // any thread.
   int hold_max_cpus_walked() const {
     return static_cast<int>(
         hold_max_cpus_.load(std::memory_order_relaxed));

@@ -121,7 +121,10 @@ TEST(ReclaimConcurrencyTest, CursorSurvivesDeletesAndConcurrentWalkers) {
     threads.emplace_back([&, t] {
       std::mt19937 rng(100 + t);
       const std::string path = absl::StrCat("/q/s", t);
-      for (int i = 0; i < 1500 || !others_done(); ++i) {
+      // Bounded, so a run where direct reclaim never comes fails on the
+      // pgsteal_direct check below instead of hanging until ctest's timeout.
+      constexpr int kMaxCharges = 1'000'000;
+      for (int i = 0; i < 1500 || (!others_done() && i < kMaxCharges); ++i) {
         const uint64_t n = 1 + rng() % 8;
         auto r = engine->Charge(path, n, PageKind::kFile, rng() % 4);
         ASSERT_TRUE(r.ok()) << r.status();
