@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job: installs what is missing, builds, starts cgacctd (400 modelled
 # CPUs), runs cgacct-load on the default workload (seed-rstat: stat readers
-# plus memory hogs charging until OOM, the shape of the kernel benchmark in
+# plus memory hogs charging until memory.max refuses them (64-page charges:
+# a costly ENOMEM, not an OOM, as in the kernel), the shape of the kernel benchmark in
 # "cgroup/rstat: avoid disabling irqs for O(num_cpu)"), prints its report and
 # stops the server.
 #
