@@ -53,6 +53,24 @@ std::string ShortPath(absl::string_view path);
 // ShortPath() in double quotes.
 std::string QuotePath(absl::string_view path);
 
+// Whether `path` is `subtree` or below it, at a segment boundary ("/ab" is
+// not below "/a"; every path is at or below "/"). Both are valid group paths.
+// The one containment test of the project (access grants, session holdings,
+// ListGroups page tokens, the client library's drain answers): inline and
+// header-only, so the client library uses it without linking the engine.
+inline bool PathAtOrBelow(absl::string_view path, absl::string_view subtree) {
+  if (subtree == "/") return true;
+  if (path.size() < subtree.size() ||
+      path.substr(0, subtree.size()) != subtree)
+    return false;
+  return path.size() == subtree.size() || path[subtree.size()] == '/';
+}
+// PathAtOrBelow() and not `subtree` itself.
+inline bool PathStrictlyBelow(absl::string_view path,
+                              absl::string_view subtree) {
+  return path != subtree && PathAtOrBelow(path, subtree);
+}
+
 // The parent of a valid non-root path ("/a/b" -> "/a", "/a" -> "/").
 absl::string_view ParentPath(absl::string_view path);
 // The last segment of a valid non-root path ("/a/b" -> "b"): the group's key
