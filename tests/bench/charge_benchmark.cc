@@ -768,7 +768,7 @@ void RegisterPairedBenchmarks() {
 }  // namespace cgacct
 
 int main(int argc, char** argv) {
-  // As cgacctd does (server/main.cc): Debian's Abseil keeps the lock-order
+  // As cgacctd does (server/daemon/main.cc): Debian's Abseil keeps the lock-order
   // graph on, which costs several times a nested lock pair.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   cgacct::RegisterPairedBenchmarks();

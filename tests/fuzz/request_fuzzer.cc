@@ -54,9 +54,9 @@
 #include "engine/clock.h"
 #include "engine/engine.h"
 #include "google/protobuf/stubs/logging.h"
-#include "server/accounting_service.h"
-#include "server/events_watch.h"
-#include "server/metrics.h"
+#include "server/rpc/accounting_service.h"
+#include "server/events/events_hub.h"
+#include "server/metrics/rpc_metrics.h"
 
 namespace cgacct {
 namespace {
@@ -501,7 +501,7 @@ class Env {
   }
 
   ManualClock clock_;
-  EventsWatchHub hub_;  // before the engine, which notifies it
+  EventsHub hub_;  // before the engine, which notifies it
   std::unique_ptr<Engine> engine_;
   RpcMetrics rpc_metrics_;
   std::unique_ptr<AccountingService> service_;

@@ -20,7 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "daemon.h"
+#include "tests/server/daemon.h"
 #include "nlohmann/json.hpp"
 
 namespace cgacct {

@@ -11,7 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cgacct/v1/accounting.grpc.pb.h"
-#include "server/accounting_service.h"
+#include "server/rpc/accounting_service.h"
 
 namespace cgacct {
 

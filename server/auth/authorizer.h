@@ -1,0 +1,175 @@
+// Access control of cgacctd (docs/DESIGN.md §4.11): who is calling
+// (authentication) and what they may touch (authorization).
+//
+//  - Identity: a bearer token ("authorization: Bearer TOKEN", looked up in
+//    the --tokens_file table) or, without a token, the verified client
+//    certificate's identity (every subject alternative name, else the common
+//    name; the first one the policy names). A token, when sent, must be
+//    valid: it is never silently ignored in favour of a certificate.
+//  - Policy (--authz_policy, server/auth/policy.h): identity -> grants. A
+//    grant is `admin` (every RPC on every group, unredacted GetEngineInfo),
+//    `ro SUBTREE` (read: ListGroups, GetStats, WatchEvents) or `rw SUBTREE`
+//    (read, plus charge, uncharge and reclaim in the subtree, plus create,
+//    delete and set limits strictly below SUBTREE: the subtree's own root and
+//    its limits belong to whoever granted it, so a tenant cannot lift its
+//    own memory.max).
+//  - No policy: every caller that passes authentication is admin.
+//
+// The room reads Credentials (server/auth/credentials.h), never gRPC types:
+// the rpc room takes them from the call once, and the pipeline authenticates
+// each call once (server/pipeline/call.h).
+//
+// Errors: UNAUTHENTICATED (no identity when one is required, malformed or
+// unknown token); PERMISSION_DENIED (identity not in the policy, or no grant
+// covering the path with the needed right). Each refusal is counted by
+// reason in AuthFailureCounts (cgacct_auth_failures_total{code,reason}).
+//
+// Thread safety: every class here is thread-safe. Authorizer::Reload()
+// swaps the policy and tokens atomically; a call or stream keeps the
+// snapshot it authenticated with (Caller holds it).
+#ifndef CGACCT_SERVER_AUTH_AUTHORIZER_H_
+#define CGACCT_SERVER_AUTH_AUTHORIZER_H_
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "server/auth/credentials.h"
+#include "server/auth/policy.h"
+#include "server/auth/tokens.h"
+
+namespace cgacct {
+
+// What a call needs on a path.
+enum class Access : uint8_t {
+  kRead,       // ListGroups, GetStats, WatchEvents
+  kWrite,      // Charge, Uncharge, ChargeBatch/Stream ops, Reclaim
+  kConfigure,  // CreateGroup, DeleteGroup, SetLimits (strictly below a grant)
+};
+
+// Why a call was refused: the `reason` label of cgacct_auth_failures_total.
+enum class AuthFailure : uint8_t {
+  // UNAUTHENTICATED
+  kNoCredentials,  // neither a verified certificate nor a token
+  kMalformedAuthorization,  // "authorization" metadata is not "Bearer TOKEN"
+  kBadToken,                // token not in the table (or no table)
+  // PERMISSION_DENIED
+  kUnknownIdentity,  // authenticated, but not in the policy
+  kOutsideGrants,    // no grant covers the path
+  kReadOnly,         // only read-only grants cover the path
+  kGrantRoot,        // configure the root of one's own grant
+};
+inline constexpr int kNrAuthFailures = 7;
+// "no_credentials", "malformed_authorization", ...
+const char* AuthFailureName(AuthFailure failure);
+// true for the UNAUTHENTICATED reasons.
+bool IsUnauthenticated(AuthFailure failure);
+
+// Refusals by reason (and ChargeBatch/ChargeStream ops, one per op): what
+// cgacct_auth_failures_total exports (server/metrics/prometheus/).
+// Thread safety: thread-safe; Record() is one relaxed atomic add (refusals
+// are rare: no sharding).
+class AuthFailureCounts {
+ public:
+  void Record(AuthFailure failure) {
+    counts_[static_cast<size_t>(failure)].fetch_add(1,
+                                                    std::memory_order_relaxed);
+  }
+  uint64_t count(AuthFailure failure) const {
+    return counts_[static_cast<size_t>(failure)].load(
+        std::memory_order_relaxed);
+  }
+
+ private:
+  std::array<std::atomic<uint64_t>, kNrAuthFailures> counts_{};
+};
+
+struct AuthConfig {
+  // Certificates are verified by gRPC (--client_ca); when set, a caller with
+  // neither a certificate nor a token is UNAUTHENTICATED.
+  bool client_certificates = false;
+  std::optional<TokenTable> tokens;
+  std::optional<AuthzPolicy> policy;
+};
+
+// The caller of one call or stream: its identity, the one key of every
+// per-caller table (limits, request ids, idempotency keys, sessions), and
+// the configuration snapshot it was authenticated against (a reload does
+// not change it). Default-constructed: the anonymous admin of a server
+// without access control.
+class Caller {
+ public:
+  // "" = anonymous (no access control, or credentials that prove nothing).
+  const std::string& identity() const { return identity_; }
+  bool admin() const { return principal_ == nullptr; }
+
+  // The configuration snapshot (opaque; defined in authorizer.cc).
+  struct State;
+
+ private:
+  friend class Authorizer;
+  std::shared_ptr<const State> state_;
+  std::string identity_;
+  // Into state_'s policy; null = admin (no policy, or an admin grant).
+  const Principal* principal_ = nullptr;
+};
+
+// What Authorizer::Authenticate() found. `caller.identity()` is meaningful
+// even when `status` refuses (the identity the credentials name, or "" when
+// they prove none): per-identity admission keys on it before the refusal is
+// answered.
+struct Authentication {
+  Caller caller;
+  absl::Status status;  // OK, UNAUTHENTICATED or PERMISSION_DENIED
+  AuthFailure failure = AuthFailure::kNoCredentials;  // when not OK
+};
+
+class Authorizer {
+ public:
+  // `counts` (may be null) must outlive the Authorizer.
+  Authorizer(AuthConfig config, AuthFailureCounts* counts);
+  Authorizer(const Authorizer&) = delete;
+  Authorizer& operator=(const Authorizer&) = delete;
+
+  // Replaces the tokens and policy (client_certificates stays). Calls in
+  // flight keep the old ones.
+  void Reload(std::optional<TokenTable> tokens,
+              std::optional<AuthzPolicy> policy);
+
+  // Who `credentials` prove. Counts nothing: a refusal is counted when it
+  // is answered (Refuse()), so a call shed before it is not.
+  Authentication Authenticate(const Credentials& credentials) const;
+  // Counts `authentication`'s refusal and returns its status (OK: nothing).
+  absl::Status Refuse(const Authentication& authentication) const;
+
+  // Whether `caller` may do `access` on `path` (a valid group path).
+  // Errors: PERMISSION_DENIED naming the identity, the path and the right
+  // (kOutsideGrants, kReadOnly, kGrantRoot); counted.
+  absl::Status Check(const Caller& caller, Access access,
+                     absl::string_view path) const;
+  // Check() without counting or a message: may `caller` read `path`?
+  static bool CanRead(const Caller& caller, absl::string_view path);
+  // ListGroups of `path`: readable, or an ancestor of one of the caller's
+  // grants (the listing is then filtered with CanRead). Errors and counting
+  // as Check.
+  absl::Status CheckList(const Caller& caller, absl::string_view path) const;
+
+ private:
+  absl::Status Deny(AuthFailure failure, std::string message) const;
+  std::shared_ptr<const Caller::State> Snapshot() const;
+
+  AuthFailureCounts* const counts_;  // may be null; thread-safe
+  mutable absl::Mutex mu_;
+  std::shared_ptr<const Caller::State> state_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace cgacct
+
+#endif  // CGACCT_SERVER_AUTH_AUTHORIZER_H_

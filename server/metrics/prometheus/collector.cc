@@ -1,0 +1,341 @@
+// MetricsCollector (server/metrics/prometheus/collector.h).
+#include "server/metrics/prometheus/collector.h"
+
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "server/metrics/prometheus/families.h"
+
+namespace cgacct {
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+
+// cgacct_group_series_dropped{reason}: groups a scrape left out.
+MetricFamily DroppedFamily(uint64_t by_depth, uint64_t by_max_groups) {
+  MetricFamily dropped = Family(
+      "cgacct_group_series_dropped",
+      "Groups this scrape exported no per-group series for, by reason: "
+      "depth (deeper than --metrics_group_depth) or max_groups (past "
+      "--metrics_max_groups).",
+      MetricType::Gauge);
+  dropped.metric.push_back(
+      GaugeMetric(static_cast<double>(by_depth), {{"reason", "depth"}}));
+  dropped.metric.push_back(GaugeMetric(static_cast<double>(by_max_groups),
+                                       {{"reason", "max_groups"}}));
+  return dropped;
+}
+
+}  // namespace
+
+MetricsCollector::MetricsCollector(Engine& engine,
+                                   const RstatFlushObserver& flush,
+                                   const RpcMetrics& rpc,
+                                   MetricsOptions options)
+    : engine_(engine), flush_(flush), rpc_(rpc), options_(options) {}
+
+std::vector<MetricFamily> MetricsCollector::Collect() const {
+  const EngineCounters counters = engine_.GetCounters();
+  const EngineInfo info = engine_.GetInfo();
+  std::vector<MetricFamily> out;
+  CollectRstat(out, info);
+  CollectReclaim(out);
+  CollectEngineCounters(out, counters, info);
+  CollectRpc(out);
+  if (options_.group_depth > 0) {
+    CollectGroups(out, info.nr_groups);
+  } else {
+    // Per-group series off: every group is left out by depth.
+    out.push_back(DroppedFamily(info.nr_groups, 0));
+  }
+  return out;
+}
+
+// rstat flush lock (the irqs-off tracer's view, docs/DESIGN.md §9.3).
+void MetricsCollector::CollectRstat(Families& out,
+                                    const EngineInfo& info) const {
+  {
+    MetricFamily hold = Family("cgacct_rstat_flush_lock_hold_seconds",
+                               "Time the rstat flush lock was held, per hold.",
+                               MetricType::Histogram);
+    MetricFamily wait =
+        Family("cgacct_rstat_flush_lock_wait_seconds",
+               "Time spent acquiring the rstat flush lock, per acquisition.",
+               MetricType::Histogram);
+    for (FlushLockPolicy policy :
+         {FlushLockPolicy::kPerCpu, FlushLockPolicy::kWhole,
+          FlushLockPolicy::kBatch, FlushLockPolicy::kAdaptive}) {
+      const LatencyHistogram::Snapshot h = flush_.lock_hold(policy).Collect();
+      const LatencyHistogram::Snapshot w = flush_.lock_wait(policy).Collect();
+      // The configured policy always shows (zero until the first flush);
+      // another one only once it has been used.
+      if (policy != info.flush_lock_policy && h.count == 0 && w.count == 0) {
+        continue;
+      }
+      const std::vector<ClientMetric::Label> labels = {
+          {"policy", policy == info.flush_lock_policy
+                         ? info.flush_lock_policy_name
+                         : std::string(FlushLockPolicyName(policy))}};
+      hold.metric.push_back(HistogramMetric(h, labels));
+      wait.metric.push_back(HistogramMetric(w, labels));
+    }
+    out.push_back(std::move(hold));
+    out.push_back(std::move(wait));
+
+    MetricFamily hold_max =
+        Family("cgacct_rstat_flush_lock_hold_max_seconds",
+               "Longest rstat flush lock hold since start, from flushes not "
+               "preempted meanwhile (the irqs-off tracer's view).",
+               MetricType::Gauge);
+    hold_max.metric.push_back(
+        GaugeMetric(absl::ToDoubleSeconds(info.flush_lock_hold_max)));
+    out.push_back(std::move(hold_max));
+    MetricFamily wall_max =
+        Family("cgacct_rstat_flush_lock_hold_wall_max_seconds",
+               "Longest rstat flush lock hold since start by the wall clock, "
+               "preemption of the holder included.",
+               MetricType::Gauge);
+    wall_max.metric.push_back(
+        GaugeMetric(absl::ToDoubleSeconds(info.flush_lock_hold_wall_max)));
+    out.push_back(std::move(wall_max));
+
+    MetricFamily duration =
+        Family("cgacct_rstat_flush_duration_seconds",
+               "Duration of one rstat subtree flush.", MetricType::Histogram);
+    duration.metric.push_back(
+        HistogramMetric(flush_.flush_duration().Collect()));
+    out.push_back(std::move(duration));
+  }
+}
+
+// Reclaim ("restore incremental cgroup iteration", docs/DESIGN.md §10.1).
+void MetricsCollector::CollectReclaim(Families& out) const {
+  {
+    MetricFamily cycles = Family(
+        "cgacct_reclaim_cycle_seconds",
+        "Duration of one reclaim cycle (try_to_free_mem_cgroup_pages()), by "
+        "walk: partial (shared cursor only) or full (whole subtree).",
+        MetricType::Histogram);
+    cycles.metric.push_back(
+        HistogramMetric(flush_.reclaim_cycle(/*full_walk=*/false).Collect(),
+                        {{"walk", "partial"}}));
+    cycles.metric.push_back(
+        HistogramMetric(flush_.reclaim_cycle(/*full_walk=*/true).Collect(),
+                        {{"walk", "full"}}));
+    out.push_back(std::move(cycles));
+    MetricFamily pages =
+        Family("cgacct_reclaim_pages_total",
+               "Pages scanned and reclaimed (stolen) by reclaim.",
+               MetricType::Counter);
+    pages.metric.push_back(CounterMetric(
+        static_cast<double>(flush_.reclaim_scanned()), {{"op", "scanned"}}));
+    pages.metric.push_back(CounterMetric(
+        static_cast<double>(flush_.reclaim_stolen()), {{"op", "stolen"}}));
+    out.push_back(std::move(pages));
+  }
+}
+
+void MetricsCollector::CollectEngineCounters(Families& out,
+                                             const EngineCounters& counters,
+                                             const EngineInfo& info) const {
+  auto counter_family = [&out](const char* name, const char* help,
+                               uint64_t value) {
+    MetricFamily family = Family(name, help, MetricType::Counter);
+    family.metric.push_back(CounterMetric(static_cast<double>(value)));
+    out.push_back(std::move(family));
+  };
+  counter_family("cgacct_rstat_flushes_total", "rstat subtree flushes.",
+                 counters.flushes);
+  counter_family("cgacct_rstat_flushes_preempted_total",
+                 "rstat flushes that took the lock and whose thread was "
+                 "preempted while flushing.",
+                 info.preempted_flushes);
+  counter_family("cgacct_rstat_flush_cpus_total",
+                 "Per-CPU rstat lists walked by flushes.", counters.flush_cpus);
+
+  {
+    MetricFamily charges = Family(
+        "cgacct_charges_total",
+        "Charge requests by result: ok, oom (RESOURCE_EXHAUSTED), rejected "
+        "(any other error: bad input, missing group, request_id conflict); "
+        "a request_id replay is not counted again.",
+        MetricType::Counter);
+    charges.metric.push_back(CounterMetric(
+        static_cast<double>(counters.charges_ok), {{"result", "ok"}}));
+    charges.metric.push_back(CounterMetric(
+        static_cast<double>(counters.charges_oom), {{"result", "oom"}}));
+    // ok and oom are counted by the engine (once per charge it applies or
+    // refuses at a limit), rejected by the service alone (RpcMetrics): each
+    // charge request is in exactly one series.
+    charges.metric.push_back(
+        CounterMetric(static_cast<double>(rpc_.charges_rejected()),
+                      {{"result", "rejected"}}));
+    out.push_back(std::move(charges));
+  }
+  counter_family("cgacct_state_store_errors_total",
+                 "request_id answers the state store failed to persist "
+                 "(answered, but not replayable after a restart).",
+                 rpc_.state_store_errors());
+  counter_family("cgacct_uncharges_total", "Successful uncharges.",
+                 counters.uncharges);
+  counter_family("cgacct_stock_hits_total",
+                 "Charges served from a per-CPU stock slot (consume_stock()).",
+                 counters.stock_hits);
+  counter_family("cgacct_stock_victim_hits_total",
+                 "Charges served from a per-CPU stock's victim table (groups "
+                 "evicted from the 7 slots).",
+                 counters.stock_victim_hits);
+  counter_family("cgacct_stock_pool_hits_total",
+                 "Per-CPU stock misses served from the stock's shared "
+                 "per-group pool.",
+                 counters.stock_pool_hits);
+  counter_family("cgacct_stock_drains_total",
+                 "Per-CPU stock slots drained, for any reason.",
+                 counters.stock_drains);
+  counter_family("cgacct_oom_total", "memory.events oom raised.",
+                 counters.oom_total);
+
+  {
+    MetricFamily groups =
+        Family("cgacct_groups", "Accounting groups, root included.",
+               MetricType::Gauge);
+    groups.metric.push_back(GaugeMetric(static_cast<double>(info.nr_groups)));
+    out.push_back(std::move(groups));
+  }
+}
+
+// The calls of cgacct.v1.Accounting as the pipeline counted them.
+void MetricsCollector::CollectRpc(Families& out) const {
+  {
+    MetricFamily handled = Family("cgacct_grpc_server_handled_total",
+                                  "RPCs completed, by method and status code.",
+                                  MetricType::Counter);
+    MetricFamily seconds = Family("cgacct_grpc_server_handling_seconds",
+                                  "RPC handling time in the server, by method.",
+                                  MetricType::Histogram);
+    for (int m = 0; m < kNrRpcMethods; ++m) {
+      const RpcMethod method = static_cast<RpcMethod>(m);
+      const char* method_name = RpcMethodName(method);
+      for (int code = 0; code < RpcMetrics::kNrCodes; ++code) {
+        const uint64_t n = rpc_.handled(method, code);
+        // OK is always exported (so rates start at zero); other codes once
+        // seen, which keeps the series count near the codes in use.
+        if (n == 0 && code != 0) continue;
+        handled.metric.push_back(CounterMetric(
+            static_cast<double>(n),
+            {{"code", StatusCodeName(code)}, {"method", method_name}}));
+      }
+      seconds.metric.push_back(
+          HistogramMetric(rpc_.latency(method), {{"method", method_name}}));
+    }
+    out.push_back(std::move(handled));
+    out.push_back(std::move(seconds));
+  }
+  {
+    MetricFamily shed = Family(
+        "cgacct_shed_total",
+        "Calls shed with RESOURCE_EXHAUSTED by a per-identity limit, by "
+        "reason (streams_per_identity, in_flight_per_identity); memory.max "
+        "OOMs are cgacct_charges_total{result=\"oom\"}, never here.",
+        MetricType::Counter);
+    for (int r = 0; r < kNrShedReasons; ++r) {
+      const ShedReason reason = static_cast<ShedReason>(r);
+      shed.metric.push_back(
+          CounterMetric(static_cast<double>(rpc_.shed(reason)),
+                        {{"reason", ShedReasonName(reason)}}));
+    }
+    out.push_back(std::move(shed));
+  }
+}
+
+void MetricsCollector::CollectGroups(Families& out,
+                                     uint64_t nr_groups) const {
+  MetricFamily current =
+      Family("cgacct_group_memory_current_bytes",
+             "memory.current of a group (pages in per-CPU stocks included).",
+             MetricType::Gauge);
+  MetricFamily max = Family(
+      "cgacct_group_memory_max_bytes",
+      "memory.max of a group; +Inf when it is \"max\" (no limit).",
+      MetricType::Gauge);
+  MetricFamily events = Family(
+      "cgacct_group_memory_events_total",
+      "memory.events of a group (hierarchical: the group and its "
+      "descendants), by event.",
+      MetricType::Counter);
+  const uint64_t page_size = engine_.page_size_bytes();
+  const uint64_t page_counter_max = engine_.page_counter_max();
+  uint64_t exported = 0;
+  uint64_t dropped_max_groups = 0;
+  // Level by level (the shallowest groups first), so the work is bounded by
+  // the groups within the depth rather than by the whole tree: past the cap
+  // a group is only counted, and listed for its children.
+  std::vector<std::string> level = {"/"};
+  for (int depth = 0; depth <= options_.group_depth && !level.empty();
+       ++depth) {
+    std::vector<std::string> next;
+    for (const std::string& path : level) {
+      if (exported < options_.max_groups) {
+        // kNone: a scrape must not force an rstat flush; memory.current,
+        // memory.max and memory.events are exact without one.
+        absl::StatusOr<GroupStats> stats =
+            engine_.GetStats(path, FlushMode::kNone);
+        if (!stats.ok()) continue;  // deleted since it was listed
+        ++exported;
+        current.metric.push_back(GaugeMetric(
+            static_cast<double>(stats->memory_current_pages * page_size),
+            {{"path", path}}));
+        max.metric.push_back(GaugeMetric(
+            stats->limits.max_pages >= page_counter_max
+                ? std::numeric_limits<double>::infinity()
+                : static_cast<double>(stats->limits.max_pages * page_size),
+            {{"path", path}}));
+        for (const MemoryEventField& field : kMemoryEventFields) {
+          // oom_group_kill and sock_throttled are always 0 here (no
+          // memory.oom.group, no socket memory): not exported.
+          if (field.value == &MemoryEvents::oom_group_kill ||
+              field.value == &MemoryEvents::sock_throttled) {
+            continue;
+          }
+          events.metric.push_back(CounterMetric(
+              static_cast<double>(stats->events.*field.value),
+              {{"event", field.name}, {"path", path}}));
+        }
+      } else {
+        ++dropped_max_groups;
+      }
+      if (depth < options_.group_depth) {
+        absl::StatusOr<std::vector<std::string>> children =
+            engine_.ListGroups(path, /*recursive=*/false);
+        if (!children.ok()) continue;
+        for (std::string& child : *children) next.push_back(std::move(child));
+      }
+    }
+    level = std::move(next);
+  }
+  out.push_back(std::move(current));
+  out.push_back(std::move(max));
+  out.push_back(std::move(events));
+
+  // Groups created or deleted during the walk can make the difference
+  // negative: clamp.
+  const uint64_t seen = exported + dropped_max_groups;
+  const uint64_t dropped_depth = nr_groups > seen ? nr_groups - seen : 0;
+  out.push_back(DroppedFamily(dropped_depth, dropped_max_groups));
+
+  if (dropped_max_groups > 0 && options_.on_first_drop &&
+      !drop_reported_.exchange(true, std::memory_order_relaxed)) {
+    options_.on_first_drop(absl::StrCat(
+        "/metrics: ", dropped_max_groups, " of ", seen,
+        " groups within --metrics_group_depth=", options_.group_depth,
+        " get no per-group series (--metrics_max_groups=",
+        options_.max_groups,
+        "); cgacct_group_series_dropped{reason=\"max_groups\"} counts them "
+        "on every scrape; this is said once"));
+  }
+}
+
+}  // namespace cgacct

@@ -1,0 +1,123 @@
+// MetricsExposer (server/metrics/prometheus/exposer.h).
+#include "server/metrics/prometheus/exposer.h"
+
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <exception>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "prometheus/exposer.h"
+
+namespace cgacct {
+namespace {
+
+// Why `listen` ("HOST:PORT", "[V6]:PORT" or "PORT") cannot be bound: the
+// errno of a probe bind (with SO_REUSEADDR, as civetweb binds), or "invalid
+// address". The probe socket is closed at once.
+std::string WhyCannotBind(const std::string& listen) {
+  const size_t colon = listen.rfind(':');
+  std::string host =
+      colon == std::string::npos ? std::string() : listen.substr(0, colon);
+  const std::string port =
+      colon == std::string::npos ? listen : listen.substr(colon + 1);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.empty() ? nullptr : host.c_str(), port.c_str(), &hints,
+                  &found) != 0 ||
+      found == nullptr) {
+    return "invalid address (want HOST:PORT)";
+  }
+  std::string why = "cannot bind (civetweb refused it)";
+  const int fd = socket(found->ai_family, SOCK_STREAM, 0);
+  if (fd >= 0) {
+    const int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, found->ai_addr, found->ai_addrlen) != 0) {
+      why = errno == EADDRINUSE ? "address already in use (another cgacctd, "
+                                  "or another program, has the port)"
+                                : std::strerror(errno);
+    }
+    close(fd);
+  }
+  freeaddrinfo(found);
+  return why;
+}
+
+}  // namespace
+
+MetricsExposer::MetricsExposer(
+    std::unique_ptr<prometheus::Exposer> exposer,
+    std::vector<std::shared_ptr<prometheus::Collectable>> collectables,
+    int port)
+    : exposer_(std::move(exposer)),
+      collectables_(std::move(collectables)),
+      port_(port) {}
+
+MetricsExposer::~MetricsExposer() = default;
+
+absl::StatusOr<std::unique_ptr<MetricsExposer>> MetricsExposer::Start(
+    const std::string& listen,
+    std::shared_ptr<prometheus::Collectable> collectable,
+    MetricsExposerOptions options) {
+  std::unique_ptr<prometheus::Exposer> exposer;
+  try {
+    // civetweb serves one connection per worker thread, and a worker waits
+    // up to request_timeout_ms for a slow client's request: with 8 workers
+    // and 5 s, 16 half-open connections held a scrape for ~10 s. 32 workers
+    // serve a scrape at once behind up to 31 slow connections; past that a
+    // scrape waits at most 2 s per 32 of them.
+    exposer = std::make_unique<prometheus::Exposer>(std::vector<std::string>{
+        "listening_ports", listen, "num_threads",
+        std::to_string(kMetricsHttpThreads), "request_timeout_ms",
+        std::to_string(kMetricsHttpRequestTimeoutMs)});
+    // No linger_timeout_ms: civetweb's default closes gracefully. With 0
+    // (SO_LINGER 0) the close reset the connection while a large body was
+    // still in flight: clients that do not ask for gzip lost scrapes above
+    // ~2,000 groups ("Connection reset by peer").
+  } catch (const std::exception& e) {
+    // civetweb reports a taken port or a bad address by throwing, with a
+    // message about its own internals ("null context when constructing
+    // CivetServer"); say what the operator can act on instead.
+    return absl::UnavailableError(absl::StrCat(
+        "cannot serve metrics on ", listen, ": ", WhyCannotBind(listen),
+        " (--metrics_listen)"));
+  }
+  if (!options.basic_auth_password.empty()) {
+    // Registered before any collectable, so /metrics never answers without
+    // it. Every byte compared: the time does not tell how much matched.
+    exposer->RegisterAuth(
+        [password = options.basic_auth_password](const std::string&,
+                                                 const std::string& given) {
+          unsigned char diff = given.size() == password.size() ? 0 : 1;
+          for (size_t i = 0; i < password.size(); ++i) {
+            diff |= static_cast<unsigned char>(
+                password[i] ^ (given.empty() ? 0 : given[i % given.size()]));
+          }
+          return diff == 0;
+        },
+        "cgacct");
+  }
+  std::vector<std::shared_ptr<prometheus::Collectable>> collectables;
+  collectables.push_back(std::move(collectable));
+  for (auto& extra : options.extra_collectables)
+    collectables.push_back(std::move(extra));
+  for (const auto& c : collectables) exposer->RegisterCollectable(c);
+  const std::vector<int> ports = exposer->GetListeningPorts();
+  const int port = ports.empty() ? 0 : ports.front();
+  return std::unique_ptr<MetricsExposer>(
+      new MetricsExposer(std::move(exposer), std::move(collectables), port));
+}
+
+}  // namespace cgacct

@@ -1,0 +1,192 @@
+// The rooms' collectables (server/metrics/prometheus/room_collectors.h).
+#include "server/metrics/prometheus/room_collectors.h"
+
+#include <utility>
+
+#include "server/metrics/prometheus/families.h"
+
+namespace cgacct {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+
+std::vector<MetricFamily> GrpcServerCollector::Collect() const {
+  MetricFamily started =
+      Family("grpc_server_started_total",
+             "Total number of RPCs started on the server.",
+             MetricType::Counter);
+  MetricFamily handled = Family(
+      "grpc_server_handled_total",
+      "Total number of RPCs completed on the server, regardless of success "
+      "or failure.",
+      MetricType::Counter);
+  MetricFamily seconds = Family(
+      "grpc_server_handling_seconds",
+      "Histogram of response latency (seconds) of gRPC that had been "
+      "application-level handled by the server.",
+      MetricType::Histogram);
+  MetricFamily received =
+      Family("grpc_server_msg_received_total",
+             "Total number of RPC stream messages received on the server.",
+             MetricType::Counter);
+  MetricFamily sent =
+      Family("grpc_server_msg_sent_total",
+             "Total number of gRPC stream messages sent by the server.",
+             MetricType::Counter);
+  const std::vector<GrpcMethodInfo>& methods = grpc_.methods();
+  for (size_t i = 0; i < methods.size(); ++i) {
+    const int m = static_cast<int>(i);
+    const GrpcMethodInfo& info = methods[i];
+    const std::vector<ClientMetric::Label> labels = {
+        {"grpc_method", info.method},
+        {"grpc_service", info.service},
+        {"grpc_type", info.type}};
+    // A cgacct.v1.Accounting call ends in the pipeline, which counts it
+    // (RpcMetrics); the interceptor counts the ends of the others.
+    const bool by_pipeline = info.rpc_method.has_value() && rpc_ != nullptr;
+    auto counter = [&labels](uint64_t value) {
+      ClientMetric metric;
+      metric.label = labels;
+      metric.counter.value = static_cast<double>(value);
+      return metric;
+    };
+    started.metric.push_back(counter(grpc_.started(m)));
+    received.metric.push_back(counter(grpc_.received(m)));
+    sent.metric.push_back(counter(grpc_.sent(m)));
+    for (int c = 0; c < GrpcServerMetrics::kNrCodes; ++c) {
+      const uint64_t n = by_pipeline ? rpc_->handled(*info.rpc_method, c)
+                                     : grpc_.handled(m, c);
+      // OK always (rates start at zero), other codes once seen.
+      if (n == 0 && c != 0) continue;
+      ClientMetric metric = counter(n);
+      metric.label.insert(
+          metric.label.begin(),
+          {"grpc_code", GrpcCodeGoName(c)});
+      handled.metric.push_back(std::move(metric));
+    }
+    seconds.metric.push_back(HistogramMetric(
+        by_pipeline ? rpc_->latency(*info.rpc_method) : grpc_.latency(m),
+        labels));
+  }
+  std::vector<MetricFamily> out;
+  out.push_back(std::move(started));
+  out.push_back(std::move(handled));
+  out.push_back(std::move(seconds));
+  out.push_back(std::move(received));
+  out.push_back(std::move(sent));
+  return out;
+}
+
+namespace {
+
+class AuthMetrics final : public prometheus::Collectable {
+ public:
+  explicit AuthMetrics(const AuthFailureCounts& counts) : counts_(counts) {}
+
+  std::vector<MetricFamily> Collect() const override {
+    MetricFamily family = Family(
+        "cgacct_auth_failures_total",
+        "Calls (and ChargeBatch/ChargeStream ops) refused by access control, "
+        "by gRPC code and reason",
+        MetricType::Counter);
+    for (int i = 0; i < kNrAuthFailures; ++i) {
+      const auto failure = static_cast<AuthFailure>(i);
+      family.metric.push_back(CounterMetric(
+          static_cast<double>(counts_.count(failure)),
+          {{"code", IsUnauthenticated(failure) ? "UNAUTHENTICATED"
+                                               : "PERMISSION_DENIED"},
+           {"reason", AuthFailureName(failure)}}));
+    }
+    return {std::move(family)};
+  }
+
+ private:
+  const AuthFailureCounts& counts_;
+};
+
+class SessionMetrics final : public prometheus::Collectable {
+ public:
+  explicit SessionMetrics(const SessionRegistry& registry)
+      : registry_(registry) {}
+
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    using prometheus::ClientMetric;
+    using prometheus::MetricFamily;
+    using prometheus::MetricType;
+    const SessionStats s = registry_.stats();
+    std::vector<MetricFamily> out;
+    auto counter = [](double v, std::vector<ClientMetric::Label> labels = {}) {
+      return CounterMetric(v, std::move(labels));
+    };
+    auto add = [&](const char* name, const char* help, MetricType type,
+                   std::vector<ClientMetric> metrics) {
+      MetricFamily f = Family(name, help, type);
+      f.metric = std::move(metrics);
+      out.push_back(std::move(f));
+    };
+    const ClientMetric gauge = GaugeMetric(static_cast<double>(s.sessions));
+    add("cgacct_sessions", "Sessions open now (OpenSession, not yet closed or expired).",
+        MetricType::Gauge, {gauge});
+    add("cgacct_sessions_opened_total", "Sessions opened.", MetricType::Counter,
+        {counter(static_cast<double>(s.opened))});
+    add("cgacct_sessions_closed_total", "Sessions ended by CloseSession.",
+        MetricType::Counter, {counter(static_cast<double>(s.closed))});
+    add("cgacct_sessions_expired_total",
+        "Sessions ended because no keepalive came for their ttl_ms.",
+        MetricType::Counter, {counter(static_cast<double>(s.expired))});
+    add("cgacct_session_returned_pages_total",
+        "Pages uncharged on behalf of sessions that ended, by how they ended.",
+        MetricType::Counter,
+        {counter(static_cast<double>(s.returned_pages_close),
+                 {{"reason", "close"}}),
+         counter(static_cast<double>(s.returned_pages_expire),
+                 {{"reason", "expire"}})});
+    add("cgacct_session_drains_total",
+        "Charges at memory.max that asked sessions to return their stock "
+        "(drain_all_stock() over the network).",
+        MetricType::Counter, {counter(static_cast<double>(s.drains))});
+    add("cgacct_session_drains_joined_total",
+        "Charges at memory.max that waited for another charge's drain in "
+        "flight instead of asking sessions themselves.",
+        MetricType::Counter, {counter(static_cast<double>(s.drains_joined))});
+    add("cgacct_session_drains_deferred_total",
+        "Charges that would have waited for drain answers on a gRPC "
+        "callback thread and were moved to a waiting thread.",
+        MetricType::Counter, {counter(static_cast<double>(s.drains_deferred))});
+    add("cgacct_session_drain_requests_total",
+        "Drain requests sent to sessions, by whether the session answered "
+        "within --session_drain_timeout_ms (timeout), or was still "
+        "unanswered when other sessions had returned what the charge "
+        "needed (unneeded).",
+        MetricType::Counter,
+        {counter(static_cast<double>(s.drain_requests_answered),
+                 {{"result", "answered"}}),
+         counter(static_cast<double>(s.drain_requests_timeout),
+                 {{"result", "timeout"}}),
+         counter(static_cast<double>(s.drain_requests_unneeded),
+                 {{"result", "unneeded"}})});
+    add("cgacct_session_drain_returned_pages_total",
+        "Pages sessions returned in answer to drain requests.",
+        MetricType::Counter,
+        {counter(static_cast<double>(s.drain_returned_pages))});
+    return out;
+  }
+
+ private:
+  const SessionRegistry& registry_;
+};
+
+}  // namespace
+
+std::shared_ptr<prometheus::Collectable> MakeSessionMetrics(
+    const SessionRegistry& registry) {
+  return std::make_shared<SessionMetrics>(registry);
+}
+
+std::shared_ptr<prometheus::Collectable> MakeAuthMetrics(
+    const AuthFailureCounts& counts) {
+  return std::make_shared<AuthMetrics>(counts);
+}
+
+}  // namespace cgacct

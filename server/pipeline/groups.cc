@@ -1,0 +1,266 @@
+// GroupOps (server/pipeline/groups.h).
+#include "server/pipeline/groups.h"
+
+#include <algorithm>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "engine/group_path.h"
+
+namespace cgacct {
+namespace {
+
+// A ListGroups page_token is empty or the last path of a previous page of
+// the same listing: a valid group path strictly below `path` (it need not
+// exist any more). Checked after `path` itself.
+absl::Status ValidatePageToken(absl::string_view token,
+                               absl::string_view path) {
+  if (token.empty()) return absl::OkStatus();
+  if (absl::Status s = ValidateGroupPath(token, "page_token"); !s.ok())
+    return s;
+  if (!PathStrictlyBelow(token, path))
+    return absl::InvalidArgumentError(absl::StrCat(
+        "page_token ", QuotePath(token), " is not below path ",
+        QuotePath(path),
+        ": pass the next_page_token of the previous page of this listing"));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+GroupOps::GroupOps(Engine& engine, const WireUnits& units, StateStore& store,
+                   SessionRegistry& sessions, const Authorizer* authorizer)
+    : engine_(engine),
+      units_(units),
+      store_(store),
+      sessions_(sessions),
+      authorizer_(authorizer) {}
+
+absl::StatusOr<RestoreReport> GroupOps::Restore(DedupTable& request_ids,
+                                                DedupTable& batch_keys) {
+  RestoreReport report;
+  absl::MutexLock l(&config_mu_);
+  // Entries older than the window are dropped by the store.
+  const int64_t since_ns = absl::ToUnixNanos(
+      absl::Now() - std::max(request_ids.window(), batch_keys.window()));
+  absl::StatusOr<StateStore::Snapshot> snapshot = store_.Load(since_ns);
+  if (!snapshot.ok()) return snapshot.status();
+  for (const StoredGroup& group : snapshot->groups) {
+    LimitsUpdate update;
+    update.max_pages = group.limits.max_pages;
+    update.high_pages = group.limits.high_pages;
+    update.min_pages = group.limits.min_pages;
+    update.low_pages = group.limits.low_pages;
+    absl::StatusOr<GroupInfo> created = engine_.CreateGroup(group.path, update);
+    if (!created.ok()) {
+      return absl::InternalError(
+          absl::StrCat("restoring group ", group.path, " (generation ",
+                       group.generation, "): ", created.status().message()));
+    }
+    absl::MutexLock g(&generations_mu_);
+    generations_[created->id] = group.generation;
+    ++report.groups;
+  }
+  report.requests =
+      RestoreRequests(snapshot->requests, request_ids, batch_keys);
+  return report;
+}
+
+size_t GroupOps::RestoreRequests(const std::vector<StoredRequest>& requests,
+                                 DedupTable& request_ids,
+                                 DedupTable& batch_keys) {
+  const absl::Time now = absl::Now();
+  size_t restored = 0;
+  for (const StoredRequest& r : requests) {
+    const absl::Duration age = now - absl::FromUnixNanos(r.arrived_unix_ns);
+    const std::string key = DedupKey(r.identity, r.scope, r.request_id);
+    if (r.method == static_cast<int>(DedupFingerprint::Method::kBatch)) {
+      DedupFingerprint fingerprint;
+      fingerprint.method = DedupFingerprint::Method::kBatch;
+      fingerprint.path_hash = r.digest;
+      fingerprint.nr_pages = r.nr_pages;
+      DedupAnswer answer;
+      answer.body = r.body;
+      batch_keys.Restore(key, fingerprint, std::move(answer), age);
+      ++restored;
+      continue;
+    }
+    if (r.method != static_cast<int>(DedupFingerprint::Method::kCharge) &&
+        r.method != static_cast<int>(DedupFingerprint::Method::kUncharge))
+      continue;
+    DedupAnswer answer;
+    answer.status =
+        absl::Status(static_cast<absl::StatusCode>(r.code), r.message);
+    answer.nr_pages = r.answer_nr_pages;
+    answer.throttle_us = r.throttle_us;
+    const std::optional<uint32_t> cpu =
+        r.cpu >= 0 ? std::optional<uint32_t>(static_cast<uint32_t>(r.cpu))
+                   : std::nullopt;
+    request_ids.Restore(
+        key,
+        DedupFingerprint::Of(static_cast<DedupFingerprint::Method>(r.method),
+                             r.path, r.nr_pages, r.kind, cpu),
+        std::move(answer), age);
+    ++restored;
+  }
+  return restored;
+}
+
+absl::Status GroupOps::Create(const CallContext& call,
+                              const v1::CreateGroupRequest& request,
+                              v1::Group* response) {
+  if (absl::Status s = ValidateGroupPath(request.path()); !s.ok()) return s;
+  if (absl::Status s =
+          Authorize(authorizer_, call.caller(), Access::kConfigure, request.path());
+      !s.ok())
+    return s;
+  absl::MutexLock l(&config_mu_);
+  absl::StatusOr<GroupInfo> group = engine_.CreateGroup(
+      request.path(), units_.LimitsFromProto(request.limits()));
+  if (!group.ok()) return group.status();
+  absl::StatusOr<uint64_t> generation =
+      store_.CreateGroup(group->path, group->limits);
+  if (!generation.ok()) {
+    // Not acknowledged, so not kept: the group is new and has no children.
+    (void)engine_.DeleteGroup(group->path);
+    return absl::UnavailableError(
+        absl::StrCat("group ", group->path, " not created: ",
+                     generation.status().message()));
+  }
+  {
+    absl::MutexLock g(&generations_mu_);
+    generations_[group->id] = *generation;
+  }
+  units_.GroupToProto(*group, response);
+  return absl::OkStatus();
+}
+
+absl::Status GroupOps::Delete(const CallContext& call,
+                              const v1::DeleteGroupRequest& request,
+                              v1::DeleteGroupResponse* response) {
+  if (absl::Status s = ValidateGroupPath(request.path()); !s.ok()) return s;
+  if (absl::Status s =
+          Authorize(authorizer_, call.caller(), Access::kConfigure, request.path());
+      !s.ok())
+    return s;
+  absl::MutexLock l(&config_mu_);
+  const absl::StatusOr<GroupHandle> handle =
+      engine_.ResolveGroup(request.path());
+  absl::StatusOr<uint64_t> reparented = engine_.DeleteGroup(request.path());
+  if (!reparented.ok()) return reparented.status();
+  if (handle.ok()) {
+    {
+      absl::MutexLock g(&generations_mu_);
+      generations_.erase(handle->id());
+    }
+    // The engine gave the group's pages to its parent: so do the sessions.
+    sessions_.OnGroupDeleted(handle->id(), request.path());
+  }
+  if (absl::Status s = store_.DeleteGroup(request.path()); !s.ok()) {
+    return absl::InternalError(absl::StrCat(
+        "group ", request.path(),
+        " deleted, but the state store failed (it would come back after a "
+        "restart): ",
+        s.message()));
+  }
+  response->set_reparented_pages(*reparented);
+  return absl::OkStatus();
+}
+
+absl::Status GroupOps::SetLimits(const CallContext& call,
+                                 const v1::SetLimitsRequest& request,
+                                 v1::Group* response) {
+  if (absl::Status s = ValidateGroupPath(request.path()); !s.ok()) return s;
+  if (absl::Status s =
+          Authorize(authorizer_, call.caller(), Access::kConfigure, request.path());
+      !s.ok())
+    return s;
+  absl::MutexLock l(&config_mu_);
+  absl::StatusOr<GroupInfo> group = engine_.SetLimits(
+      request.path(), units_.LimitsFromProto(request.limits()));
+  if (!group.ok()) return group.status();
+  if (absl::Status s = store_.SetLimits(group->path, group->limits); !s.ok()) {
+    return absl::InternalError(absl::StrCat(
+        "limits of ", group->path,
+        " applied, but the state store failed (a restart would restore the "
+        "previous ones): ",
+        s.message()));
+  }
+  units_.GroupToProto(*group, response);
+  return absl::OkStatus();
+}
+
+absl::Status GroupOps::List(const CallContext& call,
+                            const v1::ListGroupsRequest& request,
+                            v1::ListGroupsResponse* response) const {
+  if (absl::Status s = ValidateGroupPath(request.path()); !s.ok()) return s;
+  if (absl::Status s = ValidatePageToken(request.page_token(), request.path());
+      !s.ok())
+    return s;
+  // Checked before the engine is asked: NOT_FOUND would tell a tenant
+  // whether a group outside its grants exists.
+  if (authorizer_ != nullptr) {
+    if (absl::Status s = authorizer_->CheckList(call.caller(), request.path());
+        !s.ok())
+      return s;
+  }
+  absl::StatusOr<std::vector<std::string>> paths =
+      engine_.ListGroups(request.path(), request.recursive());
+  if (!paths.ok()) return paths.status();
+  // A tenant sees only what it may read (listing an ancestor of its grant
+  // shows the grant's subtree, nothing beside it). Filtered before paging,
+  // so page sizes and tokens work as without access control.
+  if (!call.caller().admin()) {
+    paths->erase(std::remove_if(paths->begin(), paths->end(),
+                                [&](const std::string& p) {
+                                  return !Authorizer::CanRead(call.caller(),
+                                                              p);
+                                }),
+                 paths->end());
+  }
+  // The engine returns them sorted; the cursor below depends on it.
+  if (!std::is_sorted(paths->begin(), paths->end())) {
+    std::sort(paths->begin(), paths->end());
+  }
+  const size_t page_size =
+      (request.page_size() == 0 || request.page_size() > kMaxListGroupsPageSize)
+          ? kMaxListGroupsPageSize
+          : request.page_size();
+  // The token is the last path already returned: resume strictly after it.
+  auto first = request.page_token().empty()
+                   ? paths->begin()
+                   : std::upper_bound(paths->begin(), paths->end(),
+                                      request.page_token());
+  const size_t remaining = static_cast<size_t>(paths->end() - first);
+  auto last = first + static_cast<ptrdiff_t>(std::min(remaining, page_size));
+  // Also stop at kMaxListGroupsPageBytes of paths (at least one path), so a
+  // page of long paths stays under gRPC's default 4 MiB message limit.
+  size_t bytes = 0;
+  for (auto it = first; it != last; ++it) {
+    bytes += it->size() + 8;  // the path and its framing
+    if (bytes > kMaxListGroupsPageBytes && it != first) {
+      last = it;
+      break;
+    }
+  }
+  response->mutable_paths()->Reserve(static_cast<int>(last - first));
+  for (auto it = first; it != last; ++it) {
+    response->add_paths(std::move(*it));
+  }
+  if (last != paths->end()) {
+    response->set_next_page_token(response->paths(response->paths_size() - 1));
+  }
+  return absl::OkStatus();
+}
+
+uint64_t GroupOps::GenerationOf(uint64_t group_id) const {
+  absl::ReaderMutexLock l(&generations_mu_);
+  auto it = generations_.find(group_id);
+  return it != generations_.end() ? it->second : (uint64_t{1} << 63) | group_id;
+}
+
+}  // namespace cgacct

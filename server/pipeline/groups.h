@@ -1,0 +1,119 @@
+// GroupOps: the configuration RPCs (CreateGroup, DeleteGroup, SetLimits,
+// ListGroups) and what they keep beside the engine: the state store's copy
+// of the tree and each group's store generation (docs/DESIGN.md §4.12).
+//
+// Each runs validate -> authorize -> engine -> persist -> answer. The
+// changes are serialised with each other (config_mu_) so the store sees them
+// in the engine's order, and a change is answered OK only once it is in the
+// store.
+//
+// Thread safety: thread-safe.
+#ifndef CGACCT_SERVER_PIPELINE_GROUPS_H_
+#define CGACCT_SERVER_PIPELINE_GROUPS_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "cgacct/v1/accounting.pb.h"
+#include "engine/engine.h"
+#include "server/auth/authorizer.h"
+#include "server/idempotency/dedup_table.h"
+#include "server/idempotency/state_store.h"
+#include "server/pipeline/call.h"
+#include "server/common/wire.h"
+#include "server/sessions/session_registry.h"
+
+namespace cgacct {
+
+// ListGroups page size used for page_size 0 or anything above it.
+inline constexpr uint32_t kMaxListGroupsPageSize = 10000;
+// ListGroups also ends a page once its paths reach this many bytes.
+inline constexpr size_t kMaxListGroupsPageBytes = size_t{1} << 20;
+
+// What GroupOps::Restore() put back.
+struct RestoreReport {
+  size_t groups = 0;
+  size_t requests = 0;
+};
+
+class GroupOps {
+ public:
+  // Every reference must outlive the object; `authorizer` may be null (no
+  // access control).
+  GroupOps(Engine& engine, const WireUnits& units, StateStore& store,
+           SessionRegistry& sessions, const Authorizer* authorizer);
+  GroupOps(const GroupOps&) = delete;
+  GroupOps& operator=(const GroupOps&) = delete;
+
+  // Re-creates the store's groups (creation order, stored limits; usage 0)
+  // in the engine and reloads the two de-duplication windows (entries
+  // younger than their window). Call once, before serving, on an engine
+  // with only the root. Errors: the store's (INTERNAL, DATA_LOSS, ...);
+  // INTERNAL naming the path if the engine refuses a stored group.
+  absl::StatusOr<RestoreReport> Restore(DedupTable& request_ids,
+                                        DedupTable& batch_keys)
+      ABSL_LOCKS_EXCLUDED(config_mu_);
+
+  // Errors: INVALID_ARGUMENT bad path; PERMISSION_DENIED; NOT_FOUND parent;
+  // ALREADY_EXISTS (the root included); UNAVAILABLE the state store failed
+  // (the group is not created).
+  absl::Status Create(const CallContext& call,
+                      const v1::CreateGroupRequest& request,
+                      v1::Group* response) ABSL_LOCKS_EXCLUDED(config_mu_);
+  // Errors: INVALID_ARGUMENT bad path or root; PERMISSION_DENIED; NOT_FOUND;
+  // FAILED_PRECONDITION has children; INTERNAL the state store failed after
+  // the engine deleted the group (it would come back after a restart).
+  absl::Status Delete(const CallContext& call,
+                      const v1::DeleteGroupRequest& request,
+                      v1::DeleteGroupResponse* response)
+      ABSL_LOCKS_EXCLUDED(config_mu_);
+  // Errors: as Create's; INTERNAL the state store failed after the engine
+  // applied the limits.
+  absl::Status SetLimits(const CallContext& call,
+                         const v1::SetLimitsRequest& request,
+                         v1::Group* response) ABSL_LOCKS_EXCLUDED(config_mu_);
+  // Sorted paths below `path`, paged (page_size 0 or > 10000 means 10000;
+  // a page also ends at kMaxListGroupsPageBytes). The page token is the
+  // last path of the previous page: paging is stable under concurrent
+  // creates and deletes (no path present throughout is returned twice or
+  // skipped). A caller with grants sees only the paths it may read.
+  // Errors: INVALID_ARGUMENT bad path or page_token; PERMISSION_DENIED;
+  // NOT_FOUND.
+  absl::Status List(const CallContext& call,
+                    const v1::ListGroupsRequest& request,
+                    v1::ListGroupsResponse* response) const;
+
+  // The store generation of engine group `group_id`: what request ids and
+  // idempotency keys are scoped to (stable across restarts). A group not
+  // made through GroupOps (tests' engines) gets its engine id, offset so it
+  // cannot meet a stored generation.
+  uint64_t GenerationOf(uint64_t group_id) const
+      ABSL_LOCKS_EXCLUDED(generations_mu_);
+
+ private:
+  size_t RestoreRequests(const std::vector<StoredRequest>& requests,
+                         DedupTable& request_ids, DedupTable& batch_keys);
+
+  // Constant after construction.
+  Engine& engine_;
+  const WireUnits& units_;
+  StateStore& store_;
+  SessionRegistry& sessions_;
+  const Authorizer* const authorizer_;  // may be null
+
+  // Serialises Create/Delete/SetLimits (engine change + store write).
+  absl::Mutex config_mu_ ABSL_ACQUIRED_BEFORE(generations_mu_);
+  // Engine group id -> the group's store generation.
+  mutable absl::Mutex generations_mu_;
+  absl::flat_hash_map<uint64_t, uint64_t> generations_
+      ABSL_GUARDED_BY(generations_mu_);
+};
+
+}  // namespace cgacct
+
+#endif  // CGACCT_SERVER_PIPELINE_GROUPS_H_

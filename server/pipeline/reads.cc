@@ -1,0 +1,163 @@
+// ReadOps (server/pipeline/reads.h).
+#include "server/pipeline/reads.h"
+
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "engine/group_path.h"
+
+namespace cgacct {
+namespace {
+
+std::optional<FlushMode> FlushModeFromProto(int mode) {
+  switch (mode) {
+    case v1::FLUSH_MODE_UNSPECIFIED:
+    case v1::FLUSH_MODE_EXACT:
+      return FlushMode::kExact;
+    case v1::FLUSH_MODE_THRESHOLD:
+      return FlushMode::kThreshold;
+    case v1::FLUSH_MODE_NONE:
+      return FlushMode::kNone;
+    default:
+      return std::nullopt;
+  }
+}
+
+}  // namespace
+
+ReadOps::ReadOps(Engine& engine, const WireUnits& units,
+                 const OpValidator& validator, const CallLimiter& limiter,
+                 const SessionRegistry& sessions, const Authorizer* authorizer,
+                 TransportLimits transport)
+    : engine_(engine),
+      units_(units),
+      validator_(validator),
+      limiter_(limiter),
+      sessions_(sessions),
+      authorizer_(authorizer),
+      transport_(transport) {}
+
+absl::Status ReadOps::GetStats(const CallContext& call,
+                               const v1::GetStatsRequest& request,
+                               v1::GroupStats* response) const {
+  if (absl::Status s = ValidateGroupPath(request.path()); !s.ok()) return s;
+  const std::optional<FlushMode> mode = FlushModeFromProto(request.flush());
+  if (!mode.has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("flush must be FLUSH_MODE_EXACT, FLUSH_MODE_THRESHOLD or "
+                     "FLUSH_MODE_NONE (got ",
+                     request.flush(), ")"));
+  }
+  if (absl::Status s =
+          Authorize(authorizer_, call.caller(), Access::kRead, request.path());
+      !s.ok())
+    return s;
+  absl::StatusOr<GroupStats> stats = engine_.GetStats(request.path(), *mode);
+  if (!stats.ok()) return stats.status();
+  // Pages never exceed page_counter_max(), so pages * page_size fits.
+  const uint64_t page_size = units_.page_size_bytes();
+  response->set_path(stats->path);
+  response->set_memory_current_bytes(stats->memory_current_pages * page_size);
+  response->set_memory_peak_bytes(stats->memory_peak_pages * page_size);
+  units_.LimitsToProto(stats->limits, response->mutable_limits());
+  response->mutable_stat()->Reserve(static_cast<int>(stats->stat.size()));
+  for (StatEntry& entry : stats->stat) {
+    v1::StatEntry* out = response->add_stat();
+    out->set_name(std::move(entry.name));
+    out->set_value(entry.value);  // already in memory.stat units
+  }
+  EventsToProto(stats->events, response->mutable_events());
+  EventsToProto(stats->events_local, response->mutable_events_local());
+  response->set_failcnt(stats->failcnt);
+  response->set_emin_bytes(stats->emin_pages * page_size);
+  response->set_elow_bytes(stats->elow_pages * page_size);
+  response->set_flushed(stats->flushed);
+  response->set_max_staleness_us(DurationToMicros(stats->max_staleness));
+  return absl::OkStatus();
+}
+
+absl::Status ReadOps::Reclaim(const CallContext& call,
+                              const v1::ReclaimRequest& request,
+                              v1::ReclaimResponse* response) const {
+  if (absl::Status s = ValidateGroupPath(request.path()); !s.ok()) return s;
+  if (request.nr_bytes() == 0)
+    return absl::InvalidArgumentError("nr_bytes must be > 0");
+  if (absl::Status s =
+          Authorize(authorizer_, call.caller(), Access::kWrite, request.path());
+      !s.ok())
+    return s;
+  // memory_reclaim(): bytes round down to pages (less than a page is 0
+  // pages, which succeeds with nothing reclaimed).
+  const uint64_t page_size = units_.page_size_bytes();
+  absl::StatusOr<uint64_t> reclaimed =
+      engine_.Reclaim(request.path(), request.nr_bytes() / page_size);
+  if (!reclaimed.ok()) return reclaimed.status();
+  response->set_reclaimed_bytes(*reclaimed * page_size);
+  return absl::OkStatus();
+}
+
+void ReadOps::GetEngineInfo(const CallContext& call,
+                            v1::EngineInfo* response) const {
+  response->set_caller_identity(call.identity());
+  const EngineInfo info = engine_.GetInfo();
+  response->set_nr_cpus(static_cast<uint32_t>(info.nr_cpus));
+  response->set_page_size_bytes(info.page_size_bytes);
+  response->set_charge_batch_pages(info.charge_batch_pages);
+  response->set_flush_lock_policy(info.flush_lock_policy_name);
+  response->set_nr_stock_slots(static_cast<uint32_t>(info.nr_stock_slots));
+  response->set_nr_groups(info.nr_groups);
+  response->set_flush_lock_hold_max_us(
+      DurationToMicros(info.flush_lock_hold_max));
+  response->set_max_batch_ops(kMaxBatchOps);
+  response->set_max_charge_pages(validator_.max_charge_pages());
+  response->set_max_streams_per_identity(
+      limiter_.options().max_streams_per_identity);
+  response->set_max_in_flight_per_identity(
+      limiter_.options().max_in_flight_per_identity);
+  response->set_max_message_bytes(transport_.max_message_bytes);
+  response->set_max_concurrent_streams_per_connection(
+      transport_.max_concurrent_streams_per_connection);
+  for (const FlushHoldRecord& record : info.longest_flush_holds) {
+    v1::FlushLockHold* hold = response->add_longest_flush_holds();
+    hold->set_policy(record.policy);
+    // A flush-hold path outside the caller's grants is not its to see.
+    if (Authorizer::CanRead(call.caller(), record.root_path))
+      hold->set_root_path(record.root_path);
+    hold->set_cpus_walked(static_cast<uint32_t>(record.cpus_walked));
+    hold->set_groups_folded(static_cast<uint32_t>(record.groups_folded));
+    hold->set_hold_ns(
+        static_cast<uint64_t>(absl::ToInt64Nanoseconds(record.hold)));
+    hold->set_when_unix_us(absl::ToUnixMicros(record.when));
+    hold->set_preempt_model(FlushPreemptModelName(record.preempt_model));
+  }
+  response->set_flush_preempt_model(
+      FlushPreemptModelName(info.flush_preempt_model));
+  response->set_flush_lock_hold_wall_max_us(
+      DurationToMicros(info.flush_lock_hold_wall_max));
+  response->set_preempted_flushes(info.preempted_flushes);
+  response->set_flush_lock_hold_max_cpus_walked(
+      static_cast<uint32_t>(info.flush_lock_hold_max_cpus_walked));
+  response->set_flush_lock_hold_max_groups_folded(
+      static_cast<uint32_t>(info.flush_lock_hold_max_groups_folded));
+  if (info.flush_lock_policy == FlushLockPolicy::kAdaptive &&
+      info.flush_hold_budget > absl::ZeroDuration()) {
+    // Rounded up: 0 means "no budget" (one CPU per hold), so a budget
+    // under 1 µs reads 1, not 0.
+    response->set_flush_hold_budget_us(static_cast<uint64_t>(
+        absl::ToInt64Microseconds(info.flush_hold_budget +
+                                  absl::Nanoseconds(999))));
+  }
+  response->set_periodic_flush_interval_ms(static_cast<uint64_t>(
+      absl::ToInt64Milliseconds(info.periodic_flush_interval)));
+  const SessionOptions& so = sessions_.options();
+  response->set_session_default_ttl_ms(so.default_ttl_ms);
+  response->set_session_min_ttl_ms(so.min_ttl_ms);
+  response->set_session_max_ttl_ms(so.max_ttl_ms);
+  response->set_session_max_pages(so.max_pages);
+  response->set_max_sessions_per_identity(so.max_sessions_per_identity);
+  response->set_session_drain_timeout_ms(
+      static_cast<uint32_t>(absl::ToInt64Milliseconds(so.drain_timeout)));
+}
+
+}  // namespace cgacct

@@ -1,0 +1,65 @@
+// ReadOps: the read RPCs (GetStats, GetEngineInfo) and memory.reclaim
+// (Reclaim), each validate -> authorize -> engine -> answer.
+//
+// Thread safety: thread-safe.
+#ifndef CGACCT_SERVER_PIPELINE_READS_H_
+#define CGACCT_SERVER_PIPELINE_READS_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "cgacct/v1/accounting.pb.h"
+#include "engine/engine.h"
+#include "server/auth/authorizer.h"
+#include "server/pipeline/call.h"
+#include "server/pipeline/call_limiter.h"
+#include "server/pipeline/ops.h"
+#include "server/common/wire.h"
+#include "server/sessions/session_registry.h"
+
+namespace cgacct {
+
+// The limits of the gRPC server itself, which whoever builds it sets
+// (cgacctd's daemon); reported in EngineInfo only. 0 = not set.
+struct TransportLimits {
+  uint32_t max_message_bytes = 0;
+  uint32_t max_concurrent_streams_per_connection = 0;
+};
+
+class ReadOps {
+ public:
+  // Every reference must outlive the object; `authorizer` may be null.
+  ReadOps(Engine& engine, const WireUnits& units,
+          const OpValidator& validator, const CallLimiter& limiter,
+          const SessionRegistry& sessions, const Authorizer* authorizer,
+          TransportLimits transport);
+
+  // memory.current/peak/stat/events of a group; FLUSH_MODE_UNSPECIFIED is
+  // EXACT. Errors: INVALID_ARGUMENT bad path or unknown flush;
+  // PERMISSION_DENIED; NOT_FOUND.
+  absl::Status GetStats(const CallContext& call,
+                        const v1::GetStatsRequest& request,
+                        v1::GroupStats* response) const;
+  // memory.reclaim of nr_bytes (rounded down to pages) from the subtree.
+  // Errors: INVALID_ARGUMENT nr_bytes 0 or bad path; PERMISSION_DENIED;
+  // NOT_FOUND; UNAVAILABLE the target was not met (the kernel's EAGAIN).
+  absl::Status Reclaim(const CallContext& call,
+                       const v1::ReclaimRequest& request,
+                       v1::ReclaimResponse* response) const;
+  // The engine's and the server's configuration and the flush-lock record;
+  // flush-hold paths the caller may not read are blanked. No errors.
+  void GetEngineInfo(const CallContext& call, v1::EngineInfo* response) const;
+
+ private:
+  Engine& engine_;
+  const WireUnits& units_;
+  const OpValidator& validator_;
+  const CallLimiter& limiter_;
+  const SessionRegistry& sessions_;
+  const Authorizer* const authorizer_;  // may be null
+  const TransportLimits transport_;
+};
+
+}  // namespace cgacct
+
+#endif  // CGACCT_SERVER_PIPELINE_READS_H_

@@ -1,0 +1,229 @@
+// WatchEvents: a server stream of one group's memory.events and
+// memory.events.local (docs/DESIGN.md §4).
+//
+// Each stream is a WatchEventsReactor subscribed to the EventsHub under
+// the group's id. It holds one EventsUpdate buffer and two flags: a write in
+// flight, and "changed meanwhile". A change noted while a write is in flight
+// only sets the flag; when the write completes the reactor reads the latest
+// counts and writes again if they differ from what it sent. So a slow reader
+// gets the newest counts and never a backlog, and the memory of a stream is
+// constant whatever the event rate.
+#include "server/rpc/watch_events.h"
+
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "engine/group_path.h"
+#include "server/common/wire.h"
+#include "server/rpc/codec.h"
+#include "server/rpc/peer.h"
+#include "server/rpc/refused_reactors.h"
+#include "server/rpc/status.h"
+
+namespace cgacct {
+namespace {
+
+bool SameEvents(const MemoryEvents& a, const MemoryEvents& b) {
+  return a.low == b.low && a.high == b.high && a.max == b.max &&
+         a.oom == b.oom && a.oom_kill == b.oom_kill &&
+         a.oom_group_kill == b.oom_group_kill &&
+         a.sock_throttled == b.sock_throttled;
+}
+
+class WatchEventsReactor final
+    : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
+      public EventsHub::Watcher {
+ public:
+  // `call`: admitted (a stream permit), authenticated; `group` resolved.
+  WatchEventsReactor(Pipeline& pipeline, EventsHub& hub, CallContext call,
+                     GroupHandle group, std::string path)
+      : pipeline_(pipeline),
+        hub_(hub),
+        call_(std::move(call)),
+        group_(group),
+        path_(std::move(path)) {}
+
+  // Subscribes, then sends the current counts. Called once, right after
+  // construction, before the reactor is returned to gRPC.
+  void Start() {
+    // OnDone() unsubscribes whether or not this succeeded (idempotent).
+    if (!hub_.Subscribe(group_.id(), this)) {
+      EndStream(absl::UnavailableError("server shutting down"));
+      return;
+    }
+    SendLatest();
+  }
+
+  // EventsHub::Watcher (notifier thread).
+  void OnEventsChanged() override { SendLatest(); }
+  void OnGroupDeleted() override { EndStream(Deleted()); }
+  void OnShutdown() override {
+    EndStream(absl::UnavailableError("server shutting down"));
+  }
+
+  // grpc::ServerWriteReactor (gRPC threads).
+  void OnWriteDone(bool ok) override {
+    std::optional<grpc::Status> finish;
+    bool again = false;
+    {
+      absl::MutexLock l(&mu_);
+      write_in_flight_ = false;
+      if (!ok && !pending_finish_) {
+        // The stream is broken (client gone); OnCancel and OnDone follow.
+        pending_finish_ = absl::CancelledError("write failed: client gone");
+      }
+      if (pending_finish_) {
+        finish = TakeFinishLocked(*std::move(pending_finish_));
+      } else {
+        again = changed_;
+        changed_ = false;
+      }
+    }
+    if (finish) Finish(*finish);
+    if (again) SendLatest();
+  }
+  void OnCancel() override {
+    EndStream(absl::CancelledError("cancelled by the client"));
+  }
+  void OnDone() override {
+    hub_.Unsubscribe(group_.id(), this);
+    absl::Status status;
+    {
+      absl::MutexLock l(&mu_);
+      status = final_;
+    }
+    pipeline_.EndCall(call_, status);
+    delete this;
+  }
+
+ private:
+  absl::Status Deleted() const {
+    return absl::NotFoundError(
+        absl::StrCat("path ", QuotePath(path_), " was deleted"));
+  }
+
+  // Reads the latest counts and writes them if they changed since the last
+  // write (the first read is always written). With a write in flight, only
+  // notes that it must read again when the write completes. gRPC is called
+  // outside mu_ (a reaction may run inline).
+  void SendLatest() {
+    std::optional<grpc::Status> finish;
+    bool write = false;
+    {
+      absl::MutexLock l(&mu_);
+      if (finish_called_ || pending_finish_) return;
+      if (write_in_flight_) {
+        changed_ = true;
+        return;
+      }
+      absl::StatusOr<GroupEvents> now = pipeline_.engine().GetEvents(group_);
+      if (!now.ok()) {
+        // Deleted between the notification and this read.
+        finish = TakeFinishLocked(Deleted());
+      } else if (!sent_any_ || !SameEvents(now->events, sent_.events) ||
+                 !SameEvents(now->events_local, sent_.events_local)) {
+        sent_ = *now;
+        sent_any_ = true;
+        update_.Clear();
+        update_.set_path(path_);
+        EventsToProto(now->events, update_.mutable_events());
+        EventsToProto(now->events_local, update_.mutable_events_local());
+        if (absl::Status s = SerializeResponse(update_, &update_bytes_);
+            !s.ok()) {
+          finish = TakeFinishLocked(s);
+        } else {
+          write_in_flight_ = true;
+          write = true;
+        }
+      }
+    }
+    if (finish) Finish(*finish);
+    // update_bytes_ is not touched again until OnWriteDone clears
+    // write_in_flight_.
+    if (write) StartWrite(&update_bytes_);
+  }
+
+  // Ends the stream with `status` once; with a write in flight, when the
+  // write completes.
+  void EndStream(absl::Status status) {
+    std::optional<grpc::Status> finish;
+    {
+      absl::MutexLock l(&mu_);
+      if (finish_called_) return;
+      if (write_in_flight_) {
+        if (!pending_finish_) pending_finish_ = std::move(status);
+        return;
+      }
+      finish = TakeFinishLocked(std::move(status));
+    }
+    if (finish) Finish(*finish);
+  }
+
+  // The status to Finish() with, exactly once (nullopt if already taken),
+  // converted once.
+  std::optional<grpc::Status> TakeFinishLocked(absl::Status status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finish_called_) return std::nullopt;
+    finish_called_ = true;
+    pending_finish_.reset();
+    final_ = status;
+    return ToGrpcStatus(status);
+  }
+
+  Pipeline& pipeline_;
+  EventsHub& hub_;
+  // Holds the caller's stream permit (--max_streams_per_identity), given
+  // back by EndCall in OnDone(); touched only there.
+  CallContext call_;
+  const GroupHandle group_;
+  const std::string path_;
+
+  absl::Mutex mu_;
+  bool write_in_flight_ ABSL_GUARDED_BY(mu_) = false;
+  bool changed_ ABSL_GUARDED_BY(mu_) = false;  // a change during the write
+  bool finish_called_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<absl::Status> pending_finish_ ABSL_GUARDED_BY(mu_);
+  bool sent_any_ ABSL_GUARDED_BY(mu_) = false;
+  GroupEvents sent_ ABSL_GUARDED_BY(mu_);  // the counts last written
+  // The write's buffer: filled under mu_ only while no write is in flight,
+  // read by gRPC during the write.
+  v1::EventsUpdate update_;
+  grpc::ByteBuffer update_bytes_;  // update_ serialized, on the wire
+  absl::Status final_ ABSL_GUARDED_BY(mu_);  // what the stream ended with
+};
+
+}  // namespace
+
+grpc::ServerWriteReactor<grpc::ByteBuffer>* StartWatchEvents(
+    Pipeline& pipeline, EventsHub* hub, grpc::CallbackServerContext* context,
+    const grpc::ByteBuffer* request_bytes) {
+  // The stages every call passes: admission (a stream permit, shutdown,
+  // the deadline), authentication, decoding, validation, authorization,
+  // resolution; then the subscription.
+  CallContext call = BeginCall(pipeline, RpcMethod::kWatchEvents, *context);
+  v1::WatchEventsRequest request;
+  absl::Status status = pipeline.Admit(call, Admission::kStream);
+  if (status.ok()) status = pipeline.Authenticate(call);
+  if (status.ok()) status = ParseRequest(*request_bytes, &request);
+  absl::StatusOr<GroupHandle> group =
+      status.ok() ? pipeline.ResolveWatch(call, request)
+                  : absl::StatusOr<GroupHandle>(status);
+  if (group.ok() && hub == nullptr)
+    group = absl::UnavailableError(
+        "WatchEvents is not served by this server (no events hub)");
+  if (!group.ok()) {
+    const grpc::Status answer = AnswerStatus(context, group.status());
+    pipeline.EndCall(call, group.status());
+    return new RefusedWriteReactor(answer);
+  }
+  auto* reactor = new WatchEventsReactor(pipeline, *hub, std::move(call),
+                                         *group, request.path());
+  reactor->Start();
+  return reactor;
+}
+
+}  // namespace cgacct

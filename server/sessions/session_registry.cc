@@ -1,0 +1,708 @@
+#include "server/sessions/session_registry.h"
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+#include <tuple>
+#include <utility>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "engine/group_path.h"
+#include "server/common/wire.h"
+
+namespace cgacct {
+namespace {
+
+namespace v1 = ::cgacct::v1;
+
+constexpr size_t kMaxClientNameBytes = 128;
+// Longest session_id quoted back in a message.
+constexpr size_t kMaxQuotedIdBytes = 64;
+
+v1::PageKind PageKindToProto(PageKind kind) {
+  return kind == PageKind::kFile ? v1::PAGE_KIND_FILE : v1::PAGE_KIND_ANON;
+}
+
+const char* PageKindName(PageKind kind) {
+  return kind == PageKind::kFile ? "FILE" : "ANON";
+}
+
+std::string QuoteId(absl::string_view id) {
+  return absl::StrCat(
+      "\"", absl::CHexEscape(id.substr(0, kMaxQuotedIdBytes)),
+      id.size() > kMaxQuotedIdBytes ? "...\"" : "\"");
+}
+
+absl::Status NoSuchSession(absl::string_view id) {
+  return absl::NotFoundError(absl::StrCat(
+      "session_id ", QuoteId(id),
+      ": no such session (closed, expired, or not opened by this caller)"));
+}
+
+// 128 random bits from the kernel's CSPRNG (std::random_device reads
+// /dev/urandom or getrandom() on Linux), as 32 lower-case hex digits.
+std::string NewSessionId() {
+  static std::random_device* const device = new std::random_device();
+  static absl::Mutex device_mu;
+  uint32_t words[4];
+  {
+    absl::MutexLock l(&device_mu);
+    for (uint32_t& w : words) w = (*device)();
+  }
+  return absl::StrFormat("%08x%08x%08x%08x", words[0], words[1], words[2],
+                         words[3]);
+}
+
+}  // namespace
+
+// What a session holds of one group instance and kind.
+struct Holding {
+  GroupHandle group;
+  std::string path;
+  PageKind kind = PageKind::kAnon;
+  uint64_t nr_pages = 0;
+};
+
+struct SessionRegistry::Session {
+  std::string id;
+  std::string identity;
+  std::string client_name;
+  uint32_t ttl_ms = 0;
+  // Guarded by the registry's mu_ from here on.
+  int64_t deadline_ms = 0;  // lease end, on the steady clock (NowMs())
+  bool closing = false;     // new ops refused; a Finish() owns it
+  int in_flight = 0;        // ops between BeginOp and EndOp
+  uint64_t held = 0;        // sum of holdings
+  uint64_t reserved = 0;    // charges in flight
+  // (group id, kind) -> holding.
+  absl::flat_hash_map<std::pair<uint64_t, int>, Holding> holdings;
+  SessionStreamSink* stream = nullptr;
+};
+
+// One DrainRemoteStock() call waiting for answers (on its caller's stack).
+struct SessionRegistry::Drain {
+  uint64_t id = 0;
+  std::string over_path;
+  absl::flat_hash_set<Session*> pending;
+  std::vector<RemoteStockReturn> returned;
+  uint64_t returned_pages = 0;  // the sum of `returned`
+};
+
+absl::Status SessionOptions::Validate() const {
+  if (min_ttl_ms < 1)
+    return absl::InvalidArgumentError("session_min_ttl_ms must be >= 1");
+  if (max_ttl_ms < min_ttl_ms)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "session_max_ttl_ms ", max_ttl_ms, " is below session_min_ttl_ms ",
+        min_ttl_ms));
+  if (default_ttl_ms < min_ttl_ms || default_ttl_ms > max_ttl_ms)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "session_default_ttl_ms ", default_ttl_ms, " out of [", min_ttl_ms,
+        ", ", max_ttl_ms, "] (session_min_ttl_ms, session_max_ttl_ms)"));
+  if (max_pages < 1)
+    return absl::InvalidArgumentError("session_max_pages must be >= 1");
+  if (max_sessions_per_identity < 1)
+    return absl::InvalidArgumentError(
+        "max_sessions_per_identity must be >= 1");
+  if (drain_timeout < absl::ZeroDuration())
+    return absl::InvalidArgumentError(
+        "session_drain_timeout_ms must be >= 0");
+  if (drain_wait_threads < 1 || drain_wait_threads > 4096)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "session_drain_wait_threads ", drain_wait_threads,
+        " out of [1, 4096]"));
+  return absl::OkStatus();
+}
+
+SessionRegistry::SessionRegistry(Engine& engine, SessionOptions options)
+    : engine_(engine),
+      options_(options),
+      clock_(options.clock != nullptr ? *options.clock : Clock::Real()) {
+  reaper_ = std::thread([this] { ReaperLoop(); });
+  engine_.SetRemoteStockDrainer(this);
+}
+
+SessionRegistry::~SessionRegistry() {
+  Shutdown();
+  engine_.SetRemoteStockDrainer(nullptr);
+}
+
+int64_t SessionRegistry::NowMs() const {
+  return clock_.NowNs() / 1000000;
+}
+
+void SessionRegistry::Shutdown() {
+  {
+    absl::MutexLock l(&mu_);
+    if (!shut_down_) {
+      shut_down_ = true;
+      for (auto& [id, s] : sessions_) {
+        if (s->stream == nullptr) continue;
+        s->stream->End(absl::UnavailableError(
+            "cgacctd is shutting down; the session ends with it (usage is "
+            "not persisted)"));
+        s->stream = nullptr;
+        attached_.fetch_sub(1, std::memory_order_relaxed);
+      }
+      for (auto& [id, drain] : drains_) drain->pending.clear();
+    }
+    cv_.SignalAll();
+  }
+  if (reaper_.joinable()) reaper_.join();
+}
+
+absl::StatusOr<std::shared_ptr<SessionRegistry::Session>>
+SessionRegistry::FindLocked(const std::string* identity,
+                            absl::string_view session_id) const {
+  if (session_id.empty())
+    return absl::InvalidArgumentError(
+        "session_id must not be empty when present");
+  auto it = sessions_.find(session_id);
+  if (it == sessions_.end() || it->second->closing ||
+      (identity != nullptr && it->second->identity != *identity))
+    return NoSuchSession(session_id);
+  return it->second;
+}
+
+absl::StatusOr<v1::OpenSessionResponse> SessionRegistry::Open(
+    const std::string& identity, const v1::OpenSessionRequest& request) {
+  uint32_t ttl_ms = request.ttl_ms();
+  if (ttl_ms == 0) ttl_ms = options_.default_ttl_ms;
+  if (ttl_ms < options_.min_ttl_ms || ttl_ms > options_.max_ttl_ms)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ttl_ms ", ttl_ms, " out of [", options_.min_ttl_ms, ", ",
+        options_.max_ttl_ms,
+        "] (--session_min_ttl_ms, --session_max_ttl_ms; 0 means the default ",
+        options_.default_ttl_ms, ")"));
+  if (request.client_name().size() > kMaxClientNameBytes)
+    return absl::InvalidArgumentError(
+        absl::StrCat("client_name is ", request.client_name().size(),
+                     " bytes; at most ", kMaxClientNameBytes, " allowed"));
+  // SessionInfo.client_name is a proto `string`: only printable ASCII goes
+  // back out (a "host:pid" label), so GetSession never sends invalid UTF-8.
+  for (const char c : request.client_name()) {
+    if (c < 0x20 || c > 0x7e)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "client_name \"", absl::CHexEscape(request.client_name()),
+          "\": only printable ASCII (0x20-0x7e) is allowed"));
+  }
+  auto session = std::make_shared<Session>();
+  session->id = NewSessionId();
+  session->identity = identity;
+  session->client_name = request.client_name();
+  session->ttl_ms = ttl_ms;
+  absl::MutexLock l(&mu_);
+  if (shut_down_)
+    return absl::UnavailableError("cgacctd is shutting down; no new sessions");
+  uint32_t& count = per_identity_[identity];
+  if (count >= options_.max_sessions_per_identity) {
+    if (count == 0) per_identity_.erase(identity);
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "this caller already has ", count,
+        " open sessions (--max_sessions_per_identity ",
+        options_.max_sessions_per_identity, "); close one first"));
+  }
+  ++count;
+  session->deadline_ms = NowMs() + ttl_ms;
+  sessions_.emplace(session->id, session);
+  ++stats_.opened;
+  v1::OpenSessionResponse response;
+  response.set_session_id(session->id);
+  response.set_ttl_ms(ttl_ms);
+  response.set_max_held_pages(options_.max_pages);
+  return response;
+}
+
+absl::StatusOr<uint64_t> SessionRegistry::Close(const std::string& identity,
+                                                absl::string_view session_id) {
+  std::shared_ptr<Session> session;
+  {
+    absl::MutexLock l(&mu_);
+    absl::StatusOr<std::shared_ptr<Session>> found =
+        FindLocked(&identity, session_id);
+    if (!found.ok()) return found.status();
+    session = *std::move(found);
+    session->closing = true;
+  }
+  return Finish(std::move(session), EndReason::kClose);
+}
+
+absl::Status SessionRegistry::Get(const std::string& identity,
+                                  absl::string_view session_id,
+                                  v1::SessionInfo* out) const {
+  absl::MutexLock l(&mu_);
+  absl::StatusOr<std::shared_ptr<Session>> found =
+      FindLocked(&identity, session_id);
+  if (!found.ok()) return found.status();
+  const Session& s = **found;
+  out->set_session_id(s.id);
+  out->set_client_name(s.client_name);
+  out->set_ttl_ms(s.ttl_ms);
+  out->set_expires_in_ms(
+      static_cast<uint64_t>(std::max<int64_t>(0, s.deadline_ms - NowMs())));
+  out->set_attached(s.stream != nullptr);
+  out->set_held_pages(s.held);
+  out->set_max_held_pages(options_.max_pages);
+  std::vector<const Holding*> sorted;
+  for (const auto& [key, h] : s.holdings)
+    if (h.nr_pages > 0) sorted.push_back(&h);
+  std::sort(sorted.begin(), sorted.end(),
+            [](const Holding* a, const Holding* b) {
+              return std::tie(a->path, a->kind) < std::tie(b->path, b->kind);
+            });
+  for (const Holding* h : sorted) {
+    v1::SessionHolding* o = out->add_holdings();
+    o->set_path(h->path);
+    o->set_kind(PageKindToProto(h->kind));
+    o->set_nr_pages(h->nr_pages);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SessionRegistry::Op> SessionRegistry::BeginOp(
+    const std::string& identity, absl::string_view session_id,
+    GroupHandle group, absl::string_view path, PageKind kind,
+    uint64_t nr_pages, bool charge) {
+  absl::MutexLock l(&mu_);
+  absl::StatusOr<std::shared_ptr<Session>> found =
+      FindLocked(&identity, session_id);
+  if (!found.ok()) return found.status();
+  Session& s = **found;
+  if (charge) {
+    const uint64_t after = s.held + s.reserved + nr_pages;
+    if (after > options_.max_pages || after < nr_pages)
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "session_id ", QuoteId(session_id), " holds ", s.held, " pages (",
+          s.reserved, " more being charged); ", nr_pages,
+          " more would exceed its max_held_pages of ", options_.max_pages,
+          " (--session_max_pages)"));
+    s.reserved += nr_pages;
+  } else {
+    auto it = s.holdings.find(std::make_pair(group.id(), static_cast<int>(kind)));
+    const uint64_t have = it == s.holdings.end() ? 0 : it->second.nr_pages;
+    if (nr_pages > have)
+      return absl::FailedPreconditionError(absl::StrCat(
+          "session_id ", QuoteId(session_id), " holds ", have, " ",
+          PageKindName(kind), " pages of ", QuotePath(path), "; cannot uncharge ",
+          nr_pages, " in its name"));
+    it->second.nr_pages -= nr_pages;
+    s.held -= nr_pages;
+  }
+  ++s.in_flight;
+  Op op;
+  op.session = *std::move(found);
+  op.group = group;
+  op.kind = kind;
+  op.nr_pages = nr_pages;
+  op.charge = charge;
+  op.path = std::string(path);
+  // The path is kept with the holding for GetSession and reparenting.
+  if (charge) {
+    Holding& h = op.session->holdings[std::make_pair(group.id(),
+                                                     static_cast<int>(kind))];
+    if (h.path.empty()) {
+      h.group = group;
+      h.path = std::string(path);
+      h.kind = kind;
+    }
+  }
+  return op;
+}
+
+void SessionRegistry::EndOp(const Op& op, bool applied,
+                            uint64_t charged_pages) {
+  absl::MutexLock l(&mu_);
+  Session& s = *op.session;
+  Holding& h =
+      s.holdings[std::make_pair(op.group.id(), static_cast<int>(op.kind))];
+  if (h.path.empty()) {  // moved away by OnGroupDeleted meanwhile
+    h.group = op.group;
+    h.path = op.path;
+    h.kind = op.kind;
+  }
+  if (op.charge) {
+    s.reserved -= op.nr_pages;
+    if (applied) {
+      const uint64_t held = std::min(charged_pages, op.nr_pages);
+      h.nr_pages += held;
+      s.held += held;
+    }
+  } else if (!applied) {
+    h.nr_pages += op.nr_pages;
+    s.held += op.nr_pages;
+  }
+  if (--s.in_flight == 0 && s.closing) cv_.SignalAll();
+}
+
+uint64_t SessionRegistry::UnchargeHolding(const RemoteStockReturn& h) {
+  if (h.nr_pages == 0) return 0;
+  // At most: pages the session recorded may have been uncharged without
+  // naming it (an unowned Uncharge of the same group); from the heir if the
+  // group was deleted since (Engine::UnchargeAtMost).
+  absl::StatusOr<UnchargeResult> r =
+      engine_.UnchargeAtMost(h.group, h.path, h.nr_pages, h.kind);
+  return r.ok() ? r->nr_pages : 0;
+}
+
+uint64_t SessionRegistry::Finish(std::shared_ptr<Session> session,
+                                 EndReason reason) {
+  std::vector<RemoteStockReturn> holdings;
+  {
+    absl::MutexLock l(&mu_);
+    Session* s = session.get();
+    while (s->in_flight > 0) cv_.Wait(&mu_);
+    sessions_.erase(s->id);
+    auto count = per_identity_.find(s->identity);
+    if (count != per_identity_.end() && --count->second == 0)
+      per_identity_.erase(count);
+    DropFromDrainsLocked(s);
+    if (s->stream != nullptr) {
+      s->stream->End(
+          reason == EndReason::kClose
+              ? absl::OkStatus()
+              : absl::NotFoundError(absl::StrCat(
+                    "session_id ", QuoteId(s->id), " expired: no keepalive for ",
+                    s->ttl_ms, " ms; its pages were uncharged")));
+      s->stream = nullptr;
+      attached_.fetch_sub(1, std::memory_order_relaxed);
+    }
+    for (auto& [key, h] : s->holdings) {
+      if (h.nr_pages == 0) continue;
+      holdings.push_back(RemoteStockReturn{h.group, h.path, h.kind, h.nr_pages});
+    }
+    s->holdings.clear();
+    s->held = 0;
+  }
+  uint64_t returned = 0;
+  for (const RemoteStockReturn& h : holdings) returned += UnchargeHolding(h);
+  // The uncharges went through the engine's per-CPU stock, which keeps up
+  // to a batch per CPU charged. A task's exit in the kernel leaves such
+  // stocked pages charged until the stock is reused or drained; cgacct
+  // drains the groups' stock (drain_all_stock(memcg), as the kernel does when
+  // a memcg goes offline) so that a closed or expired client leaves
+  // memory.current exact: 0 once every client is gone. Closes are rare.
+  absl::flat_hash_set<uint64_t> drained;
+  for (const RemoteStockReturn& h : holdings)
+    if (drained.insert(h.group.id()).second)
+      engine_.DrainStock(h.group, h.path).IgnoreError();  // gone: nothing
+  absl::MutexLock l(&mu_);
+  if (reason == EndReason::kClose) {
+    ++stats_.closed;
+    stats_.returned_pages_close += returned;
+  } else {
+    ++stats_.expired;
+    stats_.returned_pages_expire += returned;
+  }
+  return returned;
+}
+
+void SessionRegistry::DropFromDrainsLocked(Session* session) {
+  bool signal = false;
+  for (auto& [id, drain] : drains_) signal |= drain->pending.erase(session) > 0;
+  if (signal) cv_.SignalAll();
+}
+
+size_t SessionRegistry::ReapExpired() {
+  std::vector<std::shared_ptr<Session>> expired;
+  {
+    absl::MutexLock l(&mu_);
+    if (shut_down_) return 0;
+    const int64_t now = NowMs();
+    for (auto& [id, s] : sessions_) {
+      if (!s->closing && s->deadline_ms <= now) {
+        s->closing = true;
+        expired.push_back(s);
+      }
+    }
+  }
+  for (std::shared_ptr<Session>& s : expired)
+    Finish(std::move(s), EndReason::kExpire);
+  return expired.size();
+}
+
+void SessionRegistry::ReaperLoop() {
+  absl::MutexLock l(&mu_);
+  while (!shut_down_) {
+    cv_.WaitWithTimeout(&mu_, options_.reap_interval);
+    if (shut_down_) break;
+    mu_.Unlock();
+    ReapExpired();
+    mu_.Lock();
+  }
+}
+
+absl::StatusOr<uint64_t> SessionRegistry::Attach(const std::string& identity,
+                                                 absl::string_view session_id,
+                                                 SessionStreamSink* sink) {
+  absl::MutexLock l(&mu_);
+  if (shut_down_)
+    return absl::UnavailableError("cgacctd is shutting down");
+  absl::StatusOr<std::shared_ptr<Session>> found =
+      FindLocked(&identity, session_id);
+  if (!found.ok()) return found.status();
+  Session& s = **found;
+  if (s.stream != nullptr) {
+    // Reconnect: the newer stream wins; the older one may be half-dead.
+    DropFromDrainsLocked(&s);
+    s.stream->End(absl::AbortedError(
+        absl::StrCat("session_id ", QuoteId(s.id),
+                     ": replaced by a newer SessionStream")));
+  } else {
+    attached_.fetch_add(1, std::memory_order_relaxed);
+  }
+  s.stream = sink;
+  s.deadline_ms = NowMs() + s.ttl_ms;
+  return uint64_t{s.ttl_ms};
+}
+
+absl::StatusOr<uint64_t> SessionRegistry::KeepAlive(
+    absl::string_view session_id, SessionStreamSink* sink) {
+  absl::MutexLock l(&mu_);
+  absl::StatusOr<std::shared_ptr<Session>> found =
+      FindLocked(nullptr, session_id);
+  if (!found.ok() || (*found)->stream != sink) return NoSuchSession(session_id);
+  Session& s = **found;
+  s.deadline_ms = NowMs() + s.ttl_ms;
+  return uint64_t{s.ttl_ms};
+}
+
+void SessionRegistry::Detach(absl::string_view session_id,
+                             SessionStreamSink* sink) {
+  absl::MutexLock l(&mu_);
+  auto it = sessions_.find(session_id);
+  if (it == sessions_.end() || it->second->stream != sink) return;
+  it->second->stream = nullptr;
+  attached_.fetch_sub(1, std::memory_order_relaxed);
+  DropFromDrainsLocked(it->second.get());
+}
+
+void SessionRegistry::DrainAnswer(
+    absl::string_view session_id, SessionStreamSink* sink, uint64_t drain_id,
+    const google::protobuf::RepeatedPtrField<v1::SessionHolding>& returned) {
+  std::vector<RemoteStockReturn> late;
+  {
+    absl::MutexLock l(&mu_);
+    auto sit = sessions_.find(session_id);
+    if (sit == sessions_.end() || sit->second->stream != sink) return;
+    Session& s = *sit->second;
+    auto dit = drains_.find(drain_id);
+    Drain* drain = dit == drains_.end() ? nullptr : dit->second;
+    for (const v1::SessionHolding& r : returned) {
+      const PageKind kind = PageKindFromProto(r.kind());
+      // The holding the client names, or, if that group was deleted since
+      // (its holding moved up, OnGroupDeleted), the nearest ancestor's.
+      Holding* match = nullptr;
+      for (auto& [key, h] : s.holdings) {
+        if (h.kind != kind || h.nr_pages == 0 || !PathAtOrBelow(r.path(), h.path))
+          continue;
+        if (match == nullptr || h.path.size() > match->path.size()) match = &h;
+      }
+      if (match != nullptr) {
+        Holding& h = *match;
+        const uint64_t take = std::min(h.nr_pages, r.nr_pages());
+        h.nr_pages -= take;
+        s.held -= take;
+        stats_.drain_returned_pages += take;
+        RemoteStockReturn back{h.group, h.path, kind, take};
+        if (drain != nullptr) {
+          drain->returned_pages += take;
+          drain->returned.push_back(std::move(back));
+        } else {
+          late.push_back(std::move(back));
+        }
+      }
+    }
+    if (drain != nullptr && drain->pending.erase(&s) > 0) {
+      ++stats_.drain_requests_answered;
+      // The last answer, or pages that may cover the charge: wake it.
+      if (drain->pending.empty() || drain->returned_pages > 0)
+        cv_.SignalAll();
+    }
+  }
+  // Nobody waits for these any more: uncharge them here (no reader slot is
+  // held by this thread).
+  for (const RemoteStockReturn& r : late) UnchargeHolding(r);
+}
+
+std::vector<RemoteStockReturn> SessionRegistry::DrainRemoteStock(
+    uint64_t over_id, absl::string_view over_path, uint64_t nr_pages) {
+  (void)over_id;
+  if (attached_.load(std::memory_order_relaxed) == 0) return {};
+  Drain drain;
+  absl::MutexLock l(&mu_);
+  if (shut_down_) return {};
+  v1::SessionServerMessage message;
+  for (auto& [id, s] : sessions_) {
+    if (!DrainableLocked(*s, over_path)) continue;
+    if (drain.id == 0) {
+      drain.id = ++next_drain_id_;
+      message.set_drain_id(drain.id);
+      message.set_drain_path(std::string(over_path));
+    }
+    message.set_expires_in_ms(static_cast<uint64_t>(
+        std::max<int64_t>(0, s->deadline_ms - NowMs())));
+    drain.pending.insert(s.get());
+    s->stream->Send(message);
+  }
+  if (drain.pending.empty()) {
+    // Nobody holds pages here now, but a drain in flight for an overlapping
+    // group may be bringing some back (answered: out of the holdings, not
+    // yet uncharged by its charge). Join it, as the kernel's trylock makes a
+    // second drainer leave the drain to the first: wait until it is over and
+    // its pages are room in the counters (RemoteStockReturned), at most the
+    // bound, then retry the charge. Without this, such a charge found
+    // nothing to ask, retried before the pages were uncharged, and failed.
+    JoinInFlightLocked(over_path, absl::Now() + options_.drain_timeout);
+    return {};
+  }
+  ++stats_.drains;
+  drain.over_path = std::string(over_path);
+  drains_.emplace(drain.id, &drain);
+  const absl::Time deadline = absl::Now() + options_.drain_timeout;
+  // The wait releases mu_: the answers (DrainAnswer) take it. Pages that
+  // cover the charge end it early: they are room now, and a charge that
+  // joined this drain (or sent its own to the same silent session) waits
+  // for them to be uncharged, not for a session that will not answer.
+  bool timed_out = false;
+  while (!drain.pending.empty() && drain.returned_pages < nr_pages &&
+         !shut_down_) {
+    if (cv_.WaitWithDeadline(&mu_, deadline)) {
+      timed_out = true;
+      break;
+    }
+  }
+  if (timed_out || drain.returned_pages < nr_pages) {
+    stats_.drain_requests_timeout += drain.pending.size();
+  } else {
+    stats_.drain_requests_unneeded += drain.pending.size();
+  }
+  drains_.erase(drain.id);
+  cv_.SignalAll();  // joiners: the drain is over
+  if (drain.returned.empty()) {
+    // Nothing came back (the sessions did not answer in time, or another
+    // drain had taken their pages first): join the drains in flight,
+    // within what is left of the bound, and wait for the pages they
+    // brought back. Not counted as a join: this charge asked itself.
+    JoinInFlightLocked(over_path, deadline, /*count=*/false);
+    return {};
+  }
+  // The engine uncharges these, then calls RemoteStockReturned.
+  ++unsettled_[drain.over_path];
+  return std::move(drain.returned);
+}
+
+void SessionRegistry::JoinInFlightLocked(absl::string_view over_path,
+                                         absl::Time deadline, bool count) {
+  if (!OverlapsDrainLocked(over_path) && !OverlapsUnsettledLocked(over_path))
+    return;
+  if (count) ++stats_.drains_joined;
+  while (OverlapsDrainLocked(over_path) && !shut_down_) {
+    if (cv_.WaitWithDeadline(&mu_, deadline)) break;
+  }
+  // Pages answered but not yet uncharged are room a moment from now: a
+  // charge whose own wait ended while they were in transit must not fail
+  // for want of them. Bounded all the same (a second bound).
+  const absl::Time settle_deadline =
+      std::max(deadline, absl::Now()) + options_.drain_timeout;
+  while (OverlapsUnsettledLocked(over_path) && !shut_down_) {
+    if (cv_.WaitWithDeadline(&mu_, settle_deadline)) break;
+  }
+}
+
+bool SessionRegistry::RemoteDrainWouldWait(uint64_t over_id,
+                                           absl::string_view over_path) {
+  (void)over_id;
+  // A bound of 0: the drain asks and never waits.
+  if (attached_.load(std::memory_order_relaxed) == 0 ||
+      options_.drain_timeout <= absl::ZeroDuration())
+    return false;
+  absl::MutexLock l(&mu_);
+  if (shut_down_) return false;
+  bool would_wait =
+      OverlapsDrainLocked(over_path) || OverlapsUnsettledLocked(over_path);
+  for (auto it = sessions_.begin(); !would_wait && it != sessions_.end(); ++it)
+    would_wait = DrainableLocked(*it->second, over_path);
+  if (would_wait) ++stats_.drains_deferred;
+  return would_wait;
+}
+
+void SessionRegistry::RemoteStockReturned(uint64_t over_id,
+                                          absl::string_view over_path) {
+  (void)over_id;
+  absl::MutexLock l(&mu_);
+  auto it = unsettled_.find(over_path);
+  if (it == unsettled_.end()) return;
+  if (--it->second == 0) unsettled_.erase(it);
+  cv_.SignalAll();
+}
+
+bool SessionRegistry::DrainableLocked(const Session& s,
+                                      absl::string_view over_path) const {
+  if (s.stream == nullptr || s.closing) return false;
+  for (const auto& [key, h] : s.holdings)
+    if (h.nr_pages > 0 && PathAtOrBelow(h.path, over_path)) return true;
+  return false;
+}
+
+namespace {
+// One of the two groups is the other or its ancestor.
+bool Overlap(absl::string_view a, absl::string_view b) {
+  return PathAtOrBelow(a, b) || PathAtOrBelow(b, a);
+}
+}  // namespace
+
+bool SessionRegistry::OverlapsDrainLocked(absl::string_view over_path) const {
+  for (const auto& [id, drain] : drains_)
+    if (Overlap(drain->over_path, over_path)) return true;
+  return false;
+}
+
+bool SessionRegistry::OverlapsUnsettledLocked(
+    absl::string_view over_path) const {
+  for (const auto& [path, n] : unsettled_)
+    if (Overlap(path, over_path)) return true;
+  return false;
+}
+
+void SessionRegistry::OnGroupDeleted(uint64_t group_id,
+                                     absl::string_view path) {
+  const absl::string_view parent_path = ParentPath(path);
+  absl::StatusOr<GroupHandle> parent =
+      parent_path == "/" ? absl::StatusOr<GroupHandle>(absl::NotFoundError("root"))
+                         : engine_.ResolveGroup(parent_path);
+  absl::MutexLock l(&mu_);
+  for (auto& [id, s] : sessions_) {
+    for (int kind : {static_cast<int>(PageKind::kAnon),
+                     static_cast<int>(PageKind::kFile)}) {
+      auto it = s->holdings.find(std::make_pair(group_id, kind));
+      if (it == s->holdings.end()) continue;
+      Holding moved = std::move(it->second);
+      s->holdings.erase(it);
+      if (!parent.ok()) {
+        // Reparented to the root (or the parent went too): nobody can
+        // uncharge them by path any more.
+        s->held -= moved.nr_pages;
+        continue;
+      }
+      Holding& h = s->holdings[std::make_pair(parent->id(), kind)];
+      if (h.path.empty()) {
+        h.group = *parent;
+        h.path = std::string(parent_path);
+        h.kind = moved.kind;
+      }
+      h.nr_pages += moved.nr_pages;
+    }
+  }
+}
+
+SessionStats SessionRegistry::stats() const {
+  absl::MutexLock l(&mu_);
+  SessionStats out = stats_;
+  out.sessions = sessions_.size();
+  return out;
+}
+
+}  // namespace cgacct

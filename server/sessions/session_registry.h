@@ -1,0 +1,325 @@
+// SessionRegistry: the server's sessions (docs/DESIGN.md §4.14).
+//
+// A session owns the pages charged in its name, as a task owns the pages it
+// faulted in: CloseSession, or its lease running out (no keepalive for
+// ttl_ms), uncharges everything it still holds through the engine's normal
+// Uncharge (rstat, memory.events and protection see it, as they see any
+// uncharge), then drains the engine's per-CPU stock of those groups
+// (Engine::DrainStock) so memory.current keeps no page of it. Sessions belong to the caller identity that opened them
+// (Caller::identity(), server/auth/authorizer.h): any other identity naming one gets NOT_FOUND,
+// as if it did not exist. Nothing here is persisted: usage is not kept
+// across restarts (§4.12), so neither are sessions.
+//
+// Holdings are kept per (group instance, page kind). A charge in a session's
+// name is bracketed by BeginOp()/EndOp(): BeginOp reserves the pages against
+// the session's max_held_pages (or, for an uncharge, takes them out of its
+// holdings) and counts the op in flight; a close or expiry marks the session
+// closing (new ops: NOT_FOUND) and waits until no op is in flight before it
+// takes the holdings. So a charge racing with the close either lands in the
+// holdings and is returned by the close, or is refused before it is applied:
+// nothing leaks and no holding goes negative.
+//
+// drain_all_stock() over the network (engine/remote_stock.h): the registry
+// is the engine's RemoteStockDrainer. A charge failing at a group's max asks
+// every attached session holding pages at or below that group, on its
+// SessionStream, to return its stock, and waits at most drain_timeout for the
+// answers; the pages returned are uncharged by the engine for the waiting
+// charge (which holds a group-tree reader slot: the answer path takes only
+// this registry's mutex, never a reader slot, while a charge waits for it).
+// An answer arriving after the wait is uncharged by the answering thread.
+//
+// Thread safety: thread-safe. One mutex (mu_) guards every session; it is
+// never held across an engine call, nor across the drain wait (a CondVar
+// wait releases it). Lock order: mu_ -> a stream sink's own mutex.
+#ifndef CGACCT_SERVER_SESSIONS_SESSION_REGISTRY_H_
+#define CGACCT_SERVER_SESSIONS_SESSION_REGISTRY_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "cgacct/v1/accounting.pb.h"
+#include "engine/clock.h"
+#include "engine/engine.h"
+#include "engine/group_handle.h"
+#include "engine/remote_stock.h"
+#include "engine/types.h"
+
+namespace cgacct {
+
+struct SessionOptions {
+  // OpenSessionRequest.ttl_ms 0 gets default_ttl_ms; others must lie in
+  // [min_ttl_ms, max_ttl_ms] (--session_default_ttl_ms, --session_min_ttl_ms,
+  // --session_max_ttl_ms).
+  uint32_t default_ttl_ms = 10000;
+  uint32_t min_ttl_ms = 100;
+  uint32_t max_ttl_ms = 600000;
+  // Most pages one session may hold at once, all groups and kinds together
+  // (--session_max_pages; OpenSessionResponse.max_held_pages).
+  uint64_t max_pages = uint64_t{1} << 20;
+  // Open sessions per caller identity (--max_sessions_per_identity); one
+  // more is RESOURCE_EXHAUSTED.
+  uint32_t max_sessions_per_identity = 1024;
+  // How long a charge at memory.max waits for the sessions it asked to
+  // return their stock (--session_drain_timeout_ms).
+  absl::Duration drain_timeout = absl::Milliseconds(20);
+  // Threads on which charges wait for drain answers (DrainWaitPool's
+  // max_threads, --session_drain_wait_threads): that many wait side by
+  // side; more queue. 1..4096.
+  int drain_wait_threads = 256;
+  // How often the reaper looks for expired sessions (at most this late).
+  absl::Duration reap_interval = absl::Milliseconds(25);
+  // The clock leases run on (NowNs); null = the steady clock. Tests give a
+  // ManualClock and call ReapExpired() after moving it. The drain wait
+  // (drain_timeout) stays on real time: it is a CondVar deadline. Not owned.
+  const Clock* clock = nullptr;
+
+  // INVALID_ARGUMENT naming the first field out of range: min_ttl_ms >= 1,
+  // min <= default <= max, max_pages >= 1, max_sessions_per_identity >= 1,
+  // drain_timeout >= 0, 1 <= drain_wait_threads <= 4096.
+  absl::Status Validate() const;
+};
+
+// The server end of one SessionStream, as the registry sees it.
+// Thread safety: both methods are called with the registry's mutex held and
+// must not block nor call back into the registry.
+class SessionStreamSink {
+ public:
+  virtual ~SessionStreamSink() = default;
+  // Queues `message` for the client (never blocks).
+  virtual void Send(const cgacct::v1::SessionServerMessage& message) = 0;
+  // Ends the stream with `status` once queued messages are written (the
+  // session closed or expired, a newer stream replaced it, or shutdown).
+  // After End() the registry never calls the sink again.
+  virtual void End(absl::Status status) = 0;
+};
+
+// Cumulative counts (since the registry was built) and the current gauge.
+struct SessionStats {
+  uint64_t sessions = 0;  // open now
+  uint64_t opened = 0;
+  uint64_t closed = 0;   // by CloseSession
+  uint64_t expired = 0;  // by the reaper
+  uint64_t returned_pages_close = 0;   // uncharged by closes
+  uint64_t returned_pages_expire = 0;  // uncharged by expiries
+  uint64_t drains = 0;                 // charges that asked sessions
+  uint64_t drains_joined = 0;  // charges that waited for a drain in flight
+  // Charges on a thread that may not wait (gRPC's) handed to a waiting
+  // thread (server/drain_wait_pool.h).
+  uint64_t drains_deferred = 0;
+  uint64_t drain_requests_answered = 0;  // per session asked
+  uint64_t drain_requests_timeout = 0;
+  // Unanswered when the pages already returned covered the charge.
+  uint64_t drain_requests_unneeded = 0;
+  uint64_t drain_returned_pages = 0;
+};
+
+class SessionRegistry final : public RemoteStockDrainer {
+ public:
+  // `engine` must outlive the registry. Starts the reaper thread and
+  // installs the registry as the engine's RemoteStockDrainer. `options`
+  // passed Validate().
+  SessionRegistry(Engine& engine, SessionOptions options);
+  // Shutdown(), then uninstalls the drainer. No call into the registry may
+  // be running (the grpc::Server is shut down first).
+  ~SessionRegistry() override;
+  SessionRegistry(const SessionRegistry&) = delete;
+  SessionRegistry& operator=(const SessionRegistry&) = delete;
+
+  const SessionOptions& options() const { return options_; }
+
+  // OpenSession. Errors: INVALID_ARGUMENT ttl_ms out of range, client_name
+  // over 128 bytes; RESOURCE_EXHAUSTED the identity already has
+  // max_sessions_per_identity sessions; UNAVAILABLE after Shutdown().
+  absl::StatusOr<cgacct::v1::OpenSessionResponse> Open(
+      const std::string& identity, const cgacct::v1::OpenSessionRequest& request)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // CloseSession: waits for the session's ops in flight, then uncharges
+  // every holding; returns the pages the engine uncharged (FILE pages
+  // reclaimed meanwhile are not counted). Errors: INVALID_ARGUMENT empty
+  // session_id; NOT_FOUND no such session of `identity` (also one closing or
+  // expiring now).
+  absl::StatusOr<uint64_t> Close(const std::string& identity,
+                                 absl::string_view session_id)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // GetSession. Errors as Close's.
+  absl::Status Get(const std::string& identity, absl::string_view session_id,
+                   cgacct::v1::SessionInfo* out) const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // A session's state (defined in session_registry.cc).
+  struct Session;
+  // One charge or uncharge in a session's name, between BeginOp and EndOp.
+  struct Op {
+    std::shared_ptr<Session> session;
+    GroupHandle group;
+    std::string path;
+    PageKind kind = PageKind::kAnon;
+    uint64_t nr_pages = 0;
+    bool charge = true;
+  };
+  // Before the engine call: charge: reserves nr_pages against the
+  // session's max_held_pages; uncharge: takes them from its holdings of
+  // (group, kind). Errors (nothing reserved or taken): INVALID_ARGUMENT
+  // empty session_id; NOT_FOUND no such session of `identity` (or closing);
+  // RESOURCE_EXHAUSTED the charge would take the session over
+  // max_held_pages; FAILED_PRECONDITION the uncharge is more than the
+  // session holds of that path and kind.
+  absl::StatusOr<Op> BeginOp(const std::string& identity,
+                             absl::string_view session_id, GroupHandle group,
+                             absl::string_view path, PageKind kind,
+                             uint64_t nr_pages, bool charge)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // After the engine call: `applied` says whether it succeeded. A charge
+  // applied becomes a holding of `charged_pages` (at most op.nr_pages: a
+  // batch that dropped to what was needed; the rest of the reservation is
+  // released); an uncharge not applied is given back.
+  void EndOp(const Op& op, bool applied, uint64_t charged_pages)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void EndOp(const Op& op, bool applied) ABSL_LOCKS_EXCLUDED(mu_) {
+    EndOp(op, applied, op.nr_pages);
+  }
+
+  // SessionStream: attaches `sink` to the session (a stream already
+  // attached is ended ABORTED: replaced) and renews the lease. Returns the
+  // lease's remaining ms. Errors: as Close's; UNAVAILABLE after Shutdown().
+  absl::StatusOr<uint64_t> Attach(const std::string& identity,
+                                  absl::string_view session_id,
+                                  SessionStreamSink* sink)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // A keepalive on `sink`'s stream: renews the lease, returns its ms.
+  // NOT_FOUND if the session is gone or `sink` is no longer its stream.
+  absl::StatusOr<uint64_t> KeepAlive(absl::string_view session_id,
+                                     SessionStreamSink* sink)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // A drain answer on `sink`'s stream: the returned pages leave the
+  // session's holdings (at most what it holds of each path and kind) and are
+  // uncharged, by the waiting charge or, once it stopped waiting, here.
+  void DrainAnswer(absl::string_view session_id, SessionStreamSink* sink,
+                   uint64_t drain_id,
+                   const google::protobuf::RepeatedPtrField<
+                       cgacct::v1::SessionHolding>& returned)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // The stream ended: `sink` is no longer attached (no-op if replaced).
+  void Detach(absl::string_view session_id, SessionStreamSink* sink)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // DeleteGroup succeeded for group `group_id` at `path`: the sessions'
+  // holdings of it move to the parent (the engine reparented the pages);
+  // holdings reparented to the root are dropped (the root holds no pages
+  // of its own that anyone can uncharge).
+  void OnGroupDeleted(uint64_t group_id, absl::string_view path)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Stops the reaper and ends every attached stream UNAVAILABLE; new
+  // Open/Attach answer UNAVAILABLE. Sessions are not returned (the server
+  // is going away; usage is not persisted). Idempotent.
+  void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // RemoteStockDrainer (engine/remote_stock.h). Waits until every asked
+  // session answered, or the pages returned reach `nr_pages` (the requests
+  // still unanswered then are counted `unneeded`; their answers, if any,
+  // are uncharged when they arrive), or drain_timeout.
+  std::vector<RemoteStockReturn> DrainRemoteStock(uint64_t over_id,
+                                                  absl::string_view over_path,
+                                                  uint64_t nr_pages)
+      override ABSL_LOCKS_EXCLUDED(mu_);
+  void RemoteStockReturned(uint64_t over_id, absl::string_view over_path)
+      override ABSL_LOCKS_EXCLUDED(mu_);
+  // True when an attached session holds pages at or below `over_path`, or
+  // a drain overlapping it is in flight or its pages not yet uncharged:
+  // the charge is deferred to a waiting thread (counted in
+  // SessionStats::drains_deferred).
+  bool RemoteDrainWouldWait(uint64_t over_id, absl::string_view over_path)
+      override ABSL_LOCKS_EXCLUDED(mu_);
+
+  SessionStats stats() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Ends every session whose lease ran out by the clock now (as CloseSession
+  // would, counted as expired); returns how many. The reaper thread calls it
+  // every reap_interval; tests with a ManualClock call it directly.
+  size_t ReapExpired() ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  struct Drain;
+  enum class EndReason { kClose, kExpire };
+
+  // Finds `session_id` of `identity`, not closing. NOT_FOUND otherwise.
+  absl::StatusOr<std::shared_ptr<Session>> FindLocked(
+      const std::string* identity, absl::string_view session_id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends a session marked closing by the caller: waits for its ops in
+  // flight, unlinks it, ends its stream, uncharges its holdings (mu_
+  // released). Returns the pages uncharged.
+  uint64_t Finish(std::shared_ptr<Session> session, EndReason reason)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Uncharges one holding through the engine (nearest live ancestor if the
+  // group instance is gone). Returns pages uncharged.
+  uint64_t UnchargeHolding(const RemoteStockReturn& holding)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void DropFromDrainsLocked(Session* session)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `s` is attached, not closing, and holds pages at or below `over_path`:
+  // a drain for that group asks it.
+  bool DrainableLocked(const Session& s, absl::string_view over_path) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A drain in flight for a group at, above or below `over_path`.
+  bool OverlapsDrainLocked(absl::string_view over_path) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Returned pages not yet uncharged (unsettled_) for such a group.
+  bool OverlapsUnsettledLocked(absl::string_view over_path) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Joins the drains in flight overlapping `over_path` (a charge that has
+  // no stock of its own to ask for, or whose asked sessions had nothing left,
+  // while another drain brings pages back): waits until they are over, or
+  // `deadline`, and then, past the deadline too, until the pages they
+  // brought back are uncharged (RemoteStockReturned: the charging thread
+  // that holds them is uncharging them, no network wait), or Shutdown.
+  // `count`: a charge that asked nobody itself (drains_joined).
+  void JoinInFlightLocked(absl::string_view over_path, absl::Time deadline,
+                          bool count = true) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReaperLoop() ABSL_LOCKS_EXCLUDED(mu_);
+  int64_t NowMs() const;
+
+  Engine& engine_;
+  const SessionOptions options_;
+  const Clock& clock_;
+
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<Session>> sessions_
+      ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, uint32_t> per_identity_
+      ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, Drain*> drains_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_drain_id_ ABSL_GUARDED_BY(mu_) = 0;
+  // Limiting group path -> drains that returned pages the engine has not
+  // yet reported uncharged (RemoteStockReturned).
+  absl::flat_hash_map<std::string, int> unsettled_ ABSL_GUARDED_BY(mu_);
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+  // Signalled when a drain's last answer arrives, when a drain ends or its
+  // pages were uncharged (joiners), when an op in flight ends on a closing
+  // session, and on Shutdown() (the reaper).
+  absl::CondVar cv_;
+  SessionStats stats_ ABSL_GUARDED_BY(mu_);
+  // Attached streams: the drain's fast path (0: return at once, one
+  // relaxed load) reads it without mu_.
+  std::atomic<int> attached_{0};
+  std::thread reaper_;
+};
+
+}  // namespace cgacct
+
+#endif  // CGACCT_SERVER_SESSIONS_SESSION_REGISTRY_H_

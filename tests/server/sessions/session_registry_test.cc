@@ -1,0 +1,166 @@
+// SessionRegistry (server/sessions/session_registry.h) on its own, without
+// gRPC: ownership by identity, and leases on a ManualClock (the registry's
+// clock seam), so expiry is tested without waiting on real time.
+#include "server/sessions/session_registry.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "cgacct/v1/accounting.pb.h"
+#include "engine/clock.h"
+#include "engine/engine.h"
+
+namespace cgacct {
+namespace {
+
+namespace v1 = ::cgacct::v1;
+using ::testing::HasSubstr;
+
+// Sessions belong to the identity that opened them (the registry directly:
+// the in-process server has no authentication, so every caller is "").
+TEST(SessionRegistryTest, AnotherIdentitySeesNothing) {
+  EngineOptions options;
+  options.nr_cpus = 2;
+  std::unique_ptr<Engine> engine = std::move(*Engine::Create(options));
+  ASSERT_TRUE(engine->CreateGroup("/a", {}).ok());
+  SessionRegistry registry(*engine, SessionOptions());
+  absl::StatusOr<v1::OpenSessionResponse> opened =
+      registry.Open("alice", v1::OpenSessionRequest());
+  ASSERT_TRUE(opened.ok());
+  const std::string& id = opened->session_id();
+  v1::SessionInfo info;
+  EXPECT_TRUE(registry.Get("alice", id, &info).ok());
+  EXPECT_EQ(registry.Get("bob", id, &info).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(registry.Close("bob", id).status().code(),
+            absl::StatusCode::kNotFound);
+  GroupHandle a = *engine->ResolveGroup("/a");
+  EXPECT_EQ(registry.BeginOp("bob", id, a, "/a", PageKind::kAnon, 1, true)
+                .status()
+                .code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(registry.Attach("bob", id, nullptr).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_TRUE(registry.Close("alice", id).ok());
+}
+
+// The server end of a stream, as the registry sees it: records what it was
+// sent and how it ended.
+class RecordingSink final : public SessionStreamSink {
+ public:
+  void Send(const v1::SessionServerMessage& message) override {
+    sent.push_back(message);
+  }
+  void End(absl::Status status) override { ended = std::move(status); }
+  std::vector<v1::SessionServerMessage> sent;
+  std::optional<absl::Status> ended;
+};
+
+class SessionLeaseTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    EngineOptions options;
+    options.nr_cpus = 2;
+    options.charge_batch_pages = 1;  // no stock: usage = charges
+    engine_ = std::move(*Engine::Create(options));
+    ASSERT_TRUE(engine_->CreateGroup("/a", {}).ok());
+    SessionOptions so;
+    so.clock = &clock_;
+    // The reaper looks rarely: the tests reap themselves.
+    so.reap_interval = absl::Hours(1);
+    registry_ = std::make_unique<SessionRegistry>(*engine_, so);
+  }
+  void TearDown() override { registry_.reset(); }
+
+  std::string Open(uint32_t ttl_ms) {
+    v1::OpenSessionRequest request;
+    request.set_ttl_ms(ttl_ms);
+    absl::StatusOr<v1::OpenSessionResponse> opened =
+        registry_->Open("alice", request);
+    EXPECT_TRUE(opened.ok()) << opened.status();
+    return opened.ok() ? opened->session_id() : "";
+  }
+
+  // Charges `pages` ANON pages of /a in session `id`.
+  void Charge(const std::string& id, uint64_t pages) {
+    GroupHandle a = *engine_->ResolveGroup("/a");
+    absl::StatusOr<SessionRegistry::Op> op = registry_->BeginOp(
+        "alice", id, a, "/a", PageKind::kAnon, pages, /*charge=*/true);
+    ASSERT_TRUE(op.ok()) << op.status();
+    ASSERT_TRUE(engine_->Charge(a, pages, PageKind::kAnon, 0).ok());
+    registry_->EndOp(*op, /*applied=*/true);
+  }
+
+  uint64_t Usage() {
+    return engine_->GetStats("/a", FlushMode::kExact)->memory_current_pages;
+  }
+
+  ManualClock clock_;
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<SessionRegistry> registry_;
+};
+
+TEST_F(SessionLeaseTest, ALeaseRunsOutOnTheClockNotBefore) {
+  const std::string id = Open(1000);
+  Charge(id, 5);
+  EXPECT_EQ(Usage(), 5u);
+  clock_.Advance(absl::Milliseconds(999));
+  EXPECT_EQ(registry_->ReapExpired(), 0u);
+  v1::SessionInfo info;
+  ASSERT_TRUE(registry_->Get("alice", id, &info).ok());
+  EXPECT_EQ(info.expires_in_ms(), 1u);
+  clock_.Advance(absl::Milliseconds(1));
+  EXPECT_EQ(registry_->ReapExpired(), 1u);
+  EXPECT_EQ(registry_->Get("alice", id, &info).code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(Usage(), 0u);
+  const SessionStats stats = registry_->stats();
+  EXPECT_EQ(stats.expired, 1u);
+  EXPECT_EQ(stats.returned_pages_expire, 5u);
+}
+
+TEST_F(SessionLeaseTest, KeepalivesRenewTheLeaseFromNow) {
+  const std::string id = Open(1000);
+  RecordingSink sink;
+  absl::StatusOr<uint64_t> lease = registry_->Attach("alice", id, &sink);
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  EXPECT_EQ(*lease, 1000u);
+  for (int i = 0; i < 5; ++i) {
+    clock_.Advance(absl::Milliseconds(900));
+    EXPECT_EQ(registry_->ReapExpired(), 0u);
+    lease = registry_->KeepAlive(id, &sink);
+    ASSERT_TRUE(lease.ok()) << lease.status();
+    EXPECT_EQ(*lease, 1000u);
+  }
+  clock_.Advance(absl::Milliseconds(1000));
+  EXPECT_EQ(registry_->ReapExpired(), 1u);
+  // The attached stream is ended as the session goes.
+  ASSERT_TRUE(sink.ended.has_value());
+  EXPECT_EQ(sink.ended->code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(registry_->KeepAlive(id, &sink).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_F(SessionLeaseTest, ANewerStreamReplacesTheOlderOne) {
+  const std::string id = Open(1000);
+  RecordingSink first;
+  RecordingSink second;
+  ASSERT_TRUE(registry_->Attach("alice", id, &first).ok());
+  ASSERT_TRUE(registry_->Attach("alice", id, &second).ok());
+  ASSERT_TRUE(first.ended.has_value());
+  EXPECT_EQ(first.ended->code(), absl::StatusCode::kAborted);
+  EXPECT_FALSE(second.ended.has_value());
+  // The replaced stream's keepalives no longer count.
+  EXPECT_EQ(registry_->KeepAlive(id, &first).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_TRUE(registry_->KeepAlive(id, &second).ok());
+  registry_->Detach(id, &second);
+}
+
+}  // namespace
+}  // namespace cgacct
