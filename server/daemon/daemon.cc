@@ -1,0 +1,331 @@
+// cgacctd's lifecycle (server/daemon/daemon.h).
+#include "server/daemon/daemon.h"
+
+#include <grpc/grpc.h>
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <time.h>
+
+#include <chrono>
+#include <cstdio>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "server/metrics/prometheus/collector.h"
+#include "server/metrics/prometheus/process_metrics.h"
+#include "server/metrics/prometheus/room_collectors.h"
+#include "server/rpc/metrics_interceptor.h"
+
+namespace cgacct {
+namespace {
+
+// How long calls in flight get to finish after SIGINT/SIGTERM.
+constexpr auto kShutdownGrace = std::chrono::seconds(5);
+
+// "HOST:PORT" -> "HOST" ("[::]:0" -> "[::]").
+std::string HostOf(absl::string_view address) {
+  const size_t colon = address.rfind(':');
+  return std::string(
+      colon == absl::string_view::npos ? address : address.substr(0, colon));
+}
+
+int Fail(int code, absl::string_view message) {
+  std::fprintf(stderr, "cgacctd: %s\n", std::string(message).c_str());
+  return code;
+}
+
+// Health by service name as well as the server's "" (grpc.health.v1), on
+// --listen and --health_listen.
+void SetServing(std::initializer_list<grpc::Server*> servers, bool serving) {
+  for (grpc::Server* s : servers) {
+    if (s == nullptr || s->GetHealthCheckService() == nullptr) continue;
+    s->GetHealthCheckService()->SetServingStatus(
+        v1::Accounting::service_full_name(), serving);
+    s->GetHealthCheckService()->SetServingStatus(serving);
+  }
+}
+
+}  // namespace
+
+Daemon::Daemon(DaemonConfig config) : config_(std::move(config)) {}
+
+Daemon::~Daemon() = default;
+
+int Daemon::Start() {
+  // The TLS files are checked before anything starts.
+  credentials_ = grpc::InsecureServerCredentials();
+  if (!config_.tls.cert.empty()) {
+    absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> made =
+        MakeTlsServerCredentials(config_.tls);
+    if (!made.ok()) return Fail(kExitUsage, made.status().message());
+    credentials_ = *std::move(made);
+  }
+  EngineOptions engine_options = config_.engine;
+  engine_options.observer = &events_hub_;
+  absl::StatusOr<std::unique_ptr<Engine>> engine =
+      Engine::Create(engine_options);
+  if (!engine.ok()) {
+    return Fail(kExitUsage, absl::StrCat("bad engine options: ",
+                                         engine.status().message()));
+  }
+  engine_ = *std::move(engine);
+  if (int rc = OpenStore(); rc != 0) return rc;
+  BuildService();
+  if (!config_.state_dir.empty()) {
+    absl::StatusOr<RestoreReport> report = service_->Restore();
+    if (!report.ok()) {
+      return Fail(kExitStore, absl::StrCat("restoring ", store_->path(), ": ",
+                                           report.status().message()));
+    }
+    restored_ = absl::StrCat(", state ", config_.state_dir, ": ",
+                             report->groups, " groups, ", report->requests,
+                             " request ids");
+  }
+  if (int rc = StartMetrics(); rc != 0) return rc;
+  if (int rc = StartServers(); rc != 0) return rc;
+  PrintStartLine();
+  return 0;
+}
+
+int Daemon::OpenStore() {
+  if (config_.state_dir.empty()) return 0;
+  absl::StatusOr<std::unique_ptr<SqliteStateStore>> opened =
+      SqliteStateStore::Open(config_.state_dir, engine_->page_size_bytes());
+  if (!opened.ok()) {
+    return Fail(kExitStore, absl::StrCat("--state_dir=", config_.state_dir,
+                                         ": ", opened.status().message()));
+  }
+  store_ = *std::move(opened);
+  return 0;
+}
+
+void Daemon::BuildService() {
+  if (config_.access_control) {
+    AuthConfig auth_config;
+    auth_config.client_certificates = !config_.tls.client_ca.empty();
+    auth_config.tokens = config_.auth.tokens;
+    auth_config.policy = config_.auth.policy;
+    authorizer_ =
+        std::make_unique<Authorizer>(std::move(auth_config), &auth_failures_);
+  }
+  AccountingServiceOptions options = config_.service;
+  options.events_hub = &events_hub_;
+  options.store = store_.get();
+  options.authorizer = authorizer_.get();
+  service_ =
+      std::make_unique<AccountingService>(*engine_, rpc_metrics_, options);
+}
+
+int Daemon::StartMetrics() {
+  if (config_.metrics_listen.empty()) return 0;
+  MetricsOptions metrics_options = config_.metrics;
+  metrics_options.on_first_drop = [](const std::string& message) {
+    std::fprintf(stderr, "cgacctd: %s\n", message.c_str());
+  };
+  auto collector = std::make_shared<MetricsCollector>(
+      *engine_, flush_observer_, rpc_metrics_, metrics_options);
+  MetricsExposerOptions exposer_options;
+  exposer_options.extra_collectables = {
+      MakeAuthMetrics(auth_failures_),
+      MakeSessionMetrics(service_->sessions()),
+      // grpc_server_* (go-grpc-prometheus names): every service's calls,
+      // cgacct.v1.Accounting's ends as the pipeline counted them.
+      std::make_shared<GrpcServerCollector>(grpc_metrics_, &rpc_metrics_),
+      std::make_shared<ProcessCollector>(),
+      std::make_shared<BuildInfoCollector>()};
+  exposer_options.basic_auth_password = config_.metrics_token;
+  absl::StatusOr<std::unique_ptr<MetricsExposer>> started =
+      MetricsExposer::Start(config_.metrics_listen, collector,
+                            std::move(exposer_options));
+  if (!started.ok()) return Fail(kExitBind, started.status().message());
+  exposer_ = *std::move(started);
+  return 0;
+}
+
+int Daemon::StartServers() {
+  grpc::EnableDefaultHealthCheckService(true);
+  // --health_listen: a server of its own with gRPC's health service alone,
+  // plaintext on any address (health names no group and stays
+  // unauthenticated on --listen too). Its builder is made before the
+  // reflection plugin is registered (builders copy the plugins when made),
+  // so it serves no reflection either.
+  std::unique_ptr<grpc::ServerBuilder> health_builder;
+  if (!config_.health_listen.empty()) {
+    health_builder = std::make_unique<grpc::ServerBuilder>();
+    health_builder->AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+    // Unauthenticated and off loopback: health requests are a service name,
+    // so messages stay small; streams per connection as on --listen.
+    health_builder->SetMaxReceiveMessageSize(4096);
+    health_builder->AddChannelArgument(
+        GRPC_ARG_MAX_CONCURRENT_STREAMS,
+        static_cast<int>(config_.streams_per_connection));
+    health_builder->AddListeningPort(config_.health_listen,
+                                     grpc::InsecureServerCredentials(),
+                                     &health_port_);
+  }
+  if (config_.serve_reflection)
+    grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  // gRPC sets SO_REUSEPORT by default: a second cgacctd on the same port
+  // would start and split the traffic instead of failing.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // Server limits (docs/DESIGN.md §4.10). Debian's gRPC 1.51 has no limit on
+  // streams a client resets before they finish (the HTTP/2 "rapid reset"
+  // protection came with gRPC releases of late 2023); these bound what each
+  // connection and message can take.
+  builder.SetMaxReceiveMessageSize(static_cast<int>(config_.max_message_bytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(config_.max_message_bytes));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                             static_cast<int>(config_.streams_per_connection));
+  builder.AddListeningPort(config_.listen, credentials_, &port_);
+  service_->RegisterOn(builder);  // + SessionStream's completion queue
+  std::vector<
+      std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+      interceptors;
+  interceptors.push_back(NewMetricsInterceptorFactory(&grpc_metrics_));
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
+  server_ = builder.BuildAndStart();
+  if (server_ != nullptr) service_->StartSessionStreams();
+  if (config_.trim_interval > absl::ZeroDuration()) {
+    MemoryTrimmer::Options trim_options;
+    trim_options.interval = config_.trim_interval;
+    trimmer_.emplace(trim_options);
+  }
+  if (server_ == nullptr || port_ == 0) {
+    return Fail(kExitBind, absl::StrCat("cannot listen on ", config_.listen,
+                                        " (address in use or invalid)"));
+  }
+  if (health_builder != nullptr) {
+    health_server_ = health_builder->BuildAndStart();
+    if (health_server_ == nullptr || health_port_ == 0) {
+      server_->Shutdown();
+      service_->StopSessionStreams();
+      return Fail(kExitBind, absl::StrCat("cannot listen on --health_listen=",
+                                          config_.health_listen,
+                                          " (address in use or invalid)"));
+    }
+  }
+  // SERVING until shutdown begins.
+  SetServing({server_.get(), health_server_.get()}, true);
+  return 0;
+}
+
+void Daemon::PrintStartLine() const {
+  const std::string metrics_where =
+      exposer_ ? absl::StrCat("metrics on ", HostOf(config_.metrics_listen),
+                              ":", exposer_->port())
+               : std::string("metrics off");
+  std::string security;
+  if (!config_.tls.cert.empty()) absl::StrAppend(&security, ", tls");
+  if (!config_.tls.client_ca.empty()) absl::StrAppend(&security, ", mtls");
+  if (config_.access_control) {
+    absl::StrAppend(&security, ", access control",
+                    config_.auth.policy.has_value() ? " (policy)" : "");
+  }
+  if (!config_.serve_reflection) absl::StrAppend(&security, ", no reflection");
+  if (health_server_ != nullptr) {
+    absl::StrAppend(&security, ", health on ", HostOf(config_.health_listen),
+                    ":", health_port_);
+  }
+  absl::StrAppend(&security, restored_);
+  const EngineInfo started = engine_->GetInfo();
+  std::string policy_text = started.flush_lock_policy_name;
+  if (started.flush_lock_policy == FlushLockPolicy::kAdaptive &&
+      started.flush_hold_budget > absl::ZeroDuration()) {
+    absl::StrAppend(&policy_text, ", budget=",
+                    absl::FormatDuration(started.flush_hold_budget));
+  }
+  std::printf(
+      "cgacctd listening on %s:%d (%s, cpus=%d, policy=%s, preempt=%s%s)\n",
+      HostOf(config_.listen).c_str(), port_, metrics_where.c_str(),
+      engine_->nr_cpus(), policy_text.c_str(),
+      FlushPreemptModelName(started.flush_preempt_model), security.c_str());
+  std::fflush(stdout);
+}
+
+void Daemon::Reload() {
+  if (authorizer_ == nullptr) {
+    std::fprintf(stderr, "cgacctd: SIGHUP: no access control to reload\n");
+    return;
+  }
+  absl::StatusOr<AuthFiles> reloaded = LoadAuthFiles();
+  if (!reloaded.ok()) {
+    std::fprintf(stderr, "cgacctd: SIGHUP: %s; keeping the previous files\n",
+                 std::string(reloaded.status().message()).c_str());
+    return;
+  }
+  authorizer_->Reload(std::move(reloaded->tokens),
+                      std::move(reloaded->policy));
+  std::fprintf(stderr, "cgacctd: SIGHUP: tokens and policy reloaded\n");
+}
+
+void Daemon::Run(const sigset_t& signals) {
+  int signal_number = 0;
+  for (;;) {
+    sigwait(&signals, &signal_number);
+    if (signal_number != SIGHUP) break;
+    Reload();
+  }
+  Shutdown(signals, signal_number);
+}
+
+void Daemon::Shutdown(const sigset_t& signals, int signal_number) {
+  std::fprintf(stderr, "cgacctd: %s, shutting down\n",
+               signal_number == SIGINT ? "SIGINT" : "SIGTERM");
+  // Health checks answer NOT_SERVING from here on (load balancers stop
+  // sending); new calls answer UNAVAILABLE with nothing applied; open
+  // ChargeStreams answer what they have read and end UNAVAILABLE, and
+  // WatchEvents streams end UNAVAILABLE, now rather than hold the grace
+  // period open. Unary calls already running finish.
+  SetServing({server_.get(), health_server_.get()}, false);
+  service_->BeginShutdown();
+  events_hub_.Shutdown();
+  // In-flight calls get kShutdownGrace to finish, then are cancelled; a
+  // second SIGINT/SIGTERM cancels them at once. The grace also bounds the
+  // wait for connected clients to close after the GOAWAY: an idle client
+  // that polls its connection rarely (gRPC C++ with no active call: every
+  // 5 s) keeps the shutdown waiting until then.
+  absl::Mutex shutdown_mu;
+  bool shutdown_done = false;  // guarded by shutdown_mu
+  std::thread shutdown_thread([&] {
+    server_->Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
+    absl::MutexLock l(&shutdown_mu);
+    shutdown_done = true;
+  });
+  bool cancelled = false;
+  while (true) {
+    {
+      absl::MutexLock l(&shutdown_mu);
+      if (shutdown_done) break;
+    }
+    const timespec poll_interval{0, 50 * 1000 * 1000};
+    const int again = sigtimedwait(&signals, nullptr, &poll_interval);
+    if ((again == SIGINT || again == SIGTERM) && !cancelled) {
+      std::fprintf(stderr,
+                   "cgacctd: second %s, cancelling the calls still running\n",
+                   again == SIGINT ? "SIGINT" : "SIGTERM");
+      // grpc::Server::Shutdown holds its lock until the grace ends; the C
+      // core's cancel-all is what a second Shutdown cannot do (usable
+      // only after shutdown began, as it has here).
+      grpc_server_cancel_all_calls(server_->c_server());
+      cancelled = true;
+    }
+  }
+  shutdown_thread.join();
+  // SessionStream's queue before the server object goes: its last
+  // completions (the calls requested but never matched) refer to it.
+  service_->StopSessionStreams();
+  server_.reset();
+  // The health-only server last: probes see NOT_SERVING through the drain.
+  if (health_server_ != nullptr) {
+    health_server_->Shutdown(std::chrono::system_clock::now());
+    health_server_.reset();
+  }
+  // The store closes with store_ (its last writes were committed by the
+  // calls that made them).
+}
+
+}  // namespace cgacct

@@ -1,0 +1,85 @@
+// Daemon: cgacctd's lifecycle (docs/DESIGN.md §4.13, §6.1): builds the
+// engine, the state store, access control, the service, /metrics and the
+// gRPC servers from a DaemonConfig; serves until SIGINT/SIGTERM (SIGHUP
+// reloads the token table and the policy); shuts down in order (health
+// NOT_SERVING, new calls refused, streams told, in-flight calls given a
+// grace, a second signal cancels them).
+//
+// Thread safety: Start() and Run() from main()'s thread only.
+#ifndef CGACCT_SERVER_DAEMON_DAEMON_H_
+#define CGACCT_SERVER_DAEMON_DAEMON_H_
+
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "engine/engine.h"
+#include "server/auth/authorizer.h"
+#include "server/daemon/flags.h"
+#include "server/daemon/memory_trim.h"
+#include "server/events/events_hub.h"
+#include "server/idempotency/sqlite_state_store.h"
+#include "server/metrics/flush_observer.h"
+#include "server/metrics/grpc_server_metrics.h"
+#include "server/metrics/prometheus/exposer.h"
+#include "server/metrics/rpc_metrics.h"
+#include "server/rpc/accounting_service.h"
+
+namespace cgacct {
+
+class Daemon {
+ public:
+  explicit Daemon(DaemonConfig config);
+  ~Daemon();
+  Daemon(const Daemon&) = delete;
+  Daemon& operator=(const Daemon&) = delete;
+
+  // Builds everything and starts serving, then prints the start line on
+  // stdout. 0, or the exit code after one line on stderr (kExitUsage: bad
+  // engine options; kExitStore: the state store; kExitBind: a port).
+  int Start();
+
+  // Waits on `signals` (blocked in every thread): SIGHUP reloads access
+  // control's files, SIGINT/SIGTERM shut down. Returns once stopped.
+  void Run(const sigset_t& signals);
+
+ private:
+  int OpenStore();
+  void BuildService();
+  int StartMetrics();
+  int StartServers();
+  void PrintStartLine() const;
+  void Reload();
+  void Shutdown(const sigset_t& signals, int signal_number);
+
+  const DaemonConfig config_;
+  std::shared_ptr<grpc::ServerCredentials> credentials_;  // for --listen
+  std::string restored_;  // the start line's state words
+
+  // Declaration order is destruction order reversed: the servers stop
+  // first, then metrics, then the service, the engine and its observer.
+  RstatFlushObserver flush_observer_;
+  // The engine's observer: WatchEvents' fan-out, passing flush and reclaim
+  // reports on to the metrics.
+  EventsHub events_hub_{&flush_observer_};
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<SqliteStateStore> store_;  // outlives the service
+  RpcMetrics rpc_metrics_;
+  AuthFailureCounts auth_failures_;
+  std::unique_ptr<Authorizer> authorizer_;
+  std::unique_ptr<AccountingService> service_;
+  GrpcServerMetrics grpc_metrics_{CgacctdGrpcMethods()};
+  std::unique_ptr<MetricsExposer> exposer_;
+  std::optional<MemoryTrimmer> trimmer_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  std::unique_ptr<grpc::Server> health_server_;
+  int health_port_ = 0;
+};
+
+}  // namespace cgacct
+
+#endif  // CGACCT_SERVER_DAEMON_DAEMON_H_

@@ -1,0 +1,392 @@
+// cgacctd's flags and their checks (server/daemon/flags.h).
+#include "server/daemon/flags.h"
+
+#include <climits>
+#include <cstdio>
+#include <string>
+#include <utility>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "engine/engine.h"
+#include "engine/types.h"
+#include "server/common/read_file.h"
+#include "server/metrics/prometheus/process_metrics.h"
+#include "server/pipeline/call_limiter.h"
+#include "server/pipeline/ops.h"
+
+// The flags are global (Abseil's ABSL_FLAG) but read only here.
+ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
+          "gRPC listen address HOST:PORT (port 0 picks a free port)");
+ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464",
+          "Prometheus /metrics listen address HOST:PORT; empty disables");
+ABSL_FLAG(int, cpus, 0,
+          "per-CPU slots of the engine; 0 = the machine's online CPUs");
+ABSL_FLAG(std::string, flush_lock_policy, "per_cpu",
+          "rstat flush lock policy: per_cpu (retake per CPU), whole (hold "
+          "across CPUs; see --flush_preempt_model), batch:N (retake every N "
+          "CPUs) or adaptive (skip clean CPUs without the lock; hold per CPU "
+          "with updates, or up to --flush_hold_budget)");
+ABSL_FLAG(std::string, flush_preempt_model, "none",
+          "kernel preemption model of the flush-lock holder: none (whole "
+          "holds the lock across every CPU, as without CONFIG_PREEMPTION) or "
+          "full (whole drops it between CPUs for a waiting flusher, as with "
+          "CONFIG_PREEMPT); other policies are the same under both");
+ABSL_FLAG(absl::Duration, flush_hold_budget, absl::ZeroDuration(),
+          "adaptive policy: longest planned flush-lock hold, a duration "
+          "with its unit (e.g. 50us), in [0, 1s]; with a budget the holder "
+          "also drops the lock for a waiting flusher; 0 drops it after every "
+          "CPU with updates (per_cpu's hold)");
+ABSL_FLAG(absl::Duration, periodic_flush_interval, absl::Seconds(2),
+          "background flush of the whole tree (the kernel's 2 s); 0 = off");
+ABSL_FLAG(uint64_t, page_size, 4096, "bytes per page (power of two >= 512)");
+ABSL_FLAG(bool, memory_recursiveprot, false,
+          "like the cgroup2 mount option: memory.min/low of a group that its "
+          "children do not claim protects them in proportion to their "
+          "unprotected usage");
+ABSL_FLAG(uint32_t, charge_batch_pages, cgacct::kChargeBatchPages,
+          "pages per per-CPU stock refill (MEMCG_CHARGE_BATCH), 1..127; 1 "
+          "turns the stock off");
+ABSL_FLAG(uint32_t, stock_pool_buckets, 1024,
+          "buckets of the stock's shared per-group pool (power of two); 0 "
+          "= the kernel's per-CPU stock alone");
+ABSL_FLAG(uint32_t, stock_victim_sets, 64,
+          "sets (4 ways each) of every CPU's stock victim table, behind its 7 "
+          "slots (power of two <= 1024; nr_cpus x sets x 64 bytes); 0 = the "
+          "kernel's 7 slots alone");
+ABSL_FLAG(std::string, state_dir, "",
+          "directory of the state store (SQLite, WAL): groups, limits and "
+          "the request-id window survive restarts (usage restarts at 0); "
+          "empty = nothing persisted");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate chain of the server; with --tls_key turns TLS on "
+          "(re-read every --tls_refresh_interval)");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, client_ca, "",
+          "PEM CA bundle: clients may present a certificate chaining to it "
+          "(mTLS); its identity (SAN, else CN) names the caller");
+ABSL_FLAG(absl::Duration, tls_refresh_interval, absl::Seconds(10),
+          "how often the TLS files are re-read (>= 1s)");
+ABSL_FLAG(std::string, tokens_file, "",
+          "bearer tokens, one 'IDENTITY TOKEN' per line (>= 16-byte "
+          "tokens); re-read on SIGHUP");
+ABSL_FLAG(std::string, authz_policy, "",
+          "authorization policy, one 'IDENTITY admin|ro PATH|rw PATH' per "
+          "line; empty = every authenticated caller is admin; re-read on "
+          "SIGHUP");
+ABSL_FLAG(bool, insecure, false,
+          "allow --listen on a non-loopback address without TLS and client "
+          "authentication (and --metrics_listen without a token)");
+ABSL_FLAG(std::string, metrics_token_file, "",
+          "file holding a token /metrics then requires as the HTTP basic-auth "
+          "password (any user name); needed for a non-loopback "
+          "--metrics_listen of a server with access control");
+ABSL_FLAG(std::string, reflection, "auto",
+          "gRPC server reflection: on, off, or auto (on unless access control "
+          "is on)");
+ABSL_FLAG(int, metrics_group_depth, 3,
+          "export per-group series (memory.current, memory.max, "
+          "memory.events) for groups at most this many path segments deep "
+          "(\"/\" = 0); 0 = off");
+ABSL_FLAG(uint64_t, metrics_max_groups, 10000,
+          "most groups with per-group series per scrape (the shallowest "
+          "first); the rest are counted in cgacct_group_series_dropped");
+ABSL_FLAG(uint64_t, max_charge_pages, cgacct::kDefaultMaxChargePages,
+          "most pages one Charge (or the charge ops of one ChargeBatch / "
+          "ChargeStream message together) may charge; more is "
+          "INVALID_ARGUMENT; 0 = only PAGE_COUNTER_MAX");
+ABSL_FLAG(uint32_t, max_streams_per_identity,
+          cgacct::kDefaultMaxStreamsPerIdentity,
+          "concurrent ChargeStreams, WatchEvents and SessionStream streams per caller identity; more are shed with "
+          "RESOURCE_EXHAUSTED; 0 = no limit");
+ABSL_FLAG(uint32_t, max_in_flight_per_identity,
+          cgacct::kDefaultMaxInFlightPerIdentity,
+          "concurrent in-flight messages (unary calls, stream requests not "
+          "yet answered) per caller identity; more are shed with "
+          "RESOURCE_EXHAUSTED; 0 = no limit");
+ABSL_FLAG(uint32_t, max_message_bytes, 4u << 20,
+          "largest gRPC request or response message in bytes, 4096 .. "
+          "2147483647 (gRPC answers RESOURCE_EXHAUSTED above it)");
+ABSL_FLAG(uint32_t, max_concurrent_streams_per_connection, 100,
+          "HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS of every connection, >= 1");
+ABSL_FLAG(absl::Duration, memory_trim_interval, absl::Seconds(1),
+          "how often to give malloc's free heap back to the kernel when more "
+          "than 4 MiB of it is free; 0 = never");
+ABSL_FLAG(std::string, health_listen, "",
+          "a second, plaintext gRPC listen address HOST:PORT serving only "
+          "grpc.health.v1 (for Kubernetes' native grpc probes, which speak "
+          "no TLS); empty = none");
+ABSL_FLAG(uint32_t, session_default_ttl_ms, 10000,
+          "lease of a session opened with ttl_ms 0 (OpenSession), in ms; "
+          "the client keeps it alive every ttl/3");
+ABSL_FLAG(uint32_t, session_min_ttl_ms, 100,
+          "shortest lease OpenSession grants, ms (>= 1); shorter is "
+          "INVALID_ARGUMENT");
+ABSL_FLAG(uint32_t, session_max_ttl_ms, 600000,
+          "longest lease OpenSession grants, ms; longer is INVALID_ARGUMENT");
+ABSL_FLAG(uint64_t, session_max_pages, uint64_t{1} << 20,
+          "most pages one session may hold at once (all groups and kinds); a "
+          "charge beyond it is RESOURCE_EXHAUSTED");
+ABSL_FLAG(uint32_t, max_sessions_per_identity, 1024,
+          "open sessions per caller identity (>= 1); one more is "
+          "RESOURCE_EXHAUSTED");
+ABSL_FLAG(uint32_t, session_drain_wait_threads, 256,
+          "threads on which charges at memory.max wait for sessions' drain "
+          "answers (off gRPC's callback threads), 1..4096; that many wait "
+          "side by side, more queue");
+ABSL_FLAG(uint32_t, session_drain_timeout_ms, 20,
+          "how long a charge at memory.max waits for sessions to return "
+          "their stock (drain_all_stock() over the network) before it goes "
+          "on without the ones that did not answer, ms; 0 = do not wait");
+
+namespace cgacct {
+namespace {
+
+absl::Status Usage(std::string message) {
+  return absl::InvalidArgumentError(std::move(message));
+}
+
+// The first line of `path`, whitespace trimmed ("" if unreadable).
+std::string ReadToken(const std::string& path) {
+  absl::StatusOr<std::string> text = ReadFile(path);
+  if (!text.ok()) return "";
+  const absl::string_view first_line =
+      absl::string_view(*text).substr(0, text->find('\n'));
+  return std::string(absl::StripAsciiWhitespace(first_line));
+}
+
+// The engine's flags into config->engine.
+absl::Status EngineFromFlags(DaemonConfig* config) {
+  EngineOptions& engine = config->engine;
+  const std::string policy_name = absl::GetFlag(FLAGS_flush_lock_policy);
+  int batch_cpus = 8;
+  const std::optional<FlushLockPolicy> policy =
+      ParseFlushLockPolicy(policy_name, &batch_cpus);
+  if (!policy.has_value()) {
+    return Usage(absl::StrCat("--flush_lock_policy=\"", policy_name,
+                              "\" is not per_cpu, whole, adaptive or batch:N "
+                              "(1 <= N <= 4096)"));
+  }
+  const std::string preempt_name = absl::GetFlag(FLAGS_flush_preempt_model);
+  const std::optional<FlushPreemptModel> preempt_model =
+      ParseFlushPreemptModel(preempt_name);
+  if (!preempt_model.has_value()) {
+    return Usage(absl::StrCat("--flush_preempt_model=\"", preempt_name,
+                              "\" is not none or full"));
+  }
+  const int cpus = absl::GetFlag(FLAGS_cpus);
+  if (cpus < 0 || cpus > Engine::kMaxCpus) {
+    return Usage(absl::StrCat("--cpus=", cpus, " out of range [0, ",
+                              Engine::kMaxCpus, "]"));
+  }
+  engine.nr_cpus = cpus;
+  engine.page_size_bytes = absl::GetFlag(FLAGS_page_size);
+  engine.flush_lock_policy = *policy;
+  engine.flush_batch_cpus = batch_cpus;
+  engine.flush_preempt_model = *preempt_model;
+  engine.flush_hold_budget = absl::GetFlag(FLAGS_flush_hold_budget);
+  if (*policy != FlushLockPolicy::kAdaptive &&
+      engine.flush_hold_budget != absl::ZeroDuration()) {
+    std::fprintf(stderr,
+                 "cgacctd: --flush_hold_budget applies to the adaptive "
+                 "policy only; ignored under %s\n",
+                 policy_name.c_str());
+  }
+  engine.periodic_flush_interval =
+      absl::GetFlag(FLAGS_periodic_flush_interval);
+  engine.memory_recursiveprot = absl::GetFlag(FLAGS_memory_recursiveprot);
+  engine.charge_batch_pages = absl::GetFlag(FLAGS_charge_batch_pages);
+  engine.stock_pool_buckets = absl::GetFlag(FLAGS_stock_pool_buckets);
+  engine.stock_victim_sets = absl::GetFlag(FLAGS_stock_victim_sets);
+  return absl::OkStatus();
+}
+
+// The server's limits, the service's options and the metrics' into
+// `config`.
+absl::Status LimitsFromFlags(DaemonConfig* config) {
+  const int group_depth = absl::GetFlag(FLAGS_metrics_group_depth);
+  if (group_depth < 0) {
+    return Usage(absl::StrCat("--metrics_group_depth=", group_depth,
+                              " must be >= 0"));
+  }
+  config->metrics.group_depth = group_depth;
+  config->metrics.max_groups = absl::GetFlag(FLAGS_metrics_max_groups);
+  const uint32_t max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  if (max_message_bytes < 4096 || max_message_bytes > INT_MAX) {
+    return Usage(absl::StrCat("--max_message_bytes=", max_message_bytes,
+                              " out of range [4096, ", INT_MAX, "]"));
+  }
+  const uint32_t streams_per_connection =
+      absl::GetFlag(FLAGS_max_concurrent_streams_per_connection);
+  if (streams_per_connection < 1 || streams_per_connection > INT_MAX) {
+    return Usage(absl::StrCat("--max_concurrent_streams_per_connection=",
+                              streams_per_connection, " out of range [1, ",
+                              INT_MAX, "]"));
+  }
+  config->max_message_bytes = max_message_bytes;
+  config->streams_per_connection = streams_per_connection;
+  config->trim_interval = absl::GetFlag(FLAGS_memory_trim_interval);
+  if (config->trim_interval < absl::ZeroDuration())
+    return Usage("--memory_trim_interval must be >= 0");
+  AccountingServiceOptions& service = config->service;
+  service.max_charge_pages = absl::GetFlag(FLAGS_max_charge_pages);
+  service.limits.max_streams_per_identity =
+      absl::GetFlag(FLAGS_max_streams_per_identity);
+  service.limits.max_in_flight_per_identity =
+      absl::GetFlag(FLAGS_max_in_flight_per_identity);
+  service.transport.max_message_bytes = max_message_bytes;
+  service.transport.max_concurrent_streams_per_connection =
+      streams_per_connection;
+  SessionOptions& sessions = service.sessions;
+  sessions.default_ttl_ms = absl::GetFlag(FLAGS_session_default_ttl_ms);
+  sessions.min_ttl_ms = absl::GetFlag(FLAGS_session_min_ttl_ms);
+  sessions.max_ttl_ms = absl::GetFlag(FLAGS_session_max_ttl_ms);
+  sessions.max_pages = absl::GetFlag(FLAGS_session_max_pages);
+  sessions.max_sessions_per_identity =
+      absl::GetFlag(FLAGS_max_sessions_per_identity);
+  sessions.drain_timeout =
+      absl::Milliseconds(absl::GetFlag(FLAGS_session_drain_timeout_ms));
+  sessions.drain_wait_threads = static_cast<int>(std::min<uint32_t>(
+      absl::GetFlag(FLAGS_session_drain_wait_threads), 1u << 20));
+  if (absl::Status s = sessions.Validate(); !s.ok())
+    return Usage(absl::StrCat("--", s.message()));
+  return absl::OkStatus();
+}
+
+// Transport security and access control into `config`, all checked before
+// anything starts.
+absl::Status SecurityFromFlags(DaemonConfig* config) {
+  config->tls.cert = absl::GetFlag(FLAGS_tls_cert);
+  config->tls.key = absl::GetFlag(FLAGS_tls_key);
+  config->tls.client_ca = absl::GetFlag(FLAGS_client_ca);
+  config->tls.refresh_interval = absl::GetFlag(FLAGS_tls_refresh_interval);
+  if (config->tls.cert.empty() != config->tls.key.empty())
+    return Usage("--tls_cert and --tls_key go together");
+  const bool tls = !config->tls.cert.empty();
+  if (!tls && !config->tls.client_ca.empty())
+    return Usage("--client_ca needs --tls_cert and --tls_key");
+  absl::StatusOr<AuthFiles> auth_files = LoadAuthFiles();
+  if (!auth_files.ok()) return auth_files.status();
+  config->auth = *std::move(auth_files);
+  config->access_control = !config->tls.client_ca.empty() ||
+                           config->auth.tokens.has_value() ||
+                           config->auth.policy.has_value();
+  const bool insecure = absl::GetFlag(FLAGS_insecure);
+  if (!insecure && !IsLoopbackListenAddress(config->listen) &&
+      !(tls && config->access_control)) {
+    return Usage(absl::StrCat(
+        "--listen=", config->listen,
+        " is not a loopback address: it needs TLS (--tls_cert, --tls_key) "
+        "and client authentication (--client_ca or --tokens_file), or "
+        "--insecure"));
+  }
+  const std::string metrics_token_file =
+      absl::GetFlag(FLAGS_metrics_token_file);
+  if (!metrics_token_file.empty()) {
+    config->metrics_token = ReadToken(metrics_token_file);
+    if (config->metrics_token.size() < TokenTable::kMinTokenBytes) {
+      return Usage(absl::StrCat("--metrics_token_file=", metrics_token_file,
+                                ": unreadable, or a token under ",
+                                TokenTable::kMinTokenBytes, " bytes"));
+    }
+  }
+  if (!insecure && !config->metrics_listen.empty() &&
+      config->metrics_token.empty() && (tls || config->access_control) &&
+      !IsLoopbackListenAddress(config->metrics_listen)) {
+    return Usage(absl::StrCat(
+        "--metrics_listen=", config->metrics_listen,
+        " is not a loopback address: with TLS or access control on, "
+        "/metrics needs --metrics_token_file (or --insecure)"));
+  }
+  const std::string reflection = absl::GetFlag(FLAGS_reflection);
+  if (reflection != "auto" && reflection != "on" && reflection != "off") {
+    return Usage(absl::StrCat("--reflection=\"", reflection,
+                              "\" is not auto, on or off"));
+  }
+  config->serve_reflection =
+      reflection == "on" || (reflection == "auto" && !config->access_control);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void ParseDaemonFlags(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "userspace memory-cgroup accounting service.\n"
+      "  cgacctd [--listen=HOST:PORT] [--metrics_listen=HOST:PORT] [--cpus=N]\n"
+      "          [--flush_lock_policy=per_cpu|whole|batch:N|adaptive]\n"
+      "          [--flush_preempt_model=none|full]\n"
+      "          [--flush_hold_budget=0] [--periodic_flush_interval=2s]\n"
+      "          [--page_size=4096]\n"
+      "          [--metrics_group_depth=3] [--metrics_max_groups=10000]\n"
+      "          [--memory_recursiveprot]\n"
+      "          [--charge_batch_pages=64] [--stock_pool_buckets=1024]\n"
+      "          [--stock_victim_sets=64] [--max_charge_pages=1048576]\n"
+      "          [--max_streams_per_identity=256]\n"
+      "          [--max_in_flight_per_identity=1024]\n"
+      "          [--max_message_bytes=4194304]\n"
+      "          [--max_concurrent_streams_per_connection=100]\n"
+      "          [--memory_trim_interval=1s]\n"
+      "          [--tls_cert=PEM --tls_key=PEM [--client_ca=PEM]]\n"
+      "          [--tokens_file=FILE] [--authz_policy=FILE] [--insecure]\n"
+      "          [--metrics_token_file=FILE] [--reflection=auto|on|off]\n"
+      "          [--state_dir=DIR] [--health_listen=HOST:PORT]");
+  // --help lists the flags above (Abseil's default looks for them in a file
+  // named after the program); Abseil's own flags stay under --helpfull.
+  absl::FlagsUsageConfig usage_config;
+  usage_config.contains_help_flags = [](absl::string_view file) {
+    return !absl::StrContains(file, "absl/");
+  };
+  usage_config.contains_helpshort_flags = usage_config.contains_help_flags;
+  // --version: the project version and git revision (Abseil's default
+  // prints only whether NDEBUG was defined).
+  usage_config.version_string = [] {
+    return absl::StrCat("cgacctd ", CgacctVersion(), " (git ",
+                        CgacctRevision(), ")\n");
+  };
+  absl::SetFlagsUsageConfig(usage_config);
+  absl::ParseCommandLine(argc, argv);
+}
+
+absl::StatusOr<AuthFiles> LoadAuthFiles() {
+  AuthFiles out;
+  const std::string tokens = absl::GetFlag(FLAGS_tokens_file);
+  if (!tokens.empty()) {
+    absl::StatusOr<TokenTable> t = TokenTable::LoadFile(tokens);
+    if (!t.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--tokens_file: ", t.status().message()));
+    }
+    out.tokens = *std::move(t);
+  }
+  const std::string policy = absl::GetFlag(FLAGS_authz_policy);
+  if (!policy.empty()) {
+    absl::StatusOr<AuthzPolicy> p = AuthzPolicy::LoadFile(policy);
+    if (!p.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--authz_policy: ", p.status().message()));
+    }
+    out.policy = *std::move(p);
+  }
+  return out;
+}
+
+absl::StatusOr<DaemonConfig> ConfigFromFlags() {
+  DaemonConfig config;
+  config.listen = absl::GetFlag(FLAGS_listen);
+  config.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  config.health_listen = absl::GetFlag(FLAGS_health_listen);
+  config.state_dir = absl::GetFlag(FLAGS_state_dir);
+  if (absl::Status s = EngineFromFlags(&config); !s.ok()) return s;
+  if (absl::Status s = LimitsFromFlags(&config); !s.ok()) return s;
+  if (absl::Status s = SecurityFromFlags(&config); !s.ok()) return s;
+  return config;
+}
+
+}  // namespace cgacct

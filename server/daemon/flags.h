@@ -1,0 +1,76 @@
+// cgacctd's flags (docs/DESIGN.md §6.1) and the configuration they make,
+// checked whole before anything starts: a value that parses but is out of
+// range or inconsistent is one line on stderr and exit 2.
+//
+// Thread safety: call from main() before any thread exists (Abseil's flags
+// are read once).
+#ifndef CGACCT_SERVER_DAEMON_FLAGS_H_
+#define CGACCT_SERVER_DAEMON_FLAGS_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "engine/options.h"
+#include "server/auth/policy.h"
+#include "server/auth/tokens.h"
+#include "server/daemon/tls.h"
+#include "server/metrics/prometheus/collector.h"
+#include "server/rpc/accounting_service.h"
+
+namespace cgacct {
+
+// Exit codes of cgacctd (docs/DESIGN.md §6.1): 0 after SIGINT/SIGTERM;
+// kExitBind when a port cannot be bound (and Abseil's own flag errors);
+// kExitUsage for values out of range or inconsistent; kExitStore when the
+// state store cannot be opened or restored.
+inline constexpr int kExitBind = 1;
+inline constexpr int kExitUsage = 2;
+inline constexpr int kExitStore = 3;
+
+// --tokens_file and --authz_policy (each absent when its flag is empty).
+struct AuthFiles {
+  std::optional<TokenTable> tokens;
+  std::optional<AuthzPolicy> policy;
+};
+
+// Everything the flags say, checked.
+struct DaemonConfig {
+  EngineOptions engine;  // all but `observer`, which the daemon sets
+  std::string listen;
+  std::string metrics_listen;  // empty: no /metrics
+  std::string health_listen;   // empty: no health-only port
+  TlsFiles tls;                // tls.cert empty: plaintext
+  AuthFiles auth;
+  // A client CA, a token table or a policy: every call authenticates.
+  bool access_control = false;
+  std::string metrics_token;  // empty: /metrics without basic auth
+  bool serve_reflection = true;
+  MetricsOptions metrics;
+  // Everything but the pointers (store, authorizer, hub, clock), which the
+  // daemon sets.
+  AccountingServiceOptions service;
+  uint32_t max_message_bytes = 0;
+  uint32_t streams_per_connection = 0;
+  absl::Duration trim_interval;
+  std::string state_dir;  // empty: nothing persisted
+};
+
+// Sets --help (cgacctd's flags; Abseil's under --helpfull) and --version,
+// then parses argv (Abseil exits 1 on a value of the wrong type).
+void ParseDaemonFlags(int argc, char** argv);
+
+// The configuration of the parsed flags. Errors: INVALID_ARGUMENT, one line
+// naming the flag (exit kExitUsage). A --flush_hold_budget given to another
+// policy than adaptive is said on stderr and ignored.
+absl::StatusOr<DaemonConfig> ConfigFromFlags();
+
+// --tokens_file and --authz_policy read now (at start, and on SIGHUP).
+// Errors: INVALID_ARGUMENT naming the flag, the file and what is wrong.
+absl::StatusOr<AuthFiles> LoadAuthFiles();
+
+}  // namespace cgacct
+
+#endif  // CGACCT_SERVER_DAEMON_FLAGS_H_
