@@ -22,8 +22,9 @@ struct Caller::State {
 namespace {
 
 constexpr const char* kFailureNames[kNrAuthFailures] = {
-    "no_credentials", "malformed_authorization", "bad_token",
-    "unknown_identity", "outside_grants", "read_only", "grant_root",
+    "no_credentials",   "malformed_authorization", "bad_token",
+    "unknown_identity", "outside_grants",          "read_only",
+    "grant_root",
 };
 
 absl::Status Refusal(AuthFailure failure, std::string message) {
@@ -104,8 +105,8 @@ Authentication Authorizer::Authenticate(const Credentials& credentials) const {
   } else {
     ids = credentials.certificate_identities;
   }
-  const bool required = state.client_certificates ||
-                        state.tokens.has_value() || state.policy.has_value();
+  const bool required = state.client_certificates || state.tokens.has_value() ||
+                        state.policy.has_value();
   if (ids.empty()) {
     if (required) {
       return refuse(AuthFailure::kNoCredentials,
@@ -179,11 +180,11 @@ absl::Status Authorizer::Check(const Caller& caller, Access access,
                 absl::StrCat("identity ", who, " may not ", right, " ",
                              QuotePath(path), ": read-only grant"));
   }
-  return Deny(AuthFailure::kGrantRoot,
-              absl::StrCat("identity ", who, " may not ", right, " ",
-                           QuotePath(path),
-                           ": the root of its own grant (only groups below "
-                           "it can be created, deleted or limited)"));
+  return Deny(
+      AuthFailure::kGrantRoot,
+      absl::StrCat("identity ", who, " may not ", right, " ", QuotePath(path),
+                   ": the root of its own grant (only groups below "
+                   "it can be created, deleted or limited)"));
 }
 
 absl::Status Authorizer::CheckList(const Caller& caller,

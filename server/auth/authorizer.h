@@ -57,7 +57,7 @@ enum class Access : uint8_t {
 // Why a call was refused: the `reason` label of cgacct_auth_failures_total.
 enum class AuthFailure : uint8_t {
   // UNAUTHENTICATED
-  kNoCredentials,  // neither a verified certificate nor a token
+  kNoCredentials,           // neither a verified certificate nor a token
   kMalformedAuthorization,  // "authorization" metadata is not "Bearer TOKEN"
   kBadToken,                // token not in the table (or no table)
   // PERMISSION_DENIED

@@ -19,10 +19,10 @@ absl::StatusOr<AuthzPolicy> AuthzPolicy::Parse(absl::string_view text) {
   for (const ConfigLine& line : auth_internal::ConfigLines(text)) {
     const std::vector<absl::string_view>& words = line.words;
     auto bad = [&line](absl::string_view what) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "line ", line.number, ": ", what,
-          " (want \"IDENTITY admin\", \"IDENTITY ro PATH\" or "
-          "\"IDENTITY rw PATH\")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("line ", line.number, ": ", what,
+                       " (want \"IDENTITY admin\", \"IDENTITY ro PATH\" or "
+                       "\"IDENTITY rw PATH\")"));
     };
     if (!IsWord(words[0])) return bad("identity has non-printable bytes");
     Principal& p = policy.principals_[words[0]];
@@ -33,8 +33,8 @@ absl::StatusOr<AuthzPolicy> AuthzPolicy::Parse(absl::string_view text) {
     }
     if (words.size() != 3) return bad(absl::StrCat(words.size(), " words"));
     if (words[1] != "ro" && words[1] != "rw") {
-      return bad(absl::StrCat("right ", Quote(words[1]),
-                              " is not admin, ro or rw"));
+      return bad(
+          absl::StrCat("right ", Quote(words[1]), " is not admin, ro or rw"));
     }
     if (absl::Status s = ValidateGroupPath(words[2], "subtree"); !s.ok()) {
       return bad(s.message());

@@ -26,9 +26,9 @@ absl::StatusOr<TokenTable> TokenTable::Parse(absl::string_view text) {
        auth_internal::ConfigLines(text)) {
     const std::vector<absl::string_view>& words = line.words;
     if (words.size() != 2) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "line ", line.number, ": ", words.size(),
-          " words (want \"IDENTITY TOKEN\")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("line ", line.number, ": ", words.size(),
+                       " words (want \"IDENTITY TOKEN\")"));
     }
     if (!auth_internal::IsWord(words[0]) || !auth_internal::IsWord(words[1])) {
       return absl::InvalidArgumentError(

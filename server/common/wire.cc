@@ -42,7 +42,8 @@ absl::StatusOr<std::optional<int>> CpuFromProto(std::optional<uint32_t> cpu,
 
 int WireCode(const absl::Status& status) {
   const int code = static_cast<int>(status.code());
-  return code >= 0 && code <= static_cast<int>(absl::StatusCode::kUnauthenticated)
+  return code >= 0 &&
+                 code <= static_cast<int>(absl::StatusCode::kUnauthenticated)
              ? code
              : static_cast<int>(absl::StatusCode::kUnknown);
 }

@@ -80,9 +80,9 @@ int Daemon::Start() {
       return Fail(kExitStore, absl::StrCat("restoring ", store_->path(), ": ",
                                            report.status().message()));
     }
-    restored_ = absl::StrCat(", state ", config_.state_dir, ": ",
-                             report->groups, " groups, ", report->requests,
-                             " request ids");
+    restored_ =
+        absl::StrCat(", state ", config_.state_dir, ": ", report->groups,
+                     " groups, ", report->requests, " request ids");
   }
   if (int rc = StartMetrics(); rc != 0) return rc;
   if (int rc = StartServers(); rc != 0) return rc;
@@ -129,8 +129,7 @@ int Daemon::StartMetrics() {
       *engine_, flush_observer_, rpc_metrics_, metrics_options);
   MetricsExposerOptions exposer_options;
   exposer_options.extra_collectables = {
-      MakeAuthMetrics(auth_failures_),
-      MakeSessionMetrics(service_->sessions()),
+      MakeAuthMetrics(auth_failures_), MakeSessionMetrics(service_->sessions()),
       // grpc_server_* (go-grpc-prometheus names): every service's calls,
       // cgacct.v1.Accounting's ends as the pipeline counted them.
       std::make_shared<GrpcServerCollector>(grpc_metrics_, &rpc_metrics_),
@@ -257,8 +256,7 @@ void Daemon::Reload() {
                  std::string(reloaded.status().message()).c_str());
     return;
   }
-  authorizer_->Reload(std::move(reloaded->tokens),
-                      std::move(reloaded->policy));
+  authorizer_->Reload(std::move(reloaded->tokens), std::move(reloaded->policy));
   std::fprintf(stderr, "cgacctd: SIGHUP: tokens and policy reloaded\n");
 }
 

@@ -103,7 +103,8 @@ ABSL_FLAG(uint64_t, max_charge_pages, cgacct::kDefaultMaxChargePages,
           "INVALID_ARGUMENT; 0 = only PAGE_COUNTER_MAX");
 ABSL_FLAG(uint32_t, max_streams_per_identity,
           cgacct::kDefaultMaxStreamsPerIdentity,
-          "concurrent ChargeStreams, WatchEvents and SessionStream streams per caller identity; more are shed with "
+          "concurrent ChargeStreams, WatchEvents and SessionStream streams per "
+          "caller identity; more are shed with "
           "RESOURCE_EXHAUSTED; 0 = no limit");
 ABSL_FLAG(uint32_t, max_in_flight_per_identity,
           cgacct::kDefaultMaxInFlightPerIdentity,
@@ -198,8 +199,7 @@ absl::Status EngineFromFlags(DaemonConfig* config) {
                  "policy only; ignored under %s\n",
                  policy_name.c_str());
   }
-  engine.periodic_flush_interval =
-      absl::GetFlag(FLAGS_periodic_flush_interval);
+  engine.periodic_flush_interval = absl::GetFlag(FLAGS_periodic_flush_interval);
   engine.memory_recursiveprot = absl::GetFlag(FLAGS_memory_recursiveprot);
   engine.charge_batch_pages = absl::GetFlag(FLAGS_charge_batch_pages);
   engine.stock_pool_buckets = absl::GetFlag(FLAGS_stock_pool_buckets);
@@ -212,8 +212,8 @@ absl::Status EngineFromFlags(DaemonConfig* config) {
 absl::Status LimitsFromFlags(DaemonConfig* config) {
   const int group_depth = absl::GetFlag(FLAGS_metrics_group_depth);
   if (group_depth < 0) {
-    return Usage(absl::StrCat("--metrics_group_depth=", group_depth,
-                              " must be >= 0"));
+    return Usage(
+        absl::StrCat("--metrics_group_depth=", group_depth, " must be >= 0"));
   }
   config->metrics.group_depth = group_depth;
   config->metrics.max_groups = absl::GetFlag(FLAGS_metrics_max_groups);
@@ -225,9 +225,9 @@ absl::Status LimitsFromFlags(DaemonConfig* config) {
   const uint32_t streams_per_connection =
       absl::GetFlag(FLAGS_max_concurrent_streams_per_connection);
   if (streams_per_connection < 1 || streams_per_connection > INT_MAX) {
-    return Usage(absl::StrCat("--max_concurrent_streams_per_connection=",
-                              streams_per_connection, " out of range [1, ",
-                              INT_MAX, "]"));
+    return Usage(absl::StrCat(
+        "--max_concurrent_streams_per_connection=", streams_per_connection,
+        " out of range [1, ", INT_MAX, "]"));
   }
   config->max_message_bytes = max_message_bytes;
   config->streams_per_connection = streams_per_connection;
@@ -347,8 +347,8 @@ void ParseDaemonFlags(int argc, char** argv) {
   // --version: the project version and git revision (Abseil's default
   // prints only whether NDEBUG was defined).
   usage_config.version_string = [] {
-    return absl::StrCat("cgacctd ", CgacctVersion(), " (git ",
-                        CgacctRevision(), ")\n");
+    return absl::StrCat("cgacctd ", CgacctVersion(), " (git ", CgacctRevision(),
+                        ")\n");
   };
   absl::SetFlagsUsageConfig(usage_config);
   absl::ParseCommandLine(argc, argv);

@@ -41,10 +41,9 @@ absl::Status CheckPemFile(absl::string_view flag, const std::string& path,
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>>
 MakeTlsServerCredentials(const TlsFiles& files) {
   if (files.refresh_interval < absl::Seconds(1)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--tls_refresh_interval=",
-                     absl::FormatDuration(files.refresh_interval),
-                     " must be >= 1s"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tls_refresh_interval=", absl::FormatDuration(files.refresh_interval),
+        " must be >= 1s"));
   }
   if (absl::Status s = CheckPemFile("tls_cert", files.cert, "CERTIFICATE");
       !s.ok())
@@ -58,17 +57,17 @@ MakeTlsServerCredentials(const TlsFiles& files) {
         !s.ok())
       return s;
   }
-  const auto seconds = static_cast<unsigned int>(
-      absl::ToInt64Seconds(files.refresh_interval));
+  const auto seconds =
+      static_cast<unsigned int>(absl::ToInt64Seconds(files.refresh_interval));
   std::shared_ptr<grpc::experimental::CertificateProviderInterface> provider;
   if (files.client_ca.empty()) {
-    provider = std::make_shared<
-        grpc::experimental::FileWatcherCertificateProvider>(
-        files.key, files.cert, seconds);
+    provider =
+        std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+            files.key, files.cert, seconds);
   } else {
-    provider = std::make_shared<
-        grpc::experimental::FileWatcherCertificateProvider>(
-        files.key, files.cert, files.client_ca, seconds);
+    provider =
+        std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+            files.key, files.cert, files.client_ca, seconds);
   }
   grpc::experimental::TlsServerCredentialsOptions options(provider);
   options.watch_identity_key_cert_pairs();

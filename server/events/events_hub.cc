@@ -80,13 +80,13 @@ void EventsHub::OnFlushLockHold(const FlushLockHold& hold) {
 }
 
 void EventsHub::OnFlushDone(absl::Duration duration, int cpus_walked,
-                                 int groups_folded) {
+                            int groups_folded) {
   if (next_ != nullptr)
     next_->OnFlushDone(duration, cpus_walked, groups_folded);
 }
 
 void EventsHub::OnReclaimDone(absl::Duration cycle, uint64_t scanned,
-                                   uint64_t stolen, bool full_walk) {
+                              uint64_t stolen, bool full_walk) {
   if (next_ != nullptr) next_->OnReclaimDone(cycle, scanned, stolen, full_walk);
 }
 

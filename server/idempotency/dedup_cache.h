@@ -53,7 +53,6 @@ struct DedupFingerprint {
     return fingerprint;
   }
 
-
   Method method = Method::kCharge;
   // The path is kept as a hash and a length, not a copy: an entry stays
   // small whatever the client sent (a 64-bit hash collision between two

@@ -40,9 +40,9 @@ absl::Status DedupTable::Begin(std::string key,
           field_, " \"", absl::CHexEscape(client_key),
           "\" was already used for a different request ", mismatch_detail_));
     case RequestDedupCache::Verdict::kInFlight:
-      return absl::AbortedError(absl::StrCat(
-          field_, " \"", absl::CHexEscape(client_key),
-          "\" is in flight; retry"));
+      return absl::AbortedError(absl::StrCat(field_, " \"",
+                                             absl::CHexEscape(client_key),
+                                             "\" is in flight; retry"));
     case RequestDedupCache::Verdict::kProceed:
       break;
   }

@@ -105,7 +105,8 @@ absl::StatusOr<std::unique_ptr<SqliteStateStore>> SqliteStateStore::Open(
       SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
       nullptr);
   if (rc != SQLITE_OK) {
-    std::string message = db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+    std::string message =
+        db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
     sqlite3_close(db);
     return absl::UnavailableError(
         absl::StrCat("cannot open state store ", file, ": ", message));
@@ -129,16 +130,16 @@ absl::StatusOr<std::unique_ptr<SqliteStateStore>> SqliteStateStore::Open(
     }
     sqlite3_finalize(stmt);
     if (step != SQLITE_DONE || result != "ok") {
-      return absl::DataLossError(absl::StrCat(
-          "state store ", file, " fails its check: ",
-          step != SQLITE_DONE ? sqlite3_errmsg(db) : result));
+      return absl::DataLossError(
+          absl::StrCat("state store ", file, " fails its check: ",
+                       step != SQLITE_DONE ? sqlite3_errmsg(db) : result));
     }
   }
   {
     sqlite3_stmt* stmt = nullptr;
     std::string mode;
-    if (sqlite3_prepare_v2(db, "PRAGMA journal_mode=WAL", -1, &stmt,
-                           nullptr) == SQLITE_OK &&
+    if (sqlite3_prepare_v2(db, "PRAGMA journal_mode=WAL", -1, &stmt, nullptr) ==
+            SQLITE_OK &&
         sqlite3_step(stmt) == SQLITE_ROW) {
       mode = reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0));
     }
@@ -179,12 +180,14 @@ absl::StatusOr<std::unique_ptr<SqliteStateStore>> SqliteStateStore::Open(
     }
     uint64_t parsed = 0;
     if (!absl::SimpleAtoi(stored, &parsed) || parsed != value) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "state store ", file, " has ", key, "=", stored, ", this cgacctd ",
-          value, (std::strcmp(key, "page_size") == 0
-                      ? " (limits are stored in pages: start with "
-                        "--page_size=" + stored + " or another --state_dir)"
-                      : "")));
+      return absl::FailedPreconditionError(
+          absl::StrCat("state store ", file, " has ", key, "=", stored,
+                       ", this cgacctd ", value,
+                       (std::strcmp(key, "page_size") == 0
+                            ? " (limits are stored in pages: start with "
+                              "--page_size=" +
+                                  stored + " or another --state_dir)"
+                            : "")));
     }
   }
   return store;
@@ -192,8 +195,8 @@ absl::StatusOr<std::unique_ptr<SqliteStateStore>> SqliteStateStore::Open(
 
 absl::Status SqliteStateStore::ErrorLocked(absl::string_view what) {
   const int code = sqlite3_errcode(db_);
-  const std::string message =
-      absl::StrCat("state store ", path_, ": ", what, ": ", sqlite3_errmsg(db_));
+  const std::string message = absl::StrCat("state store ", path_, ": ", what,
+                                           ": ", sqlite3_errmsg(db_));
   if (code == SQLITE_CORRUPT || code == SQLITE_NOTADB)
     return absl::DataLossError(message);
   if (code == SQLITE_BUSY || code == SQLITE_LOCKED || code == SQLITE_FULL ||
@@ -215,8 +218,8 @@ absl::Status SqliteStateStore::ExecLocked(const char* sql) {
 
 absl::Status SqliteStateStore::SyncLocked(bool full) {
   if (sync_full_ == (full ? 1 : 0)) return absl::OkStatus();
-  absl::Status s =
-      ExecLocked(full ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL");
+  absl::Status s = ExecLocked(full ? "PRAGMA synchronous=FULL"
+                                   : "PRAGMA synchronous=NORMAL");
   if (s.ok()) sync_full_ = full ? 1 : 0;
   return s;
 }
@@ -393,16 +396,17 @@ absl::Status SqliteStateStore::PutRequest(const StoredRequest& r,
   if (step != SQLITE_DONE) return ErrorLocked("recording a request");
   // Expiry every 256 puts: the window's age and capacity bounds.
   if (++puts_ % 256 == 0) {
-    absl::StatusOr<sqlite3_stmt*> old = PrepareLocked(
-        kExpireOld, "DELETE FROM requests WHERE arrived < ?1");
+    absl::StatusOr<sqlite3_stmt*> old =
+        PrepareLocked(kExpireOld, "DELETE FROM requests WHERE arrived < ?1");
     if (!old.ok()) return old.status();
     sqlite3_bind_int64(*old, 1, expire_before_unix_ns);
     int s = sqlite3_step(*old);
     sqlite3_reset(*old);
     if (s != SQLITE_DONE) return ErrorLocked("expiring requests");
-    absl::StatusOr<sqlite3_stmt*> over = PrepareLocked(
-        kExpireOverCapacity,
-        "DELETE FROM requests WHERE seq <= (SELECT MAX(seq) FROM requests) - ?1");
+    absl::StatusOr<sqlite3_stmt*> over =
+        PrepareLocked(kExpireOverCapacity,
+                      "DELETE FROM requests WHERE seq <= (SELECT MAX(seq) FROM "
+                      "requests) - ?1");
     if (!over.ok()) return over.status();
     sqlite3_bind_int64(*over, 1, static_cast<int64_t>(capacity));
     s = sqlite3_step(*over);

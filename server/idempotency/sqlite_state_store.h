@@ -1,5 +1,5 @@
 // SqliteStateStore: the StateStore in one SQLite database under --state_dir
-// (docs/DESIGN.md §4.10), Debian's libsqlite3, WAL journal.
+// (docs/DESIGN.md §4.12), Debian's libsqlite3, WAL journal.
 //
 // Durability: group changes commit with synchronous=FULL (the WAL is fsynced
 // before CreateGroup/SetLimits/DeleteGroup return: they survive a SIGKILL and
@@ -79,7 +79,7 @@ class SqliteStateStore final : public StateStore {
   static constexpr int kNrStatements = 8;
   sqlite3_stmt* statements_[kNrStatements] ABSL_GUARDED_BY(mu_) = {};
   int sync_full_ ABSL_GUARDED_BY(mu_) = -1;  // -1 unknown, 0 NORMAL, 1 FULL
-  uint64_t puts_ ABSL_GUARDED_BY(mu_) = 0;    // PutRequest calls (expiry pace)
+  uint64_t puts_ ABSL_GUARDED_BY(mu_) = 0;   // PutRequest calls (expiry pace)
 };
 
 }  // namespace cgacct

@@ -16,7 +16,8 @@ absl::StatusOr<StateStore::Snapshot> MemoryStateStore::Load(
   std::sort(ordered.begin(), ordered.end(),
             [](const auto& a, const auto& b) { return a.first < b.first; });
   Snapshot snapshot;
-  for (auto& [seq, group] : ordered) snapshot.groups.push_back(std::move(group));
+  for (auto& [seq, group] : ordered)
+    snapshot.groups.push_back(std::move(group));
   return snapshot;
 }
 
@@ -24,11 +25,12 @@ absl::StatusOr<uint64_t> MemoryStateStore::CreateGroup(absl::string_view path,
                                                        const Limits& limits) {
   absl::MutexLock l(&mu_);
   const uint64_t generation = next_generation_++;
-  auto [it, inserted] = groups_.try_emplace(
-      std::string(path), generation,
-      StoredGroup{std::string(path), limits, generation});
+  auto [it, inserted] =
+      groups_.try_emplace(std::string(path), generation,
+                          StoredGroup{std::string(path), limits, generation});
   if (!inserted)
-    return absl::AlreadyExistsError(absl::StrCat("state store: ", path, " is stored"));
+    return absl::AlreadyExistsError(
+        absl::StrCat("state store: ", path, " is stored"));
   return generation;
 }
 
@@ -37,7 +39,8 @@ absl::Status MemoryStateStore::SetLimits(absl::string_view path,
   absl::MutexLock l(&mu_);
   auto it = groups_.find(path);
   if (it == groups_.end())
-    return absl::NotFoundError(absl::StrCat("state store: ", path, " is not stored"));
+    return absl::NotFoundError(
+        absl::StrCat("state store: ", path, " is not stored"));
   it->second.second.limits = limits;
   return absl::OkStatus();
 }
@@ -45,7 +48,8 @@ absl::Status MemoryStateStore::SetLimits(absl::string_view path,
 absl::Status MemoryStateStore::DeleteGroup(absl::string_view path) {
   absl::MutexLock l(&mu_);
   if (groups_.erase(path) == 0)
-    return absl::NotFoundError(absl::StrCat("state store: ", path, " is not stored"));
+    return absl::NotFoundError(
+        absl::StrCat("state store: ", path, " is not stored"));
   return absl::OkStatus();
 }
 

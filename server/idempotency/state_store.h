@@ -1,12 +1,13 @@
 // StateStore: where cgacctd keeps what must survive a restart (docs/DESIGN.md
-// §4.10): the groups with their limits, and the request-id window (the answers
+// §4.12): the groups with their limits, and the request-id window (the answers
 // of calls that carried a request_id or an idempotency_key). Usage is not
 // kept: it restarts at zero (README "State and restarts").
 //
 // The interface is small on purpose so that another backend (a replicated or
-// distributed one) can implement it: SqliteStateStore (server/sqlite_state_store.h)
-// is the embedded default under --state_dir; MemoryStateStore (below) keeps
-// nothing across restarts and is what cgacctd uses without --state_dir.
+// distributed one) can implement it: SqliteStateStore
+// (server/sqlite_state_store.h) is the embedded default under --state_dir;
+// MemoryStateStore (below) keeps nothing across restarts and is what cgacctd
+// uses without --state_dir.
 //
 // Contract every implementation keeps:
 //  - a mutating call returns OK only once the change is durable (a later Load()
@@ -85,7 +86,7 @@ class StateStore {
   virtual ~StateStore() = default;
 
   struct Snapshot {
-    std::vector<StoredGroup> groups;  // creation order
+    std::vector<StoredGroup> groups;      // creation order
     std::vector<StoredRequest> requests;  // oldest first
   };
 

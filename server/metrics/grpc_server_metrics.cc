@@ -3,12 +3,11 @@
 
 #include <google/protobuf/descriptor.h>
 
-#include "cgacct/v1/accounting.pb.h"
-
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "cgacct/v1/accounting.pb.h"
 
 namespace cgacct {
 
@@ -18,16 +17,14 @@ std::vector<GrpcMethodInfo> CgacctdGrpcMethods() {
   // descriptor in (a lookup by name in the generated pool finds nothing in
   // a binary that uses no cgacct.v1 type).
   const google::protobuf::ServiceDescriptor* accounting =
-      v1::ChargeRequest::descriptor()->file()->FindServiceByName(
-          "Accounting");
+      v1::ChargeRequest::descriptor()->file()->FindServiceByName("Accounting");
   if (accounting != nullptr) {
     for (int i = 0; i < accounting->method_count(); ++i) {
       const google::protobuf::MethodDescriptor* m = accounting->method(i);
-      const char* type = m->client_streaming()
-                             ? (m->server_streaming() ? "bidi_stream"
-                                                      : "client_stream")
-                             : (m->server_streaming() ? "server_stream"
-                                                      : "unary");
+      const char* type =
+          m->client_streaming()
+              ? (m->server_streaming() ? "bidi_stream" : "client_stream")
+              : (m->server_streaming() ? "server_stream" : "unary");
       GrpcMethodInfo info{accounting->full_name(), m->name(), type, {}};
       for (int r = 0; r < kNrRpcMethods; ++r) {
         if (m->name() == RpcMethodName(static_cast<RpcMethod>(r)))
@@ -41,7 +38,9 @@ std::vector<GrpcMethodInfo> CgacctdGrpcMethods() {
   methods.push_back({"grpc.health.v1.Health", "Check", "unary", {}});
   methods.push_back({"grpc.health.v1.Health", "Watch", "server_stream", {}});
   methods.push_back({"grpc.reflection.v1alpha.ServerReflection",
-                     "ServerReflectionInfo", "bidi_stream", {}});
+                     "ServerReflectionInfo",
+                     "bidi_stream",
+                     {}});
   return methods;
 }
 
@@ -116,8 +115,7 @@ void GrpcServerMetrics::RecordHandled(int method, int code,
   latency_[method]->Record(took);
 }
 
-uint64_t GrpcServerMetrics::Sum(Counters Shard::*counters,
-                                int method) const {
+uint64_t GrpcServerMetrics::Sum(Counters Shard::*counters, int method) const {
   uint64_t total = 0;
   for (const Shard& shard : *shards_)
     total += (shard.*counters)[method].load(std::memory_order_relaxed);

@@ -4,7 +4,8 @@
 //
 //   grpc_server_started_total{grpc_service,grpc_method,grpc_type}
 //   grpc_server_handled_total{grpc_service,grpc_method,grpc_type,grpc_code}
-//   grpc_server_handling_seconds{grpc_service,grpc_method,grpc_type} (histogram)
+//   grpc_server_handling_seconds{grpc_service,grpc_method,grpc_type}
+//   (histogram)
 //   grpc_server_msg_received_total{grpc_service,grpc_method,grpc_type}
 //   grpc_server_msg_sent_total{grpc_service,grpc_method,grpc_type}
 //

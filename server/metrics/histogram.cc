@@ -48,19 +48,18 @@ namespace {
 
 // kHoldNanos bounds: 1-2-5 from 50 ns to 1 s.
 constexpr uint64_t kHoldBoundsNs[LatencyHistogram::kNrHoldFiniteBuckets] = {
-    50,         100,        200,        500,        1'000,
-    2'000,      5'000,      10'000,     20'000,     50'000,
-    100'000,    200'000,    500'000,    1'000'000,  2'000'000,
-    5'000'000,  10'000'000, 20'000'000, 50'000'000, 100'000'000,
-    200'000'000, 500'000'000, 1'000'000'000};
+    50,         100,         200,         500,         1'000,        2'000,
+    5'000,      10'000,      20'000,      50'000,      100'000,      200'000,
+    500'000,    1'000'000,   2'000'000,   5'000'000,   10'000'000,   20'000'000,
+    50'000'000, 100'000'000, 200'000'000, 500'000'000, 1'000'000'000};
 
 }  // namespace
 
 int LatencyHistogram::HoldBucketFor(uint64_t ns) {
   // The first bound >= ns; a binary search of 23 (5 compares).
-  return static_cast<int>(std::lower_bound(std::begin(kHoldBoundsNs),
-                                           std::end(kHoldBoundsNs), ns) -
-                          std::begin(kHoldBoundsNs));
+  return static_cast<int>(
+      std::lower_bound(std::begin(kHoldBoundsNs), std::end(kHoldBoundsNs), ns) -
+      std::begin(kHoldBoundsNs));
 }
 
 double LatencyHistogram::HoldUpperBoundSeconds(int i) {
@@ -76,8 +75,8 @@ uint64_t LatencyHistogram::ToNanos(absl::Duration d) {
 void LatencyHistogram::RecordNanos(uint64_t ns) {
   Shard& shard = shards_[ThisThreadMetricShard()];
   // Relaxed: statistics (see the header's Memory ordering paragraph).
-  const int bucket = scale_ == HistogramScale::kHoldNanos ? HoldBucketFor(ns)
-                                                         : BucketFor(ns);
+  const int bucket =
+      scale_ == HistogramScale::kHoldNanos ? HoldBucketFor(ns) : BucketFor(ns);
   shard.buckets[bucket].fetch_add(1, std::memory_order_relaxed);
   shard.sum_ns.fetch_add(ns, std::memory_order_relaxed);
   AtomicMax(shard.max_ns, ns);

@@ -68,8 +68,7 @@ int CodeSlot(int code) {
 }
 }  // namespace
 
-void RpcMetrics::Record(RpcMethod method, int code,
-                        absl::Duration latency) {
+void RpcMetrics::Record(RpcMethod method, int code, absl::Duration latency) {
   const int m = static_cast<int>(method);
   // Relaxed: statistics (see the header's Memory ordering paragraph).
   shards_[ThisThreadMetricShard()].handled[m][CodeSlot(code)].fetch_add(
@@ -83,16 +82,15 @@ void RpcMetrics::RecordChargeRejected() {
 }
 
 void RpcMetrics::RecordShed(ShedReason reason) {
-  shards_[ThisThreadMetricShard()]
-      .shed[static_cast<int>(reason)]
-      .fetch_add(1, std::memory_order_relaxed);
+  shards_[ThisThreadMetricShard()].shed[static_cast<int>(reason)].fetch_add(
+      1, std::memory_order_relaxed);
 }
 
 uint64_t RpcMetrics::shed(ShedReason reason) const {
   uint64_t total = 0;
   for (const HandledShard& shard : shards_) {
-    total += shard.shed[static_cast<int>(reason)].load(
-        std::memory_order_relaxed);
+    total +=
+        shard.shed[static_cast<int>(reason)].load(std::memory_order_relaxed);
   }
   return total;
 }

@@ -98,8 +98,8 @@ class RpcMetrics {
   uint64_t state_store_errors() const {
     return state_store_errors_.load(std::memory_order_relaxed);
   }
-  // One call shed by a per-identity limit (server/pipeline/call_limiter.h); the only count
-  // behind cgacct_shed_total{reason}.
+  // One call shed by a per-identity limit (server/pipeline/call_limiter.h); the
+  // only count behind cgacct_shed_total{reason}.
   void RecordShed(ShedReason reason);
 
   uint64_t handled(RpcMethod method, int code) const;

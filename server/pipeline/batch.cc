@@ -93,9 +93,9 @@ absl::Status BatchRunner::BeginKeyed(const v1::ChargeBatchRequest& request,
   fingerprint.path_hash = digest;
   fingerprint.nr_pages = static_cast<uint64_t>(request.ops_size());
   std::optional<DedupAnswer> replay;
-  if (absl::Status s = deps_.batch_keys.Begin(
-          DedupKey(caller_.identity(), scope, key), fingerprint, key, &entry_,
-          &replay);
+  if (absl::Status s =
+          deps_.batch_keys.Begin(DedupKey(caller_.identity(), scope, key),
+                                 fingerprint, key, &entry_, &replay);
       !s.ok())
     return s;
   if (replay.has_value()) {
@@ -189,9 +189,8 @@ bool BatchRunner::ApplyOp(int index, const v1::ChargeOp& op,
   // A cached path passed validation and authorization before.
   const GroupHandle* handle = Find(path);
   PageOp page_op;
-  if (absl::Status s =
-          deps_.validator.BatchOp(op, /*path_checked=*/handle != nullptr,
-                                  &page_op);
+  if (absl::Status s = deps_.validator.BatchOp(
+          op, /*path_checked=*/handle != nullptr, &page_op);
       !s.ok()) {
     Fail(index, op, s, result);
     return true;
@@ -244,9 +243,9 @@ bool BatchRunner::ApplyOp(int index, const v1::ChargeOp& op,
       // Deleted again between the resolve and the call: the engine's
       // message names the handle's internal id; the client knows paths.
       Forget();
-      status = absl::NotFoundError(absl::StrCat(
-          "path ", QuotePath(path),
-          ": no such group (deleted while this op was applied)"));
+      status = absl::NotFoundError(
+          absl::StrCat("path ", QuotePath(path),
+                       ": no such group (deleted while this op was applied)"));
     }
   }
   if (ABSL_PREDICT_FALSE(IsRemoteDrainDeferred(status))) {

@@ -1,11 +1,12 @@
 // Per-identity admission limits of cgacctd (docs/DESIGN.md §4.10): how many
 // streams (ChargeStream, WatchEvents, SessionStream) an identity may hold
-// open and how many of its messages may be in flight at once. A call over a limit is shed: answered
-// RESOURCE_EXHAUSTED with a message that starts "cgacctd is shedding load"
-// and names the limit and its flag, a trailing metadata entry
-// `cgacct-shed: <reason>`, and one count in cgacct_shed_total{reason}: never
-// confused with a memory.max OOM (whose message names the limiting group and
-// which counts in cgacct_charges_total{result="oom"}).
+// open and how many of its messages may be in flight at once. A call over a
+// limit is shed: answered RESOURCE_EXHAUSTED with a message that starts
+// "cgacctd is shedding load" and names the limit and its flag, a trailing
+// metadata entry `cgacct-shed: <reason>`, and one count in
+// cgacct_shed_total{reason}: never confused with a memory.max OOM (whose
+// message names the limiting group and which counts in
+// cgacct_charges_total{result="oom"}).
 //
 // What is counted:
 //  - streams: a ChargeStream, WatchEvents or SessionStream call from its

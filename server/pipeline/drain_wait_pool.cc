@@ -35,7 +35,7 @@ void DrainWaitPool::Loop() {
     mu_.Await(absl::Condition(this, &DrainWaitPool::HasWorkOrStopping));
     --idle_;
     if (queue_.empty()) return;  // stopping, nothing left
-    absl::AnyInvocable<void() &&> task = std::move(queue_.front());
+    absl::AnyInvocable<void()&&> task = std::move(queue_.front());
     queue_.pop_front();
     mu_.Unlock();
     std::move(task)();

@@ -24,8 +24,7 @@ absl::Status ValidatePageToken(absl::string_view token,
     return s;
   if (!PathStrictlyBelow(token, path))
     return absl::InvalidArgumentError(absl::StrCat(
-        "page_token ", QuotePath(token), " is not below path ",
-        QuotePath(path),
+        "page_token ", QuotePath(token), " is not below path ", QuotePath(path),
         ": pass the next_page_token of the previous page of this listing"));
   return absl::OkStatus();
 }
@@ -110,14 +109,16 @@ size_t GroupOps::RestoreRequests(const std::vector<StoredRequest>& requests,
   return restored;
 }
 
+absl::Status GroupOps::CheckConfigure(const CallContext& call,
+                                      absl::string_view path) const {
+  if (absl::Status s = ValidateGroupPath(path); !s.ok()) return s;
+  return Authorize(authorizer_, call.caller(), Access::kConfigure, path);
+}
+
 absl::Status GroupOps::Create(const CallContext& call,
                               const v1::CreateGroupRequest& request,
                               v1::Group* response) {
-  if (absl::Status s = ValidateGroupPath(request.path()); !s.ok()) return s;
-  if (absl::Status s =
-          Authorize(authorizer_, call.caller(), Access::kConfigure, request.path());
-      !s.ok())
-    return s;
+  if (absl::Status s = CheckConfigure(call, request.path()); !s.ok()) return s;
   absl::MutexLock l(&config_mu_);
   absl::StatusOr<GroupInfo> group = engine_.CreateGroup(
       request.path(), units_.LimitsFromProto(request.limits()));
@@ -128,8 +129,8 @@ absl::Status GroupOps::Create(const CallContext& call,
     // Not acknowledged, so not kept: the group is new and has no children.
     (void)engine_.DeleteGroup(group->path);
     return absl::UnavailableError(
-        absl::StrCat("group ", group->path, " not created: ",
-                     generation.status().message()));
+        absl::StrCat("group ", group->path,
+                     " not created: ", generation.status().message()));
   }
   {
     absl::MutexLock g(&generations_mu_);
@@ -142,11 +143,7 @@ absl::Status GroupOps::Create(const CallContext& call,
 absl::Status GroupOps::Delete(const CallContext& call,
                               const v1::DeleteGroupRequest& request,
                               v1::DeleteGroupResponse* response) {
-  if (absl::Status s = ValidateGroupPath(request.path()); !s.ok()) return s;
-  if (absl::Status s =
-          Authorize(authorizer_, call.caller(), Access::kConfigure, request.path());
-      !s.ok())
-    return s;
+  if (absl::Status s = CheckConfigure(call, request.path()); !s.ok()) return s;
   absl::MutexLock l(&config_mu_);
   const absl::StatusOr<GroupHandle> handle =
       engine_.ResolveGroup(request.path());
@@ -174,11 +171,7 @@ absl::Status GroupOps::Delete(const CallContext& call,
 absl::Status GroupOps::SetLimits(const CallContext& call,
                                  const v1::SetLimitsRequest& request,
                                  v1::Group* response) {
-  if (absl::Status s = ValidateGroupPath(request.path()); !s.ok()) return s;
-  if (absl::Status s =
-          Authorize(authorizer_, call.caller(), Access::kConfigure, request.path());
-      !s.ok())
-    return s;
+  if (absl::Status s = CheckConfigure(call, request.path()); !s.ok()) return s;
   absl::MutexLock l(&config_mu_);
   absl::StatusOr<GroupInfo> group = engine_.SetLimits(
       request.path(), units_.LimitsFromProto(request.limits()));
@@ -217,8 +210,7 @@ absl::Status GroupOps::List(const CallContext& call,
   if (!call.caller().admin()) {
     paths->erase(std::remove_if(paths->begin(), paths->end(),
                                 [&](const std::string& p) {
-                                  return !Authorizer::CanRead(call.caller(),
-                                                              p);
+                                  return !Authorizer::CanRead(call.caller(), p);
                                 }),
                  paths->end());
   }

@@ -22,10 +22,10 @@
 #include "cgacct/v1/accounting.pb.h"
 #include "engine/engine.h"
 #include "server/auth/authorizer.h"
+#include "server/common/wire.h"
 #include "server/idempotency/dedup_table.h"
 #include "server/idempotency/state_store.h"
 #include "server/pipeline/call.h"
-#include "server/common/wire.h"
 #include "server/sessions/session_registry.h"
 
 namespace cgacct {
@@ -96,6 +96,10 @@ class GroupOps {
       ABSL_LOCKS_EXCLUDED(generations_mu_);
 
  private:
+  // The configuration RPCs' first stages: the path's grammar, then the
+  // caller's configure right on it.
+  absl::Status CheckConfigure(const CallContext& call,
+                              absl::string_view path) const;
   size_t RestoreRequests(const std::vector<StoredRequest>& requests,
                          DedupTable& request_ids, DedupTable& batch_keys);
 

@@ -12,15 +12,14 @@ absl::Status OpValidator::CheckChargeCap(uint64_t nr_pages,
                                          absl::string_view field) const {
   if (max_charge_pages_ == 0 || nr_pages <= max_charge_pages_)
     return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      field, " ", nr_pages, " pages exceed the per-call cap of ",
-      max_charge_pages_,
-      " pages (--max_charge_pages, EngineInfo.max_charge_pages)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, " ", nr_pages, " pages exceed the per-call cap of ",
+                   max_charge_pages_,
+                   " pages (--max_charge_pages, EngineInfo.max_charge_pages)"));
 }
 
-absl::Status OpValidator::PathAndArgs(absl::string_view path,
-                                      bool path_checked, uint64_t nr_pages,
-                                      int wire_kind,
+absl::Status OpValidator::PathAndArgs(absl::string_view path, bool path_checked,
+                                      uint64_t nr_pages, int wire_kind,
                                       std::optional<uint32_t> wire_cpu,
                                       bool charge, PageOp* op) const {
   if (!path_checked) {
@@ -48,6 +47,24 @@ absl::Status OpValidator::PathAndArgs(absl::string_view path,
   return absl::OkStatus();
 }
 
+namespace {
+
+// A Charge's or Uncharge's request_id (its table's own checks) and
+// session_id, last in the order.
+template <typename Request>
+absl::Status KeysOf(const Request& request, const DedupTable& request_ids,
+                    PageOp* op) {
+  if (request.has_request_id()) {
+    if (absl::Status s = request_ids.ValidateKey(request.request_id()); !s.ok())
+      return s;
+    op->request_id = &request.request_id();
+  }
+  if (request.has_session_id()) op->session_id = &request.session_id();
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status OpValidator::Charge(const v1::ChargeRequest& request,
                                  const DedupTable& request_ids,
                                  PageOp* op) const {
@@ -66,20 +83,12 @@ absl::Status OpValidator::Charge(const v1::ChargeRequest& request,
           " (a batch is at least what is needed)"));
     if (!NrPagesValid(batch, page_counter_max_))
       return absl::InvalidArgumentError(absl::StrCat(
-          "batch_pages ", batch, " out of range [1, ", page_counter_max_,
-          "]"));
+          "batch_pages ", batch, " out of range [1, ", page_counter_max_, "]"));
     if (absl::Status s = CheckChargeCap(batch, "batch_pages"); !s.ok())
       return s;
     op->batch_pages = batch;
   }
-  if (request.has_request_id()) {
-    if (absl::Status s = request_ids.ValidateKey(request.request_id());
-        !s.ok())
-      return s;
-    op->request_id = &request.request_id();
-  }
-  if (request.has_session_id()) op->session_id = &request.session_id();
-  return absl::OkStatus();
+  return KeysOf(request, request_ids, op);
 }
 
 absl::Status OpValidator::Uncharge(const v1::UnchargeRequest& request,
@@ -92,23 +101,16 @@ absl::Status OpValidator::Uncharge(const v1::UnchargeRequest& request,
                       request.nr_pages(), request.kind(), cpu, false, op);
       !s.ok())
     return s;
-  if (request.has_request_id()) {
-    if (absl::Status s = request_ids.ValidateKey(request.request_id());
-        !s.ok())
-      return s;
-    op->request_id = &request.request_id();
-  }
-  if (request.has_session_id()) op->session_id = &request.session_id();
-  return absl::OkStatus();
+  return KeysOf(request, request_ids, op);
 }
 
 absl::Status OpValidator::BatchOp(const v1::ChargeOp& request,
                                   bool path_checked, PageOp* op) const {
   const std::optional<uint32_t> cpu =
       request.has_cpu() ? std::optional<uint32_t>(request.cpu()) : std::nullopt;
-  if (absl::Status s = PathAndArgs(request.path(), path_checked,
-                                   request.nr_pages(), request.kind(), cpu,
-                                   !request.uncharge(), op);
+  if (absl::Status s =
+          PathAndArgs(request.path(), path_checked, request.nr_pages(),
+                      request.kind(), cpu, !request.uncharge(), op);
       !s.ok())
     return s;
   op->session_id = request.has_session_id() ? &request.session_id() : nullptr;

@@ -34,8 +34,8 @@ struct PageOp {
   absl::string_view path;  // a valid group path, not the root
   uint64_t nr_pages = 0;   // 1..PAGE_COUNTER_MAX (charges: within the cap)
   PageKind kind = PageKind::kAnon;
-  int wire_kind = 0;        // cgacct.v1.PageKind as sent (fingerprints)
-  std::optional<int> cpu;   // the engine's CPU, in range; none: the thread's
+  int wire_kind = 0;       // cgacct.v1.PageKind as sent (fingerprints)
+  std::optional<int> cpu;  // the engine's CPU, in range; none: the thread's
   std::optional<uint32_t> wire_cpu;  // as sent (fingerprints)
   bool charge = true;
   uint64_t batch_pages = 0;  // a Charge's client batch (>= nr_pages); 0: none
@@ -46,8 +46,7 @@ struct PageOp {
 class OpValidator {
  public:
   // `max_charge_pages` 0: only PAGE_COUNTER_MAX.
-  OpValidator(uint64_t page_counter_max, int nr_cpus,
-              uint64_t max_charge_pages)
+  OpValidator(uint64_t page_counter_max, int nr_cpus, uint64_t max_charge_pages)
       : page_counter_max_(page_counter_max),
         nr_cpus_(nr_cpus),
         max_charge_pages_(max_charge_pages) {}
@@ -72,8 +71,7 @@ class OpValidator {
 
   // A charge of `nr_pages` is within max_charge_pages (`field` is named in
   // the message).
-  absl::Status CheckChargeCap(uint64_t nr_pages,
-                              absl::string_view field) const;
+  absl::Status CheckChargeCap(uint64_t nr_pages, absl::string_view field) const;
 
  private:
   absl::Status PathAndArgs(absl::string_view path, bool path_checked,

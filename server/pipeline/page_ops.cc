@@ -37,8 +37,7 @@ PageOps::PageOps(Engine& engine, GroupOps& groups, SessionRegistry& sessions,
       sessions_(sessions),
       request_ids_(request_ids) {}
 
-PageAnswer PageOps::ApplyToEngine(const std::string& identity,
-                                  const PageOp& op,
+PageAnswer PageOps::ApplyToEngine(const std::string& identity, const PageOp& op,
                                   const GroupHandle* handle) {
   if (op.charge) {
     auto charge = [&](const GroupHandle& group) {
@@ -58,8 +57,7 @@ PageAnswer PageOps::ApplyToEngine(const std::string& identity,
     }
     if (op.session_id != nullptr)
       return Answered(InSession(identity, *op.session_id, *handle, op,
-                                std::max(op.nr_pages, op.batch_pages),
-                                charge));
+                                std::max(op.nr_pages, op.batch_pages), charge));
     return Answered(handle != nullptr ? charge(*handle)
                                       : engine_.Charge(op.path, op.nr_pages,
                                                        op.kind, op.cpu));
@@ -76,10 +74,9 @@ PageAnswer PageOps::ApplyToEngine(const std::string& identity,
   if (op.session_id != nullptr)
     return Answered(InSession(identity, *op.session_id, *handle, op,
                               op.nr_pages, uncharge));
-  return Answered(handle != nullptr
-                      ? uncharge(*handle)
-                      : engine_.Uncharge(op.path, op.nr_pages, op.kind,
-                                         op.cpu));
+  return Answered(handle != nullptr ? uncharge(*handle)
+                                    : engine_.Uncharge(op.path, op.nr_pages,
+                                                       op.kind, op.cpu));
 }
 
 PageAnswer PageOps::Apply(const std::string& identity, const PageOp& op,
@@ -156,8 +153,8 @@ PageAnswer PageOps::Apply(const std::string& identity, const PageOp& op,
   stored.path = std::move(fingerprint_path);
   stored.nr_pages = op.nr_pages;
   stored.kind = op.wire_kind;
-  stored.cpu = op.wire_cpu.has_value() ? static_cast<int64_t>(*op.wire_cpu)
-                                       : -1;
+  stored.cpu =
+      op.wire_cpu.has_value() ? static_cast<int64_t>(*op.wire_cpu) : -1;
   stored.code = static_cast<int>(answer.status.code());
   stored.message = std::string(answer.status.message());
   stored.answer_nr_pages = answer.nr_pages;

@@ -81,12 +81,11 @@ class PageOps {
 template <typename EngineCall>
 auto PageOps::InSession(const std::string& identity,
                         const std::string& session_id, GroupHandle group,
-                        const PageOp& op, uint64_t reserve_pages, EngineCall apply,
-                        bool* session_refused)
+                        const PageOp& op, uint64_t reserve_pages,
+                        EngineCall apply, bool* session_refused)
     -> decltype(apply(std::declval<const GroupHandle&>())) {
-  absl::StatusOr<SessionRegistry::Op> session_op =
-      sessions_.BeginOp(identity, session_id, group, op.path, op.kind,
-                        reserve_pages, op.charge);
+  absl::StatusOr<SessionRegistry::Op> session_op = sessions_.BeginOp(
+      identity, session_id, group, op.path, op.kind, reserve_pages, op.charge);
   if (!session_op.ok()) {
     if (session_refused != nullptr) *session_refused = true;
     return session_op.status();

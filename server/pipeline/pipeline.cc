@@ -56,8 +56,8 @@ Pipeline::Pipeline(Engine& engine, RpcMetrics& rpc_metrics,
       page_ops_(engine, groups_, *sessions_, request_ids_),
       reads_(engine, units_, validator_, limiter_, *sessions_, authorizer_,
              options.transport),
-      batch_deps_{engine,    validator_, authorizer_, page_ops_,
-                  groups_,   batch_keys_, rpc_metrics},
+      batch_deps_{engine,  validator_,  authorizer_, page_ops_,
+                  groups_, batch_keys_, rpc_metrics},
       drain_wait_pool_(options.sessions.drain_wait_threads) {}
 
 Pipeline::~Pipeline() = default;
@@ -208,8 +208,8 @@ absl::Status Pipeline::Charge(CallContext& call,
   // The rerun resumes the deferred turn (its `max` event is counted).
   RemoteDrainDeferral::Resume resumed_turn(/*enabled=*/run->rerun);
   absl::Status store_error;
-  PageAnswer answer = page_ops_.Apply(call.identity(), op, &run->resume,
-                                      &store_error);
+  PageAnswer answer =
+      page_ops_.Apply(call.identity(), op, &run->resume, &store_error);
   if (!store_error.ok()) rpc_metrics_.RecordStateStoreError();
   run->rerun = IsRemoteDrainDeferred(answer.status);
   // A replay was counted when it was first answered; a deferred charge is
@@ -230,7 +230,8 @@ absl::Status Pipeline::Uncharge(CallContext& call,
   PageOp op;
   if (absl::Status s = validator_.Uncharge(request, request_ids_, &op); !s.ok())
     return s;
-  if (absl::Status s = Authorize(authorizer_, call.caller(), Access::kWrite, op.path);
+  if (absl::Status s =
+          Authorize(authorizer_, call.caller(), Access::kWrite, op.path);
       !s.ok())
     return s;
   absl::Status store_error;

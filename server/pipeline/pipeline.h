@@ -38,6 +38,7 @@
 #include "engine/group_handle.h"
 #include "server/auth/authorizer.h"
 #include "server/auth/credentials.h"
+#include "server/common/wire.h"
 #include "server/idempotency/dedup_table.h"
 #include "server/idempotency/state_store.h"
 #include "server/metrics/rpc_metrics.h"
@@ -49,7 +50,6 @@
 #include "server/pipeline/ops.h"
 #include "server/pipeline/page_ops.h"
 #include "server/pipeline/reads.h"
-#include "server/common/wire.h"
 #include "server/sessions/session_registry.h"
 
 namespace cgacct {

@@ -144,9 +144,9 @@ void ReadOps::GetEngineInfo(const CallContext& call,
       info.flush_hold_budget > absl::ZeroDuration()) {
     // Rounded up: 0 means "no budget" (one CPU per hold), so a budget
     // under 1 µs reads 1, not 0.
-    response->set_flush_hold_budget_us(static_cast<uint64_t>(
-        absl::ToInt64Microseconds(info.flush_hold_budget +
-                                  absl::Nanoseconds(999))));
+    response->set_flush_hold_budget_us(
+        static_cast<uint64_t>(absl::ToInt64Microseconds(
+            info.flush_hold_budget + absl::Nanoseconds(999))));
   }
   response->set_periodic_flush_interval_ms(static_cast<uint64_t>(
       absl::ToInt64Milliseconds(info.periodic_flush_interval)));

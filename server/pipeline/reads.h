@@ -11,10 +11,10 @@
 #include "cgacct/v1/accounting.pb.h"
 #include "engine/engine.h"
 #include "server/auth/authorizer.h"
+#include "server/common/wire.h"
 #include "server/pipeline/call.h"
 #include "server/pipeline/call_limiter.h"
 #include "server/pipeline/ops.h"
-#include "server/common/wire.h"
 #include "server/sessions/session_registry.h"
 
 namespace cgacct {
@@ -29,10 +29,9 @@ struct TransportLimits {
 class ReadOps {
  public:
   // Every reference must outlive the object; `authorizer` may be null.
-  ReadOps(Engine& engine, const WireUnits& units,
-          const OpValidator& validator, const CallLimiter& limiter,
-          const SessionRegistry& sessions, const Authorizer* authorizer,
-          TransportLimits transport);
+  ReadOps(Engine& engine, const WireUnits& units, const OpValidator& validator,
+          const CallLimiter& limiter, const SessionRegistry& sessions,
+          const Authorizer* authorizer, TransportLimits transport);
 
   // memory.current/peak/stat/events of a group; FLUSH_MODE_UNSPECIFIED is
   // EXACT. Errors: INVALID_ARGUMENT bad path or unknown flush;

@@ -34,15 +34,15 @@ void AccountingService::BeginShutdown() {
 grpc::ServerUnaryReactor* AccountingService::CreateGroup(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
-  return Unary(pipeline_, context, RpcMethod::kCreateGroup,
-               Admission::kMessage, request, response, &Pipeline::CreateGroup);
+  return Unary(pipeline_, context, RpcMethod::kCreateGroup, Admission::kMessage,
+               request, response, &Pipeline::CreateGroup);
 }
 
 grpc::ServerUnaryReactor* AccountingService::DeleteGroup(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
-  return Unary(pipeline_, context, RpcMethod::kDeleteGroup,
-               Admission::kMessage, request, response, &Pipeline::DeleteGroup);
+  return Unary(pipeline_, context, RpcMethod::kDeleteGroup, Admission::kMessage,
+               request, response, &Pipeline::DeleteGroup);
 }
 
 grpc::ServerUnaryReactor* AccountingService::ListGroups(
@@ -107,24 +107,22 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* AccountingService::WatchEvents(
 grpc::ServerUnaryReactor* AccountingService::GetEngineInfo(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
-  return Unary(pipeline_, context, RpcMethod::kGetEngineInfo,
-               Admission::kProbe, request, response,
-               &Pipeline::GetEngineInfo);
+  return Unary(pipeline_, context, RpcMethod::kGetEngineInfo, Admission::kProbe,
+               request, response, &Pipeline::GetEngineInfo);
 }
 
 grpc::ServerUnaryReactor* AccountingService::OpenSession(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
-  return Unary(pipeline_, context, RpcMethod::kOpenSession,
-               Admission::kMessage, request, response, &Pipeline::OpenSession);
+  return Unary(pipeline_, context, RpcMethod::kOpenSession, Admission::kMessage,
+               request, response, &Pipeline::OpenSession);
 }
 
 grpc::ServerUnaryReactor* AccountingService::CloseSession(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
   return Unary(pipeline_, context, RpcMethod::kCloseSession,
-               Admission::kMessage, request, response,
-               &Pipeline::CloseSession);
+               Admission::kMessage, request, response, &Pipeline::CloseSession);
 }
 
 grpc::ServerUnaryReactor* AccountingService::GetSession(

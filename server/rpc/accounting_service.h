@@ -40,24 +40,26 @@ struct AccountingServiceOptions : PipelineOptions {
 // Every method of cgacct.v1.Accounting as raw bytes: on the callback API,
 // but SessionStream on the async API (WithRawMethod_), served by
 // SessionStreams.
-using RawAccountingService =
-    v1::Accounting::WithRawCallbackMethod_OpenSession<
+using RawAccountingService = v1::Accounting::WithRawCallbackMethod_OpenSession<
     v1::Accounting::WithRawCallbackMethod_CloseSession<
-    v1::Accounting::WithRawCallbackMethod_GetSession<
-    v1::Accounting::WithRawMethod_SessionStream<
-    v1::Accounting::WithRawCallbackMethod_CreateGroup<
-    v1::Accounting::WithRawCallbackMethod_DeleteGroup<
-    v1::Accounting::WithRawCallbackMethod_ListGroups<
-    v1::Accounting::WithRawCallbackMethod_SetLimits<
-    v1::Accounting::WithRawCallbackMethod_Charge<
-    v1::Accounting::WithRawCallbackMethod_Uncharge<
-    v1::Accounting::WithRawCallbackMethod_ChargeBatch<
-    v1::Accounting::WithRawCallbackMethod_ChargeStream<
-    v1::Accounting::WithRawCallbackMethod_GetStats<
-    v1::Accounting::WithRawCallbackMethod_Reclaim<
-    v1::Accounting::WithRawCallbackMethod_WatchEvents<
-    v1::Accounting::WithRawCallbackMethod_GetEngineInfo<
-    v1::Accounting::Service>>>>>>>>>>>>>>>>;
+        v1::Accounting::WithRawCallbackMethod_GetSession<
+            v1::Accounting::WithRawMethod_SessionStream<
+                v1::Accounting::WithRawCallbackMethod_CreateGroup<
+                    v1::Accounting::WithRawCallbackMethod_DeleteGroup<
+                        v1::Accounting::WithRawCallbackMethod_ListGroups<
+                            v1::Accounting::WithRawCallbackMethod_SetLimits<
+                                v1::Accounting::WithRawCallbackMethod_Charge<
+                                    v1::Accounting::WithRawCallbackMethod_Uncharge<
+                                        v1::Accounting::
+                                            WithRawCallbackMethod_ChargeBatch<
+                                                v1::Accounting::WithRawCallbackMethod_ChargeStream<
+                                                    v1::Accounting::
+                                                        WithRawCallbackMethod_GetStats<
+                                                            v1::Accounting::WithRawCallbackMethod_Reclaim<
+                                                                v1::Accounting::WithRawCallbackMethod_WatchEvents<
+                                                                    v1::Accounting::WithRawCallbackMethod_GetEngineInfo<
+                                                                        v1::Accounting::
+                                                                            Service>>>>>>>>>>>>>>>>;
 
 class AccountingService final : public RawAccountingService {
  public:

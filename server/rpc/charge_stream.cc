@@ -99,8 +99,8 @@ class ChargeStreamReactor final
     if (finish) DoFinish();
   }
 
-  // ChargeStreams::BeginShutdown(): stop reading; the requests already read are applied
-  // and answered, then the stream ends UNAVAILABLE saying how many were
+  // ChargeStreams::BeginShutdown(): stop reading; the requests already read are
+  // applied and answered, then the stream ends UNAVAILABLE saying how many were
   // (or OK if the client had already half-closed).
   void OnServerShutdown() {
     bool finish;
@@ -163,10 +163,10 @@ class ChargeStreamReactor final
       } else if (call_.DeadlinePassed()) {
         // Checked before anything of this request changes.
         reads_done_ = true;
-        status_ = absl::DeadlineExceededError(absl::StrCat(
-            "ChargeStream deadline passed before request ", applied_ + 1,
-            " was applied; the ", applied_,
-            " requests answered before it were applied"));
+        status_ = absl::DeadlineExceededError(
+            absl::StrCat("ChargeStream deadline passed before request ",
+                         applied_ + 1, " was applied; the ", applied_,
+                         " requests answered before it were applied"));
         stop = true;
       } else if (!undecodable.ok()) {
         reads_done_ = true;
@@ -238,8 +238,8 @@ class ChargeStreamReactor final
         permits_[buffer].Release();
         if (status_.ok()) {
           status_ = absl::Status(
-              run.code(), absl::StrCat("request ", applied_ + 1, ": ",
-                                       run.message()));
+              run.code(),
+              absl::StrCat("request ", applied_ + 1, ": ", run.message()));
         }
       } else if (broken_) {
         reads_done_ = true;
@@ -359,8 +359,8 @@ class ChargeStreamReactor final
   CallContext call_;
   // Touched only by the thread applying a request.
   std::unique_ptr<BatchRunner> runner_;
-  grpc::ByteBuffer request_bytes_;           // owned by the outstanding read
-  v1::ChargeBatchRequest request_;           // parsed from it by OnReadDone
+  grpc::ByteBuffer request_bytes_;        // owned by the outstanding read
+  v1::ChargeBatchRequest request_;        // parsed from it by OnReadDone
   v1::ChargeBatchResponse responses_[2];  // see `writing_` and `ready_`
   grpc::ByteBuffer response_bytes_[2];    // responses_[i] serialized
 
@@ -394,10 +394,9 @@ bool ChargeStreams::Register(ChargeStreamReactor* stream) {
 void ChargeStreams::Unregister(ChargeStreamReactor* stream) {
   absl::MutexLock l(&mu_);
   if (calling_ == stream && calling_thread_ != std::this_thread::get_id()) {
-    auto not_calling = [this, stream]()
-                           ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-                             return calling_ != stream;
-                           };
+    auto not_calling = [this, stream]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return calling_ != stream;
+    };
     mu_.Await(absl::Condition(&not_calling));
   }
   streams_.erase(stream);

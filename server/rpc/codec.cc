@@ -155,10 +155,9 @@ std::string DescribeUndecodable(const pb::Descriptor& type,
 
 absl::Status ParseRequest(const grpc::ByteBuffer& bytes, pb::Message* message) {
   if (!bytes.Valid()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("request is not a valid ",
-                     message->GetDescriptor()->full_name(),
-                     ": the call carried no request message"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "request is not a valid ", message->GetDescriptor()->full_name(),
+        ": the call carried no request message"));
   }
   {
     // As grpc::GenericDeserialize, without consuming the buffer (its bytes

@@ -20,12 +20,11 @@ class MetricsInterceptor final : public grpc::experimental::Interceptor {
   MetricsInterceptor(GrpcServerMetrics* metrics, int method)
       : metrics_(metrics),
         method_(method),
-        ended_by_pipeline_(
-            metrics->methods()[method].rpc_method.has_value()),
+        ended_by_pipeline_(metrics->methods()[method].rpc_method.has_value()),
         start_(std::chrono::steady_clock::now()) {}
 
-  void Intercept(grpc::experimental::InterceptorBatchMethods* methods)
-      override {
+  void Intercept(
+      grpc::experimental::InterceptorBatchMethods* methods) override {
     // A failed read (the client half-closed, or the call ended) comes with
     // no message: not counted.
     if (methods->QueryInterceptionHookPoint(HookPoint::POST_RECV_MESSAGE) &&

@@ -7,13 +7,14 @@
 // stream replaces it, or the server shuts down.
 //
 // Served on gRPC's async API, from a completion queue of its own driven by
-// one dedicated thread (SessionStreams), not on the callback API: a charge at memory.max waiting for drain answers
-// (SessionRegistry::DrainRemoteStock) blocks the callback thread it runs on,
-// and with as many such charges as gRPC has callback threads no callback
-// would run to read the answers they wait for (each charge then waited the
-// whole --session_drain_timeout_ms). This thread never charges and never
-// waits for a drain: it only parses messages and takes the registry's mutex,
-// which a waiting charge does not hold (its CondVar wait releases it).
+// one dedicated thread (SessionStreams), not on the callback API: a charge at
+// memory.max waiting for drain answers (SessionRegistry::DrainRemoteStock)
+// blocks the callback thread it runs on, and with as many such charges as gRPC
+// has callback threads no callback would run to read the answers they wait for
+// (each charge then waited the whole --session_drain_timeout_ms). This thread
+// never charges and never waits for a drain: it only parses messages and takes
+// the registry's mutex, which a waiting charge does not hold (its CondVar wait
+// releases it).
 #include "server/rpc/session_stream.h"
 
 #include <deque>
@@ -37,11 +38,11 @@ namespace cgacct {
 // status; the call finishes once the queue is written (a failed write, e.g.
 // the client vanished, drops the rest).
 //
-// Completions arrive on the SessionStreams thread only (Proceed); the registry's
-// Send/End run on other threads (under the registry's mutex). Starting a
-// Write or Finish happens under mu_ (async operations never complete inline,
-// so nothing re-enters). Lifetime: deleted on the service's thread once the
-// Finish completed and no read is outstanding, after Detach (under the
+// Completions arrive on the SessionStreams thread only (Proceed); the
+// registry's Send/End run on other threads (under the registry's mutex).
+// Starting a Write or Finish happens under mu_ (async operations never complete
+// inline, so nothing re-enters). Lifetime: deleted on the service's thread once
+// the Finish completed and no read is outstanding, after Detach (under the
 // registry's mutex, which every registry call into a sink holds): after
 // Detach the registry never calls it again.
 class SessionStreamCall final : public SessionStreamSink {

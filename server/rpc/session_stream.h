@@ -42,8 +42,7 @@ class SessionStreams {
   // generated WithRawMethod_SessionStream::RequestSessionStream).
   using RequestFn = absl::AnyInvocable<void(
       grpc::ServerContext* context,
-      grpc::ServerAsyncReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>*
-          stream,
+      grpc::ServerAsyncReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>* stream,
       grpc::ServerCompletionQueue* cq, void* tag) const>;
 
   SessionStreams(Pipeline& pipeline, RequestFn request);

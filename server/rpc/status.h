@@ -1,6 +1,6 @@
-// The one place where absl::Status (the engine's errors, the pipeline's) becomes
-// a gRPC status (docs/DESIGN.md §4.3): the pipeline works in absl::Status
-// throughout and the rpc room converts once, when it answers.
+// The one place where absl::Status (the engine's errors, the pipeline's)
+// becomes a gRPC status (docs/DESIGN.md §4.3): the pipeline works in
+// absl::Status throughout and the rpc room converts once, when it answers.
 #ifndef CGACCT_SERVER_RPC_STATUS_H_
 #define CGACCT_SERVER_RPC_STATUS_H_
 

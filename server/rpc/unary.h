@@ -35,12 +35,9 @@ namespace rpc_internal {
 // Ends `call` in the pipeline with `status` (recorded once, permit given
 // back), converts the status once and finishes the call on `reactor` (null:
 // the context's DefaultReactor(), which must not have been taken before).
-grpc::ServerUnaryReactor* FinishUnary(Pipeline& pipeline,
-                                      grpc::CallbackServerContext* context,
-                                      CallContext& call,
-                                      const absl::Status& status,
-                                      grpc::ServerUnaryReactor* reactor =
-                                          nullptr);
+grpc::ServerUnaryReactor* FinishUnary(
+    Pipeline& pipeline, grpc::CallbackServerContext* context, CallContext& call,
+    const absl::Status& status, grpc::ServerUnaryReactor* reactor = nullptr);
 
 // The stages before the body: admission, authentication, decoding.
 template <typename Request>
@@ -61,9 +58,9 @@ absl::Status Prologue(Pipeline& pipeline, CallContext& call,
 // A unary call whose body is `(pipeline.*body)(call, request, response)`.
 template <typename Request, typename Response>
 grpc::ServerUnaryReactor* Unary(
-    Pipeline& pipeline, grpc::CallbackServerContext* context,
-    RpcMethod method, Admission admission,
-    const grpc::ByteBuffer* request_bytes, grpc::ByteBuffer* response_bytes,
+    Pipeline& pipeline, grpc::CallbackServerContext* context, RpcMethod method,
+    Admission admission, const grpc::ByteBuffer* request_bytes,
+    grpc::ByteBuffer* response_bytes,
     absl::Status (Pipeline::*body)(CallContext&, const Request&, Response*)) {
   CallContext call = BeginCall(pipeline, method, *context);
   Request request;
@@ -81,9 +78,8 @@ grpc::ServerUnaryReactor* Unary(
 // may be deferred (see the file comment); `Run` carries its state.
 template <typename Request, typename Response, typename Run>
 grpc::ServerUnaryReactor* DeferrableUnary(
-    Pipeline& pipeline, grpc::CallbackServerContext* context,
-    RpcMethod method, const grpc::ByteBuffer* request_bytes,
-    grpc::ByteBuffer* response_bytes,
+    Pipeline& pipeline, grpc::CallbackServerContext* context, RpcMethod method,
+    const grpc::ByteBuffer* request_bytes, grpc::ByteBuffer* response_bytes,
     absl::Status (Pipeline::*body)(CallContext&, const Request&, Response*,
                                    Run*)) {
   CallContext call = BeginCall(pipeline, method, *context);

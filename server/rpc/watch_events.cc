@@ -192,7 +192,7 @@ class WatchEventsReactor final
   // The write's buffer: filled under mu_ only while no write is in flight,
   // read by gRPC during the write.
   v1::EventsUpdate update_;
-  grpc::ByteBuffer update_bytes_;  // update_ serialized, on the wire
+  grpc::ByteBuffer update_bytes_;            // update_ serialized, on the wire
   absl::Status final_ ABSL_GUARDED_BY(mu_);  // what the stream ended with
 };
 
@@ -209,9 +209,9 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* StartWatchEvents(
   absl::Status status = pipeline.Admit(call, Admission::kStream);
   if (status.ok()) status = pipeline.Authenticate(call);
   if (status.ok()) status = ParseRequest(*request_bytes, &request);
-  absl::StatusOr<GroupHandle> group =
-      status.ok() ? pipeline.ResolveWatch(call, request)
-                  : absl::StatusOr<GroupHandle>(status);
+  absl::StatusOr<GroupHandle> group = status.ok()
+                                          ? pipeline.ResolveWatch(call, request)
+                                          : absl::StatusOr<GroupHandle>(status);
   if (group.ok() && hub == nullptr)
     group = absl::UnavailableError(
         "WatchEvents is not served by this server (no events hub)");

@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "engine/group_path.h"
 #include "server/common/wire.h"
+#include "server/sessions/session_state.h"
 
 namespace cgacct {
 namespace {
@@ -31,9 +32,8 @@ const char* PageKindName(PageKind kind) {
 }
 
 std::string QuoteId(absl::string_view id) {
-  return absl::StrCat(
-      "\"", absl::CHexEscape(id.substr(0, kMaxQuotedIdBytes)),
-      id.size() > kMaxQuotedIdBytes ? "...\"" : "\"");
+  return absl::StrCat("\"", absl::CHexEscape(id.substr(0, kMaxQuotedIdBytes)),
+                      id.size() > kMaxQuotedIdBytes ? "...\"" : "\"");
 }
 
 absl::Status NoSuchSession(absl::string_view id) {
@@ -58,46 +58,13 @@ std::string NewSessionId() {
 
 }  // namespace
 
-// What a session holds of one group instance and kind.
-struct Holding {
-  GroupHandle group;
-  std::string path;
-  PageKind kind = PageKind::kAnon;
-  uint64_t nr_pages = 0;
-};
-
-struct SessionRegistry::Session {
-  std::string id;
-  std::string identity;
-  std::string client_name;
-  uint32_t ttl_ms = 0;
-  // Guarded by the registry's mu_ from here on.
-  int64_t deadline_ms = 0;  // lease end, on the steady clock (NowMs())
-  bool closing = false;     // new ops refused; a Finish() owns it
-  int in_flight = 0;        // ops between BeginOp and EndOp
-  uint64_t held = 0;        // sum of holdings
-  uint64_t reserved = 0;    // charges in flight
-  // (group id, kind) -> holding.
-  absl::flat_hash_map<std::pair<uint64_t, int>, Holding> holdings;
-  SessionStreamSink* stream = nullptr;
-};
-
-// One DrainRemoteStock() call waiting for answers (on its caller's stack).
-struct SessionRegistry::Drain {
-  uint64_t id = 0;
-  std::string over_path;
-  absl::flat_hash_set<Session*> pending;
-  std::vector<RemoteStockReturn> returned;
-  uint64_t returned_pages = 0;  // the sum of `returned`
-};
-
 absl::Status SessionOptions::Validate() const {
   if (min_ttl_ms < 1)
     return absl::InvalidArgumentError("session_min_ttl_ms must be >= 1");
   if (max_ttl_ms < min_ttl_ms)
-    return absl::InvalidArgumentError(absl::StrCat(
-        "session_max_ttl_ms ", max_ttl_ms, " is below session_min_ttl_ms ",
-        min_ttl_ms));
+    return absl::InvalidArgumentError(
+        absl::StrCat("session_max_ttl_ms ", max_ttl_ms,
+                     " is below session_min_ttl_ms ", min_ttl_ms));
   if (default_ttl_ms < min_ttl_ms || default_ttl_ms > max_ttl_ms)
     return absl::InvalidArgumentError(absl::StrCat(
         "session_default_ttl_ms ", default_ttl_ms, " out of [", min_ttl_ms,
@@ -105,15 +72,13 @@ absl::Status SessionOptions::Validate() const {
   if (max_pages < 1)
     return absl::InvalidArgumentError("session_max_pages must be >= 1");
   if (max_sessions_per_identity < 1)
-    return absl::InvalidArgumentError(
-        "max_sessions_per_identity must be >= 1");
+    return absl::InvalidArgumentError("max_sessions_per_identity must be >= 1");
   if (drain_timeout < absl::ZeroDuration())
-    return absl::InvalidArgumentError(
-        "session_drain_timeout_ms must be >= 0");
+    return absl::InvalidArgumentError("session_drain_timeout_ms must be >= 0");
   if (drain_wait_threads < 1 || drain_wait_threads > 4096)
-    return absl::InvalidArgumentError(absl::StrCat(
-        "session_drain_wait_threads ", drain_wait_threads,
-        " out of [1, 4096]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("session_drain_wait_threads ", drain_wait_threads,
+                     " out of [1, 4096]"));
   return absl::OkStatus();
 }
 
@@ -130,9 +95,7 @@ SessionRegistry::~SessionRegistry() {
   engine_.SetRemoteStockDrainer(nullptr);
 }
 
-int64_t SessionRegistry::NowMs() const {
-  return clock_.NowNs() / 1000000;
-}
+int64_t SessionRegistry::NowMs() const { return clock_.NowNs() / 1000000; }
 
 void SessionRegistry::Shutdown() {
   {
@@ -200,10 +163,10 @@ absl::StatusOr<v1::OpenSessionResponse> SessionRegistry::Open(
   uint32_t& count = per_identity_[identity];
   if (count >= options_.max_sessions_per_identity) {
     if (count == 0) per_identity_.erase(identity);
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "this caller already has ", count,
-        " open sessions (--max_sessions_per_identity ",
-        options_.max_sessions_per_identity, "); close one first"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("this caller already has ", count,
+                     " open sessions (--max_sessions_per_identity ",
+                     options_.max_sessions_per_identity, "); close one first"));
   }
   ++count;
   session->deadline_ms = NowMs() + ttl_ms;
@@ -264,8 +227,8 @@ absl::Status SessionRegistry::Get(const std::string& identity,
 
 absl::StatusOr<SessionRegistry::Op> SessionRegistry::BeginOp(
     const std::string& identity, absl::string_view session_id,
-    GroupHandle group, absl::string_view path, PageKind kind,
-    uint64_t nr_pages, bool charge) {
+    GroupHandle group, absl::string_view path, PageKind kind, uint64_t nr_pages,
+    bool charge) {
   absl::MutexLock l(&mu_);
   absl::StatusOr<std::shared_ptr<Session>> found =
       FindLocked(&identity, session_id);
@@ -274,20 +237,21 @@ absl::StatusOr<SessionRegistry::Op> SessionRegistry::BeginOp(
   if (charge) {
     const uint64_t after = s.held + s.reserved + nr_pages;
     if (after > options_.max_pages || after < nr_pages)
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "session_id ", QuoteId(session_id), " holds ", s.held, " pages (",
-          s.reserved, " more being charged); ", nr_pages,
-          " more would exceed its max_held_pages of ", options_.max_pages,
-          " (--session_max_pages)"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("session_id ", QuoteId(session_id), " holds ", s.held,
+                       " pages (", s.reserved, " more being charged); ",
+                       nr_pages, " more would exceed its max_held_pages of ",
+                       options_.max_pages, " (--session_max_pages)"));
     s.reserved += nr_pages;
   } else {
-    auto it = s.holdings.find(std::make_pair(group.id(), static_cast<int>(kind)));
+    auto it =
+        s.holdings.find(std::make_pair(group.id(), static_cast<int>(kind)));
     const uint64_t have = it == s.holdings.end() ? 0 : it->second.nr_pages;
     if (nr_pages > have)
-      return absl::FailedPreconditionError(absl::StrCat(
-          "session_id ", QuoteId(session_id), " holds ", have, " ",
-          PageKindName(kind), " pages of ", QuotePath(path), "; cannot uncharge ",
-          nr_pages, " in its name"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("session_id ", QuoteId(session_id), " holds ", have, " ",
+                       PageKindName(kind), " pages of ", QuotePath(path),
+                       "; cannot uncharge ", nr_pages, " in its name"));
     it->second.nr_pages -= nr_pages;
     s.held -= nr_pages;
   }
@@ -301,8 +265,9 @@ absl::StatusOr<SessionRegistry::Op> SessionRegistry::BeginOp(
   op.path = std::string(path);
   // The path is kept with the holding for GetSession and reparenting.
   if (charge) {
-    Holding& h = op.session->holdings[std::make_pair(group.id(),
-                                                     static_cast<int>(kind))];
+    Holding& h =
+        op.session
+            ->holdings[std::make_pair(group.id(), static_cast<int>(kind))];
     if (h.path.empty()) {
       h.group = group;
       h.path = std::string(path);
@@ -360,18 +325,19 @@ uint64_t SessionRegistry::Finish(std::shared_ptr<Session> session,
       per_identity_.erase(count);
     DropFromDrainsLocked(s);
     if (s->stream != nullptr) {
-      s->stream->End(
-          reason == EndReason::kClose
-              ? absl::OkStatus()
-              : absl::NotFoundError(absl::StrCat(
-                    "session_id ", QuoteId(s->id), " expired: no keepalive for ",
-                    s->ttl_ms, " ms; its pages were uncharged")));
+      s->stream->End(reason == EndReason::kClose
+                         ? absl::OkStatus()
+                         : absl::NotFoundError(absl::StrCat(
+                               "session_id ", QuoteId(s->id),
+                               " expired: no keepalive for ", s->ttl_ms,
+                               " ms; its pages were uncharged")));
       s->stream = nullptr;
       attached_.fetch_sub(1, std::memory_order_relaxed);
     }
     for (auto& [key, h] : s->holdings) {
       if (h.nr_pages == 0) continue;
-      holdings.push_back(RemoteStockReturn{h.group, h.path, h.kind, h.nr_pages});
+      holdings.push_back(
+          RemoteStockReturn{h.group, h.path, h.kind, h.nr_pages});
     }
     s->holdings.clear();
     s->held = 0;
@@ -438,8 +404,7 @@ absl::StatusOr<uint64_t> SessionRegistry::Attach(const std::string& identity,
                                                  absl::string_view session_id,
                                                  SessionStreamSink* sink) {
   absl::MutexLock l(&mu_);
-  if (shut_down_)
-    return absl::UnavailableError("cgacctd is shutting down");
+  if (shut_down_) return absl::UnavailableError("cgacctd is shutting down");
   absl::StatusOr<std::shared_ptr<Session>> found =
       FindLocked(&identity, session_id);
   if (!found.ok()) return found.status();
@@ -447,9 +412,8 @@ absl::StatusOr<uint64_t> SessionRegistry::Attach(const std::string& identity,
   if (s.stream != nullptr) {
     // Reconnect: the newer stream wins; the older one may be half-dead.
     DropFromDrainsLocked(&s);
-    s.stream->End(absl::AbortedError(
-        absl::StrCat("session_id ", QuoteId(s.id),
-                     ": replaced by a newer SessionStream")));
+    s.stream->End(absl::AbortedError(absl::StrCat(
+        "session_id ", QuoteId(s.id), ": replaced by a newer SessionStream")));
   } else {
     attached_.fetch_add(1, std::memory_order_relaxed);
   }
@@ -479,200 +443,13 @@ void SessionRegistry::Detach(absl::string_view session_id,
   DropFromDrainsLocked(it->second.get());
 }
 
-void SessionRegistry::DrainAnswer(
-    absl::string_view session_id, SessionStreamSink* sink, uint64_t drain_id,
-    const google::protobuf::RepeatedPtrField<v1::SessionHolding>& returned) {
-  std::vector<RemoteStockReturn> late;
-  {
-    absl::MutexLock l(&mu_);
-    auto sit = sessions_.find(session_id);
-    if (sit == sessions_.end() || sit->second->stream != sink) return;
-    Session& s = *sit->second;
-    auto dit = drains_.find(drain_id);
-    Drain* drain = dit == drains_.end() ? nullptr : dit->second;
-    for (const v1::SessionHolding& r : returned) {
-      const PageKind kind = PageKindFromProto(r.kind());
-      // The holding the client names, or, if that group was deleted since
-      // (its holding moved up, OnGroupDeleted), the nearest ancestor's.
-      Holding* match = nullptr;
-      for (auto& [key, h] : s.holdings) {
-        if (h.kind != kind || h.nr_pages == 0 || !PathAtOrBelow(r.path(), h.path))
-          continue;
-        if (match == nullptr || h.path.size() > match->path.size()) match = &h;
-      }
-      if (match != nullptr) {
-        Holding& h = *match;
-        const uint64_t take = std::min(h.nr_pages, r.nr_pages());
-        h.nr_pages -= take;
-        s.held -= take;
-        stats_.drain_returned_pages += take;
-        RemoteStockReturn back{h.group, h.path, kind, take};
-        if (drain != nullptr) {
-          drain->returned_pages += take;
-          drain->returned.push_back(std::move(back));
-        } else {
-          late.push_back(std::move(back));
-        }
-      }
-    }
-    if (drain != nullptr && drain->pending.erase(&s) > 0) {
-      ++stats_.drain_requests_answered;
-      // The last answer, or pages that may cover the charge: wake it.
-      if (drain->pending.empty() || drain->returned_pages > 0)
-        cv_.SignalAll();
-    }
-  }
-  // Nobody waits for these any more: uncharge them here (no reader slot is
-  // held by this thread).
-  for (const RemoteStockReturn& r : late) UnchargeHolding(r);
-}
-
-std::vector<RemoteStockReturn> SessionRegistry::DrainRemoteStock(
-    uint64_t over_id, absl::string_view over_path, uint64_t nr_pages) {
-  (void)over_id;
-  if (attached_.load(std::memory_order_relaxed) == 0) return {};
-  Drain drain;
-  absl::MutexLock l(&mu_);
-  if (shut_down_) return {};
-  v1::SessionServerMessage message;
-  for (auto& [id, s] : sessions_) {
-    if (!DrainableLocked(*s, over_path)) continue;
-    if (drain.id == 0) {
-      drain.id = ++next_drain_id_;
-      message.set_drain_id(drain.id);
-      message.set_drain_path(std::string(over_path));
-    }
-    message.set_expires_in_ms(static_cast<uint64_t>(
-        std::max<int64_t>(0, s->deadline_ms - NowMs())));
-    drain.pending.insert(s.get());
-    s->stream->Send(message);
-  }
-  if (drain.pending.empty()) {
-    // Nobody holds pages here now, but a drain in flight for an overlapping
-    // group may be bringing some back (answered: out of the holdings, not
-    // yet uncharged by its charge). Join it, as the kernel's trylock makes a
-    // second drainer leave the drain to the first: wait until it is over and
-    // its pages are room in the counters (RemoteStockReturned), at most the
-    // bound, then retry the charge. Without this, such a charge found
-    // nothing to ask, retried before the pages were uncharged, and failed.
-    JoinInFlightLocked(over_path, absl::Now() + options_.drain_timeout);
-    return {};
-  }
-  ++stats_.drains;
-  drain.over_path = std::string(over_path);
-  drains_.emplace(drain.id, &drain);
-  const absl::Time deadline = absl::Now() + options_.drain_timeout;
-  // The wait releases mu_: the answers (DrainAnswer) take it. Pages that
-  // cover the charge end it early: they are room now, and a charge that
-  // joined this drain (or sent its own to the same silent session) waits
-  // for them to be uncharged, not for a session that will not answer.
-  bool timed_out = false;
-  while (!drain.pending.empty() && drain.returned_pages < nr_pages &&
-         !shut_down_) {
-    if (cv_.WaitWithDeadline(&mu_, deadline)) {
-      timed_out = true;
-      break;
-    }
-  }
-  if (timed_out || drain.returned_pages < nr_pages) {
-    stats_.drain_requests_timeout += drain.pending.size();
-  } else {
-    stats_.drain_requests_unneeded += drain.pending.size();
-  }
-  drains_.erase(drain.id);
-  cv_.SignalAll();  // joiners: the drain is over
-  if (drain.returned.empty()) {
-    // Nothing came back (the sessions did not answer in time, or another
-    // drain had taken their pages first): join the drains in flight,
-    // within what is left of the bound, and wait for the pages they
-    // brought back. Not counted as a join: this charge asked itself.
-    JoinInFlightLocked(over_path, deadline, /*count=*/false);
-    return {};
-  }
-  // The engine uncharges these, then calls RemoteStockReturned.
-  ++unsettled_[drain.over_path];
-  return std::move(drain.returned);
-}
-
-void SessionRegistry::JoinInFlightLocked(absl::string_view over_path,
-                                         absl::Time deadline, bool count) {
-  if (!OverlapsDrainLocked(over_path) && !OverlapsUnsettledLocked(over_path))
-    return;
-  if (count) ++stats_.drains_joined;
-  while (OverlapsDrainLocked(over_path) && !shut_down_) {
-    if (cv_.WaitWithDeadline(&mu_, deadline)) break;
-  }
-  // Pages answered but not yet uncharged are room a moment from now: a
-  // charge whose own wait ended while they were in transit must not fail
-  // for want of them. Bounded all the same (a second bound).
-  const absl::Time settle_deadline =
-      std::max(deadline, absl::Now()) + options_.drain_timeout;
-  while (OverlapsUnsettledLocked(over_path) && !shut_down_) {
-    if (cv_.WaitWithDeadline(&mu_, settle_deadline)) break;
-  }
-}
-
-bool SessionRegistry::RemoteDrainWouldWait(uint64_t over_id,
-                                           absl::string_view over_path) {
-  (void)over_id;
-  // A bound of 0: the drain asks and never waits.
-  if (attached_.load(std::memory_order_relaxed) == 0 ||
-      options_.drain_timeout <= absl::ZeroDuration())
-    return false;
-  absl::MutexLock l(&mu_);
-  if (shut_down_) return false;
-  bool would_wait =
-      OverlapsDrainLocked(over_path) || OverlapsUnsettledLocked(over_path);
-  for (auto it = sessions_.begin(); !would_wait && it != sessions_.end(); ++it)
-    would_wait = DrainableLocked(*it->second, over_path);
-  if (would_wait) ++stats_.drains_deferred;
-  return would_wait;
-}
-
-void SessionRegistry::RemoteStockReturned(uint64_t over_id,
-                                          absl::string_view over_path) {
-  (void)over_id;
-  absl::MutexLock l(&mu_);
-  auto it = unsettled_.find(over_path);
-  if (it == unsettled_.end()) return;
-  if (--it->second == 0) unsettled_.erase(it);
-  cv_.SignalAll();
-}
-
-bool SessionRegistry::DrainableLocked(const Session& s,
-                                      absl::string_view over_path) const {
-  if (s.stream == nullptr || s.closing) return false;
-  for (const auto& [key, h] : s.holdings)
-    if (h.nr_pages > 0 && PathAtOrBelow(h.path, over_path)) return true;
-  return false;
-}
-
-namespace {
-// One of the two groups is the other or its ancestor.
-bool Overlap(absl::string_view a, absl::string_view b) {
-  return PathAtOrBelow(a, b) || PathAtOrBelow(b, a);
-}
-}  // namespace
-
-bool SessionRegistry::OverlapsDrainLocked(absl::string_view over_path) const {
-  for (const auto& [id, drain] : drains_)
-    if (Overlap(drain->over_path, over_path)) return true;
-  return false;
-}
-
-bool SessionRegistry::OverlapsUnsettledLocked(
-    absl::string_view over_path) const {
-  for (const auto& [path, n] : unsettled_)
-    if (Overlap(path, over_path)) return true;
-  return false;
-}
-
 void SessionRegistry::OnGroupDeleted(uint64_t group_id,
                                      absl::string_view path) {
   const absl::string_view parent_path = ParentPath(path);
   absl::StatusOr<GroupHandle> parent =
-      parent_path == "/" ? absl::StatusOr<GroupHandle>(absl::NotFoundError("root"))
-                         : engine_.ResolveGroup(parent_path);
+      parent_path == "/"
+          ? absl::StatusOr<GroupHandle>(absl::NotFoundError("root"))
+          : engine_.ResolveGroup(parent_path);
   absl::MutexLock l(&mu_);
   for (auto& [id, s] : sessions_) {
     for (int kind : {static_cast<int>(PageKind::kAnon),

@@ -5,10 +5,11 @@
 // ttl_ms), uncharges everything it still holds through the engine's normal
 // Uncharge (rstat, memory.events and protection see it, as they see any
 // uncharge), then drains the engine's per-CPU stock of those groups
-// (Engine::DrainStock) so memory.current keeps no page of it. Sessions belong to the caller identity that opened them
-// (Caller::identity(), server/auth/authorizer.h): any other identity naming one gets NOT_FOUND,
-// as if it did not exist. Nothing here is persisted: usage is not kept
-// across restarts (§4.12), so neither are sessions.
+// (Engine::DrainStock) so memory.current keeps no page of it. Sessions belong
+// to the caller identity that opened them (Caller::identity(),
+// server/auth/authorizer.h): any other identity naming one gets NOT_FOUND, as
+// if it did not exist. Nothing here is persisted: usage is not kept across
+// restarts (§4.12), so neither are sessions.
 //
 // Holdings are kept per (group instance, page kind). A charge in a session's
 // name is bracketed by BeginOp()/EndOp(): BeginOp reserves the pages against
@@ -19,7 +20,8 @@
 // holdings and is returned by the close, or is refused before it is applied:
 // nothing leaks and no holding goes negative.
 //
-// drain_all_stock() over the network (engine/remote_stock.h): the registry
+// drain_all_stock() over the network (engine/remote_stock.h; implemented in
+// remote_drain.cc): the registry
 // is the engine's RemoteStockDrainer. A charge failing at a group's max asks
 // every attached session holding pages at or below that group, on its
 // SessionStream, to return its stock, and waits at most drain_timeout for the
@@ -110,8 +112,8 @@ class SessionStreamSink {
 struct SessionStats {
   uint64_t sessions = 0;  // open now
   uint64_t opened = 0;
-  uint64_t closed = 0;   // by CloseSession
-  uint64_t expired = 0;  // by the reaper
+  uint64_t closed = 0;                 // by CloseSession
+  uint64_t expired = 0;                // by the reaper
   uint64_t returned_pages_close = 0;   // uncharged by closes
   uint64_t returned_pages_expire = 0;  // uncharged by expiries
   uint64_t drains = 0;                 // charges that asked sessions
@@ -144,8 +146,8 @@ class SessionRegistry final : public RemoteStockDrainer {
   // over 128 bytes; RESOURCE_EXHAUSTED the identity already has
   // max_sessions_per_identity sessions; UNAVAILABLE after Shutdown().
   absl::StatusOr<cgacct::v1::OpenSessionResponse> Open(
-      const std::string& identity, const cgacct::v1::OpenSessionRequest& request)
-      ABSL_LOCKS_EXCLUDED(mu_);
+      const std::string& identity,
+      const cgacct::v1::OpenSessionRequest& request) ABSL_LOCKS_EXCLUDED(mu_);
 
   // CloseSession: waits for the session's ops in flight, then uncharges
   // every holding; returns the pages the engine uncharged (FILE pages
@@ -208,11 +210,10 @@ class SessionRegistry final : public RemoteStockDrainer {
   // A drain answer on `sink`'s stream: the returned pages leave the
   // session's holdings (at most what it holds of each path and kind) and are
   // uncharged, by the waiting charge or, once it stopped waiting, here.
-  void DrainAnswer(absl::string_view session_id, SessionStreamSink* sink,
-                   uint64_t drain_id,
-                   const google::protobuf::RepeatedPtrField<
-                       cgacct::v1::SessionHolding>& returned)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  void DrainAnswer(
+      absl::string_view session_id, SessionStreamSink* sink, uint64_t drain_id,
+      const google::protobuf::RepeatedPtrField<cgacct::v1::SessionHolding>&
+          returned) ABSL_LOCKS_EXCLUDED(mu_);
   // The stream ended: `sink` is no longer attached (no-op if replaced).
   void Detach(absl::string_view session_id, SessionStreamSink* sink)
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -235,16 +236,18 @@ class SessionRegistry final : public RemoteStockDrainer {
   // are uncharged when they arrive), or drain_timeout.
   std::vector<RemoteStockReturn> DrainRemoteStock(uint64_t over_id,
                                                   absl::string_view over_path,
-                                                  uint64_t nr_pages)
-      override ABSL_LOCKS_EXCLUDED(mu_);
-  void RemoteStockReturned(uint64_t over_id, absl::string_view over_path)
-      override ABSL_LOCKS_EXCLUDED(mu_);
+                                                  uint64_t nr_pages) override
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void RemoteStockReturned(uint64_t over_id,
+                           absl::string_view over_path) override
+      ABSL_LOCKS_EXCLUDED(mu_);
   // True when an attached session holds pages at or below `over_path`, or
   // a drain overlapping it is in flight or its pages not yet uncharged:
   // the charge is deferred to a waiting thread (counted in
   // SessionStats::drains_deferred).
-  bool RemoteDrainWouldWait(uint64_t over_id, absl::string_view over_path)
-      override ABSL_LOCKS_EXCLUDED(mu_);
+  bool RemoteDrainWouldWait(uint64_t over_id,
+                            absl::string_view over_path) override
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   SessionStats stats() const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -301,8 +304,7 @@ class SessionRegistry final : public RemoteStockDrainer {
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Session>> sessions_
       ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, uint32_t> per_identity_
-      ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, uint32_t> per_identity_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, Drain*> drains_ ABSL_GUARDED_BY(mu_);
   uint64_t next_drain_id_ ABSL_GUARDED_BY(mu_) = 0;
   // Limiting group path -> drains that returned pages the engine has not

@@ -20,8 +20,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "tests/server/daemon.h"
 #include "nlohmann/json.hpp"
+#include "tests/server/daemon.h"
 
 namespace cgacct {
 namespace {
@@ -151,7 +151,8 @@ TEST_F(CgacctctlTest, UsageErrorsExit2WithOneLineAndSendNothing) {
   ExpectUsageError(Run({}), "missing command");
   ExpectUsageError(Run({"frobnicate", "/a"}), "unknown command \"frobnicate\"");
   // Flags are usage errors too (Abseil alone exits 1 for them).
-  ExpectUsageError(Run({"--bogusflag", "stat", "/a"}), "unknown flag --bogusflag");
+  ExpectUsageError(Run({"--bogusflag", "stat", "/a"}),
+                   "unknown flag --bogusflag");
   ExpectUsageError(Run({"--timeout=soon", "stat", "/a"}), "--timeout");
   ExpectUsageError(Run({"charge", "/a", "-5", "anon"}), "\"-5\" is not a flag");
   ExpectUsageError(Run({"cat", "/a"}), "wrong number of arguments");

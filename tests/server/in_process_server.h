@@ -26,8 +26,8 @@ struct InProcessServer {
 // GrpcServerMetrics::NewInterceptorFactory()).
 inline InProcessServer StartInProcessServer(
     grpc::Service* service,
-    std::vector<std::unique_ptr<
-        grpc::experimental::ServerInterceptorFactoryInterface>>
+    std::vector<
+        std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
         interceptors = {}) {
   InProcessServer out;
   grpc::ServerBuilder builder;

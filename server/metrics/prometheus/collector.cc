@@ -16,12 +16,12 @@ using prometheus::MetricType;
 
 // cgacct_group_series_dropped{reason}: groups a scrape left out.
 MetricFamily DroppedFamily(uint64_t by_depth, uint64_t by_max_groups) {
-  MetricFamily dropped = Family(
-      "cgacct_group_series_dropped",
-      "Groups this scrape exported no per-group series for, by reason: "
-      "depth (deeper than --metrics_group_depth) or max_groups (past "
-      "--metrics_max_groups).",
-      MetricType::Gauge);
+  MetricFamily dropped =
+      Family("cgacct_group_series_dropped",
+             "Groups this scrape exported no per-group series for, by reason: "
+             "depth (deeper than --metrics_group_depth) or max_groups (past "
+             "--metrics_max_groups).",
+             MetricType::Gauge);
   dropped.metric.push_back(
       GaugeMetric(static_cast<double>(by_depth), {{"reason", "depth"}}));
   dropped.metric.push_back(GaugeMetric(static_cast<double>(by_max_groups),
@@ -251,21 +251,20 @@ void MetricsCollector::CollectRpc(Families& out) const {
   }
 }
 
-void MetricsCollector::CollectGroups(Families& out,
-                                     uint64_t nr_groups) const {
+void MetricsCollector::CollectGroups(Families& out, uint64_t nr_groups) const {
   MetricFamily current =
       Family("cgacct_group_memory_current_bytes",
              "memory.current of a group (pages in per-CPU stocks included).",
              MetricType::Gauge);
-  MetricFamily max = Family(
-      "cgacct_group_memory_max_bytes",
-      "memory.max of a group; +Inf when it is \"max\" (no limit).",
-      MetricType::Gauge);
-  MetricFamily events = Family(
-      "cgacct_group_memory_events_total",
-      "memory.events of a group (hierarchical: the group and its "
-      "descendants), by event.",
-      MetricType::Counter);
+  MetricFamily max =
+      Family("cgacct_group_memory_max_bytes",
+             "memory.max of a group; +Inf when it is \"max\" (no limit).",
+             MetricType::Gauge);
+  MetricFamily events =
+      Family("cgacct_group_memory_events_total",
+             "memory.events of a group (hierarchical: the group and its "
+             "descendants), by event.",
+             MetricType::Counter);
   const uint64_t page_size = engine_.page_size_bytes();
   const uint64_t page_counter_max = engine_.page_counter_max();
   uint64_t exported = 0;
@@ -300,9 +299,9 @@ void MetricsCollector::CollectGroups(Families& out,
               field.value == &MemoryEvents::sock_throttled) {
             continue;
           }
-          events.metric.push_back(CounterMetric(
-              static_cast<double>(stats->events.*field.value),
-              {{"event", field.name}, {"path", path}}));
+          events.metric.push_back(
+              CounterMetric(static_cast<double>(stats->events.*field.value),
+                            {{"event", field.name}, {"path", path}}));
         }
       } else {
         ++dropped_max_groups;
@@ -331,8 +330,7 @@ void MetricsCollector::CollectGroups(Families& out,
     options_.on_first_drop(absl::StrCat(
         "/metrics: ", dropped_max_groups, " of ", seen,
         " groups within --metrics_group_depth=", options_.group_depth,
-        " get no per-group series (--metrics_max_groups=",
-        options_.max_groups,
+        " get no per-group series (--metrics_max_groups=", options_.max_groups,
         "); cgacct_group_series_dropped{reason=\"max_groups\"} counts them "
         "on every scrape; this is said once"));
   }

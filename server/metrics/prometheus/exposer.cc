@@ -90,9 +90,9 @@ absl::StatusOr<std::unique_ptr<MetricsExposer>> MetricsExposer::Start(
     // civetweb reports a taken port or a bad address by throwing, with a
     // message about its own internals ("null context when constructing
     // CivetServer"); say what the operator can act on instead.
-    return absl::UnavailableError(absl::StrCat(
-        "cannot serve metrics on ", listen, ": ", WhyCannotBind(listen),
-        " (--metrics_listen)"));
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve metrics on ", listen, ": ",
+                     WhyCannotBind(listen), " (--metrics_listen)"));
   }
   if (!options.basic_auth_password.empty()) {
     // Registered before any collectable, so /metrics never answers without

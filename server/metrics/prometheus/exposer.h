@@ -54,10 +54,10 @@ class MetricsExposer {
   int port() const { return port_; }
 
  private:
-  MetricsExposer(std::unique_ptr<prometheus::Exposer> exposer,
-                 std::vector<std::shared_ptr<prometheus::Collectable>>
-                     collectables,
-                 int port);
+  MetricsExposer(
+      std::unique_ptr<prometheus::Exposer> exposer,
+      std::vector<std::shared_ptr<prometheus::Collectable>> collectables,
+      int port);
 
   std::unique_ptr<prometheus::Exposer> exposer_;
   // The Exposer keeps only weak_ptrs; this keeps the collectables alive.

@@ -122,18 +122,18 @@ std::vector<MetricFamily> ProcessCollector::Collect() const {
   }
   rlimit nofile{};
   if (getrlimit(RLIMIT_NOFILE, &nofile) == 0) {
-    out.push_back(OneValue(
-        "process_max_fds", "Maximum number of open file descriptors.",
-        MetricType::Gauge,
-        nofile.rlim_cur == RLIM_INFINITY
-            ? std::numeric_limits<double>::infinity()
-            : static_cast<double>(nofile.rlim_cur)));
+    out.push_back(OneValue("process_max_fds",
+                           "Maximum number of open file descriptors.",
+                           MetricType::Gauge,
+                           nofile.rlim_cur == RLIM_INFINITY
+                               ? std::numeric_limits<double>::infinity()
+                               : static_cast<double>(nofile.rlim_cur)));
   }
   if (const auto start = ReadStartTime()) {
-    out.push_back(OneValue(
-        "process_start_time_seconds",
-        "Start time of the process since unix epoch in seconds.",
-        MetricType::Gauge, *start));
+    out.push_back(
+        OneValue("process_start_time_seconds",
+                 "Start time of the process since unix epoch in seconds.",
+                 MetricType::Gauge, *start));
   }
   return out;
 }

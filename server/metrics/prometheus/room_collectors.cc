@@ -12,20 +12,19 @@ using prometheus::MetricFamily;
 using prometheus::MetricType;
 
 std::vector<MetricFamily> GrpcServerCollector::Collect() const {
-  MetricFamily started =
-      Family("grpc_server_started_total",
-             "Total number of RPCs started on the server.",
-             MetricType::Counter);
+  MetricFamily started = Family("grpc_server_started_total",
+                                "Total number of RPCs started on the server.",
+                                MetricType::Counter);
   MetricFamily handled = Family(
       "grpc_server_handled_total",
       "Total number of RPCs completed on the server, regardless of success "
       "or failure.",
       MetricType::Counter);
-  MetricFamily seconds = Family(
-      "grpc_server_handling_seconds",
-      "Histogram of response latency (seconds) of gRPC that had been "
-      "application-level handled by the server.",
-      MetricType::Histogram);
+  MetricFamily seconds =
+      Family("grpc_server_handling_seconds",
+             "Histogram of response latency (seconds) of gRPC that had been "
+             "application-level handled by the server.",
+             MetricType::Histogram);
   MetricFamily received =
       Family("grpc_server_msg_received_total",
              "Total number of RPC stream messages received on the server.",
@@ -60,9 +59,8 @@ std::vector<MetricFamily> GrpcServerCollector::Collect() const {
       // OK always (rates start at zero), other codes once seen.
       if (n == 0 && c != 0) continue;
       ClientMetric metric = counter(n);
-      metric.label.insert(
-          metric.label.begin(),
-          {"grpc_code", GrpcCodeGoName(c)});
+      metric.label.insert(metric.label.begin(),
+                          {"grpc_code", GrpcCodeGoName(c)});
       handled.metric.push_back(std::move(metric));
     }
     seconds.metric.push_back(HistogramMetric(
@@ -126,7 +124,8 @@ class SessionMetrics final : public prometheus::Collectable {
       out.push_back(std::move(f));
     };
     const ClientMetric gauge = GaugeMetric(static_cast<double>(s.sessions));
-    add("cgacct_sessions", "Sessions open now (OpenSession, not yet closed or expired).",
+    add("cgacct_sessions",
+        "Sessions open now (OpenSession, not yet closed or expired).",
         MetricType::Gauge, {gauge});
     add("cgacct_sessions_opened_total", "Sessions opened.", MetricType::Counter,
         {counter(static_cast<double>(s.opened))});

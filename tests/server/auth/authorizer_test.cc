@@ -73,7 +73,8 @@ TEST(AuthenticateTest, TheFirstCertificateIdentityThePolicyNamesIsTheCaller) {
   EXPECT_TRUE(a.caller.admin());
 }
 
-TEST(AuthenticateTest, RefusalsKeepAnIdentityForAdmissionAndCountOnlyWhenAnswered) {
+TEST(AuthenticateTest,
+     RefusalsKeepAnIdentityForAdmissionAndCountOnlyWhenAnswered) {
   AuthFailureCounts counts;
   Authorizer authorizer(Config(true, "tenant-a rw /a\n"), &counts);
   // A certificate the policy does not name: refused, but its identity is

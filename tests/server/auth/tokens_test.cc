@@ -18,9 +18,8 @@ constexpr char kTokenA[] = "token-of-tenant-a-0123456789";
 constexpr char kTokenAdmin[] = "token-of-the-admin-0123456789";
 
 TEST(TokenTableTest, LooksUpAndRefusesShortOrDuplicateTokens) {
-  absl::StatusOr<TokenTable> t =
-      TokenTable::Parse(absl::StrCat("tenant-a ", kTokenA, "\nadmin ",
-                                     kTokenAdmin, "\n"));
+  absl::StatusOr<TokenTable> t = TokenTable::Parse(
+      absl::StrCat("tenant-a ", kTokenA, "\nadmin ", kTokenAdmin, "\n"));
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_EQ(t->Lookup(kTokenA), "tenant-a");
   EXPECT_EQ(t->Lookup(kTokenAdmin), "admin");
@@ -28,9 +27,8 @@ TEST(TokenTableTest, LooksUpAndRefusesShortOrDuplicateTokens) {
   EXPECT_EQ(t->Lookup(""), std::nullopt);
   EXPECT_THAT(std::string(TokenTable::Parse("x short\n").status().message()),
               HasSubstr("at least 16"));
-  absl::Status dup = TokenTable::Parse(absl::StrCat(
-                                           "x ", kTokenA, "\ny ", kTokenA))
-                         .status();
+  absl::Status dup =
+      TokenTable::Parse(absl::StrCat("x ", kTokenA, "\ny ", kTokenA)).status();
   EXPECT_THAT(std::string(dup.message()), HasSubstr("line 2"));
   // A message never quotes the token itself.
   EXPECT_THAT(std::string(dup.message()), ::testing::Not(HasSubstr(kTokenA)));

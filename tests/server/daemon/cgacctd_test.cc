@@ -6,8 +6,8 @@
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
-#include <poll.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
@@ -16,15 +16,15 @@
 
 #include <chrono>
 #include <regex>
-#include <utility>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "cgacct/v1/accounting.grpc.pb.h"
 #include "health_check.grpc.pb.h"
 #include "tests/server/daemon.h"
-#include "absl/strings/escaping.h"
 #include "tests/server/http_get.h"
 #include "tests/server/test_certs.h"
 
@@ -36,7 +36,6 @@ using test_util::Daemon;
 using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::StartsWith;
-
 
 constexpr std::chrono::seconds kTimeout(20);
 
@@ -96,7 +95,8 @@ TEST(CgacctdTest, ServesPrintsRealPortsAndStopsOnSigterm) {
 // reads 1, not 0.
 TEST(CgacctdTest, AdaptiveReportsItsHoldBudgetRoundedUp) {
   const std::pair<std::vector<std::string>, uint64_t> cases[] = {
-      {{}, 0}, {{"--flush_hold_budget=999ns"}, 1},
+      {{}, 0},
+      {{"--flush_hold_budget=999ns"}, 1},
       {{"--flush_hold_budget=50us"}, 50}};
   for (const auto& [extra, want_us] : cases) {
     std::vector<std::string> flags = {
@@ -168,9 +168,9 @@ TEST(CgacctdTest, LargeScrapeArrivesWholeWithoutGzip) {
     ASSERT_TRUE(std::regex_search(headers, m, kLength)) << headers;
     const size_t body = response.size() - header_end - 4;
     EXPECT_EQ(body, std::stoul(m[1])) << "scrape " << scrape;
-    EXPECT_NE(response.find("/scrape-group-" + std::to_string(kGroups - 1) +
-                            "\""),
-              std::string::npos)
+    EXPECT_NE(
+        response.find("/scrape-group-" + std::to_string(kGroups - 1) + "\""),
+        std::string::npos)
         << "scrape " << scrape << ": the last group's series is missing";
   }
   daemon.Signal(SIGTERM);
@@ -281,8 +281,9 @@ TEST(CgacctdTest, HealthListenServesHealthAlone) {
   {
     grpc::ClientContext context;
     cgacct::v1::EngineInfo info;
-    const grpc::Status s = cgacct::v1::Accounting::NewStub(channel)->GetEngineInfo(
-        &context, cgacct::v1::GetEngineInfoRequest(), &info);
+    const grpc::Status s =
+        cgacct::v1::Accounting::NewStub(channel)->GetEngineInfo(
+            &context, cgacct::v1::GetEngineInfoRequest(), &info);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::UNIMPLEMENTED)
         << s.error_message();
   }
@@ -381,7 +382,8 @@ TEST(CgacctdTest, VersionIsTheProjectsNotAbseilsDefault) {
   const std::string line = daemon.ReadStdoutLine(kTimeout);
   EXPECT_EQ(daemon.WaitExit(kTimeout), 0) << daemon.ReadStderr();
   EXPECT_TRUE(std::regex_match(
-      line, std::regex(R"(cgacctd \d+\.\d+\.\d+ \(git ([0-9a-f]{12}|unknown)\)\n?)")))
+      line,
+      std::regex(R"(cgacctd \d+\.\d+\.\d+ \(git ([0-9a-f]{12}|unknown)\)\n?)")))
       << line;
 }
 
@@ -478,11 +480,10 @@ TEST(CgacctdTest, HalfOpenHttpConnectionsDoNotStallAScrape) {
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   const auto start = std::chrono::steady_clock::now();
-  const std::string scrape =
-      test_util::HttpGet(ports.metrics_port, "/metrics");
-  const double seconds = std::chrono::duration<double>(
-                             std::chrono::steady_clock::now() - start)
-                             .count();
+  const std::string scrape = test_util::HttpGet(ports.metrics_port, "/metrics");
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
   EXPECT_THAT(scrape, HasSubstr("cgacct_groups"));
   EXPECT_LT(seconds, 2.0) << "a scrape behind 16 half-open connections";
   for (int fd : slow) close(fd);
@@ -588,8 +589,7 @@ TEST(CgacctdAuthTest, MtlsTokensPolicyAndSighupReload) {
     grpc::ChannelArguments args;
     args.SetSslTargetNameOverride("localhost");
     return cgacct::v1::Accounting::NewStub(grpc::CreateCustomChannel(
-        "127.0.0.1:" + std::to_string(port), grpc::SslCredentials(ssl),
-        args));
+        "127.0.0.1:" + std::to_string(port), grpc::SslCredentials(ssl), args));
   };
   auto info = [](cgacct::v1::Accounting::Stub& s, const std::string& token,
                  grpc::Status* status) {
@@ -598,8 +598,8 @@ TEST(CgacctdAuthTest, MtlsTokensPolicyAndSighupReload) {
                          std::chrono::seconds(10));
     if (!token.empty()) context.AddMetadata("authorization", "Bearer " + token);
     cgacct::v1::EngineInfo out;
-    *status = s.GetEngineInfo(&context, cgacct::v1::GetEngineInfoRequest(),
-                              &out);
+    *status =
+        s.GetEngineInfo(&context, cgacct::v1::GetEngineInfoRequest(), &out);
     return out.caller_identity();
   };
   grpc::Status status;

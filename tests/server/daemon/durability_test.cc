@@ -70,9 +70,8 @@ int StartDaemon(std::unique_ptr<Daemon>& daemon, const std::string& state_dir,
 }
 
 std::unique_ptr<v1::Accounting::Stub> Connect(int port) {
-  return v1::Accounting::NewStub(
-      grpc::CreateChannel(absl::StrCat("127.0.0.1:", port),
-                          grpc::InsecureChannelCredentials()));
+  return v1::Accounting::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
 }
 
 // Every group below `root` (recursive) -> its memory.max in bytes.
@@ -264,8 +263,8 @@ TEST(DurabilityTest, StoreOfAnotherPageSizeIsRefused) {
     daemon->Signal(SIGTERM);
     EXPECT_EQ(daemon->WaitExit(kTimeout), 0);
   }
-  Daemon other({"--listen=127.0.0.1:0", "--metrics_listen=",
-                "--page_size=8192", "--state_dir=" + dir.path()});
+  Daemon other({"--listen=127.0.0.1:0", "--metrics_listen=", "--page_size=8192",
+                "--state_dir=" + dir.path()});
   EXPECT_EQ(other.WaitExit(kTimeout), 3);
   EXPECT_THAT(other.ReadStderr(),
               ::testing::AllOf(::testing::HasSubstr("page_size=4096"),
@@ -373,11 +372,10 @@ TEST(DurabilityTest, ChargesWithIdsFrom16ThreadsAreAppliedOnceAcrossSigterm) {
       }
     }
   }
-  const double retry_us =
-      std::chrono::duration<double, std::micro>(
-          std::chrono::steady_clock::now() - retry_start)
-          .count() /
-      (kThreads * kIdsPerThread);
+  const double retry_us = std::chrono::duration<double, std::micro>(
+                              std::chrono::steady_clock::now() - retry_start)
+                              .count() /
+                          (kThreads * kIdsPerThread);
   // A second round changes nothing: every id is now a replay.
   for (int t = 0; t < kThreads; ++t) {
     for (int i = 0; i < kIdsPerThread; i += 7) {

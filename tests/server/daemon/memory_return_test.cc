@@ -127,8 +127,8 @@ TEST(MemoryReturnTest, RssBackUnderTwiceIdleAfter300BigStreamsClose) {
   v1::ChargeBatchRequest batch;
   for (int i = 0; i < kOpsPerBatch; ++i) {
     v1::ChargeOp* op = batch.add_ops();
-    op->set_path(absl::StrCat("/missing-", i, "/",
-                              std::string(kPathBytes - 20, 'x')));
+    op->set_path(
+        absl::StrCat("/missing-", i, "/", std::string(kPathBytes - 20, 'x')));
     op->set_nr_pages(1);
     op->set_kind(v1::PAGE_KIND_ANON);
   }

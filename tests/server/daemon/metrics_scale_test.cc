@@ -11,8 +11,8 @@
 // for tests/bench/RESULTS.md. ctest label "scale", RUN_SERIAL; ~60 s on 2
 // cores (g++ RelWithDebInfo). Sanitizer builds run it at a tenth of the
 // scale (kScaleDown).
-#include <gtest/gtest.h>
 #include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -55,7 +55,7 @@ constexpr int kScaleDown = 1;
 #endif
 constexpr int kSmall = 10000 / kScaleDown;  // groups in the first phase
 constexpr int kLarge = 100000 / kScaleDown;
-constexpr int kCap = 10000 / kScaleDown;    // --metrics_max_groups
+constexpr int kCap = 10000 / kScaleDown;  // --metrics_max_groups
 
 struct Ports {
   int port = 0;
@@ -175,7 +175,8 @@ Scrape CurlScrape(int port, bool gzip, const std::string& dir) {
   EXPECT_EQ(ReadFile(body).size(), out.wire_bytes);
   if (gzip) {
     EXPECT_NE(head.find("Content-Encoding: gzip"), std::string::npos) << head;
-    EXPECT_EQ(RunShell(absl::StrCat("gzip -dc < ", body, " > ", body, ".txt")), 0);
+    EXPECT_EQ(RunShell(absl::StrCat("gzip -dc < ", body, " > ", body, ".txt")),
+              0);
     out.body = ReadFile(body + ".txt");
   } else {
     out.body = ReadFile(body);
@@ -205,10 +206,10 @@ std::string ScrapeAndCheck(int port, const std::string& what,
       last = std::move(s.body);
     }
     std::sort(seconds.begin(), seconds.end());
-    std::printf("SCRAPE %s %s: %zu bytes on the wire (%zu decompressed), "
-                "median %.3f s of 3 (curl time_total)\n",
-                what.c_str(), gzip ? "gzip" : "plain", wire, plain,
-                seconds[1]);
+    std::printf(
+        "SCRAPE %s %s: %zu bytes on the wire (%zu decompressed), "
+        "median %.3f s of 3 (curl time_total)\n",
+        what.c_str(), gzip ? "gzip" : "plain", wire, plain, seconds[1]);
     std::fflush(stdout);
   }
   return last;
@@ -282,9 +283,9 @@ TEST(MetricsScaleTest, TenAndHundredThousandGroups) {
     ++said;
   }
   EXPECT_EQ(said, 1u) << err;
-  EXPECT_NE(err.find(absl::StrCat("cgacctd: /metrics: 2 of ", kSmall + 2,
-                                  " groups")),
-            std::string::npos)
+  EXPECT_NE(
+      err.find(absl::StrCat("cgacctd: /metrics: 2 of ", kSmall + 2, " groups")),
+      std::string::npos)
       << err;
 
   // Every one of kLarge groups exported: the largest body.

@@ -12,8 +12,8 @@
 namespace cgacct {
 namespace {
 
-using ::testing::HasSubstr;
 using test_util::TestCerts;
+using ::testing::HasSubstr;
 
 TEST(LoopbackTest, OnlyLocalAddressesAreLoopback) {
   EXPECT_TRUE(IsLoopbackListenAddress("127.0.0.1:50051"));

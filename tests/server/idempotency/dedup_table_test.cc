@@ -53,8 +53,8 @@ DedupTable::Options TableOptions(const Clock* clock) {
 }
 
 DedupFingerprint Fp(uint64_t nr_pages) {
-  return DedupFingerprint::Of(DedupFingerprint::Method::kCharge, "/a",
-                              nr_pages, 1, std::nullopt);
+  return DedupFingerprint::Of(DedupFingerprint::Method::kCharge, "/a", nr_pages,
+                              1, std::nullopt);
 }
 
 TEST(DedupTableTest, KeysAreCheckedNamingTheField) {
@@ -65,7 +65,8 @@ TEST(DedupTableTest, KeysAreCheckedNamingTheField) {
   EXPECT_EQ(empty.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(empty.message()),
               HasSubstr("request_id must not be empty"));
-  absl::Status long_key = table.ValidateKey(std::string(kMaxRequestIdBytes + 1, 'x'));
+  absl::Status long_key =
+      table.ValidateKey(std::string(kMaxRequestIdBytes + 1, 'x'));
   EXPECT_THAT(std::string(long_key.message()),
               HasSubstr("request_id is 129 bytes; at most 128"));
 }
@@ -76,9 +77,8 @@ TEST(DedupTableTest, AnAnsweredKeyIsStoredThenReplayed) {
   DedupTable table(TableOptions(&clock), store);
   DedupTable::Entry entry;
   std::optional<DedupAnswer> replay;
-  ASSERT_TRUE(table.Begin(DedupKey("alice", 7, "k"), Fp(5), "k", &entry,
-                          &replay)
-                  .ok());
+  ASSERT_TRUE(
+      table.Begin(DedupKey("alice", 7, "k"), Fp(5), "k", &entry, &replay).ok());
   EXPECT_FALSE(replay.has_value());
   // A retry while the first is applied: in flight.
   DedupTable::Entry second;
@@ -96,9 +96,9 @@ TEST(DedupTableTest, AnAnsweredKeyIsStoredThenReplayed) {
   ASSERT_EQ(store.put.size(), 1u);
   EXPECT_GT(store.put[0].arrived_unix_ns, 0);
   EXPECT_EQ(store.last_capacity, 8u);
-  ASSERT_TRUE(table.Begin(DedupKey("alice", 7, "k"), Fp(5), "k", &second,
-                          &replay)
-                  .ok());
+  ASSERT_TRUE(
+      table.Begin(DedupKey("alice", 7, "k"), Fp(5), "k", &second, &replay)
+          .ok());
   ASSERT_TRUE(replay.has_value());
   EXPECT_EQ(replay->nr_pages, 5u);
   // Another request under the same key: refused, naming what differs.
@@ -109,9 +109,8 @@ TEST(DedupTableTest, AnAnsweredKeyIsStoredThenReplayed) {
   EXPECT_THAT(std::string(mismatch.message()),
               HasSubstr("was already used for a different request (method"));
   // The same client key of another identity or scope is another entry.
-  ASSERT_TRUE(table.Begin(DedupKey("bob", 7, "k"), Fp(6), "k", &second,
-                          &replay)
-                  .ok());
+  ASSERT_TRUE(
+      table.Begin(DedupKey("bob", 7, "k"), Fp(6), "k", &second, &replay).ok());
   EXPECT_FALSE(replay.has_value());
 }
 

@@ -24,8 +24,8 @@ constexpr uint64_t kPage = 4096;
 
 std::string MakeTempDir() {
   const char* base = getenv("TMPDIR");
-  std::string templ = absl::StrCat(base != nullptr ? base : "/tmp",
-                                   "/cgacct-store-XXXXXX");
+  std::string templ =
+      absl::StrCat(base != nullptr ? base : "/tmp", "/cgacct-store-XXXXXX");
   return mkdtemp(templ.data()) != nullptr ? templ : "";
 }
 
@@ -43,7 +43,6 @@ Limits MakeLimits(uint64_t max, uint64_t high, uint64_t min, uint64_t low) {
   l.low_pages = low;
   return l;
 }
-
 
 class SqliteStateStoreTest : public ::testing::Test {
  protected:
@@ -66,7 +65,8 @@ TEST_F(SqliteStateStoreTest, GroupsComeBackInCreationOrderWithTheirLimits) {
   {
     std::unique_ptr<SqliteStateStore> store = Open();
     ASSERT_NE(store, nullptr);
-    absl::StatusOr<uint64_t> a = store->CreateGroup("/a", MakeLimits(9, 8, 1, 2));
+    absl::StatusOr<uint64_t> a =
+        store->CreateGroup("/a", MakeLimits(9, 8, 1, 2));
     ASSERT_TRUE(a.ok());
     gen_a = *a;
     ASSERT_TRUE(store->CreateGroup("/z", MakeLimits(1, 1, 0, 0)).ok());

@@ -41,16 +41,14 @@ TEST(GrpcMethodsTest, TypesFromTheProto) {
   EXPECT_EQ(type_of("grpc.health.v1.Health", "Check"), "unary");
   EXPECT_EQ(type_of("grpc.health.v1.Health", "Watch"), "server_stream");
   EXPECT_EQ(GrpcCodeGoName(absl_code::OK), std::string("OK"));
-  EXPECT_EQ(GrpcCodeGoName(absl_code::CANCELLED),
-            std::string("Canceled"));
+  EXPECT_EQ(GrpcCodeGoName(absl_code::CANCELLED), std::string("Canceled"));
   EXPECT_EQ(GrpcCodeGoName(absl_code::INVALID_ARGUMENT),
             std::string("InvalidArgument"));
   EXPECT_EQ(GrpcCodeGoName(absl_code::RESOURCE_EXHAUSTED),
             std::string("ResourceExhausted"));
   EXPECT_EQ(GrpcCodeGoName(absl_code::UNAUTHENTICATED),
             std::string("Unauthenticated"));
-  EXPECT_EQ(GrpcCodeGoName(99),
-            std::string("Unknown"));
+  EXPECT_EQ(GrpcCodeGoName(99), std::string("Unknown"));
 }
 
 TEST(GrpcMethodsTest, AccountingMethodsAreTheOnesThePipelineEnds) {

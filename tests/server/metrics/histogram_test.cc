@@ -36,12 +36,12 @@ TEST(LatencyHistogramTest, BucketsArePowersOfTwoMicroseconds) {
 // hundreds of ns) lands in a bucket of its own instead of le=1e-06.
 TEST(LatencyHistogramTest, HoldBucketsAreOneTwoFiveFromFiftyNanoseconds) {
   EXPECT_EQ(LatencyHistogram::HoldBucketFor(0), 0);
-  EXPECT_EQ(LatencyHistogram::HoldBucketFor(50), 0);    // le 50 ns
-  EXPECT_EQ(LatencyHistogram::HoldBucketFor(51), 1);    // le 100 ns
-  EXPECT_EQ(LatencyHistogram::HoldBucketFor(150), 2);   // le 200 ns
-  EXPECT_EQ(LatencyHistogram::HoldBucketFor(201), 3);   // le 500 ns
-  EXPECT_EQ(LatencyHistogram::HoldBucketFor(999), 4);   // le 1 µs
-  EXPECT_EQ(LatencyHistogram::HoldBucketFor(45'341'000), 18);  // le 50 ms
+  EXPECT_EQ(LatencyHistogram::HoldBucketFor(50), 0);              // le 50 ns
+  EXPECT_EQ(LatencyHistogram::HoldBucketFor(51), 1);              // le 100 ns
+  EXPECT_EQ(LatencyHistogram::HoldBucketFor(150), 2);             // le 200 ns
+  EXPECT_EQ(LatencyHistogram::HoldBucketFor(201), 3);             // le 500 ns
+  EXPECT_EQ(LatencyHistogram::HoldBucketFor(999), 4);             // le 1 µs
+  EXPECT_EQ(LatencyHistogram::HoldBucketFor(45'341'000), 18);     // le 50 ms
   EXPECT_EQ(LatencyHistogram::HoldBucketFor(1'000'000'000), 22);  // le 1 s
   EXPECT_EQ(LatencyHistogram::HoldBucketFor(1'000'000'001),
             LatencyHistogram::kNrHoldFiniteBuckets);  // +Inf

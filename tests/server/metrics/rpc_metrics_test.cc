@@ -26,15 +26,11 @@ TEST(RpcMetricsTest, CountsPerMethodAndCode) {
   rpc.Record(RpcMethod::kCharge, absl_code::RESOURCE_EXHAUSTED,
              absl::Microseconds(50));
   // Codes outside 0..16 count as UNKNOWN.
-  rpc.Record(RpcMethod::kGetStats, 17,
-             absl::Microseconds(1));
-  rpc.Record(RpcMethod::kGetStats, -1,
-             absl::Microseconds(1));
+  rpc.Record(RpcMethod::kGetStats, 17, absl::Microseconds(1));
+  rpc.Record(RpcMethod::kGetStats, -1, absl::Microseconds(1));
   rpc.RecordChargeRejected();
   EXPECT_EQ(rpc.handled(RpcMethod::kCharge, absl_code::OK), 2u);
-  EXPECT_EQ(
-      rpc.handled(RpcMethod::kCharge, absl_code::RESOURCE_EXHAUSTED),
-      1u);
+  EXPECT_EQ(rpc.handled(RpcMethod::kCharge, absl_code::RESOURCE_EXHAUSTED), 1u);
   EXPECT_EQ(rpc.handled(RpcMethod::kGetStats, absl_code::UNKNOWN), 2u);
   EXPECT_EQ(rpc.handled(RpcMethod::kUncharge, absl_code::OK), 0u);
   EXPECT_EQ(rpc.latency(RpcMethod::kCharge).count, 3u);

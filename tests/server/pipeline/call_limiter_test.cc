@@ -61,7 +61,8 @@ TEST(CallLimiterTest, ZeroMeansNoLimit) {
   CallLimiter limiter(options);
   std::vector<CallLimiter::Permit> held;
   for (int i = 0; i < 10000; ++i) {
-    absl::StatusOr<CallLimiter::Permit> p = limiter.Acquire(Kind::kInFlight, "");
+    absl::StatusOr<CallLimiter::Permit> p =
+        limiter.Acquire(Kind::kInFlight, "");
     ASSERT_TRUE(p.ok());
     held.push_back(*std::move(p));
   }

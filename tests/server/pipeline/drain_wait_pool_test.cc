@@ -40,10 +40,10 @@ TEST(DrainWaitPoolTest, BlockingTasksRunSideBySideUpToTheCap) {
   {
     // All kCap threads start and block; the other kCap tasks queue.
     absl::MutexLock l(&mu);
-    EXPECT_TRUE(mu.AwaitWithTimeout(
-        absl::Condition(
-            +[](int* r) { return *r == kCap; }, &running),
-        absl::Seconds(10)));
+    EXPECT_TRUE(
+        mu.AwaitWithTimeout(absl::Condition(
+                                +[](int* r) { return *r == kCap; }, &running),
+                            absl::Seconds(10)));
   }
   EXPECT_EQ(pool.threads(), static_cast<size_t>(kCap));
   EXPECT_EQ(done.load(), 0);

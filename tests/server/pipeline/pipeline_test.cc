@@ -48,9 +48,9 @@ class PipelineTest : public ::testing::Test {
     pipeline_ = std::make_unique<Pipeline>(*engine_, metrics_, options);
   }
 
-  CallContext Call(RpcMethod method, const std::string& token = "",
-                   std::chrono::system_clock::time_point deadline =
-                       kNoDeadline) {
+  CallContext Call(
+      RpcMethod method, const std::string& token = "",
+      std::chrono::system_clock::time_point deadline = kNoDeadline) {
     Credentials credentials;
     if (!token.empty()) credentials.authorization = "Bearer " + token;
     return pipeline_->BeginCall(method, deadline, &credentials);
@@ -88,8 +88,7 @@ TEST_F(PipelineTest, ACallIsRecordedOnceWithItsLatencyAndGivesItsPermitBack) {
   EXPECT_EQ(metrics_.shed(ShedReason::kInFlightPerIdentity), 1u);
   ChargeRun run;
   v1::ChargeResponse response;
-  ASSERT_TRUE(
-      pipeline_->Charge(call, ChargeOf("/a", 2), &response, &run).ok());
+  ASSERT_TRUE(pipeline_->Charge(call, ChargeOf("/a", 2), &response, &run).ok());
   clock_.Advance(absl::Microseconds(40));
   pipeline_->EndCall(call, absl::OkStatus());
   EXPECT_EQ(pipeline_->limiter().InUse(CallLimiter::Kind::kInFlight, ""), 0u);
@@ -100,9 +99,9 @@ TEST_F(PipelineTest, ACallIsRecordedOnceWithItsLatencyAndGivesItsPermitBack) {
 
 TEST_F(PipelineTest, ShutdownAndDeadlinesAreRefusedBeforeAnythingElse) {
   Start(false);
-  CallContext late = Call(RpcMethod::kCharge, "",
-                          std::chrono::system_clock::now() -
-                              std::chrono::seconds(1));
+  CallContext late =
+      Call(RpcMethod::kCharge, "",
+           std::chrono::system_clock::now() - std::chrono::seconds(1));
   EXPECT_EQ(pipeline_->Admit(late, Admission::kMessage).code(),
             absl::StatusCode::kDeadlineExceeded);
   EXPECT_EQ(pipeline_->Admit(late, Admission::kStream).code(),
@@ -119,7 +118,8 @@ TEST_F(PipelineTest, ShutdownAndDeadlinesAreRefusedBeforeAnythingElse) {
   EXPECT_EQ(metrics_.charges_rejected(), 0u);
 }
 
-TEST_F(PipelineTest, TheCallerIsAuthenticatedOnceAndRefusalsAreCountedWhenAnswered) {
+TEST_F(PipelineTest,
+       TheCallerIsAuthenticatedOnceAndRefusalsAreCountedWhenAnswered) {
   Start(true);
   CallContext nobody = Call(RpcMethod::kCharge);
   EXPECT_EQ(nobody.identity(), "");
@@ -169,8 +169,7 @@ TEST_F(PipelineTest, ValidationComesBeforeAuthorizationAndTheEngine) {
   ASSERT_TRUE(
       pipeline_->ChargeBatch(a, batch, &batch_response, &batch_run).ok());
   ASSERT_EQ(batch_response.results_size(), 1);
-  EXPECT_EQ(batch_response.results(0).code(),
-            static_cast<int>(root.code()));
+  EXPECT_EQ(batch_response.results(0).code(), static_cast<int>(root.code()));
   EXPECT_EQ(batch_response.results(0).message(),
             absl::StrCat("ops[0]: ", root.message()));
 }

@@ -33,9 +33,9 @@ namespace cgacct {
 namespace {
 
 namespace v1 = ::cgacct::v1;
+using test_util::TestCerts;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-using test_util::TestCerts;
 
 constexpr char kTokenA[] = "token-of-tenant-a-0123456789";
 constexpr char kTokenAdmin[] = "token-of-the-admin-0123456789";
@@ -50,7 +50,6 @@ constexpr char kTokenAdmin[] = "token-of-the-admin-0123456789";
 #define EXPECT_CODE(status, code_name) \
   EXPECT_TRUE(HasCode((status), grpc::StatusCode::code_name))
 #define ASSERT_OK(status) ASSERT_TRUE(HasCode((status), grpc::StatusCode::OK))
-
 
 class AuthTest : public ::testing::Test {
  protected:
@@ -67,9 +66,8 @@ class AuthTest : public ::testing::Test {
                               "URI:spiffe://cgacct/tenant-b", "clientAuth"),
               0);
     ASSERT_EQ(certs_.MakeLeaf("cn-only", "ca", "reader", "", "clientAuth"), 0);
-    ASSERT_EQ(certs_.MakeLeaf("admin", "ca", "admin", "DNS:admin",
-                              "clientAuth"),
-              0);
+    ASSERT_EQ(
+        certs_.MakeLeaf("admin", "ca", "admin", "DNS:admin", "clientAuth"), 0);
     ASSERT_EQ(certs_.MakeLeaf("stranger", "other-ca", "tenant-a",
                               "DNS:tenant-a", "clientAuth"),
               0);
@@ -97,8 +95,8 @@ class AuthTest : public ::testing::Test {
   void Start(const std::string& policy) {
     AuthConfig config;
     config.client_certificates = true;
-    absl::StatusOr<TokenTable> tokens = TokenTable::Parse(absl::StrCat(
-        "tenant-a ", kTokenA, "\nadmin ", kTokenAdmin, "\n"));
+    absl::StatusOr<TokenTable> tokens = TokenTable::Parse(
+        absl::StrCat("tenant-a ", kTokenA, "\nadmin ", kTokenAdmin, "\n"));
     ASSERT_TRUE(tokens.ok());
     config.tokens = *std::move(tokens);
     if (!policy.empty()) {
@@ -244,9 +242,9 @@ TEST_F(AuthTest, IdentityComesFromSanThenCnThenToken) {
   EXPECT_EQ(Identity(*Stub(""), &status, absl::StrCat("Bearer ", kTokenAdmin)),
             "admin");
   ASSERT_OK(status);
-  EXPECT_EQ(Identity(*Stub("tenant-b"), &status,
-                     absl::StrCat("Bearer ", kTokenA)),
-            "tenant-a");
+  EXPECT_EQ(
+      Identity(*Stub("tenant-b"), &status, absl::StrCat("Bearer ", kTokenA)),
+      "tenant-a");
   ASSERT_OK(status);
 }
 
@@ -533,8 +531,8 @@ TEST_F(AuthTest, EngineInfoHidesFlushPathsOutsideTheGrant) {
     grpc::ClientContext ctx;
     Deadline(&ctx);
     v1::EngineInfo out;
-    EXPECT_TRUE(stub.GetEngineInfo(&ctx, v1::GetEngineInfoRequest(), &out)
-                    .ok());
+    EXPECT_TRUE(
+        stub.GetEngineInfo(&ctx, v1::GetEngineInfoRequest(), &out).ok());
     return out;
   };
   const v1::EngineInfo as_admin = info(*admin);
@@ -546,7 +544,8 @@ TEST_F(AuthTest, EngineInfoHidesFlushPathsOutsideTheGrant) {
   EXPECT_EQ(as_a.caller_identity(), "tenant-a");
   ASSERT_GT(as_a.longest_flush_holds_size(), 0);
   for (const auto& hold : as_a.longest_flush_holds()) {
-    EXPECT_TRUE(hold.root_path().empty() || PathAtOrBelow(hold.root_path(), "/a"))
+    EXPECT_TRUE(hold.root_path().empty() ||
+                PathAtOrBelow(hold.root_path(), "/a"))
         << hold.root_path();
   }
 }
@@ -670,7 +669,8 @@ TEST_F(AuthTest, CertificatesReloadWithoutRestart) {
   // other-ca's client is refused until clients.pem trusts other-ca.
   Identity(*Stub("other-client", "ca"), &status);
   EXPECT_FALSE(status.ok());
-  certs_.Write("clients.pem", certs_.Read("ca.pem") + certs_.Read("other-ca.pem"));
+  certs_.Write("clients.pem",
+               certs_.Read("ca.pem") + certs_.Read("other-ca.pem"));
   EXPECT_EQ(until_ok("other-client", "ca"), "other-client");
 }
 

@@ -22,11 +22,11 @@
 #include "cgacct/v1/accounting.grpc.pb.h"
 #include "engine/engine.h"
 #include "health_check.grpc.pb.h"
-#include "server/metrics/rpc_metrics.h"
-#include "tests/server/in_process_server.h"
 #include "server/metrics/flush_observer.h"
 #include "server/metrics/prometheus/collector.h"
 #include "server/metrics/prometheus/families.h"
+#include "server/metrics/rpc_metrics.h"
+#include "tests/server/in_process_server.h"
 
 namespace cgacct {
 namespace {
@@ -914,7 +914,7 @@ TEST_F(AccountingServiceTest, GetEngineInfo) {
   EXPECT_EQ(info.nr_groups(), 3u);  // root included
   EXPECT_EQ(info.max_batch_ops(), kMaxBatchOps);
   EXPECT_EQ(info.periodic_flush_interval_ms(), 2000u);
-  EXPECT_EQ(info.flush_hold_budget_us(), 0u);  // per_cpu has no budget
+  EXPECT_EQ(info.flush_hold_budget_us(), 0u);     // per_cpu has no budget
   EXPECT_EQ(info.flush_preempt_model(), "none");  // EngineOptions' default
 }
 

@@ -1,8 +1,9 @@
 // Admission (docs/DESIGN.md §4.10, server/pipeline/pipeline.h Admit) through
-// a real channel to an in-process server: deadlines; the per-call page cap (Charge and a
-// batch's per-request budget), shed streams and in-flight messages
-// (RESOURCE_EXHAUSTED, the cgacct-shed trailer, cgacct_shed_total, nothing
-// applied, never counted as an OOM), and EngineInfo's report of the limits.
+// a real channel to an in-process server: deadlines; the per-call page cap
+// (Charge and a batch's per-request budget), shed streams and in-flight
+// messages (RESOURCE_EXHAUSTED, the cgacct-shed trailer, cgacct_shed_total,
+// nothing applied, never counted as an OOM), and EngineInfo's report of the
+// limits.
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
@@ -18,13 +19,13 @@
 #include "absl/strings/str_cat.h"
 #include "cgacct/v1/accounting.grpc.pb.h"
 #include "engine/engine.h"
+#include "server/metrics/flush_observer.h"
+#include "server/metrics/prometheus/collector.h"
+#include "server/metrics/prometheus/families.h"
 #include "server/metrics/rpc_metrics.h"
 #include "server/pipeline/call_limiter.h"
 #include "server/rpc/accounting_service.h"
 #include "tests/server/in_process_server.h"
-#include "server/metrics/flush_observer.h"
-#include "server/metrics/prometheus/collector.h"
-#include "server/metrics/prometheus/families.h"
 
 namespace cgacct {
 namespace {
@@ -82,11 +83,14 @@ class LimitsServiceTest : public ::testing::Test {
   static std::string ShedTrailer(const grpc::ClientContext& context) {
     const auto& trailers = context.GetServerTrailingMetadata();
     auto it = trailers.find(kShedMetadataKey);
-    return it == trailers.end() ? "" : std::string(it->second.data(), it->second.size());
+    return it == trailers.end()
+               ? ""
+               : std::string(it->second.data(), it->second.size());
   }
 
   uint64_t AnonPages() {
-    const absl::StatusOr<GroupStats> stats = engine_->GetStats("/g", FlushMode::kExact);
+    const absl::StatusOr<GroupStats> stats =
+        engine_->GetStats("/g", FlushMode::kExact);
     EXPECT_TRUE(stats.ok());
     for (const StatEntry& entry : stats->stat) {
       if (entry.name == "anon") return entry.value / kPage;
@@ -97,7 +101,8 @@ class LimitsServiceTest : public ::testing::Test {
   // Waits until the service holds `n` streams (a finished stream's permit
   // goes with its reactor, just after the client sees the end).
   void WaitForStreams(uint32_t n) {
-    for (int i = 0; i < 500 && service_->limiter().InUse(Kind::kStream, "") != n; ++i)
+    for (int i = 0;
+         i < 500 && service_->limiter().InUse(Kind::kStream, "") != n; ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     ASSERT_EQ(service_->limiter().InUse(Kind::kStream, ""), n);
   }
@@ -178,7 +183,8 @@ TEST_F(LimitsServiceTest, UnaryCallsOverTheInFlightLimitAreShedNotOom) {
   {
     v1::EngineInfo info;
     grpc::ClientContext context;
-    ASSERT_TRUE(stub_->GetEngineInfo(&context, v1::GetEngineInfoRequest(), &info).ok());
+    ASSERT_TRUE(
+        stub_->GetEngineInfo(&context, v1::GetEngineInfoRequest(), &info).ok());
     EXPECT_EQ(info.max_charge_pages(), 100u);
     EXPECT_EQ(info.max_streams_per_identity(), 1u);
     EXPECT_EQ(info.max_in_flight_per_identity(), 2u);
@@ -187,8 +193,11 @@ TEST_F(LimitsServiceTest, UnaryCallsOverTheInFlightLimitAreShedNotOom) {
   }
   MetricsCollector collector(*engine_, flush_observer_, rpc_metrics_);
   const std::string text = SerializeMetrics(collector);
-  EXPECT_THAT(text, HasSubstr("cgacct_shed_total{reason=\"in_flight_per_identity\"} 1"));
-  EXPECT_THAT(text, HasSubstr("cgacct_shed_total{reason=\"streams_per_identity\"} 0"));
+  EXPECT_THAT(
+      text,
+      HasSubstr("cgacct_shed_total{reason=\"in_flight_per_identity\"} 1"));
+  EXPECT_THAT(
+      text, HasSubstr("cgacct_shed_total{reason=\"streams_per_identity\"} 0"));
   EXPECT_THAT(text, HasSubstr("cgacct_charges_total{result=\"oom\"} 0"));
   held.pop_back();
   // A unary call's permit goes before its answer: sequential calls at the
@@ -246,7 +255,8 @@ TEST_F(LimitsServiceTest, StreamRequestOverTheInFlightLimitEndsTheStream) {
   ASSERT_TRUE(stream->Write(request));
   ASSERT_TRUE(stream->Read(&response));
   // The first request's permit goes once the server saw its write complete.
-  for (int i = 0; i < 500 && service_->limiter().InUse(Kind::kInFlight, "") != 0; ++i)
+  for (int i = 0;
+       i < 500 && service_->limiter().InUse(Kind::kInFlight, "") != 0; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   ASSERT_EQ(service_->limiter().InUse(Kind::kInFlight, ""), 0u);
   std::vector<CallLimiter::Permit> held;
@@ -261,12 +271,12 @@ TEST_F(LimitsServiceTest, StreamRequestOverTheInFlightLimitEndsTheStream) {
   EXPECT_EQ(AnonPages(), 1u);  // the first request only
 }
 
-
 // Delays every received message by 300 ms before the handler sees it, so a
 // call with a 100 ms deadline reaches its handler late.
 class DelayInterceptor final : public grpc::experimental::Interceptor {
  public:
-  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+  void Intercept(
+      grpc::experimental::InterceptorBatchMethods* methods) override {
     if (methods->QueryInterceptionHookPoint(
             grpc::experimental::InterceptionHookPoints::POST_RECV_MESSAGE)) {
       std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -290,7 +300,8 @@ TEST(DeadlineTest, ExpiredCallsChangeNothing) {
   EngineOptions engine_options;
   engine_options.nr_cpus = 2;
   engine_options.page_size_bytes = kPage;
-  absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(engine_options);
+  absl::StatusOr<std::unique_ptr<Engine>> engine =
+      Engine::Create(engine_options);
   ASSERT_TRUE(engine.ok());
   RpcMetrics metrics;
   AccountingService service(**engine, metrics);
@@ -300,8 +311,8 @@ TEST(DeadlineTest, ExpiredCallsChangeNothing) {
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
                            &port);
   service.RegisterOn(builder);
-  std::vector<std::unique_ptr<
-      grpc::experimental::ServerInterceptorFactoryInterface>>
+  std::vector<
+      std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
       creators;
   creators.push_back(std::make_unique<DelayFactory>());
   builder.experimental().SetInterceptorCreators(std::move(creators));
@@ -335,7 +346,8 @@ TEST(DeadlineTest, ExpiredCallsChangeNothing) {
   // Let the late handlers run (they are 300 ms behind), then look.
   std::this_thread::sleep_for(std::chrono::milliseconds(700));
   (*engine)->DrainAllStock();
-  absl::StatusOr<GroupStats> stats = (*engine)->GetStats("/g", FlushMode::kExact);
+  absl::StatusOr<GroupStats> stats =
+      (*engine)->GetStats("/g", FlushMode::kExact);
   ASSERT_TRUE(stats.ok());
   EXPECT_EQ(stats->memory_current_pages, 0u);
   EXPECT_FALSE((*engine)->GetStats("/late", FlushMode::kExact).ok());

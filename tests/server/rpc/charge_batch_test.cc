@@ -19,13 +19,13 @@
 #include "absl/strings/str_cat.h"
 #include "cgacct/v1/accounting.grpc.pb.h"
 #include "engine/engine.h"
-#include "server/rpc/accounting_service.h"
-#include "server/metrics/rpc_metrics.h"
 #include "server/common/wire.h"
-#include "tests/server/in_process_server.h"
 #include "server/metrics/flush_observer.h"
 #include "server/metrics/prometheus/collector.h"
 #include "server/metrics/prometheus/families.h"
+#include "server/metrics/rpc_metrics.h"
+#include "server/rpc/accounting_service.h"
+#include "tests/server/in_process_server.h"
 
 namespace cgacct {
 namespace {

@@ -147,8 +147,7 @@ TEST_F(RequestInputTest, OneChargeCannotFillTheRoot) {
       << evil.error_message();
   EXPECT_THAT(evil.error_message(), HasSubstr("nr_pages"));
   EXPECT_THAT(evil.error_message(), HasSubstr("--max_charge_pages"));
-  EXPECT_EQ(engine_->GetStats("/", FlushMode::kNone)->memory_current_pages,
-            0u);
+  EXPECT_EQ(engine_->GetStats("/", FlushMode::kNone)->memory_current_pages, 0u);
   // The same through a batch op.
   {
     v1::ChargeBatchRequest request;
@@ -431,7 +430,8 @@ TEST_F(RequestInputTest, UndecodableRequestIsInvalidArgumentNamingType) {
 // The same for SessionStream (issue 13): a message that is not protobuf ends
 // the stream INVALID_ARGUMENT naming the message and its type, and nothing
 // is attached.
-TEST_F(RequestInputTest, UndecodableSessionStreamMessageEndsStreamInvalidArgument) {
+TEST_F(RequestInputTest,
+       UndecodableSessionStreamMessageEndsStreamInvalidArgument) {
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() +
                        std::chrono::seconds(10));
@@ -451,9 +451,8 @@ TEST_F(RequestInputTest, UndecodableSessionStreamMessageEndsStreamInvalidArgumen
   const grpc::Status s = rw->Finish();
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
       << s.error_message();
-  EXPECT_THAT(s.error_message(),
-              HasSubstr("message 1: request is not a valid "
-                        "cgacct.v1.SessionClientMessage"));
+  EXPECT_THAT(s.error_message(), HasSubstr("message 1: request is not a valid "
+                                           "cgacct.v1.SessionClientMessage"));
   EXPECT_THAT(s.error_message(), HasSubstr("byte 0"));
 }
 

@@ -29,12 +29,12 @@
 #include "absl/strings/str_cat.h"
 #include "cgacct/v1/accounting.grpc.pb.h"
 #include "engine/engine.h"
-#include "server/rpc/accounting_service.h"
-#include "server/metrics/rpc_metrics.h"
-#include "tests/server/in_process_server.h"
 #include "server/metrics/flush_observer.h"
 #include "server/metrics/prometheus/collector.h"
 #include "server/metrics/prometheus/families.h"
+#include "server/metrics/rpc_metrics.h"
+#include "server/rpc/accounting_service.h"
+#include "tests/server/in_process_server.h"
 
 namespace cgacct {
 namespace {
@@ -434,12 +434,12 @@ TEST_F(ReclaimServiceTest, SelftestReclaim) {
 }
 
 // test_memcg_min and test_memcg_low (the protection selftests, beyond the
-// list of docs/DESIGN.md §10.5): A (max 200M) / B (min or low 50M) / C (75M), D (25M), E (0), F
-// (500M), with 50M of page cache in each of C, D and E; then A/G allocates
-// 148M of ANON. The kernel expects B ~ 50M, C ~ 29M, D ~ 21M, F empty (the
-// model in memcg_protection.m), then: a 170M allocation in G is OOM-killed
-// under min and succeeds under low (B ~ 30M), memory.reclaim on C ignores
-// C's own protection, and only C and D see `low` events.
+// list of docs/DESIGN.md §10.5): A (max 200M) / B (min or low 50M) / C (75M), D
+// (25M), E (0), F (500M), with 50M of page cache in each of C, D and E; then
+// A/G allocates 148M of ANON. The kernel expects B ~ 50M, C ~ 29M, D ~ 21M, F
+// empty (the model in memcg_protection.m), then: a 170M allocation in G is
+// OOM-killed under min and succeeds under low (B ~ 30M), memory.reclaim on C
+// ignores C's own protection, and only C and D see `low` events.
 class ProtectionSelftest : public ReclaimServiceTest,
                            public ::testing::WithParamInterface<bool> {};
 

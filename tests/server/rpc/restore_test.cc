@@ -37,8 +37,8 @@ constexpr uint64_t kPage = 4096;
 
 std::string MakeTempDir() {
   const char* base = getenv("TMPDIR");
-  std::string templ = absl::StrCat(base != nullptr ? base : "/tmp",
-                                   "/cgacct-store-XXXXXX");
+  std::string templ =
+      absl::StrCat(base != nullptr ? base : "/tmp", "/cgacct-store-XXXXXX");
   return mkdtemp(templ.data()) != nullptr ? templ : "";
 }
 
@@ -47,8 +47,6 @@ void RemoveDir(const std::string& dir) {
   const std::string command = absl::StrCat("rm -rf '", dir, "'");
   if (std::system(command.c_str()) != 0) std::fprintf(stderr, "rm failed\n");
 }
-
-
 
 class RestoreTest : public ::testing::Test {
  protected:

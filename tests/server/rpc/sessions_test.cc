@@ -36,11 +36,11 @@
 #include "absl/time/time.h"
 #include "cgacct/v1/accounting.grpc.pb.h"
 #include "engine/engine.h"
+#include "server/metrics/prometheus/families.h"
+#include "server/metrics/prometheus/room_collectors.h"
 #include "server/metrics/rpc_metrics.h"
 #include "server/rpc/accounting_service.h"
 #include "server/sessions/session_registry.h"
-#include "server/metrics/prometheus/families.h"
-#include "server/metrics/prometheus/room_collectors.h"
 
 extern char** environ;
 
@@ -53,8 +53,8 @@ using ::testing::HasSubstr;
 constexpr uint64_t kPage = 4096;
 constexpr int kCpus = 4;
 
-using Stream =
-    grpc::ClientReaderWriter<v1::SessionClientMessage, v1::SessionServerMessage>;
+using Stream = grpc::ClientReaderWriter<v1::SessionClientMessage,
+                                        v1::SessionServerMessage>;
 
 std::unique_ptr<grpc::ClientContext> Context(int seconds = 10) {
   auto context = std::make_unique<grpc::ClientContext>();
@@ -322,8 +322,9 @@ TEST_F(SessionsTest, OpenChargeGetCloseReturnsEverything) {
   const std::string metrics = Metrics();
   EXPECT_THAT(metrics, HasSubstr("cgacct_sessions_opened_total 2"));
   EXPECT_THAT(metrics, HasSubstr("cgacct_sessions_closed_total 1"));
-  EXPECT_THAT(metrics,
-              HasSubstr("cgacct_session_returned_pages_total{reason=\"close\"} 20"));
+  EXPECT_THAT(
+      metrics,
+      HasSubstr("cgacct_session_returned_pages_total{reason=\"close\"} 20"));
   EXPECT_THAT(metrics, HasSubstr("cgacct_sessions 1"));
 }
 
@@ -436,15 +437,15 @@ TEST_F(SessionsTest, MaxHeldPagesAndSessionsPerIdentity) {
   EXPECT_FALSE(Open().empty());
 
   v1::EngineInfo engine_info;
-  ASSERT_TRUE(stub_->GetEngineInfo(Context().get(), v1::GetEngineInfoRequest(),
-                                   &engine_info)
+  ASSERT_TRUE(stub_
+                  ->GetEngineInfo(Context().get(), v1::GetEngineInfoRequest(),
+                                  &engine_info)
                   .ok());
   EXPECT_EQ(engine_info.session_max_pages(), 100u);
   EXPECT_EQ(engine_info.max_sessions_per_identity(), 2u);
   EXPECT_EQ(engine_info.session_default_ttl_ms(), 10000u);
   EXPECT_EQ(engine_info.session_drain_timeout_ms(), 20u);
 }
-
 
 TEST_F(SessionsTest, RequestIdReplayDoesNotDoubleCountHoldings) {
   ASSERT_TRUE(engine_->CreateGroup("/a", {}).ok());
@@ -488,8 +489,9 @@ TEST_F(SessionsTest, ExpiryWithoutKeepaliveReturnsWithinTtlPlusOneSecond) {
   EXPECT_EQ(StatValue(stats, "file"), 0u);
   const std::string metrics = Metrics();
   EXPECT_THAT(metrics, HasSubstr("cgacct_sessions_expired_total 1"));
-  EXPECT_THAT(metrics, HasSubstr(
-      "cgacct_session_returned_pages_total{reason=\"expire\"} 13"));
+  EXPECT_THAT(
+      metrics,
+      HasSubstr("cgacct_session_returned_pages_total{reason=\"expire\"} 13"));
   EXPECT_EQ(Charge("/a", 1, id).error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
@@ -722,7 +724,8 @@ TEST_F(SessionsTest, CloseAndExpiryLeaveMemoryCurrentExactlyZero) {
   EXPECT_EQ(StatValue(stats, "file"), 0u);
 }
 
-// --- drain_all_stock() over the network ---------------------------------------
+// --- drain_all_stock() over the network
+// ---------------------------------------
 
 // A session attached on a raw stream that answers drain requests by giving
 // back everything it holds of `path` (its "stock").
@@ -794,10 +797,12 @@ TEST_F(SessionsTest, DrainReturnsStockSoTheChargeSucceedsAtMax) {
   EXPECT_EQ(CurrentPages("/d/s"), 0u);
   const std::string metrics = Metrics();
   EXPECT_THAT(metrics, HasSubstr("cgacct_session_drains_total 1"));
-  EXPECT_THAT(metrics, HasSubstr(
-      "cgacct_session_drain_requests_total{result=\"answered\"} 1"));
-  EXPECT_THAT(metrics, HasSubstr(
-      "cgacct_session_drain_requests_total{result=\"timeout\"} 0"));
+  EXPECT_THAT(
+      metrics,
+      HasSubstr("cgacct_session_drain_requests_total{result=\"answered\"} 1"));
+  EXPECT_THAT(
+      metrics,
+      HasSubstr("cgacct_session_drain_requests_total{result=\"timeout\"} 0"));
   EXPECT_THAT(metrics,
               HasSubstr("cgacct_session_drain_returned_pages_total 125"));
   ASSERT_TRUE(Close(id).ok());
@@ -866,10 +871,11 @@ TEST_F(SessionsTest, SilentSessionDelaysTheChargeAtMostTheBound) {
   const grpc::Status s = Charge("/d/c", 8, "");
   const absl::Duration took = absl::Now() - start;
   EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
-  std::printf("drain bound 100 ms: charge with a silent session took %s "
-              "(no session holding: %s)\n",
-              absl::FormatDuration(took).c_str(),
-              absl::FormatDuration(baseline).c_str());
+  std::printf(
+      "drain bound 100 ms: charge with a silent session took %s "
+      "(no session holding: %s)\n",
+      absl::FormatDuration(took).c_str(),
+      absl::FormatDuration(baseline).c_str());
   EXPECT_GE(took, absl::Milliseconds(100));
   EXPECT_LE(took, absl::Milliseconds(100) + absl::Seconds(1));
   EXPECT_LT(baseline, absl::Milliseconds(100));
@@ -878,8 +884,9 @@ TEST_F(SessionsTest, SilentSessionDelaysTheChargeAtMostTheBound) {
   EXPECT_EQ(info.held_pages(), 125u);
   EXPECT_EQ(Stats("/d").events().oom(), 1u);
   const std::string metrics = Metrics();
-  EXPECT_THAT(metrics, HasSubstr(
-      "cgacct_session_drain_requests_total{result=\"timeout\"} 1"));
+  EXPECT_THAT(
+      metrics,
+      HasSubstr("cgacct_session_drain_requests_total{result=\"timeout\"} 1"));
   // A second, answering session under the same group: the charge waits
   // for the silent one (bound), uses what the other gave back, succeeds.
   const std::string id2 = Open();
@@ -919,15 +926,18 @@ TEST_F(SessionsTest, DrainThatGotEnoughDoesNotWaitForASilentSession) {
   const grpc::Status s = Charge("/d/c", 8, "");
   const absl::Duration took = absl::Now() - start;
   EXPECT_TRUE(s.ok()) << s.error_message();
-  std::printf("charge at max, one silent and one answering session, bound "
-              "%s: %s\n", absl::FormatDuration(kBound).c_str(),
-              absl::FormatDuration(took).c_str());
+  std::printf(
+      "charge at max, one silent and one answering session, bound "
+      "%s: %s\n",
+      absl::FormatDuration(kBound).c_str(), absl::FormatDuration(took).c_str());
   EXPECT_LT(took, kBound / 2);
   const std::string metrics = Metrics();
-  EXPECT_THAT(metrics, HasSubstr(
-      "cgacct_session_drain_requests_total{result=\"unneeded\"} 1"));
-  EXPECT_THAT(metrics, HasSubstr(
-      "cgacct_session_drain_requests_total{result=\"timeout\"} 0"));
+  EXPECT_THAT(
+      metrics,
+      HasSubstr("cgacct_session_drain_requests_total{result=\"unneeded\"} 1"));
+  EXPECT_THAT(
+      metrics,
+      HasSubstr("cgacct_session_drain_requests_total{result=\"timeout\"} 0"));
   EXPECT_EQ(Stats("/d").events().oom(), 0u);
   ASSERT_TRUE(Close(silent_id).ok());
   ASSERT_TRUE(Close(answering_id).ok());
@@ -1009,23 +1019,24 @@ TEST_F(SessionsTest, ManyChargesWaitingAtMaxStillGetTheAnswers) {
   // The rest of the max: /m is full, its free pages all in the stocks.
   ASSERT_TRUE(Charge("/m/c", kMax - kSessions * kStock, "").ok());
   std::vector<grpc::Status> results(kCharges);
-  const std::vector<absl::Duration> took =
-      Together(kCharges, [&](int i) { results[i] = Charge("/m/c", 8, ""); })
-          .Join();
+  const std::vector<absl::Duration> took = Together(kCharges, [&](int i) {
+                                             results[i] = Charge("/m/c", 8, "");
+                                           }).Join();
   absl::Duration slowest;
   for (int i = 0; i < kCharges; ++i) {
     EXPECT_TRUE(results[i].ok()) << i << ": " << results[i].error_message();
     slowest = std::max(slowest, took[i]);
   }
   const SessionStats stats = service_->sessions().stats();
-  std::printf("%d charges at max, %d answering sessions: slowest %s, %llu "
-              "drains (%llu charges joined one in flight), %llu requests "
-              "answered, %llu timed out\n",
-              kCharges, kSessions, absl::FormatDuration(slowest).c_str(),
-              static_cast<unsigned long long>(stats.drains),
-              static_cast<unsigned long long>(stats.drains_joined),
-              static_cast<unsigned long long>(stats.drain_requests_answered),
-              static_cast<unsigned long long>(stats.drain_requests_timeout));
+  std::printf(
+      "%d charges at max, %d answering sessions: slowest %s, %llu "
+      "drains (%llu charges joined one in flight), %llu requests "
+      "answered, %llu timed out\n",
+      kCharges, kSessions, absl::FormatDuration(slowest).c_str(),
+      static_cast<unsigned long long>(stats.drains),
+      static_cast<unsigned long long>(stats.drains_joined),
+      static_cast<unsigned long long>(stats.drain_requests_answered),
+      static_cast<unsigned long long>(stats.drain_requests_timeout));
   EXPECT_GE(stats.drains, 1u);
   EXPECT_EQ(stats.drain_requests_timeout, 0u);
   // Far below the 5 s bound: no charge waited for it.
@@ -1034,8 +1045,7 @@ TEST_F(SessionsTest, ManyChargesWaitingAtMaxStillGetTheAnswers) {
   for (const std::string& id : ids) EXPECT_TRUE(Close(id).ok());
   for (auto& r : responders) EXPECT_TRUE(r->Finish().ok());
   engine_->DrainAllStock();
-  EXPECT_EQ(CurrentPages("/m"),
-            kMax - kSessions * kStock + kCharges * 8);
+  EXPECT_EQ(CurrentPages("/m"), kMax - kSessions * kStock + kCharges * 8);
 }
 
 // A session that never answers, and more charges at that group's max than
@@ -1061,28 +1071,28 @@ TEST_F(SessionsTest, SilentSessionDelaysConcurrentChargesOnlyByTheBound) {
   constexpr int kChargers = 3 * kPerKind;
   std::vector<std::string> outcome(kChargers);
   Together chargers(kChargers, [&](int i) {
-      if (i < kPerKind) {
-        outcome[i] = absl::StrCat(Charge("/d/c", 8, "").error_code());
-      } else if (i < 2 * kPerKind) {
-        v1::ChargeBatchResponse response;
-        const grpc::Status s =
-            stub_->ChargeBatch(Context().get(), batch, &response);
-        outcome[i] = s.ok() && response.results_size() == 2
-                         ? absl::StrCat(response.results(0).code(), ",",
-                                        response.results(1).code())
-                         : s.error_message();
-      } else {
-        auto context = Context();
-        auto stream = stub_->ChargeStream(context.get());
-        v1::ChargeBatchResponse response;
-        const bool io = stream->Write(batch) && stream->Read(&response);
-        stream->WritesDone();
-        const grpc::Status s = stream->Finish();
-        outcome[i] = io && s.ok() && response.results_size() == 2
-                         ? absl::StrCat(response.results(0).code(), ",",
-                                        response.results(1).code())
-                         : s.error_message();
-      }
+    if (i < kPerKind) {
+      outcome[i] = absl::StrCat(Charge("/d/c", 8, "").error_code());
+    } else if (i < 2 * kPerKind) {
+      v1::ChargeBatchResponse response;
+      const grpc::Status s =
+          stub_->ChargeBatch(Context().get(), batch, &response);
+      outcome[i] = s.ok() && response.results_size() == 2
+                       ? absl::StrCat(response.results(0).code(), ",",
+                                      response.results(1).code())
+                       : s.error_message();
+    } else {
+      auto context = Context();
+      auto stream = stub_->ChargeStream(context.get());
+      v1::ChargeBatchResponse response;
+      const bool io = stream->Write(batch) && stream->Read(&response);
+      stream->WritesDone();
+      const grpc::Status s = stream->Finish();
+      outcome[i] = io && s.ok() && response.results_size() == 2
+                       ? absl::StrCat(response.results(0).code(), ",",
+                                      response.results(1).code())
+                       : s.error_message();
+    }
   });
   // Meanwhile, calls that have nothing to do with /d.
   absl::SleepFor(kBound / 5);  // the charges are waiting by now
@@ -1105,11 +1115,12 @@ TEST_F(SessionsTest, SilentSessionDelaysConcurrentChargesOnlyByTheBound) {
     EXPECT_GE(took[i], kBound) << i;
     slowest_charge = std::max(slowest_charge, took[i]);
   }
-  std::printf("%d charges at max with a silent session, bound %s: slowest "
-              "%s; slowest GetStats+Charge+Uncharge elsewhere meanwhile %s\n",
-              kChargers, absl::FormatDuration(kBound).c_str(),
-              absl::FormatDuration(slowest_charge).c_str(),
-              absl::FormatDuration(slowest_other).c_str());
+  std::printf(
+      "%d charges at max with a silent session, bound %s: slowest "
+      "%s; slowest GetStats+Charge+Uncharge elsewhere meanwhile %s\n",
+      kChargers, absl::FormatDuration(kBound).c_str(),
+      absl::FormatDuration(slowest_charge).c_str(),
+      absl::FormatDuration(slowest_other).c_str());
   EXPECT_LT(slowest_charge, kBound + absl::Milliseconds(400));
   EXPECT_LT(slowest_other, kBound / 2);
   // Each batch's first op once: 8 pages at /e, not 16.
@@ -1185,11 +1196,11 @@ TEST_F(SessionsTest, DeferredBatchStreamAndKeyedChargeApplyOnce) {
   // A keyed Charge deferred, then replayed.
   ASSERT_TRUE(Charge("/d/s", 110, id).ok());  // /d at 128
   v1::ChargeResponse charged;
-  ASSERT_TRUE(Charge("/d/c", 8, "", v1::PAGE_KIND_ANON, "keyed-1", &charged)
-                  .ok());
+  ASSERT_TRUE(
+      Charge("/d/c", 8, "", v1::PAGE_KIND_ANON, "keyed-1", &charged).ok());
   EXPECT_FALSE(charged.replayed());
-  ASSERT_TRUE(Charge("/d/c", 8, "", v1::PAGE_KIND_ANON, "keyed-1", &charged)
-                  .ok());
+  ASSERT_TRUE(
+      Charge("/d/c", 8, "", v1::PAGE_KIND_ANON, "keyed-1", &charged).ok());
   EXPECT_TRUE(charged.replayed());
   engine_->DrainAllStock();
   EXPECT_EQ(CurrentPages("/d"), 26u);
@@ -1238,7 +1249,8 @@ TEST_F(SessionsTest, BatchPagesChargesTheBatchOrWhatIsNeeded) {
   // Below nr_pages, or beyond what a charge may be: refused, named.
   s = charge(8, 4, "", &r);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(s.error_message(), HasSubstr("batch_pages 4 is below nr_pages 8"));
+  EXPECT_THAT(s.error_message(),
+              HasSubstr("batch_pages 4 is below nr_pages 8"));
   s = charge(1, ~uint64_t{0}, "", &r);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(s.error_message(), HasSubstr("batch_pages"));
@@ -1268,8 +1280,8 @@ TEST_F(SessionsTest, DeferredKeyedChargesTakeOneRequestIdEntryEach) {
       ASSERT_TRUE(Charge("/d/s", 128 - used, id).ok());  // full again
     }
     v1::ChargeResponse r;
-    const grpc::Status s = Charge("/d/c", 1, "", v1::PAGE_KIND_ANON,
-                                  absl::StrCat("k", i + 1), &r);
+    const grpc::Status s =
+        Charge("/d/c", 1, "", v1::PAGE_KIND_ANON, absl::StrCat("k", i + 1), &r);
     ASSERT_TRUE(s.ok()) << i << ": " << s.error_message();
   }
   EXPECT_EQ(service_->sessions().stats().drains_deferred, kCapacity - 2);
@@ -1382,7 +1394,8 @@ TEST(SessionChild, DISABLED_ChargeLoop) {
   ASSERT_NE(target, nullptr);
   ASSERT_NE(out, nullptr);
   ASSERT_NE(ttl, nullptr);
-  auto channel = grpc::CreateChannel(target, grpc::InsecureChannelCredentials());
+  auto channel =
+      grpc::CreateChannel(target, grpc::InsecureChannelCredentials());
   auto stub = v1::Accounting::NewStub(channel);
   v1::OpenSessionRequest open;
   open.set_ttl_ms(static_cast<uint32_t>(std::atoi(ttl)));
@@ -1459,9 +1472,9 @@ TEST_F(SessionsTest, SigkilledClientsHoldNothingWithinTtlPlusOneSecond) {
     std::string disabled = "--gtest_also_run_disabled_tests";
     char* argv[] = {self.data(), filter.data(), disabled.data(), nullptr};
     pid_t pid;
-    ASSERT_EQ(posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv,
-                          env.data()),
-              0);
+    ASSERT_EQ(
+        posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv, env.data()),
+        0);
     pids.push_back(pid);
   }
   std::vector<std::string> ids;
@@ -1503,14 +1516,15 @@ TEST_F(SessionsTest, SigkilledClientsHoldNothingWithinTtlPlusOneSecond) {
   const absl::Duration took = absl::Now() - killed;
   EXPECT_TRUE(drained) << "after " << took << ": " << CurrentPages("/k")
                        << " pages still charged";
-  std::printf("SIGKILL: %d sessions expired and returned within %s of the "
-              "kill (ttl %d ms)\n",
-              kChildren, absl::FormatDuration(took).c_str(), kTtlMs);
+  std::printf(
+      "SIGKILL: %d sessions expired and returned within %s of the "
+      "kill (ttl %d ms)\n",
+      kChildren, absl::FormatDuration(took).c_str(), kTtlMs);
   v1::GroupStats stats = Stats("/k");
   EXPECT_EQ(StatValue(stats, "anon"), 0u);
   EXPECT_EQ(StatValue(stats, "file"), 0u);
-  EXPECT_THAT(Metrics(), HasSubstr(absl::StrCat("cgacct_sessions_expired_total ",
-                                                kChildren)));
+  EXPECT_THAT(Metrics(), HasSubstr(absl::StrCat(
+                             "cgacct_sessions_expired_total ", kChildren)));
 }
 
 }  // namespace

@@ -38,7 +38,8 @@ constexpr char kTokenA[] = "token-of-tenant-a-0123456789";
 // call with a 100 ms deadline reaches its handler late.
 class DelayInterceptor final : public grpc::experimental::Interceptor {
  public:
-  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+  void Intercept(
+      grpc::experimental::InterceptorBatchMethods* methods) override {
     if (methods->QueryInterceptionHookPoint(
             grpc::experimental::InterceptionHookPoints::POST_RECV_MESSAGE)) {
       std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -88,8 +89,8 @@ class StageOrderTest : public ::testing::Test {
       options.authorizer = authorizer_.get();
     }
     service_ = std::make_unique<AccountingService>(*engine_, metrics_, options);
-    std::vector<std::unique_ptr<
-        grpc::experimental::ServerInterceptorFactoryInterface>>
+    std::vector<
+        std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
         interceptors;
     if (delay) interceptors.push_back(std::make_unique<DelayFactory>());
     InProcessServer started =
@@ -103,8 +104,8 @@ class StageOrderTest : public ::testing::Test {
     auto context = std::make_unique<grpc::ClientContext>();
     context->set_deadline(std::chrono::system_clock::now() +
                           std::chrono::seconds(10));
-    if (token) context->AddMetadata("authorization",
-                                    absl::StrCat("Bearer ", kTokenA));
+    if (token)
+      context->AddMetadata("authorization", absl::StrCat("Bearer ", kTokenA));
     return context;
   }
 
@@ -138,8 +139,8 @@ class StageOrderTest : public ::testing::Test {
     };
     {
       v1::ChargeBatchResponse response;
-      grpc::Status s = stub_->ChargeBatch(Context(token).get(), batch,
-                                          &response);
+      grpc::Status s =
+          stub_->ChargeBatch(Context(token).get(), batch, &response);
       if (!s.ok() || response.results_size() != 1) {
         out.emplace_back(s.error_code(), s.error_message());
       } else {
@@ -214,12 +215,11 @@ TEST_F(StageOrderTest, WatchEventsPastItsDeadlineIsRefused) {
   auto reader = stub_->WatchEvents(&context, request);
   v1::EventsUpdate update;
   EXPECT_FALSE(reader->Read(&update));
-  EXPECT_EQ(reader->Finish().error_code(),
-            grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
   // The server refused it too: counted as such, no stream held.
-  for (int i = 0; i < 100 && metrics_.handled(RpcMethod::kWatchEvents,
-                                              grpc::StatusCode::
-                                                  DEADLINE_EXCEEDED) == 0;
+  for (int i = 0;
+       i < 100 && metrics_.handled(RpcMethod::kWatchEvents,
+                                   grpc::StatusCode::DEADLINE_EXCEEDED) == 0;
        ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_EQ(metrics_.handled(RpcMethod::kWatchEvents,

@@ -16,10 +16,10 @@
 #include "cgacct/v1/accounting.grpc.pb.h"
 #include "engine/engine.h"
 #include "server/events/events_hub.h"
+#include "server/metrics/flush_observer.h"
 #include "server/metrics/rpc_metrics.h"
 #include "server/rpc/accounting_service.h"
 #include "tests/server/in_process_server.h"
-#include "server/metrics/flush_observer.h"
 
 namespace cgacct {
 namespace {

@@ -97,9 +97,9 @@ TEST_F(GroupSeriesTest, CurrentMaxAndEventsPerGroup) {
   EXPECT_THAT(text,
               HasSubstr("# TYPE cgacct_group_memory_events_total counter"));
   EXPECT_THAT(text, HasSubstr("# TYPE cgacct_group_series_dropped gauge"));
-  EXPECT_EQ(SeriesValue(text,
-                        "cgacct_group_memory_current_bytes{path=\"/a/x\"}"),
-            8.0 * kPage);
+  EXPECT_EQ(
+      SeriesValue(text, "cgacct_group_memory_current_bytes{path=\"/a/x\"}"),
+      8.0 * kPage);
   EXPECT_EQ(SeriesValue(text, "cgacct_group_memory_max_bytes{path=\"/a\"}"),
             8.0 * kPage);
   // "max" is +Inf.
@@ -110,31 +110,36 @@ TEST_F(GroupSeriesTest, CurrentMaxAndEventsPerGroup) {
   // memory.events is hierarchical: the OOM at /a's limit counts at /a (and
   // would at its non-root ancestors), not at /a/x (the charging child) or
   // /b.
-  EXPECT_EQ(SeriesValue(text, "cgacct_group_memory_events_total{event=\"oom\","
-                              "path=\"/a\"}"),
+  EXPECT_EQ(SeriesValue(text,
+                        "cgacct_group_memory_events_total{event=\"oom\","
+                        "path=\"/a\"}"),
             1);
   // max: once per reclaim retry of the failing charge.
-  EXPECT_GE(SeriesValue(text, "cgacct_group_memory_events_total{event=\"max\","
-                              "path=\"/a\"}"),
+  EXPECT_GE(SeriesValue(text,
+                        "cgacct_group_memory_events_total{event=\"max\","
+                        "path=\"/a\"}"),
             1);
   // The root never counts events (memcg_memory_event() stops below it).
-  EXPECT_EQ(SeriesValue(text, "cgacct_group_memory_events_total{event=\"oom\","
-                              "path=\"/\"}"),
+  EXPECT_EQ(SeriesValue(text,
+                        "cgacct_group_memory_events_total{event=\"oom\","
+                        "path=\"/\"}"),
             0);
-  EXPECT_EQ(SeriesValue(text, "cgacct_group_memory_events_total{event=\"oom\","
-                              "path=\"/a/x\"}"),
+  EXPECT_EQ(SeriesValue(text,
+                        "cgacct_group_memory_events_total{event=\"oom\","
+                        "path=\"/a/x\"}"),
             0);
-  EXPECT_EQ(SeriesValue(text, "cgacct_group_memory_events_total{event=\"oom\","
-                              "path=\"/b\"}"),
+  EXPECT_EQ(SeriesValue(text,
+                        "cgacct_group_memory_events_total{event=\"oom\","
+                        "path=\"/b\"}"),
             0);
   // The kinds that can happen here, each present for every group; the two
   // that are always 0 (oom_group_kill, sock_throttled) are not exported.
   for (const char* kind : {"low", "high", "max", "oom", "oom_kill"}) {
-    EXPECT_GE(SeriesValue(text,
-                          absl::StrCat("cgacct_group_memory_events_total{event="
+    EXPECT_GE(
+        SeriesValue(text, absl::StrCat("cgacct_group_memory_events_total{event="
                                        "\"",
                                        kind, "\",path=\"/c\"}")),
-              0)
+        0)
         << kind;
   }
   EXPECT_THAT(text, Not(HasSubstr("event=\"sock_throttled\"")));
@@ -187,9 +192,9 @@ TEST_F(GroupSeriesTest, MaxGroupsKeepsTheShallowestAndSaysSoOnce) {
   EXPECT_EQ(CountSeries(text, "cgacct_group_memory_current_bytes"), 3);
   EXPECT_EQ(CountSeries(text, "cgacct_group_memory_max_bytes"), 3);
   for (const char* path : {"/", "/a", "/b"}) {
-    EXPECT_THAT(text, HasSubstr(absl::StrCat(
-                          "cgacct_group_memory_current_bytes{path=\"", path,
-                          "\"}")));
+    EXPECT_THAT(text,
+                HasSubstr(absl::StrCat(
+                    "cgacct_group_memory_current_bytes{path=\"", path, "\"}")));
   }
   EXPECT_THAT(text, Not(HasSubstr("path=\"/c\"")));
   // /c, /a/x and /a/x/deep are within the depth: left out by the count.

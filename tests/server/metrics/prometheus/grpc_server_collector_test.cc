@@ -56,7 +56,6 @@ double SeriesValue(const std::string& text, const std::string& series) {
   return -1;
 }
 
-
 // --- Per-group series policy ---------------------------------------------
 
 class GrpcServerMetricsTest : public ::testing::Test {
@@ -67,8 +66,8 @@ class GrpcServerMetricsTest : public ::testing::Test {
     engine_ = NewEngine(hub_.get());
     AccountingServiceOptions options;
     options.events_hub = hub_.get();
-    service_ = std::make_unique<AccountingService>(*engine_, rpc_metrics_,
-                                                   options);
+    service_ =
+        std::make_unique<AccountingService>(*engine_, rpc_metrics_, options);
     grpc::EnableDefaultHealthCheckService(true);
     std::vector<
         std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
@@ -128,13 +127,14 @@ TEST_F(GrpcServerMetricsTest, UnaryCallsByCodeWithGoNames) {
   EXPECT_EQ(SeriesValue(text, "grpc_server_handled_total{grpc_code=\"OK\"," +
                                   labels + "}"),
             2);
-  EXPECT_EQ(SeriesValue(text,
-                        "grpc_server_handled_total{grpc_code=\"AlreadyExists\"," +
-                            labels + "}"),
+  EXPECT_EQ(SeriesValue(
+                text, "grpc_server_handled_total{grpc_code=\"AlreadyExists\"," +
+                          labels + "}"),
             1);
   EXPECT_EQ(
-      SeriesValue(text, "grpc_server_handled_total{grpc_code=\"InvalidArgument\"," +
-                            labels + "}"),
+      SeriesValue(text,
+                  "grpc_server_handled_total{grpc_code=\"InvalidArgument\"," +
+                      labels + "}"),
       1);
   EXPECT_EQ(SeriesValue(text, "grpc_server_msg_received_total{" + labels + "}"),
             4);
@@ -206,27 +206,28 @@ TEST_F(GrpcServerMetricsTest, StreamMessagesAreCounted) {
   std::string text;
   for (int i = 0; i < 200; ++i) {
     text = Scrape();
-    if (SeriesValue(text, "grpc_server_handling_seconds_count{" +
-                              watch_labels + "}") == 1) {
+    if (SeriesValue(text, "grpc_server_handling_seconds_count{" + watch_labels +
+                              "}") == 1) {
       break;
     }
     absl::SleepFor(absl::Milliseconds(10));
   }
-  EXPECT_EQ(SeriesValue(text, "grpc_server_started_total{" + stream_labels + "}"),
-            1);
   EXPECT_EQ(
-      SeriesValue(text, "grpc_server_msg_received_total{" + stream_labels + "}"),
-      5);
-  EXPECT_EQ(SeriesValue(text, "grpc_server_msg_sent_total{" + stream_labels + "}"),
+      SeriesValue(text, "grpc_server_started_total{" + stream_labels + "}"), 1);
+  EXPECT_EQ(SeriesValue(
+                text, "grpc_server_msg_received_total{" + stream_labels + "}"),
             5);
+  EXPECT_EQ(
+      SeriesValue(text, "grpc_server_msg_sent_total{" + stream_labels + "}"),
+      5);
   EXPECT_EQ(SeriesValue(text, "grpc_server_handled_total{grpc_code=\"OK\"," +
                                   stream_labels + "}"),
             1);
   EXPECT_EQ(
       SeriesValue(text, "grpc_server_msg_received_total{" + watch_labels + "}"),
       1);
-  EXPECT_GE(SeriesValue(text, "grpc_server_msg_sent_total{" + watch_labels + "}"),
-            1);
+  EXPECT_GE(
+      SeriesValue(text, "grpc_server_msg_sent_total{" + watch_labels + "}"), 1);
   EXPECT_EQ(SeriesValue(text, "grpc_server_handling_seconds_count{" +
                                   watch_labels + "}"),
             1);
@@ -247,7 +248,8 @@ TEST_F(GrpcServerMetricsTest, HealthServiceIsCountedToo) {
             1);
 }
 
-// --- process_* and cgacct_build_info ------------------------------------------
+// --- process_* and cgacct_build_info
+// ------------------------------------------
 
 }  // namespace
 }  // namespace cgacct

@@ -31,7 +31,6 @@ double SeriesValue(const std::string& text, const std::string& series) {
   return -1;
 }
 
-
 TEST(ProcessCollectorTest, ReadsThisProcess) {
   const std::string text = SerializeMetrics(ProcessCollector());
   for (const char* family :
@@ -51,9 +50,9 @@ TEST(ProcessCollectorTest, ReadsThisProcess) {
   EXPECT_GE(fds, 3);  // stdin, stdout, stderr at least
   const int fd = dup(0);
   ASSERT_GE(fd, 0);
-  EXPECT_EQ(SeriesValue(SerializeMetrics(ProcessCollector()),
-                        "process_open_fds"),
-            fds + 1);
+  EXPECT_EQ(
+      SeriesValue(SerializeMetrics(ProcessCollector()), "process_open_fds"),
+      fds + 1);
   close(fd);
   rlimit nofile{};
   ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &nofile), 0);

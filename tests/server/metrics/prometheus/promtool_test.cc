@@ -3,8 +3,8 @@
 // a stream and health calls: it must exit 0 and print nothing (no lint
 // problem in any family: cgacct_*, grpc_server_*, process_*, the exposer's
 // own). ctest label "promtool".
-#include <gtest/gtest.h>
 #include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -18,8 +18,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "cgacct/v1/accounting.grpc.pb.h"
-#include "tests/server/daemon.h"
 #include "health_check.grpc.pb.h"
+#include "tests/server/daemon.h"
 
 namespace cgacct {
 namespace {
@@ -102,9 +102,10 @@ TEST(PromtoolTest, LiveScrapeIsClean) {
   }
 
   const std::string scrape = dir + "/scrape.txt";
-  ASSERT_EQ(RunShell(absl::StrCat("curl -sS --fail -o ", scrape,
-                             " http://127.0.0.1:", metrics_port, "/metrics")),
-            0);
+  ASSERT_EQ(
+      RunShell(absl::StrCat("curl -sS --fail -o ", scrape,
+                            " http://127.0.0.1:", metrics_port, "/metrics")),
+      0);
   const std::string text = ReadFile(scrape);
   // The families the lint must see, so a clean result means something.
   for (const char* family :
@@ -116,7 +117,7 @@ TEST(PromtoolTest, LiveScrapeIsClean) {
   }
   const std::string output = dir + "/promtool.out";
   const int status = RunShell(absl::StrCat("promtool check metrics < ", scrape,
-                                      " > ", output, " 2>&1"));
+                                           " > ", output, " 2>&1"));
   EXPECT_EQ(status, 0) << ReadFile(output);
   EXPECT_EQ(ReadFile(output), "") << "promtool check metrics is not clean";
 

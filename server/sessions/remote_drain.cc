@@ -1,0 +1,205 @@
+// SessionRegistry's half that is drain_all_stock() over the network
+// (server/sessions/session_registry.h, engine/remote_stock.h): drain
+// requests out on the sessions' streams, their answers back, and the
+// waiting charges that asked for them.
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/group_path.h"
+#include "server/common/wire.h"
+#include "server/sessions/session_registry.h"
+#include "server/sessions/session_state.h"
+
+namespace cgacct {
+
+void SessionRegistry::DrainAnswer(
+    absl::string_view session_id, SessionStreamSink* sink, uint64_t drain_id,
+    const google::protobuf::RepeatedPtrField<v1::SessionHolding>& returned) {
+  std::vector<RemoteStockReturn> late;
+  {
+    absl::MutexLock l(&mu_);
+    auto sit = sessions_.find(session_id);
+    if (sit == sessions_.end() || sit->second->stream != sink) return;
+    Session& s = *sit->second;
+    auto dit = drains_.find(drain_id);
+    Drain* drain = dit == drains_.end() ? nullptr : dit->second;
+    for (const v1::SessionHolding& r : returned) {
+      const PageKind kind = PageKindFromProto(r.kind());
+      // The holding the client names, or, if that group was deleted since
+      // (its holding moved up, OnGroupDeleted), the nearest ancestor's.
+      Holding* match = nullptr;
+      for (auto& [key, h] : s.holdings) {
+        if (h.kind != kind || h.nr_pages == 0 || !PathAtOrBelow(r.path(), h.path))
+          continue;
+        if (match == nullptr || h.path.size() > match->path.size()) match = &h;
+      }
+      if (match != nullptr) {
+        Holding& h = *match;
+        const uint64_t take = std::min(h.nr_pages, r.nr_pages());
+        h.nr_pages -= take;
+        s.held -= take;
+        stats_.drain_returned_pages += take;
+        RemoteStockReturn back{h.group, h.path, kind, take};
+        if (drain != nullptr) {
+          drain->returned_pages += take;
+          drain->returned.push_back(std::move(back));
+        } else {
+          late.push_back(std::move(back));
+        }
+      }
+    }
+    if (drain != nullptr && drain->pending.erase(&s) > 0) {
+      ++stats_.drain_requests_answered;
+      // The last answer, or pages that may cover the charge: wake it.
+      if (drain->pending.empty() || drain->returned_pages > 0)
+        cv_.SignalAll();
+    }
+  }
+  // Nobody waits for these any more: uncharge them here (no reader slot is
+  // held by this thread).
+  for (const RemoteStockReturn& r : late) UnchargeHolding(r);
+}
+
+std::vector<RemoteStockReturn> SessionRegistry::DrainRemoteStock(
+    uint64_t over_id, absl::string_view over_path, uint64_t nr_pages) {
+  (void)over_id;
+  if (attached_.load(std::memory_order_relaxed) == 0) return {};
+  Drain drain;
+  absl::MutexLock l(&mu_);
+  if (shut_down_) return {};
+  v1::SessionServerMessage message;
+  for (auto& [id, s] : sessions_) {
+    if (!DrainableLocked(*s, over_path)) continue;
+    if (drain.id == 0) {
+      drain.id = ++next_drain_id_;
+      message.set_drain_id(drain.id);
+      message.set_drain_path(std::string(over_path));
+    }
+    message.set_expires_in_ms(static_cast<uint64_t>(
+        std::max<int64_t>(0, s->deadline_ms - NowMs())));
+    drain.pending.insert(s.get());
+    s->stream->Send(message);
+  }
+  if (drain.pending.empty()) {
+    // Nobody holds pages here now, but a drain in flight for an overlapping
+    // group may be bringing some back (answered: out of the holdings, not
+    // yet uncharged by its charge). Join it, as the kernel's trylock makes a
+    // second drainer leave the drain to the first: wait until it is over and
+    // its pages are room in the counters (RemoteStockReturned), at most the
+    // bound, then retry the charge. Without this, such a charge found
+    // nothing to ask, retried before the pages were uncharged, and failed.
+    JoinInFlightLocked(over_path, absl::Now() + options_.drain_timeout);
+    return {};
+  }
+  ++stats_.drains;
+  drain.over_path = std::string(over_path);
+  drains_.emplace(drain.id, &drain);
+  const absl::Time deadline = absl::Now() + options_.drain_timeout;
+  // The wait releases mu_: the answers (DrainAnswer) take it. Pages that
+  // cover the charge end it early: they are room now, and a charge that
+  // joined this drain (or sent its own to the same silent session) waits
+  // for them to be uncharged, not for a session that will not answer.
+  bool timed_out = false;
+  while (!drain.pending.empty() && drain.returned_pages < nr_pages &&
+         !shut_down_) {
+    if (cv_.WaitWithDeadline(&mu_, deadline)) {
+      timed_out = true;
+      break;
+    }
+  }
+  if (timed_out || drain.returned_pages < nr_pages) {
+    stats_.drain_requests_timeout += drain.pending.size();
+  } else {
+    stats_.drain_requests_unneeded += drain.pending.size();
+  }
+  drains_.erase(drain.id);
+  cv_.SignalAll();  // joiners: the drain is over
+  if (drain.returned.empty()) {
+    // Nothing came back (the sessions did not answer in time, or another
+    // drain had taken their pages first): join the drains in flight,
+    // within what is left of the bound, and wait for the pages they
+    // brought back. Not counted as a join: this charge asked itself.
+    JoinInFlightLocked(over_path, deadline, /*count=*/false);
+    return {};
+  }
+  // The engine uncharges these, then calls RemoteStockReturned.
+  ++unsettled_[drain.over_path];
+  return std::move(drain.returned);
+}
+
+void SessionRegistry::JoinInFlightLocked(absl::string_view over_path,
+                                         absl::Time deadline, bool count) {
+  if (!OverlapsDrainLocked(over_path) && !OverlapsUnsettledLocked(over_path))
+    return;
+  if (count) ++stats_.drains_joined;
+  while (OverlapsDrainLocked(over_path) && !shut_down_) {
+    if (cv_.WaitWithDeadline(&mu_, deadline)) break;
+  }
+  // Pages answered but not yet uncharged are room a moment from now: a
+  // charge whose own wait ended while they were in transit must not fail
+  // for want of them. Bounded all the same (a second bound).
+  const absl::Time settle_deadline =
+      std::max(deadline, absl::Now()) + options_.drain_timeout;
+  while (OverlapsUnsettledLocked(over_path) && !shut_down_) {
+    if (cv_.WaitWithDeadline(&mu_, settle_deadline)) break;
+  }
+}
+
+bool SessionRegistry::RemoteDrainWouldWait(uint64_t over_id,
+                                           absl::string_view over_path) {
+  (void)over_id;
+  // A bound of 0: the drain asks and never waits.
+  if (attached_.load(std::memory_order_relaxed) == 0 ||
+      options_.drain_timeout <= absl::ZeroDuration())
+    return false;
+  absl::MutexLock l(&mu_);
+  if (shut_down_) return false;
+  bool would_wait =
+      OverlapsDrainLocked(over_path) || OverlapsUnsettledLocked(over_path);
+  for (auto it = sessions_.begin(); !would_wait && it != sessions_.end(); ++it)
+    would_wait = DrainableLocked(*it->second, over_path);
+  if (would_wait) ++stats_.drains_deferred;
+  return would_wait;
+}
+
+void SessionRegistry::RemoteStockReturned(uint64_t over_id,
+                                          absl::string_view over_path) {
+  (void)over_id;
+  absl::MutexLock l(&mu_);
+  auto it = unsettled_.find(over_path);
+  if (it == unsettled_.end()) return;
+  if (--it->second == 0) unsettled_.erase(it);
+  cv_.SignalAll();
+}
+
+bool SessionRegistry::DrainableLocked(const Session& s,
+                                      absl::string_view over_path) const {
+  if (s.stream == nullptr || s.closing) return false;
+  for (const auto& [key, h] : s.holdings)
+    if (h.nr_pages > 0 && PathAtOrBelow(h.path, over_path)) return true;
+  return false;
+}
+
+namespace {
+// One of the two groups is the other or its ancestor.
+bool Overlap(absl::string_view a, absl::string_view b) {
+  return PathAtOrBelow(a, b) || PathAtOrBelow(b, a);
+}
+}  // namespace
+
+bool SessionRegistry::OverlapsDrainLocked(absl::string_view over_path) const {
+  for (const auto& [id, drain] : drains_)
+    if (Overlap(drain->over_path, over_path)) return true;
+  return false;
+}
+
+bool SessionRegistry::OverlapsUnsettledLocked(
+    absl::string_view over_path) const {
+  for (const auto& [path, n] : unsettled_)
+    if (Overlap(path, over_path)) return true;
+  return false;
+}
+
+}  // namespace cgacct

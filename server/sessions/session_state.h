@@ -1,0 +1,60 @@
+// The state SessionRegistry keeps per session and per drain, shared by its
+// two implementation files (session_registry.cc: sessions, ops, leases;
+// remote_drain.cc: drain_all_stock() over the network). Internal to
+// server/sessions/.
+//
+// Thread safety: every field below the constant ones is guarded by the
+// registry's mu_.
+#ifndef CGACCT_SERVER_SESSIONS_SESSION_STATE_H_
+#define CGACCT_SERVER_SESSIONS_SESSION_STATE_H_
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "engine/group_handle.h"
+#include "engine/remote_stock.h"
+#include "engine/types.h"
+#include "server/sessions/session_registry.h"
+
+namespace cgacct {
+
+// What a session holds of one group instance and kind.
+struct Holding {
+  GroupHandle group;
+  std::string path;
+  PageKind kind = PageKind::kAnon;
+  uint64_t nr_pages = 0;
+};
+
+struct SessionRegistry::Session {
+  std::string id;
+  std::string identity;
+  std::string client_name;
+  uint32_t ttl_ms = 0;
+  // Guarded by the registry's mu_ from here on.
+  int64_t deadline_ms = 0;  // lease end, on the steady clock (NowMs())
+  bool closing = false;     // new ops refused; a Finish() owns it
+  int in_flight = 0;        // ops between BeginOp and EndOp
+  uint64_t held = 0;        // sum of holdings
+  uint64_t reserved = 0;    // charges in flight
+  // (group id, kind) -> holding.
+  absl::flat_hash_map<std::pair<uint64_t, int>, Holding> holdings;
+  SessionStreamSink* stream = nullptr;
+};
+
+// One DrainRemoteStock() call waiting for answers (on its caller's stack).
+struct SessionRegistry::Drain {
+  uint64_t id = 0;
+  std::string over_path;
+  absl::flat_hash_set<Session*> pending;
+  std::vector<RemoteStockReturn> returned;
+  uint64_t returned_pages = 0;  // the sum of `returned`
+};
+
+}  // namespace cgacct
+
+#endif  // CGACCT_SERVER_SESSIONS_SESSION_STATE_H_
