@@ -40,7 +40,7 @@
 #   - nghttp2-client: h2load, the reference client tests/bench/h2load_compare.sh
 #     measures cgacct-load's own per-call overhead against.
 #   - python3-h2: the HTTP/2 rapid-reset flood test writes its HEADERS +
-#     RST_STREAM frames with the h2 library (tests/server/rapid_reset_flood.py).
+#     RST_STREAM frames with the h2 library (tests/server/daemon/rapid_reset_flood.py).
 # CGACCT_DEPS=build installs only what building the three binaries needs
 # (no tests, benchmarks or tools): deploy/Dockerfile's build stage.
 set -euo pipefail

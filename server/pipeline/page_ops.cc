@@ -28,6 +28,29 @@ PageAnswer Answered(const absl::StatusOr<Result>& result) {
   return answer;
 }
 
+// The state store's record of a keyed page op's answer.
+StoredRequest Stored(const std::string& identity, const PageOp& op,
+                     uint64_t generation, std::string fingerprint_path,
+                     const PageAnswer& answer) {
+  StoredRequest stored;
+  stored.identity = identity;
+  stored.request_id = *op.request_id;
+  stored.scope = generation;
+  stored.method = static_cast<int>(
+      op.charge ? DedupFingerprint::Method::kCharge
+                : DedupFingerprint::Method::kUncharge);
+  stored.path = std::move(fingerprint_path);
+  stored.nr_pages = op.nr_pages;
+  stored.kind = op.wire_kind;
+  stored.cpu =
+      op.wire_cpu.has_value() ? static_cast<int64_t>(*op.wire_cpu) : -1;
+  stored.code = static_cast<int>(answer.status.code());
+  stored.message = std::string(answer.status.message());
+  stored.answer_nr_pages = answer.nr_pages;
+  stored.throttle_us = answer.throttle_us;
+  return stored;
+}
+
 }  // namespace
 
 PageOps::PageOps(Engine& engine, GroupOps& groups, SessionRegistry& sessions,
@@ -145,26 +168,10 @@ PageAnswer PageOps::Apply(const std::string& identity, const PageOp& op,
     }
     return answer;
   }
-  StoredRequest stored;
-  stored.identity = identity;
-  stored.request_id = *op.request_id;
-  stored.scope = generation;
-  stored.method = static_cast<int>(method);
-  stored.path = std::move(fingerprint_path);
-  stored.nr_pages = op.nr_pages;
-  stored.kind = op.wire_kind;
-  stored.cpu =
-      op.wire_cpu.has_value() ? static_cast<int64_t>(*op.wire_cpu) : -1;
-  stored.code = static_cast<int>(answer.status.code());
-  stored.message = std::string(answer.status.message());
-  stored.answer_nr_pages = answer.nr_pages;
-  stored.throttle_us = answer.throttle_us;
-  DedupAnswer stored_answer;
-  stored_answer.status = answer.status;
-  stored_answer.nr_pages = answer.nr_pages;
-  stored_answer.throttle_us = answer.throttle_us;
-  *store_error =
-      request_ids_.Complete(entry, std::move(stored), std::move(stored_answer));
+  *store_error = request_ids_.Complete(
+      entry,
+      Stored(identity, op, generation, std::move(fingerprint_path), answer),
+      DedupAnswer{answer.status, answer.nr_pages, answer.throttle_us, {}});
   return answer;
 }
 
