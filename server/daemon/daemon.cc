@@ -3,9 +3,13 @@
 
 #include <grpc/grpc.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/impl/server_builder_option.h>
+#include <grpcpp/impl/server_builder_plugin.h>
 #include <time.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <thread>
@@ -36,6 +40,29 @@ int Fail(int code, absl::string_view message) {
   std::fprintf(stderr, "cgacctd: %s\n", std::string(message).c_str());
   return code;
 }
+
+// Takes gRPC's server reflection off a server: the reflection library,
+// once loaded, adds its plugin to every ServerBuilder made after (a static
+// initializer calls InitProtoReflectionServerBuilderPlugin()), so linking
+// it is enough to serve reflection everywhere; this option removes the
+// plugin from one builder before it builds.
+class WithoutReflection final : public grpc::ServerBuilderOption {
+ public:
+  void UpdateArguments(grpc::ChannelArguments*) override {}
+  void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>*
+                         plugins) override {
+    plugins->erase(
+        std::remove_if(plugins->begin(), plugins->end(),
+                       [](const std::unique_ptr<grpc::ServerBuilderPlugin>& p) {
+                         return p->name() == kReflectionPluginName;
+                       }),
+        plugins->end());
+  }
+
+ private:
+  // grpc::reflection::ProtoServerReflectionPlugin::name().
+  static constexpr char kReflectionPluginName[] = "proto_server_reflection";
+};
 
 // Health by service name as well as the server's "" (grpc.health.v1), on
 // --listen and --health_listen.
@@ -148,12 +175,15 @@ int Daemon::StartServers() {
   grpc::EnableDefaultHealthCheckService(true);
   // --health_listen: a server of its own with gRPC's health service alone,
   // plaintext on any address (health names no group and stays
-  // unauthenticated on --listen too). Its builder is made before the
-  // reflection plugin is registered (builders copy the plugins when made),
-  // so it serves no reflection either.
+  // unauthenticated on --listen too); never reflection.
   std::unique_ptr<grpc::ServerBuilder> health_builder;
   if (!config_.health_listen.empty()) {
     health_builder = std::make_unique<grpc::ServerBuilder>();
+    health_builder->SetOption(std::make_unique<WithoutReflection>());
+    // Every other method answers UNIMPLEMENTED, as gRPC's own default does;
+    // registered because a server needs a method it polls for (health's
+    // queue is not one).
+    health_builder->RegisterCallbackGenericService(&health_unimplemented_);
     health_builder->AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
     // Unauthenticated and off loopback: health requests are a service name,
     // so messages stay small; streams per connection as on --listen.
@@ -165,9 +195,12 @@ int Daemon::StartServers() {
                                      grpc::InsecureServerCredentials(),
                                      &health_port_);
   }
-  if (config_.serve_reflection)
-    grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  // Reflection only when asked for (--reflection=on): off, the plugin the
+  // library registered is taken off the builder.
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  if (!config_.serve_reflection)
+    builder.SetOption(std::make_unique<WithoutReflection>());
   // gRPC sets SO_REUSEPORT by default: a second cgacctd on the same port
   // would start and split the traffic instead of failing.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);

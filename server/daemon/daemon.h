@@ -9,6 +9,7 @@
 #ifndef CGACCT_SERVER_DAEMON_DAEMON_H_
 #define CGACCT_SERVER_DAEMON_DAEMON_H_
 
+#include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 
@@ -76,6 +77,8 @@ class Daemon {
   std::optional<MemoryTrimmer> trimmer_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
+  // --health_listen's answer to every method but health's.
+  grpc::CallbackGenericService health_unimplemented_;
   std::unique_ptr<grpc::Server> health_server_;
   int health_port_ = 0;
 };

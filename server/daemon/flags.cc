@@ -87,9 +87,10 @@ ABSL_FLAG(std::string, metrics_token_file, "",
           "file holding a token /metrics then requires as the HTTP basic-auth "
           "password (any user name); needed for a non-loopback "
           "--metrics_listen of a server with access control");
-ABSL_FLAG(std::string, reflection, "auto",
-          "gRPC server reflection: on, off, or auto (on unless access control "
-          "is on)");
+ABSL_FLAG(std::string, reflection, "off",
+          "gRPC server reflection (v1alpha) on --listen: off (the default), "
+          "on, or auto (on unless access control is on); never on "
+          "--health_listen");
 ABSL_FLAG(int, metrics_group_depth, 3,
           "export per-group series (memory.current, memory.max, "
           "memory.events) for groups at most this many path segments deep "
@@ -335,7 +336,7 @@ void ParseDaemonFlags(int argc, char** argv) {
       "          [--memory_trim_interval=1s]\n"
       "          [--tls_cert=PEM --tls_key=PEM [--client_ca=PEM]]\n"
       "          [--tokens_file=FILE] [--authz_policy=FILE] [--insecure]\n"
-      "          [--metrics_token_file=FILE] [--reflection=auto|on|off]\n"
+      "          [--metrics_token_file=FILE] [--reflection=off|on|auto]\n"
       "          [--state_dir=DIR] [--health_listen=HOST:PORT]");
   // --help lists the flags above (Abseil's default looks for them in a file
   // named after the program); Abseil's own flags stay under --helpfull.

@@ -47,7 +47,8 @@ class CgacctdFromPython(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.daemon = subprocess.Popen(
-            [CGACCTD, "--listen=127.0.0.1:0", "--metrics_listen=", "--cpus=2"],
+            [CGACCTD, "--listen=127.0.0.1:0", "--metrics_listen=", "--cpus=2",
+             "--reflection=on"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = cls.daemon.stdout.readline()
         m = re.search(r"listening on 127\.0\.0\.1:(\d+) ", line)

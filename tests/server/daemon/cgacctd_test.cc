@@ -46,7 +46,7 @@ struct StartLine {
 
 StartLine ParseStartLine(const std::string& line) {
   static const std::regex kLine(
-      R"(cgacctd listening on 127\.0\.0\.1:(\d+) \(metrics on 127\.0\.0\.1:(\d+), cpus=3, policy=whole, preempt=(none|full)\))");
+      R"(cgacctd listening on 127\.0\.0\.1:(\d+) \(metrics on 127\.0\.0\.1:(\d+), cpus=3, policy=whole, preempt=(none|full), no reflection\))");
   std::smatch m;
   if (!std::regex_match(line, m, kLine)) return {};
   return {std::stoi(m[1]), std::stoi(m[2])};
@@ -261,7 +261,7 @@ TEST(CgacctdTest, HealthListenServesHealthAlone) {
   Daemon daemon({"--listen=127.0.0.1:0", "--metrics_listen=", "--cpus=2",
                  "--health_listen=0.0.0.0:0"});
   const std::string line = daemon.ReadStdoutLine(kTimeout);
-  static const std::regex kHealth(R"(, health on 0\.0\.0\.0:(\d+)\))");
+  static const std::regex kHealth(R"(, health on 0\.0\.0\.0:(\d+))");
   std::smatch m;
   ASSERT_TRUE(std::regex_search(line, m, kHealth)) << line;
   auto channel = grpc::CreateChannel("127.0.0.1:" + m[1].str(),
@@ -400,7 +400,7 @@ TEST(CgacctdTest, FullPreemptModelIsReported) {
   Daemon daemon({"--listen=127.0.0.1:0", "--metrics_listen=", "--cpus=3",
                  "--flush_lock_policy=whole", "--flush_preempt_model=full"});
   const std::string line = daemon.ReadStdoutLine(kTimeout);
-  EXPECT_THAT(line, HasSubstr("policy=whole, preempt=full)")) << line;
+  EXPECT_THAT(line, HasSubstr("policy=whole, preempt=full, no reflection)")) << line;
   static const std::regex kPort(R"(listening on 127\.0\.0\.1:(\d+) )");
   std::smatch m;
   ASSERT_TRUE(std::regex_search(line, m, kPort)) << line;
