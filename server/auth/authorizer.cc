@@ -101,9 +101,9 @@ Authentication Authorizer::Authenticate(const Credentials& credentials) const {
                         : "bearer tokens are not accepted by this server (no "
                           "--tokens_file)");
     }
-    ids.push_back(*std::move(identity));
+    ids.push_back(absl::StrCat("token:", *identity));
   } else {
-    ids = credentials.certificate_identities;
+    ids = credentials.certificate_names;
   }
   const bool required = state.client_certificates || state.tokens.has_value() ||
                         state.policy.has_value();

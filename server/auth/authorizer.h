@@ -2,10 +2,11 @@
 // (authentication) and what they may touch (authorization).
 //
 //  - Identity: a bearer token ("authorization: Bearer TOKEN", looked up in
-//    the --tokens_file table) or, without a token, the verified client
-//    certificate's identity (every subject alternative name, else the common
-//    name; the first one the policy names). A token, when sent, must be
-//    valid: it is never silently ignored in favour of a certificate.
+//    the --tokens_file table: "token:NAME") or, without a token, the verified
+//    client certificate's names, each typed by its source ("uri:", "dns:",
+//    "email:", "ip:", "cn:"; server/auth/credentials.h), the first one the
+//    policy names. A token, when sent, must be valid: it is never silently
+//    ignored in favour of a certificate.
 //  - Policy (--authz_policy, server/auth/policy.h): identity -> grants. A
 //    grant is `admin` (every RPC on every group, unredacted GetEngineInfo),
 //    `ro SUBTREE` (read: ListGroups, GetStats, WatchEvents) or `rw SUBTREE`

@@ -10,16 +10,33 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/string_view.h"
+
 namespace cgacct {
+
+// An identity says where its name came from, and a grant names the kind it
+// grants (docs/DESIGN.md §4.11): "uri:spiffe://t/b" (a URI SAN), "dns:host"
+// (a DNS SAN), "email:a@b" (an email SAN), "ip:10.0.0.1" (an IP SAN),
+// "cn:name" (the subject's common name), "token:name" (a --tokens_file
+// entry). The same name of two kinds is two identities: a certificate whose
+// CN reads like a URI never holds a uri: grant.
+inline constexpr const char* kIdentityKinds[] = {"uri:",  "dns:", "email:",
+                                                 "ip:",   "cn:",  "token:"};
+
+// True when `identity` starts with one of kIdentityKinds and names
+// something after it.
+bool HasIdentityKind(absl::string_view identity);
 
 struct Credentials {
   // The value of the call's "authorization" metadata, if it sent one
   // (expected: "Bearer TOKEN").
   std::optional<std::string> authorization;
-  // The identities of the client certificate gRPC verified against
-  // --client_ca, as gRPC reports them (every subject alternative name, else
-  // the common name); empty without a verified certificate.
-  std::vector<std::string> certificate_identities;
+  // The names of the client certificate gRPC verified against --client_ca,
+  // each with its kind (kIdentityKinds): its URI SAN (only when the
+  // certificate has exactly one, as SPIFFE requires of an SVID: several
+  // name no URI identity), its DNS, email and IP SANs, then its CN. Empty
+  // without a verified certificate.
+  std::vector<std::string> certificate_names;
 };
 
 }  // namespace cgacct

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/group_path.h"
 #include "server/auth/config_text.h"
+#include "server/auth/credentials.h"
 #include "server/common/read_file.h"
 
 namespace cgacct {
@@ -25,6 +26,12 @@ absl::StatusOr<AuthzPolicy> AuthzPolicy::Parse(absl::string_view text) {
                        "\"IDENTITY rw PATH\")"));
     };
     if (!IsWord(words[0])) return bad("identity has non-printable bytes");
+    if (!HasIdentityKind(words[0])) {
+      return bad(absl::StrCat(
+          "identity ", Quote(words[0]),
+          " names no kind: write uri:, dns:, email:, ip:, cn: or token: "
+          "before the name"));
+    }
     Principal& p = policy.principals_[words[0]];
     p.identity = std::string(words[0]);
     if (words.size() == 2 && words[1] == "admin") {

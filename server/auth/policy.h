@@ -30,10 +30,10 @@ struct Principal {
 
 // The --authz_policy file: one grant per line, "IDENTITY admin",
 // "IDENTITY ro PATH" or "IDENTITY rw PATH"; '#' starts a comment; blank lines
-// are ignored; an identity may have many lines. IDENTITY is a certificate
-// identity (a SAN such as a DNS name or spiffe:// URI, or the CN when the
-// certificate has no SAN) or a token's identity; it must not contain
-// whitespace or control bytes.
+// are ignored; an identity may have many lines. IDENTITY names its kind
+// (server/auth/credentials.h): "uri:spiffe://t/a", "dns:host", "email:a@b",
+// "ip:10.0.0.1", "cn:name" for a certificate's names, "token:NAME" for a
+// --tokens_file entry; it must not contain whitespace or control bytes.
 class AuthzPolicy {
  public:
   // Errors: INVALID_ARGUMENT naming the line number and what is wrong.

@@ -5,6 +5,11 @@
 #include <string>
 #include <vector>
 
+#include <grpc/grpc_security_constants.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+
 namespace cgacct {
 namespace {
 
@@ -21,10 +26,20 @@ Credentials CredentialsOf(const grpc::ServerContextBase& context) {
   if (it != metadata.end())
     out.authorization.emplace(it->second.data(), it->second.size());
   const std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
-  if (auth != nullptr && auth->IsPeerAuthenticated()) {
-    for (const grpc::string_ref& id : auth->GetPeerIdentity())
-      out.certificate_identities.emplace_back(id.data(), id.size());
-  }
+  if (auth == nullptr || !auth->IsPeerAuthenticated()) return out;
+  auto add = [&](const char* property, const char* kind) {
+    for (const grpc::string_ref& name : auth->FindPropertyValues(property))
+      out.certificate_names.push_back(
+          absl::StrCat(kind, absl::string_view(name.data(), name.size())));
+  };
+  // A SPIFFE ID is the one URI SAN of its certificate: with several, none
+  // of them is the certificate's identity.
+  if (auth->FindPropertyValues(GRPC_PEER_URI_PROPERTY_NAME).size() == 1)
+    add(GRPC_PEER_URI_PROPERTY_NAME, "uri:");
+  add(GRPC_PEER_DNS_PROPERTY_NAME, "dns:");
+  add(GRPC_PEER_EMAIL_PROPERTY_NAME, "email:");
+  add(GRPC_PEER_IP_PROPERTY_NAME, "ip:");
+  add(GRPC_X509_CN_PROPERTY_NAME, "cn:");
   return out;
 }
 

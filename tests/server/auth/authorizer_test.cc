@@ -27,7 +27,7 @@ Credentials Token(const std::string& token) {
 
 Credentials Certificate(std::vector<std::string> ids) {
   Credentials c;
-  c.certificate_identities = std::move(ids);
+  c.certificate_names = std::move(ids);
   return c;
 }
 
@@ -52,36 +52,36 @@ TEST(AuthenticateTest, NoAccessControlMakesEveryCallerTheAnonymousAdmin) {
 TEST(AuthenticateTest, TokenNamesTheCallerBeforeTheCertificate) {
   Authorizer authorizer(Config(true, ""), nullptr);
   Credentials both = Token(kTokenA);
-  both.certificate_identities = {"spiffe://t/other"};
+  both.certificate_names = {"uri:spiffe://t/other"};
   Authentication a = authorizer.Authenticate(both);
   ASSERT_TRUE(a.status.ok()) << a.status;
-  EXPECT_EQ(a.caller.identity(), "tenant-a");
+  EXPECT_EQ(a.caller.identity(), "token:tenant-a");
 }
 
 TEST(AuthenticateTest, TheFirstCertificateIdentityThePolicyNamesIsTheCaller) {
-  Authorizer authorizer(Config(true, "spiffe://t/b rw /b\n"), nullptr);
+  Authorizer authorizer(Config(true, "uri:spiffe://t/b rw /b\n"), nullptr);
   Authentication a = authorizer.Authenticate(
-      Certificate({"dns.example", "spiffe://t/b", "spiffe://t/c"}));
+      Certificate({"dns:dns.example", "uri:spiffe://t/b", "cn:c"}));
   ASSERT_TRUE(a.status.ok()) << a.status;
-  EXPECT_EQ(a.caller.identity(), "spiffe://t/b");
+  EXPECT_EQ(a.caller.identity(), "uri:spiffe://t/b");
   EXPECT_FALSE(a.caller.admin());
   // Without a policy: the first identity, admin.
   Authorizer open(Config(true, ""), nullptr);
-  a = open.Authenticate(Certificate({"dns.example", "spiffe://t/b"}));
+  a = open.Authenticate(Certificate({"dns:dns.example", "uri:spiffe://t/b"}));
   ASSERT_TRUE(a.status.ok());
-  EXPECT_EQ(a.caller.identity(), "dns.example");
+  EXPECT_EQ(a.caller.identity(), "dns:dns.example");
   EXPECT_TRUE(a.caller.admin());
 }
 
 TEST(AuthenticateTest,
      RefusalsKeepAnIdentityForAdmissionAndCountOnlyWhenAnswered) {
   AuthFailureCounts counts;
-  Authorizer authorizer(Config(true, "tenant-a rw /a\n"), &counts);
+  Authorizer authorizer(Config(true, "token:tenant-a rw /a\n"), &counts);
   // A certificate the policy does not name: refused, but its identity is
   // what the per-identity limits key on.
-  Authentication unknown = authorizer.Authenticate(Certificate({"stranger"}));
+  Authentication unknown = authorizer.Authenticate(Certificate({"cn:stranger"}));
   EXPECT_EQ(unknown.status.code(), absl::StatusCode::kPermissionDenied);
-  EXPECT_EQ(unknown.caller.identity(), "stranger");
+  EXPECT_EQ(unknown.caller.identity(), "cn:stranger");
   EXPECT_EQ(counts.count(AuthFailure::kUnknownIdentity), 0u);
   EXPECT_EQ(authorizer.Refuse(unknown).code(),
             absl::StatusCode::kPermissionDenied);
@@ -105,7 +105,7 @@ TEST(AuthenticateTest,
 
 TEST(AuthorizerCheckTest, GrantsCoverSubtreesAndConfigureOnlyBelowTheirRoot) {
   AuthFailureCounts counts;
-  Authorizer authorizer(Config(false, "tenant-a rw /a\ntenant-a ro /shared\n"),
+  Authorizer authorizer(Config(false, "token:tenant-a rw /a\ntoken:tenant-a ro /shared\n"),
                         &counts);
   const Caller a = authorizer.Authenticate(Token(kTokenA)).caller;
   EXPECT_TRUE(authorizer.Check(a, Access::kWrite, "/a/x").ok());
@@ -127,10 +127,10 @@ TEST(AuthorizerCheckTest, GrantsCoverSubtreesAndConfigureOnlyBelowTheirRoot) {
 }
 
 TEST(AuthorizerReloadTest, CallersKeepTheSnapshotTheyAuthenticatedWith) {
-  Authorizer authorizer(Config(false, "tenant-a rw /a\n"), nullptr);
+  Authorizer authorizer(Config(false, "token:tenant-a rw /a\n"), nullptr);
   const Caller before = authorizer.Authenticate(Token(kTokenA)).caller;
   authorizer.Reload(*TokenTable::Parse(absl::StrCat("tenant-a ", kTokenA)),
-                    *AuthzPolicy::Parse("tenant-a rw /b\n"));
+                    *AuthzPolicy::Parse("token:tenant-a rw /b\n"));
   EXPECT_TRUE(authorizer.Check(before, Access::kWrite, "/a/x").ok());
   const Caller after = authorizer.Authenticate(Token(kTokenA)).caller;
   EXPECT_FALSE(authorizer.Check(after, Access::kWrite, "/a/x").ok());

@@ -568,7 +568,7 @@ TEST(CgacctdAuthTest, MtlsTokensPolicyAndSighupReload) {
   const std::string tokens = certs.Path("tokens");
   const std::string policy = certs.Path("policy");
   WriteFile(tokens, "ops old-token-0123456789abcdef\n");
-  WriteFile(policy, "tenant-a rw /a\nops admin\nnew-ops admin\n");
+  WriteFile(policy, "cn:tenant-a rw /a\ntoken:ops admin\ntoken:new-ops admin\n");
   Daemon daemon({"--listen=0.0.0.0:0", "--metrics_listen=127.0.0.1:0",
                  "--tls_cert=" + certs.Path("server.pem"),
                  "--tls_key=" + certs.Path("server.key"),
@@ -604,12 +604,12 @@ TEST(CgacctdAuthTest, MtlsTokensPolicyAndSighupReload) {
   };
   grpc::Status status;
   auto tenant = stub(true);
-  EXPECT_EQ(info(*tenant, "", &status), "tenant-a");
+  EXPECT_EQ(info(*tenant, "", &status), "cn:tenant-a");
   EXPECT_TRUE(status.ok()) << status.error_message();
   auto anonymous = stub(false);
   info(*anonymous, "", &status);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
-  EXPECT_EQ(info(*anonymous, "old-token-0123456789abcdef", &status), "ops");
+  EXPECT_EQ(info(*anonymous, "old-token-0123456789abcdef", &status), "token:ops");
   EXPECT_TRUE(status.ok()) << status.error_message();
   info(*anonymous, "new-token-0123456789abcdef", &status);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
@@ -630,7 +630,7 @@ TEST(CgacctdAuthTest, MtlsTokensPolicyAndSighupReload) {
     who = info(*anonymous, "new-token-0123456789abcdef", &status);
     if (who.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  EXPECT_EQ(who, "new-ops");
+  EXPECT_EQ(who, "token:new-ops");
   info(*anonymous, "old-token-0123456789abcdef", &status);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
 

@@ -41,7 +41,7 @@ class PipelineTest : public ::testing::Test {
     if (access_control) {
       AuthConfig config;
       config.tokens = *TokenTable::Parse(absl::StrCat("tenant-a ", kTokenA));
-      config.policy = *AuthzPolicy::Parse("tenant-a rw /a\n");
+      config.policy = *AuthzPolicy::Parse("token:tenant-a rw /a\n");
       authorizer_ = std::make_unique<Authorizer>(std::move(config), &failures_);
       options.authorizer = authorizer_.get();
     }
@@ -132,7 +132,7 @@ TEST_F(PipelineTest,
   pipeline_->EndCall(nobody, refused);
   EXPECT_EQ(metrics_.charges_rejected(), 1u);
   CallContext a = Call(RpcMethod::kCharge, kTokenA);
-  EXPECT_EQ(a.identity(), "tenant-a");
+  EXPECT_EQ(a.identity(), "token:tenant-a");
   EXPECT_TRUE(pipeline_->Authenticate(a).ok());
 }
 

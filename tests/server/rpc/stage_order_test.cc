@@ -84,7 +84,7 @@ class StageOrderTest : public ::testing::Test {
     if (access_control) {
       AuthConfig config;
       config.tokens = *TokenTable::Parse(absl::StrCat("tenant-a ", kTokenA));
-      config.policy = *AuthzPolicy::Parse("tenant-a rw /tenants/a\n");
+      config.policy = *AuthzPolicy::Parse("token:tenant-a rw /tenants/a\n");
       authorizer_ = std::make_unique<Authorizer>(std::move(config), nullptr);
       options.authorizer = authorizer_.get();
     }
