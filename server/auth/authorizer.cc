@@ -62,6 +62,7 @@ void Authorizer::Reload(std::optional<TokenTable> tokens,
   state->tokens = std::move(tokens);
   state->policy = std::move(policy);
   state_ = std::move(state);
+  generation_.fetch_add(1, std::memory_order_release);
 }
 
 std::shared_ptr<const Caller::State> Authorizer::Snapshot() const {

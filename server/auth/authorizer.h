@@ -140,9 +140,17 @@ class Authorizer {
   Authorizer& operator=(const Authorizer&) = delete;
 
   // Replaces the tokens and policy (client_certificates stays). Calls in
-  // flight keep the old ones.
+  // flight keep the old ones; streams re-authenticate when they see
+  // generation() move (server/pipeline/pipeline.h Reauthenticate).
   void Reload(std::optional<TokenTable> tokens,
               std::optional<AuthzPolicy> policy);
+  // How many times Reload() ran: a caller authenticated at an older
+  // generation may hold grants the configuration no longer gives.
+  uint64_t generation() const {
+    // Acquire: pairs with Reload()'s release, so a reader that sees the new
+    // generation authenticates against the new snapshot.
+    return generation_.load(std::memory_order_acquire);
+  }
 
   // Who `credentials` prove. Counts nothing: a refusal is counted when it
   // is answered (Refuse()), so a call shed before it is not.
@@ -167,6 +175,7 @@ class Authorizer {
   std::shared_ptr<const Caller::State> Snapshot() const;
 
   AuthFailureCounts* const counts_;  // may be null; thread-safe
+  std::atomic<uint64_t> generation_{0};  // written under mu_
   mutable absl::Mutex mu_;
   std::shared_ptr<const Caller::State> state_ ABSL_GUARDED_BY(mu_);
 };

@@ -62,6 +62,11 @@ void EventsHub::Shutdown() {
   mu_.Await(absl::Condition(&done));
 }
 
+void EventsHub::NotifyAll() {
+  absl::MutexLock l(&mu_);
+  for (const auto& [id, list] : watchers_) changed_.insert(id);
+}
+
 void EventsHub::OnMemoryEvents(uint64_t group_id) {
   // Nobody watches anything: the common case costs one load.
   if (nr_watched_groups_.load(std::memory_order_relaxed) == 0) return;

@@ -71,6 +71,10 @@ class EventsHub final : public EngineObserver {
   // callback to `watcher` itself it does not wait). Idempotent.
   void Unsubscribe(uint64_t group_id, Watcher* watcher)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Every watcher gets OnEventsChanged() soon (on the notifier thread), as
+  // if its group's counts changed: after an access control reload, so each
+  // stream checks its caller's access again.
+  void NotifyAll() ABSL_LOCKS_EXCLUDED(mu_);
   // Server shutdown: every watcher gets OnShutdown() (on the notifier
   // thread) and is removed; later Subscribe() calls fail. Returns once every
   // OnShutdown() has run. Idempotent.

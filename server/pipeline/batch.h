@@ -71,6 +71,13 @@ class BatchRunner {
   absl::Status Run(const v1::ChargeBatchRequest& request,
                    v1::ChargeBatchResponse* response);
 
+  // The stream's caller was authenticated again (an access control reload):
+  // its paths are authorized anew (the handle cache is emptied).
+  void SetCaller(Caller caller) {
+    caller_ = std::move(caller);
+    Forget();
+  }
+
   // A deferred run is about to resume but the call is gone (`abort`:
   // CANCELLED or DEADLINE_EXCEEDED): the ops from the deferred one on are
   // answered with it instead of applied (a keyed request still completes).
@@ -104,7 +111,7 @@ class BatchRunner {
   void Forget();
 
   const BatchDeps& deps_;
-  const Caller caller_;
+  Caller caller_;
 
   // Where a request stands between a deferred Run and the one resuming it.
   bool begun_ = false;     // the key checked (and, keyed, Begin() done)

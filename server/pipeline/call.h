@@ -20,6 +20,7 @@
 #include <string>
 
 #include "server/auth/authorizer.h"
+#include "server/auth/credentials.h"
 #include "server/metrics/rpc_metrics.h"
 #include "server/pipeline/call_limiter.h"
 
@@ -48,6 +49,11 @@ struct CallContext {
   // Who is calling, and whether that is accepted (OK without access
   // control). Refused callers still have an identity (or "") for admission.
   Authentication authentication;
+  // Streams under access control: the credentials they started with and
+  // the Authorizer::generation() they were authenticated at, so a reload
+  // reaches them (Pipeline::Reauthenticate). Empty for unary calls.
+  Credentials credentials;
+  uint64_t auth_generation = 0;
   // Admission's: the caller's in-flight message (unary) or stream permit.
   CallLimiter::Permit permit;
   // Admission passed (a call refused before it is neither counted as a

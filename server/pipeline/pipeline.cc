@@ -74,10 +74,35 @@ CallContext Pipeline::BeginCall(RpcMethod method,
   call.start_ns = clock_.NowNs();
   call.deadline = deadline;
   if (authorizer_ != nullptr) {
+    call.auth_generation = authorizer_->generation();
     call.authentication = authorizer_->Authenticate(
         credentials != nullptr ? *credentials : Credentials());
+    // Streams keep them: a reload re-authenticates a stream from them.
+    const bool stream = method == RpcMethod::kChargeStream ||
+                        method == RpcMethod::kWatchEvents ||
+                        method == RpcMethod::kSessionStream;
+    if (stream && credentials != nullptr) call.credentials = *credentials;
   }
   return call;
+}
+
+absl::Status Pipeline::Reauthenticate(CallContext& call, bool* changed) {
+  *changed = false;
+  if (authorizer_ == nullptr) return absl::OkStatus();
+  const uint64_t generation = authorizer_->generation();
+  if (generation == call.auth_generation) return absl::OkStatus();
+  call.auth_generation = generation;
+  call.authentication = authorizer_->Authenticate(call.credentials);
+  *changed = true;
+  return authorizer_->Refuse(call.authentication);
+}
+
+absl::Status Pipeline::RecheckWatch(CallContext& call,
+                                    absl::string_view path) {
+  bool changed = false;
+  if (absl::Status s = Reauthenticate(call, &changed); !s.ok()) return s;
+  if (!changed) return absl::OkStatus();
+  return Authorize(authorizer_, call.caller(), Access::kRead, path);
 }
 
 absl::Status Pipeline::Admit(CallContext& call, Admission admission) {

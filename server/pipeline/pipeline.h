@@ -131,6 +131,16 @@ class Pipeline {
   // in-flight permit of the stream's caller, or RESOURCE_EXHAUSTED (shed,
   // counted). The stream checks shutdown and its deadline itself.
   absl::StatusOr<CallLimiter::Permit> AdmitMessage(const CallContext& call);
+  // A stream's caller after access control was reloaded: when the
+  // Authorizer's generation moved since `call` was authenticated, its
+  // credentials are authenticated again against the new configuration
+  // (*changed set). Errors: the new verdict's refusal (UNAUTHENTICATED,
+  // PERMISSION_DENIED; counted): the stream must end. OK without access
+  // control.
+  absl::Status Reauthenticate(CallContext& call, bool* changed);
+  // A WatchEvents stream's read access to `path` after Reauthenticate():
+  // PERMISSION_DENIED (counted) once the caller's grants no longer cover it.
+  absl::Status RecheckWatch(CallContext& call, absl::string_view path);
   // The authentication verdict of call.authentication (UNAUTHENTICATED,
   // PERMISSION_DENIED; counted when answered).
   absl::Status Authenticate(const CallContext& call) const;

@@ -141,8 +141,15 @@ class ChargeStreamReactor final
     CallLimiter::Permit permit;
     absl::Status refused;
     absl::Status undecodable;
+    // An access control reload since the stream began: the caller is
+    // authenticated again, and a caller no longer allowed ends the stream
+    // (nothing of this request applied).
+    bool reauthenticated = false;
+    refused = pipeline_.Reauthenticate(call_, &reauthenticated);
+    if (reauthenticated && refused.ok()) runner_->SetCaller(call_.caller());
     absl::StatusOr<CallLimiter::Permit> admitted =
-        pipeline_.AdmitMessage(call_);
+        refused.ok() ? pipeline_.AdmitMessage(call_)
+                     : absl::StatusOr<CallLimiter::Permit>(refused);
     if (admitted.ok()) {
       permit = *std::move(admitted);
       undecodable = ParseRequest(request_bytes_, &request_);

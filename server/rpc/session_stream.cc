@@ -155,9 +155,17 @@ class SessionStreamCall final : public SessionStreamSink {
       registry_.DrainAnswer(session_id_, this, message.drain_id(),
                             message.returned());
     }
-    if (message.keepalive() &&
-        !AnswerLease(registry_.KeepAlive(session_id_, this)))
-      return;
+    if (message.keepalive()) {
+      // An access control reload reaches the session's stream at its next
+      // keepalive: a caller no longer allowed ends it.
+      bool reauthenticated = false;
+      if (absl::Status s = pipeline_.Reauthenticate(call_, &reauthenticated);
+          !s.ok()) {
+        EndWith(std::move(s));
+        return;
+      }
+      if (!AnswerLease(registry_.KeepAlive(session_id_, this))) return;
+    }
     absl::MutexLock l(&mu_);
     if (!ending_) StartReadLocked();
   }

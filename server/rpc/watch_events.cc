@@ -59,7 +59,15 @@ class WatchEventsReactor final
   }
 
   // EventsHub::Watcher (notifier thread).
-  void OnEventsChanged() override { SendLatest(); }
+  void OnEventsChanged() override {
+    // An access control reload reaches the stream here (the hub tells every
+    // watcher after one): the caller must still be allowed to read.
+    if (absl::Status s = pipeline_.RecheckWatch(call_, path_); !s.ok()) {
+      EndStream(std::move(s));
+      return;
+    }
+    SendLatest();
+  }
   void OnGroupDeleted() override { EndStream(Deleted()); }
   void OnShutdown() override {
     EndStream(absl::UnavailableError("server shutting down"));
@@ -177,7 +185,9 @@ class WatchEventsReactor final
   Pipeline& pipeline_;
   EventsHub& hub_;
   // Holds the caller's stream permit (--max_streams_per_identity), given
-  // back by EndCall in OnDone(); touched only there.
+  // back by EndCall in OnDone(). Touched by OnEventsChanged (the hub's
+  // notifier thread) and OnDone, which runs after Unsubscribe() waited for
+  // any callback: never at once.
   CallContext call_;
   const GroupHandle group_;
   const std::string path_;

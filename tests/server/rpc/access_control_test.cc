@@ -647,6 +647,58 @@ TEST_F(AuthTest, PolicyReloadAppliesToNewCalls) {
   EXPECT_CODE(Charge(*Stub(""), "/a", 1, kTokenA), UNAUTHENTICATED);
 }
 
+// A reload reaches the streams already open (issue 22 item 8): after
+// tenant-a's grant is removed, its ChargeStream applies nothing more and
+// ends PERMISSION_DENIED at its next message, and its WatchEvents stream
+// ends at once. On main at 949c495 the stream applied every request after
+// the reload.
+TEST_F(AuthTest, AReloadReachesOpenStreams) {
+  Start(kPolicy);
+  auto admin = Stub("admin");
+  ASSERT_OK(Create(*admin, "/a"));
+  auto a = Stub("");
+  grpc::ClientContext stream_ctx;
+  Deadline(&stream_ctx, 30);
+  stream_ctx.AddMetadata("authorization", absl::StrCat("Bearer ", kTokenA));
+  auto stream = a->ChargeStream(&stream_ctx);
+  v1::ChargeBatchRequest request;
+  v1::ChargeOp* op = request.add_ops();
+  op->set_path("/a");
+  op->set_nr_pages(1);
+  op->set_kind(v1::PAGE_KIND_ANON);
+  v1::ChargeBatchResponse response;
+  ASSERT_TRUE(stream->Write(request));
+  ASSERT_TRUE(stream->Read(&response));
+  ASSERT_EQ(response.results(0).code(), 0) << response.results(0).message();
+  grpc::ClientContext watch_ctx;
+  Deadline(&watch_ctx, 30);
+  watch_ctx.AddMetadata("authorization", absl::StrCat("Bearer ", kTokenA));
+  v1::WatchEventsRequest watch_request;
+  watch_request.set_path("/a");
+  auto watch = a->WatchEvents(&watch_ctx, watch_request);
+  v1::EventsUpdate update;
+  ASSERT_TRUE(watch->Read(&update));
+
+  // tenant-a's grant goes; the tokens stay.
+  absl::StatusOr<TokenTable> tokens = TokenTable::Parse(
+      absl::StrCat("tenant-a ", kTokenA, "\nadmin ", kTokenAdmin, "\n"));
+  absl::StatusOr<AuthzPolicy> policy =
+      AuthzPolicy::Parse("dns:admin admin\ntoken:admin admin\n");
+  ASSERT_TRUE(tokens.ok() && policy.ok());
+  authorizer_->Reload(*std::move(tokens), *std::move(policy));
+  hub_.NotifyAll();  // as cgacctd does on SIGHUP
+
+  EXPECT_FALSE(watch->Read(&update));
+  grpc::Status watch_end = watch->Finish();
+  EXPECT_CODE(watch_end, PERMISSION_DENIED);
+  stream->Write(request);
+  EXPECT_FALSE(stream->Read(&response));
+  grpc::Status end = stream->Finish();
+  EXPECT_CODE(end, PERMISSION_DENIED);
+  EXPECT_THAT(end.error_message(), HasSubstr("has no grant"));
+  EXPECT_EQ(Usage("/a"), 1u);
+}
+
 // Certificates are re-read without a restart: a server certificate from a
 // CA the client does not trust is replaced by one it trusts, and a client
 // CA bundle is replaced so that a new CA's clients get in.
