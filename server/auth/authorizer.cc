@@ -147,6 +147,19 @@ bool Authorizer::CanRead(const Caller& caller, absl::string_view path) {
   return false;
 }
 
+bool Authorizer::Allows(const Caller& caller, Access access,
+                        absl::string_view path) {
+  if (caller.principal_ == nullptr) return true;
+  bool covered = false;
+  for (const Grant& g : caller.principal_->grants) {
+    if (!PathAtOrBelow(path, g.subtree)) continue;
+    covered = true;
+    if (!g.write) continue;
+    if (access != Access::kConfigure || path != g.subtree) return true;
+  }
+  return covered && access == Access::kRead;
+}
+
 absl::Status Authorizer::Check(const Caller& caller, Access access,
                                absl::string_view path) const {
   if (caller.principal_ == nullptr) return absl::OkStatus();

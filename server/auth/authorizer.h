@@ -163,8 +163,11 @@ class Authorizer {
   // (kOutsideGrants, kReadOnly, kGrantRoot); counted.
   absl::Status Check(const Caller& caller, Access access,
                      absl::string_view path) const;
-  // Check() without counting or a message: may `caller` read `path`?
+  // Check() without counting or a message: may `caller` read `path`? May it
+  // do `access` there?
   static bool CanRead(const Caller& caller, absl::string_view path);
+  static bool Allows(const Caller& caller, Access access,
+                     absl::string_view path);
   // ListGroups of `path`: readable, or an ancestor of one of the caller's
   // grants (the listing is then filtered with CanRead). Errors and counting
   // as Check.

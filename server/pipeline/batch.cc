@@ -74,15 +74,23 @@ absl::Status BatchRunner::BeginKeyed(const v1::ChargeBatchRequest& request,
   *ops_only.mutable_ops() = request.ops();
   const uint64_t digest = StableDigest(ops_only.SerializeAsString());
   // The scope: the generation of each distinct group the ops name, in
-  // first-use order (0 for one that does not exist), so a batch naming a
-  // group re-created since is a new request.
+  // first-use order, so a batch naming a group re-created since is a new
+  // request. 0 for a group that does not exist, and for every path the
+  // caller may not charge (an invalid one, or outside its grants), whether
+  // its group exists or not: the answer to a reused key must not tell the
+  // caller what it may not see.
   uint64_t scope = StableDigest("");
   absl::flat_hash_map<absl::string_view, bool> seen;
   for (const v1::ChargeOp& op : request.ops()) {
     if (!seen.emplace(op.path(), true).second) continue;
-    absl::StatusOr<GroupHandle> handle = deps_.engine.ResolveGroup(op.path());
-    const uint64_t generation =
-        handle.ok() ? deps_.groups.GenerationOf(handle->id()) : 0;
+    uint64_t generation = 0;
+    if (ValidateGroupPath(op.path()).ok() &&
+        (deps_.authorizer == nullptr ||
+         Authorizer::Allows(caller_, Access::kWrite, op.path()))) {
+      absl::StatusOr<GroupHandle> handle =
+          deps_.engine.ResolveGroup(op.path());
+      if (handle.ok()) generation = deps_.groups.GenerationOf(handle->id());
+    }
     scope = StableDigest(
         absl::string_view(reinterpret_cast<const char*>(&generation),
                           sizeof(generation)),

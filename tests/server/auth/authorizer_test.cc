@@ -124,6 +124,14 @@ TEST(AuthorizerCheckTest, GrantsCoverSubtreesAndConfigureOnlyBelowTheirRoot) {
   EXPECT_TRUE(authorizer.CheckList(a, "/").ok());
   EXPECT_TRUE(Authorizer::CanRead(a, "/a/x"));
   EXPECT_FALSE(Authorizer::CanRead(a, "/b"));
+  // Allows() answers as Check() does, without counting.
+  const uint64_t counted = counts.count(AuthFailure::kOutsideGrants);
+  EXPECT_TRUE(Authorizer::Allows(a, Access::kWrite, "/a/x"));
+  EXPECT_FALSE(Authorizer::Allows(a, Access::kConfigure, "/a"));
+  EXPECT_TRUE(Authorizer::Allows(a, Access::kRead, "/shared/y"));
+  EXPECT_FALSE(Authorizer::Allows(a, Access::kWrite, "/shared/y"));
+  EXPECT_FALSE(Authorizer::Allows(a, Access::kWrite, "/b"));
+  EXPECT_EQ(counts.count(AuthFailure::kOutsideGrants), counted);
 }
 
 TEST(AuthorizerReloadTest, CallersKeepTheSnapshotTheyAuthenticatedWith) {

@@ -647,6 +647,39 @@ TEST_F(AuthTest, PolicyReloadAppliesToNewCalls) {
   EXPECT_CODE(Charge(*Stub(""), "/a", 1, kTokenA), UNAUTHENTICATED);
 }
 
+// A reused idempotency_key tells a tenant nothing of groups outside its
+// grants (issue 22 item 3): the key's scope counts such a path as absent
+// whether its group exists or not, so probing /b/absent and /b/present
+// with the same key gets the same answer. On main at 949c495 the answers
+// differed (INVALID_ARGUMENT when absent, OK when present).
+TEST_F(AuthTest, AKeyedBatchTellsNothingOfGroupsOutsideTheGrant) {
+  Start(kPolicy);
+  auto admin = Stub("admin");
+  ASSERT_OK(Create(*admin, "/b"));
+  ASSERT_OK(Create(*admin, "/b/present"));
+  auto a = Stub("tenant-a");
+  auto batch = [&](const std::string& path, v1::ChargeBatchResponse* resp) {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    v1::ChargeBatchRequest req;
+    v1::ChargeOp* op = req.add_ops();
+    op->set_path(path);
+    op->set_nr_pages(1);
+    op->set_kind(v1::PAGE_KIND_ANON);
+    req.set_idempotency_key("probe");
+    return a->ChargeBatch(&ctx, req, resp);
+  };
+  v1::ChargeBatchResponse first, absent, present;
+  ASSERT_OK(batch("/b/first", &first));
+  ASSERT_EQ(first.results(0).code(), grpc::StatusCode::PERMISSION_DENIED);
+  const grpc::Status if_absent = batch("/b/absent", &absent);
+  const grpc::Status if_present = batch("/b/present", &present);
+  EXPECT_EQ(if_absent.error_code(), if_present.error_code());
+  EXPECT_EQ(if_absent.error_message(), if_present.error_message());
+  EXPECT_CODE(if_present, INVALID_ARGUMENT);  // the key, used for other ops
+  EXPECT_EQ(Usage("/b/present"), 0u);
+}
+
 // A reload reaches the streams already open (issue 22 item 8): after
 // tenant-a's grant is removed, its ChargeStream applies nothing more and
 // ends PERMISSION_DENIED at its next message, and its WatchEvents stream
