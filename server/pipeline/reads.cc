@@ -106,9 +106,14 @@ void ReadOps::GetEngineInfo(const CallContext& call,
   response->set_charge_batch_pages(info.charge_batch_pages);
   response->set_flush_lock_policy(info.flush_lock_policy_name);
   response->set_nr_stock_slots(static_cast<uint32_t>(info.nr_stock_slots));
-  response->set_nr_groups(info.nr_groups);
-  response->set_flush_lock_hold_max_us(
-      DurationToMicros(info.flush_lock_hold_max));
+  // The engine's load (groups, flush work) is the admin's to see; a
+  // tenant sees the configuration and the flushes of its own subtrees.
+  const bool admin = call.caller().admin();
+  if (admin) {
+    response->set_nr_groups(info.nr_groups);
+    response->set_flush_lock_hold_max_us(
+        DurationToMicros(info.flush_lock_hold_max));
+  }
   response->set_max_batch_ops(kMaxBatchOps);
   response->set_max_charge_pages(validator_.max_charge_pages());
   response->set_max_streams_per_identity(
@@ -119,11 +124,11 @@ void ReadOps::GetEngineInfo(const CallContext& call,
   response->set_max_concurrent_streams_per_connection(
       transport_.max_concurrent_streams_per_connection);
   for (const FlushHoldRecord& record : info.longest_flush_holds) {
+    // A flush of a subtree outside the caller's grants is not its to see.
+    if (!Authorizer::CanRead(call.caller(), record.root_path)) continue;
     v1::FlushLockHold* hold = response->add_longest_flush_holds();
     hold->set_policy(record.policy);
-    // A flush-hold path outside the caller's grants is not its to see.
-    if (Authorizer::CanRead(call.caller(), record.root_path))
-      hold->set_root_path(record.root_path);
+    hold->set_root_path(record.root_path);
     hold->set_cpus_walked(static_cast<uint32_t>(record.cpus_walked));
     hold->set_groups_folded(static_cast<uint32_t>(record.groups_folded));
     hold->set_hold_ns(
@@ -133,13 +138,15 @@ void ReadOps::GetEngineInfo(const CallContext& call,
   }
   response->set_flush_preempt_model(
       FlushPreemptModelName(info.flush_preempt_model));
-  response->set_flush_lock_hold_wall_max_us(
-      DurationToMicros(info.flush_lock_hold_wall_max));
-  response->set_preempted_flushes(info.preempted_flushes);
-  response->set_flush_lock_hold_max_cpus_walked(
-      static_cast<uint32_t>(info.flush_lock_hold_max_cpus_walked));
-  response->set_flush_lock_hold_max_groups_folded(
-      static_cast<uint32_t>(info.flush_lock_hold_max_groups_folded));
+  if (admin) {
+    response->set_flush_lock_hold_wall_max_us(
+        DurationToMicros(info.flush_lock_hold_wall_max));
+    response->set_preempted_flushes(info.preempted_flushes);
+    response->set_flush_lock_hold_max_cpus_walked(
+        static_cast<uint32_t>(info.flush_lock_hold_max_cpus_walked));
+    response->set_flush_lock_hold_max_groups_folded(
+        static_cast<uint32_t>(info.flush_lock_hold_max_groups_folded));
+  }
   if (info.flush_lock_policy == FlushLockPolicy::kAdaptive &&
       info.flush_hold_budget > absl::ZeroDuration()) {
     // Rounded up: 0 means "no budget" (one CPU per hold), so a budget

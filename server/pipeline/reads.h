@@ -45,8 +45,10 @@ class ReadOps {
   absl::Status Reclaim(const CallContext& call,
                        const v1::ReclaimRequest& request,
                        v1::ReclaimResponse* response) const;
-  // The engine's and the server's configuration and the flush-lock record;
-  // flush-hold paths the caller may not read are blanked. No errors.
+  // The engine's and the server's configuration and the flush-lock record.
+  // A caller that is not admin gets the configuration and the flushes of
+  // subtrees it may read, not the engine's load: nr_groups and the
+  // flush-lock maxima are 0 for it. No errors.
   void GetEngineInfo(const CallContext& call, v1::EngineInfo* response) const;
 
  private:

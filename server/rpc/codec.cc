@@ -36,8 +36,64 @@ bool ReadVarint(absl::string_view b, size_t* pos, uint64_t* value) {
   return false;
 }
 
+// Whether `s` is well-formed UTF-8 (no overlongs, surrogates, or code
+// points past U+10FFFF), as protobuf requires of a proto3 string.
+bool IsUtf8(absl::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const uint8_t c = static_cast<uint8_t>(s[i]);
+    int n;
+    uint32_t cp;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xe0) == 0xc0) {
+      n = 1;
+      cp = c & 0x1f;
+    } else if ((c & 0xf0) == 0xe0) {
+      n = 2;
+      cp = c & 0x0f;
+    } else if ((c & 0xf8) == 0xf0) {
+      n = 3;
+      cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (i + static_cast<size_t>(n) >= s.size()) return false;  // cut short
+    for (int k = 1; k <= n; ++k) {
+      const uint8_t d = static_cast<uint8_t>(s[i + k]);
+      if ((d & 0xc0) != 0x80) return false;
+      cp = cp << 6 | (d & 0x3f);
+    }
+    static constexpr uint32_t kMin[] = {0, 0x80, 0x800, 0x10000};
+    if (cp < kMin[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+      return false;
+    i += static_cast<size_t>(n) + 1;
+  }
+  return true;
+}
+
+// True when `b` holds a run of four bytes with their top bit set: the start
+// of a varint of five bytes or more, which a uint32 field's value above
+// 2^32 - 1 needs. Far cheaper than walking the message: requests whose
+// varints are all short (every well-formed request but those with large
+// 64-bit counts) skip the walk.
+bool MayHoldLongVarint(absl::string_view b, int* run) {
+  for (char ch : b) {
+    if (static_cast<uint8_t>(ch) & 0x80) {
+      if (++*run >= 4) return true;
+    } else {
+      *run = 0;
+    }
+  }
+  return false;
+}
+
 // Walks `b` (a message of `type`, null = unknown) at offset `base` of the
-// outermost message; true and *why set at the first fault.
+// outermost message; true and *why set at the first fault. Besides the wire
+// format it finds what protobuf's parser lets through or refuses without
+// saying which field: a uint32 field given a larger varint (the parser keeps
+// its low 32 bits) and a proto3 string that is not UTF-8.
 bool Walk(const pb::Descriptor* type, absl::string_view b, size_t base,
           int depth, std::string* why) {
   size_t pos = 0;
@@ -71,10 +127,17 @@ bool Walk(const pb::Descriptor* type, absl::string_view b, size_t base,
     };
     switch (wire_type) {
       case 0: {  // varint
-        uint64_t ignored;
-        if (!ReadVarint(b, &pos, &ignored)) {
+        uint64_t value;
+        if (!ReadVarint(b, &pos, &value)) {
           *why = absl::StrCat("the varint of field ", label, " at byte ", at,
                               " is truncated or longer than 10 bytes");
+          return true;
+        }
+        if (field != nullptr &&
+            field->type() == pb::FieldDescriptor::TYPE_UINT32 &&
+            value > 0xffffffffu) {
+          *why = absl::StrCat("field ", label, " at byte ", at, " is ", value,
+                              ", above the uint32 range (at most 4294967295)");
           return true;
         }
         break;
@@ -101,6 +164,13 @@ bool Walk(const pb::Descriptor* type, absl::string_view b, size_t base,
           return true;
         }
         const absl::string_view value = b.substr(pos, length);
+        if (field != nullptr &&
+            field->type() == pb::FieldDescriptor::TYPE_STRING &&
+            !IsUtf8(value)) {
+          *why = absl::StrCat("field ", label, " at byte ", at,
+                              " is not valid UTF-8 (a string field)");
+          return true;
+        }
         if (field != nullptr &&
             field->type() == pb::FieldDescriptor::TYPE_MESSAGE &&
             depth < kMaxWalkDepth) {
@@ -159,23 +229,41 @@ absl::Status ParseRequest(const grpc::ByteBuffer& bytes, pb::Message* message) {
         "request is not a valid ", message->GetDescriptor()->full_name(),
         ": the call carried no request message"));
   }
+  bool parsed;
   {
     // As grpc::GenericDeserialize, without consuming the buffer (its bytes
     // are needed to say what is wrong). The reader only reads.
     grpc::ProtoBufferReader reader(const_cast<grpc::ByteBuffer*>(&bytes));
-    if (reader.status().ok() && message->ParseFromZeroCopyStream(&reader)) {
-      return absl::OkStatus();
-    }
+    parsed = reader.status().ok() && message->ParseFromZeroCopyStream(&reader);
   }
   std::vector<grpc::Slice> slices;
-  std::string flat;
-  if (bytes.Dump(&slices).ok()) {
-    flat.reserve(bytes.Length());
+  if (!bytes.Dump(&slices).ok()) slices.clear();
+  if (parsed) {
+    // Parsed: unless a uint32 field was given more than 32 bits, which the
+    // parser truncated silently (ttl_ms 2^32 + 1000 became 1000).
+    int run = 0;
+    bool suspect = false;
     for (const grpc::Slice& slice : slices) {
-      flat.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+      suspect |= MayHoldLongVarint(
+          absl::string_view(reinterpret_cast<const char*>(slice.begin()),
+                            slice.size()),
+          &run);
     }
+    if (!suspect) return absl::OkStatus();
+  }
+  std::string flat;
+  flat.reserve(bytes.Length());
+  for (const grpc::Slice& slice : slices) {
+    flat.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
   }
   const pb::Descriptor& type = *message->GetDescriptor();
+  if (parsed) {
+    std::string why;
+    if (!Walk(&type, flat, 0, 0, &why)) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(
+        "request is not a valid ", type.full_name(), ": ", why, " (",
+        flat.size(), " bytes)"));
+  }
   return absl::InvalidArgumentError(
       absl::StrCat("request is not a valid ", type.full_name(), ": ",
                    DescribeUndecodable(type, flat)));

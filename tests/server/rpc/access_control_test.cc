@@ -547,7 +547,11 @@ TEST_F(AuthTest, BatchAndStreamOpsAreCheckedPerPath) {
   EXPECT_EQ(Usage("/a"), 8u);
 }
 
-TEST_F(AuthTest, EngineInfoHidesFlushPathsOutsideTheGrant) {
+// A tenant sees the configuration and its own subtrees' flushes, not the
+// engine's load (issue 22 item 14: on main at 949c495 every tenant got the
+// global group count and flush work, and blanked paths of other tenants'
+// flushes).
+TEST_F(AuthTest, EngineInfoShowsATenantItsOwnFlushesOnly) {
   Start(kPolicy);
   auto admin = Stub("admin");
   ASSERT_OK(Create(*admin, "/a"));
@@ -571,14 +575,26 @@ TEST_F(AuthTest, EngineInfoHidesFlushPathsOutsideTheGrant) {
   for (const auto& hold : as_admin.longest_flush_holds())
     admin_sees_b |= hold.root_path() == "/b";
   ASSERT_TRUE(admin_sees_b) << as_admin.DebugString();
+  EXPECT_GT(as_admin.nr_groups(), 0u);
   const v1::EngineInfo as_a = info(*Stub("tenant-a"));
   EXPECT_EQ(as_a.caller_identity(), "dns:tenant-a");
-  ASSERT_GT(as_a.longest_flush_holds_size(), 0);
   for (const auto& hold : as_a.longest_flush_holds()) {
-    EXPECT_TRUE(hold.root_path().empty() ||
-                PathAtOrBelow(hold.root_path(), "/a"))
-        << hold.root_path();
+    EXPECT_TRUE(PathAtOrBelow(hold.root_path(), "/a")) << hold.root_path();
   }
+  EXPECT_EQ(as_a.nr_groups(), 0u);
+  EXPECT_EQ(as_a.flush_lock_hold_max_us(), 0u);
+  EXPECT_EQ(as_a.flush_lock_hold_max_groups_folded(), 0u);
+  EXPECT_EQ(as_a.nr_cpus(), as_admin.nr_cpus());  // configuration: shown
+  // Its own subtree's flushes it sees.
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_OK(Charge(*admin, "/a", 1));
+    ASSERT_TRUE(engine_->GetStats("/a", FlushMode::kExact).ok());
+  }
+  bool a_sees_a = false;
+  const v1::EngineInfo later = info(*Stub("tenant-a"));
+  for (const auto& hold : later.longest_flush_holds())
+    a_sees_a |= hold.root_path() == "/a";
+  EXPECT_TRUE(a_sees_a);
 }
 
 // Request ids and idempotency keys are scoped per identity: two callers

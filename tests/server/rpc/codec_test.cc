@@ -514,5 +514,56 @@ TEST_F(RequestInputTest, UndecodableStreamMessageEndsStreamInvalidArgument) {
   EXPECT_EQ(AnonBytes(*engine_, "/a"), 3 * kPage);
 }
 
+// A uint32 field given a larger value is refused naming the field (issue
+// 22 item 14): protobuf's parser keeps the low 32 bits, so on main at
+// 949c495 ttl_ms 2^32 + 1000 was granted as a 1000 ms lease and cpu
+// 2^32 + 1 charged CPU 1.
+TEST_F(RequestInputTest, AUint32FieldAbove32BitsIsRefusedNamingIt) {
+  ASSERT_TRUE(engine_->CreateGroup("/a", {}).ok());
+  grpc::Status s = GenericUnary(channel_, "OpenSession",
+                                Varint(1, (uint64_t{1} << 32) + 1000));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(),
+              HasSubstr("field 1 (ttl_ms) at byte 0 is 4294968296, above the "
+                        "uint32 range"));
+  EXPECT_EQ(service_->sessions().stats().sessions, 0u);
+  const std::string charge = LengthDelimited(1, "/a") + Varint(2, 1) +
+                             Varint(3, 1) + Varint(4, (uint64_t{1} << 32) + 1);
+  s = GenericUnary(channel_, "Charge", charge);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("field 4 (cpu)"));
+  EXPECT_EQ(engine_->GetStats("/a", FlushMode::kExact)->memory_current_pages,
+            0u);
+  // A large uint64 is not a uint32's: nr_pages 2^40 goes through parsing
+  // (and is refused by the page cap, naming nr_pages).
+  s = GenericUnary(channel_, "Charge",
+                   LengthDelimited(1, "/a") + Varint(2, uint64_t{1} << 40) +
+                       Varint(3, 1));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("nr_pages"));
+  // Inside a batch's ops too.
+  const std::string op = LengthDelimited(3, "/a") + Varint(4, 1) +
+                         Varint(5, 1) + Varint(6, (uint64_t{1} << 32) + 1);
+  s = GenericUnary(channel_, "ChargeBatch", LengthDelimited(1, op));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("in field 1 (ops)"));
+  EXPECT_THAT(s.error_message(), HasSubstr("(cpu)"));
+}
+
+// A string field that is not UTF-8 is named (issue 22 item 14): protobuf
+// refuses it without saying which.
+TEST_F(RequestInputTest, ANonUtf8StringFieldIsNamed) {
+  const std::string op = LengthDelimited(3, "/a") + Varint(4, 1) + Varint(5, 1);
+  // Field 20's tag is two bytes (the helper writes one-byte tags).
+  const std::string key_field = std::string("\xa2\x01\x03k\xff\xfe", 6);
+  const grpc::Status s = GenericUnary(channel_, "ChargeBatch",
+                                      LengthDelimited(1, op) + key_field);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(),
+              HasSubstr("field 20 (idempotency_key) at byte"));
+  EXPECT_THAT(s.error_message(), HasSubstr("is not valid UTF-8"));
+  EXPECT_FALSE(HasControlBytes(s.error_message()));
+}
+
 }  // namespace
 }  // namespace cgacct
