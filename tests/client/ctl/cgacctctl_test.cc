@@ -1,0 +1,365 @@
+// cgacctctl end to end: the real binary (CGACCTCTL_PATH) against a real
+// cgacctd (CGACCTD_PATH) on 127.0.0.1, checking stdout byte for byte as the
+// cgroup v2 files would print it, stderr's one-line errors and every exit
+// status class.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "tests/server/daemon.h"
+#include "nlohmann/json.hpp"
+
+namespace cgacct {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Not;
+using ::testing::StartsWith;
+using Json = nlohmann::json;
+
+constexpr std::chrono::seconds kTimeout(20);
+
+// A running cgacctctl with stdout and stderr on pipes.
+class Ctl : public test_util::Process {
+ public:
+  explicit Ctl(const std::vector<std::string>& args)
+      : Process(CGACCTCTL_PATH, args) {}
+
+  // Reads both pipes to their end and waits for the exit status (-1 on a
+  // signal or after kTimeout).
+  int Wait() { return WaitCollect(kTimeout, &out, &err); }
+
+  std::string out;  // what Wait() read
+  std::string err;
+};
+
+struct Result {
+  int exit = -1;
+  std::string out;
+  std::string err;
+};
+
+class CgacctctlTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    daemon_ = new test_util::Daemon(
+        {"--listen=127.0.0.1:0", "--metrics_listen=", "--cpus=2"});
+    const std::string line = daemon_->ReadStdoutLine(kTimeout);
+    static const std::regex kPort(R"(listening on 127\.0\.0\.1:(\d+))");
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(line, m, kPort)) << line;
+    target_ = new std::string(absl::StrCat("--target=127.0.0.1:", m[1].str()));
+  }
+  static void TearDownTestSuite() {
+    daemon_->Signal(SIGTERM);
+    EXPECT_EQ(daemon_->WaitExit(kTimeout), 0);
+    delete daemon_;
+    delete target_;
+  }
+
+  // Runs cgacctctl against the daemon and collects everything.
+  static Result Run(std::vector<std::string> args) {
+    args.insert(args.begin(), *target_);
+    Ctl ctl(args);
+    Result r;
+    r.exit = ctl.Wait();
+    r.out = ctl.out;
+    r.err = ctl.err;
+    return r;
+  }
+  // Runs and expects success.
+  static std::string Ok(const std::vector<std::string>& args) {
+    Result r = Run(args);
+    EXPECT_EQ(r.exit, 0) << absl::StrJoin(args, " ") << ": " << r.err;
+    EXPECT_EQ(r.err, "") << absl::StrJoin(args, " ");
+    return r.out;
+  }
+  static std::vector<std::string> Lines(const std::string& text) {
+    std::vector<std::string> lines = absl::StrSplit(text, '\n');
+    if (!lines.empty() && lines.back().empty()) lines.pop_back();
+    return lines;
+  }
+
+  static test_util::Daemon* daemon_;
+  static std::string* target_;
+};
+
+test_util::Daemon* CgacctctlTest::daemon_ = nullptr;
+std::string* CgacctctlTest::target_ = nullptr;
+
+// One line of error, then the pointer to --help.
+void ExpectUsageError(const Result& r, const std::string& mention) {
+  EXPECT_EQ(r.exit, 2) << r.err;
+  EXPECT_EQ(r.out, "");
+  const std::vector<std::string> lines = absl::StrSplit(r.err, '\n');
+  ASSERT_EQ(lines.size(), 3u) << r.err;  // two lines and the final '\n'
+  EXPECT_THAT(lines[0], StartsWith("cgacctctl: "));
+  EXPECT_THAT(lines[0], HasSubstr(mention));
+  EXPECT_EQ(lines[1], "try cgacctctl --help");
+}
+
+// One line on stderr, nothing on stdout.
+void ExpectOneLineError(const Result& r, int exit, const std::string& mention) {
+  EXPECT_EQ(r.exit, exit) << r.err;
+  EXPECT_EQ(r.out, "");
+  EXPECT_THAT(r.err, StartsWith("cgacctctl: "));
+  EXPECT_THAT(r.err, HasSubstr(mention));
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+}
+
+TEST_F(CgacctctlTest, VersionIsTheProjectsNotAbseilsDefault) {
+  Ctl ctl({"--version"});
+  EXPECT_EQ(ctl.Wait(), 0);
+  EXPECT_TRUE(std::regex_match(
+      ctl.out,
+      std::regex(
+          R"(cgacctctl \d+\.\d+\.\d+ \(git ([0-9a-f]{12}|unknown)\)\n)")))
+      << ctl.out;
+  EXPECT_THAT(ctl.out, Not(HasSubstr("Debug build")));
+}
+
+// --help lists the commands and the exit status table (and exits 1, as every
+// Abseil program's --help does).
+TEST_F(CgacctctlTest, HelpHasTheCommandsAndTheExitStatusTable) {
+  Ctl ctl({"--help"});
+  EXPECT_EQ(ctl.Wait(), 1);
+  for (const char* text :
+       {"cat PATH FILE", "set PATH memory.max=SIZE", "reclaim PATH SIZE",
+        "events PATH", "tree [PATH]", "top [PATH]", "exit status: 0 ok",
+        "2 usage", "3 not found", "4 refused", "5 unavailable",
+        "1 anything else", "--json", "--iterations", "--delay"}) {
+    EXPECT_THAT(ctl.out, HasSubstr(text));
+  }
+}
+
+TEST_F(CgacctctlTest, UsageErrorsExit2WithOneLineAndSendNothing) {
+  ExpectUsageError(Run({}), "missing command");
+  ExpectUsageError(Run({"frobnicate", "/a"}), "unknown command \"frobnicate\"");
+  // Flags are usage errors too (Abseil alone exits 1 for them).
+  ExpectUsageError(Run({"--bogusflag", "stat", "/a"}), "unknown flag --bogusflag");
+  ExpectUsageError(Run({"--timeout=soon", "stat", "/a"}), "--timeout");
+  ExpectUsageError(Run({"charge", "/a", "-5", "anon"}), "\"-5\" is not a flag");
+  ExpectUsageError(Run({"cat", "/a"}), "wrong number of arguments");
+  ExpectUsageError(Run({"cat", "/a", "memory.failcnt"}), "memory.failcnt");
+  ExpectUsageError(Run({"set", "/a", "memory.max=50MiB"}), "50MiB");
+  ExpectUsageError(Run({"set", "/a", "memory.max=64MB"}), "64MB");
+  ExpectUsageError(Run({"set", "/a", "memory.max=-1"}), "-1");
+  ExpectUsageError(Run({"set", "/a", "memory.max=MAX"}), "MAX");
+  ExpectUsageError(Run({"set", "/a", "memory.swap.max=1G"}), "memory.swap.max");
+  ExpectUsageError(Run({"set", "/a"}), "at least one");
+  ExpectUsageError(Run({"set", "/a", "memory.max=1G", "memory.max=2G"}),
+                   "more than once");
+  ExpectUsageError(Run({"reclaim", "/a", "max"}), "max");
+  ExpectUsageError(Run({"reclaim", "/a", "10MiB"}), "10MiB");
+  ExpectUsageError(Run({"charge", "/a", "0", "anon"}), "NR_PAGES");
+  ExpectUsageError(Run({"stat", "/a", "--flush=sometimes"}), "--flush");
+  ExpectUsageError(Run({"stat", "/a", "--watch"}), "--watch");
+  // A usage error never needs the server.
+  Ctl ctl({"--target=127.0.0.1:1", "set", "/a", "memory.max=50MiB"});
+  EXPECT_EQ(ctl.Wait(), 2);
+}
+
+TEST_F(CgacctctlTest, SetTakesMemparseAndCatPrintsWhatTheFileWould) {
+  Ok({"create", "/memparse"});
+  // 50M, hex, octal (0755 would be 493 bytes: under a page, so 0), max.
+  Ok({"set", "/memparse", "memory.max=50M", "memory.high=0x1000000",
+      "memory.min=01000000", "memory.low=max"});
+  EXPECT_EQ(Ok({"cat", "/memparse", "memory.max"}), "52428800\n");
+  EXPECT_EQ(Ok({"cat", "/memparse", "memory.high"}), "16777216\n");
+  EXPECT_EQ(Ok({"cat", "/memparse", "memory.min"}), "262144\n");
+  EXPECT_EQ(Ok({"cat", "/memparse", "memory.low"}), "max\n");
+  Ok({"set", "/memparse", "memory.max=1P", "memory.low=0"});
+  EXPECT_EQ(Ok({"cat", "/memparse", "memory.max", "memory.low"}),
+            "1125899906842624\n0\n");
+  // The legacy flags still work.
+  Ok({"set", "/memparse", "--max=1G"});
+  EXPECT_EQ(Ok({"cat", "/memparse", "memory.max"}), "1073741824\n");
+  Ok({"set", "/memparse", "memory.max=max"});
+  EXPECT_EQ(Ok({"cat", "/memparse", "memory.max"}), "max\n");
+
+  Ok({"charge", "/memparse", "256", "anon"});
+  EXPECT_EQ(Ok({"cat", "/memparse", "memory.current"}), "1048576\n");
+  EXPECT_EQ(Ok({"cat", "/memparse", "memory.peak"}), "1048576\n");
+  // --json: the files by name, numbers as numbers, "max" as a string.
+  const Json json =
+      Json::parse(Ok({"--json", "cat", "/memparse", "memory.current",
+                      "memory.max", "memory.events"}));
+  EXPECT_EQ(json["memory.current"], 1048576);
+  EXPECT_EQ(json["memory.max"], "max");
+  EXPECT_EQ(json["memory.events"]["oom"], 0);
+}
+
+TEST_F(CgacctctlTest, StatIsMemoryStatAndNothingElse) {
+  Ok({"create", "/stat"});
+  Ok({"charge", "/stat", "16", "file"});
+  const std::string stat = Ok({"stat", "/stat"});
+  EXPECT_EQ(stat, Ok({"cat", "/stat", "memory.stat"}));
+  const std::vector<std::string> lines = Lines(stat);
+  ASSERT_GE(lines.size(), 7u) << stat;
+  // memcg_stat_format()'s order starts anon, file.
+  EXPECT_EQ(lines[0], "anon 0");
+  EXPECT_EQ(lines[1], "file 65536");
+  for (const std::string& line : lines) {
+    EXPECT_TRUE(std::regex_match(line, std::regex(R"([a-z_]+ \d+)"))) << line;
+    EXPECT_THAT(line, Not(StartsWith("memory.")));  // no prefixed names
+    EXPECT_THAT(line, Not(StartsWith("pgpg")));     // no v1 names
+    EXPECT_THAT(line, Not(StartsWith("flushed")));  // no flush metadata
+    EXPECT_THAT(line, Not(StartsWith("max_staleness")));
+  }
+  // The flush metadata is in --json (protobuf's JSON mapping of GroupStats).
+  const Json json = Json::parse(Ok({"--json", "stat", "/stat"}));
+  EXPECT_EQ(json["flushed"], true);
+  EXPECT_EQ(json["max_staleness_us"], "0");  // uint64: a string in JSON
+  // memory.current also counts the pages parked in the per-CPU stock (a
+  // 16-page charge takes a 64-page batch); memory.stat's file does not.
+  EXPECT_EQ(json["memory_current_bytes"], "262144");
+  EXPECT_EQ(json["stat"][1]["value"], "65536");
+  EXPECT_EQ(json["stat"][1]["name"], "file");
+}
+
+TEST_F(CgacctctlTest, EventsRefusalsAndNotFound) {
+  Ok({"create", "/small", "--max=64K"});
+  // 64 pages into a 16-page group: RESOURCE_EXHAUSTED, "refused" (4).
+  ExpectOneLineError(Run({"charge", "/small", "64", "anon"}), 4,
+                     "RESOURCE_EXHAUSTED");
+  const std::string events = Ok({"events", "/small"});
+  const std::vector<std::string> lines = Lines(events);
+  ASSERT_EQ(lines.size(), 7u) << events;
+  const char* const kNames[] = {"low",           "high",     "max",
+                                "oom",           "oom_kill", "oom_group_kill",
+                                "sock_throttled"};
+  for (size_t i = 0; i < 7; ++i) {
+    EXPECT_THAT(lines[i], StartsWith(absl::StrCat(kNames[i], " "))) << events;
+  }
+  EXPECT_NE(lines[2], "max 0") << events;
+  EXPECT_EQ(events, Ok({"cat", "/small", "memory.events"}));
+  EXPECT_EQ(Ok({"events", "/small", "--local"}),
+            Ok({"cat", "/small", "memory.events.local"}));
+  // ALREADY_EXISTS is refused too; NOT_FOUND is 3.
+  ExpectOneLineError(Run({"create", "/small"}), 4, "ALREADY_EXISTS");
+  ExpectOneLineError(Run({"cat", "/nope", "memory.current"}), 3, "NOT_FOUND");
+  ExpectOneLineError(Run({"events", "/nope"}), 3, "NOT_FOUND");
+  ExpectOneLineError(Run({"tree", "/nope"}), 3, "NOT_FOUND");
+  // A bad path is the server's INVALID_ARGUMENT: refused.
+  ExpectOneLineError(Run({"create", "no-slash"}), 4, "INVALID_ARGUMENT");
+}
+
+TEST_F(CgacctctlTest, UnreachableServerIsUnavailable) {
+  Ctl ctl({"--target=127.0.0.1:1", "--connect_timeout=200ms", "cat", "/",
+           "memory.current"});
+  EXPECT_EQ(ctl.Wait(), 5);
+  EXPECT_THAT(ctl.err, StartsWith("cgacctctl: cannot connect"));
+  EXPECT_EQ(std::count(ctl.err.begin(), ctl.err.end(), '\n'), 1);
+}
+
+TEST_F(CgacctctlTest, ReclaimAllOrEagain) {
+  Ok({"create", "/reclaim"});
+  Ok({"charge", "/reclaim", "1024", "file", "--cpu=0"});  // 4 MiB of cache
+  EXPECT_EQ(Ok({"reclaim", "/reclaim", "1M"}), "");  // silent, as the write
+  const uint64_t left = std::stoull(Ok({"cat", "/reclaim", "memory.current"}));
+  EXPECT_LE(left, 3u << 20);
+  // ANON is never reclaimed (no swap): the kernel's write returns EAGAIN.
+  Ok({"create", "/reclaim-anon"});
+  Ok({"charge", "/reclaim-anon", "1024", "anon"});
+  ExpectOneLineError(Run({"reclaim", "/reclaim-anon", "1M"}), 5, "EAGAIN");
+  const Json json =
+      Json::parse(Ok({"--json", "reclaim", "/reclaim", "0x1000"}));
+  EXPECT_EQ(json["reclaimed_bytes"].get<std::string>().empty(), false);
+}
+
+TEST_F(CgacctctlTest, TreeLikeSystemdCgls) {
+  for (const char* p : {"/t", "/t/b", "/t/a", "/t/a/x", "/t/a-c"}) {
+    Ok({"create", p});
+  }
+  Ok({"set", "/t/a", "memory.max=1M"});
+  EXPECT_EQ(Ok({"tree", "/t"}),
+            "/t  current=0 max=max\n"
+            "\u251c\u2500a  current=0 max=1048576\n"
+            "\u2502 \u2514\u2500x  current=0 max=max\n"
+            "\u251c\u2500a-c  current=0 max=max\n"
+            "\u2514\u2500b  current=0 max=max\n");
+  const Json json = Json::parse(Ok({"--json", "tree", "/t"}));
+  EXPECT_EQ(json["path"], "/t");
+  ASSERT_EQ(json["children"].size(), 3u);
+  EXPECT_EQ(json["children"][0]["path"], "/t/a");
+  EXPECT_EQ(json["children"][0]["memory.max"], 1048576);
+  EXPECT_EQ(json["children"][0]["children"][0]["path"], "/t/a/x");
+}
+
+TEST_F(CgacctctlTest, TopSortsByCurrentAndRefreshes) {
+  for (const char* p : {"/top", "/top/small", "/top/big", "/top/none"}) {
+    Ok({"create", p});
+  }
+  Ok({"charge", "/top/big", "1000", "anon"});
+  Ok({"charge", "/top/small", "100", "anon"});
+  const Result r = Run({"top", "/top", "-n", "2", "--delay=100ms"});
+  ASSERT_EQ(r.exit, 0) << r.err;
+  const std::vector<std::string> frames =
+      absl::StrSplit(r.out, "\n\n");  // not a terminal: frames in sequence
+  ASSERT_EQ(frames.size(), 2u) << r.out;
+  for (const std::string& frame : frames) {
+    const std::vector<std::string> lines = Lines(frame);
+    ASSERT_EQ(lines.size(), 5u) << frame;
+    EXPECT_THAT(lines[0], StartsWith("Control Group"));
+    EXPECT_THAT(lines[1], StartsWith("/top "));
+    EXPECT_THAT(lines[2], StartsWith("/top/big "));
+    EXPECT_THAT(lines[3], StartsWith("/top/small "));
+    EXPECT_THAT(lines[4], StartsWith("/top/none "));
+  }
+  const Result json = Run({"--json", "top", "/top", "--iterations=1"});
+  ASSERT_EQ(json.exit, 0) << json.err;
+  const Json parsed = Json::parse(json.out);
+  EXPECT_EQ(parsed["groups"][1]["path"], "/top/big");
+  EXPECT_GE(parsed["groups"][1]["memory.current"].get<uint64_t>(),
+            1000u * 4096);
+}
+
+TEST_F(CgacctctlTest, EventsWatchPrintsEachUpdateAndEndsOnDelete) {
+  Ok({"create", "/watch", "--max=64K"});
+  Ctl watch({*target_, "--json", "events", "/watch", "--watch", "-n", "2"});
+  // The counts on subscribe first.
+  const Json first = Json::parse(watch.ReadStdoutLine(kTimeout));
+  EXPECT_EQ(first["path"], "/watch");
+  EXPECT_EQ(first["events"]["max"], "0");
+  // A refused charge raises memory.events max: the second update.
+  ExpectOneLineError(Run({"charge", "/watch", "64", "anon"}), 4,
+                     "RESOURCE_EXHAUSTED");
+  EXPECT_EQ(watch.Wait(), 0) << watch.err;
+  const Json second = Json::parse(Lines(watch.out).at(0));
+  EXPECT_NE(second["events"]["max"], "0");
+
+  // Text: the file per update; deleting the group ends the watch (3).
+  Ctl text({*target_, "events", "/watch", "--watch"});
+  const std::string low = text.ReadStdoutLine(kTimeout);
+  EXPECT_EQ(low, "low 0");
+  Ok({"delete", "/watch"});
+  EXPECT_EQ(text.Wait(), 3) << text.err;
+  EXPECT_THAT(text.err, HasSubstr("deleted"));
+}
+
+TEST_F(CgacctctlTest, JsonOnInfoAndLs) {
+  const Json info = Json::parse(Ok({"--json", "info"}));
+  EXPECT_EQ(info["nr_cpus"], 2);
+  Ok({"create", "/ls"});
+  Ok({"create", "/ls/one"});
+  EXPECT_EQ(Ok({"ls", "/ls"}), "/ls/one\n");
+  EXPECT_EQ(Json::parse(Ok({"--json", "ls", "/ls"})), Json::array({"/ls/one"}));
+}
+
+}  // namespace
+}  // namespace cgacct
