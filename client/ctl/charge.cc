@@ -31,24 +31,17 @@ int ChargeOrUncharge(Ctl& ctl, const Invocation& inv) {
     const grpc::Status status = ctl.stub().Uncharge(
         ctl.Context().get(), PageRequest<v1::UnchargeRequest>(inv), &response);
     if (!status.ok()) return PrintRpcError(what, status);
-    if (ctl.json()) {
-      PrintProtoJson(response);
-    } else {
-      Line("nr_pages", response.nr_pages());
-    }
-    return kExitOk;
+    return PrintAnswer(ctl, response,
+                       [&] { Line("nr_pages", response.nr_pages()); });
   }
   v1::ChargeResponse response;
   const grpc::Status status = ctl.stub().Charge(
       ctl.Context().get(), PageRequest<v1::ChargeRequest>(inv), &response);
   if (!status.ok()) return PrintRpcError(what, status);
-  if (ctl.json()) {
-    PrintProtoJson(response);
-  } else {
+  return PrintAnswer(ctl, response, [&] {
     Line("nr_pages", response.nr_pages());
     Line("throttle_us", response.throttle_us());
-  }
-  return kExitOk;
+  });
 }
 
 // memory.reclaim: all of it or EAGAIN (exit 5).

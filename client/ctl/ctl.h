@@ -20,6 +20,7 @@
 #include "absl/time/time.h"
 #include "cgacct/v1/accounting.grpc.pb.h"
 #include "client/ctl/cgroup_files.h"
+#include "client/ctl/exit_status.h"
 #include "client/ctl/invocation.h"
 #include "google/protobuf/message.h"
 #include "grpcpp/grpcpp.h"
@@ -70,6 +71,19 @@ void PrintProtoJson(const google::protobuf::Message& message);
 
 // `json` on stdout, indented by 2 (or on one line), and a '\n'.
 void PrintJson(const Json& json, bool pretty = true);
+
+// A command's answer on stdout: with --json protobuf's JSON of `message`,
+// otherwise what `print_text()` prints. kExitOk.
+template <typename PrintText>
+int PrintAnswer(const Ctl& ctl, const google::protobuf::Message& message,
+                PrintText print_text) {
+  if (ctl.json()) {
+    PrintProtoJson(message);
+  } else {
+    print_text();
+  }
+  return kExitOk;
+}
 
 // "NAME VALUE\n" on stdout.
 void Line(absl::string_view name, absl::string_view value);

@@ -12,17 +12,15 @@ namespace cgacct::ctl {
 namespace {
 
 // A group as create and set answer it: its path, id and limit files.
-void PrintGroup(const Ctl& ctl, const v1::Group& group) {
-  if (ctl.json()) {
-    PrintProtoJson(group);
-    return;
-  }
-  Line("path", group.path());
-  Line("id", group.id());
-  Line("memory.max", cli::FormatSizeBytes(group.limits().max_bytes()));
-  Line("memory.high", cli::FormatSizeBytes(group.limits().high_bytes()));
-  Line("memory.min", cli::FormatSizeBytes(group.limits().min_bytes()));
-  Line("memory.low", cli::FormatSizeBytes(group.limits().low_bytes()));
+int PrintGroup(const Ctl& ctl, const v1::Group& group) {
+  return PrintAnswer(ctl, group, [&] {
+    Line("path", group.path());
+    Line("id", group.id());
+    Line("memory.max", cli::FormatSizeBytes(group.limits().max_bytes()));
+    Line("memory.high", cli::FormatSizeBytes(group.limits().high_bytes()));
+    Line("memory.min", cli::FormatSizeBytes(group.limits().min_bytes()));
+    Line("memory.low", cli::FormatSizeBytes(group.limits().low_bytes()));
+  });
 }
 
 }  // namespace
@@ -37,8 +35,7 @@ int Create(Ctl& ctl, const Invocation& inv) {
   if (!status.ok()) {
     return PrintRpcError(absl::StrCat("create ", inv.path), status);
   }
-  PrintGroup(ctl, group);
-  return kExitOk;
+  return PrintGroup(ctl, group);
 }
 
 int Delete(Ctl& ctl, const Invocation& inv) {
@@ -50,12 +47,9 @@ int Delete(Ctl& ctl, const Invocation& inv) {
   if (!status.ok()) {
     return PrintRpcError(absl::StrCat("delete ", inv.path), status);
   }
-  if (ctl.json()) {
-    PrintProtoJson(response);
-  } else {
+  return PrintAnswer(ctl, response, [&] {
     Line("reparented_pages", response.reparented_pages());
-  }
-  return kExitOk;
+  });
 }
 
 int List(Ctl& ctl, const Invocation& inv) {
@@ -82,8 +76,7 @@ int Set(Ctl& ctl, const Invocation& inv) {
   if (!status.ok()) {
     return PrintRpcError(absl::StrCat("set ", inv.path), status);
   }
-  PrintGroup(ctl, group);
-  return kExitOk;
+  return PrintGroup(ctl, group);
 }
 
 }  // namespace cgacct::ctl

@@ -68,12 +68,8 @@ int Stat(Ctl& ctl, const Invocation& inv) {
   if (!status.ok()) {
     return PrintRpcError(absl::StrCat("stat ", inv.path), status);
   }
-  if (ctl.json()) {
-    PrintProtoJson(stats);
-  } else {
-    std::cout << CatText(stats, "memory.stat");
-  }
-  return kExitOk;
+  return PrintAnswer(ctl, stats,
+                     [&] { std::cout << CatText(stats, "memory.stat"); });
 }
 
 int Cat(Ctl& ctl, const Invocation& inv) {
