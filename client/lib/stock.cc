@@ -27,40 +27,24 @@ uint64_t Stock::BatchAfterMiss(StockEntry& e) {
   return e.batch;
 }
 
-void Stock::Refill(std::string_view group, int kind, uint64_t nr_pages,
-                   std::vector<Returned>* excess) {
-  const uint64_t cap = batch_pages_ == 0 ? 0 : max_batch_pages_;
-  Slot& slot = MySlot();
-  SlotLock l(&slot.mu);
-  StockEntry* e = nullptr;
-  for (StockEntry& x : slot.entries) {
-    if (x.kind == kind && x.path == group) e = &x;
+void Stock::RefillNewEntry(Slot& slot, std::string_view group, int kind,
+                           uint64_t nr_pages, std::vector<Returned>* excess) {
+  if (cap() == 0) {
+    excess->push_back({std::string(group), kind, nr_pages});
+    return;
   }
-  if (e == nullptr) {
-    if (cap == 0) {
-      excess->push_back({std::string(group), kind, nr_pages});
-      return;
+  if (static_cast<int>(slot.entries.size()) >= stock_groups_) {
+    auto lru = std::min_element(slot.entries.begin(), slot.entries.end(),
+                                [](const StockEntry& a, const StockEntry& b) {
+                                  return a.last_use < b.last_use;
+                                });
+    if (lru->nr_pages > 0) {
+      excess->push_back({lru->path, lru->kind, lru->nr_pages});
     }
-    if (static_cast<int>(slot.entries.size()) >= stock_groups_) {
-      auto lru = std::min_element(slot.entries.begin(), slot.entries.end(),
-                                  [](const StockEntry& a, const StockEntry& b) {
-                                    return a.last_use < b.last_use;
-                                  });
-      if (lru->nr_pages > 0) {
-        excess->push_back({lru->path, lru->kind, lru->nr_pages});
-      }
-      slot.entries.erase(lru);
-    }
-    slot.entries.push_back(
-        StockEntry{std::string(group), kind, 0, batch_pages_});
-    e = &slot.entries.back();
+    slot.entries.erase(lru);
   }
-  e->last_use = ++slot.tick;
-  e->nr_pages += nr_pages;
-  if (e->nr_pages > cap) {
-    excess->push_back({e->path, kind, e->nr_pages - cap});
-    e->nr_pages = cap;
-  }
+  slot.entries.push_back(StockEntry{std::string(group), kind, 0, batch_pages_});
+  AddToEntry(slot, slot.entries.back(), nr_pages, excess);
 }
 
 std::vector<Returned> Stock::Take(std::string_view subtree) {

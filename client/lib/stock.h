@@ -24,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/base/attributes.h"
 #include "absl/base/thread_annotations.h"
 #include "absl/time/time.h"
 
@@ -99,7 +100,7 @@ class Stock {
   int nr_slots() const { return nr_slots_; }
 
   // The calling CPU's slot (this_cpu_ptr()).
-  Slot& MySlot() {
+  ABSL_ATTRIBUTE_ALWAYS_INLINE Slot& MySlot() {
     const int cpu = sched_getcpu();
     return slots_[cpu < 0 ? 0 : cpu % nr_slots_];
   }
@@ -108,8 +109,10 @@ class Stock {
   // CPU's slot; true on a hit (counted as a charge and a stock hit). On a
   // miss *batch is what to charge at least: the slot's adapted batch for
   // the group (BatchAfterMiss()), or the first batch if the slot has none.
-  bool Consume(std::string_view group, int kind, uint64_t nr_pages,
-               uint64_t* batch) {
+  // Always inlined: it is Client::Charge()'s whole hit path.
+  ABSL_ATTRIBUTE_ALWAYS_INLINE bool Consume(std::string_view group, int kind,
+                                            uint64_t nr_pages,
+                                            uint64_t* batch) {
     Slot& slot = MySlot();
     SlotLock l(&slot.mu);
     for (StockEntry& e : slot.entries) {
@@ -138,9 +141,20 @@ class Stock {
   // refill_stock(): adds `nr_pages` of (group, kind) to the calling CPU's
   // slot; what does not fit (above max_batch_pages, or an evicted
   // least-recently-used entry when all stock_groups entries are taken) is
-  // appended to *excess.
-  void Refill(std::string_view group, int kind, uint64_t nr_pages,
-              std::vector<Returned>* excess);
+  // appended to *excess. Inline while the slot has the entry (Uncharge()'s
+  // usual path); a new entry is made out of line.
+  ABSL_ATTRIBUTE_ALWAYS_INLINE void Refill(std::string_view group, int kind,
+                                           uint64_t nr_pages,
+                                           std::vector<Returned>* excess) {
+    Slot& slot = MySlot();
+    SlotLock l(&slot.mu);
+    for (StockEntry& e : slot.entries) {
+      if (e.kind != kind || e.path != group) continue;
+      AddToEntry(slot, e, nr_pages, excess);
+      return;
+    }
+    RefillNewEntry(slot, group, kind, nr_pages, excess);
+  }
 
   // Takes every slot's stock of groups at or below `subtree` out of the
   // slots, summed per (group, kind).
@@ -163,6 +177,28 @@ class Stock {
   uint64_t pages() const;
 
  private:
+  // What a slot keeps of one entry: max_batch_pages, 0 without batching.
+  uint64_t cap() const { return batch_pages_ == 0 ? 0 : max_batch_pages_; }
+
+  // Adds `nr_pages` to `e` of `slot`, the part above cap() to *excess.
+  void AddToEntry(Slot& slot, StockEntry& e, uint64_t nr_pages,
+                  std::vector<Returned>* excess)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu) {
+    e.last_use = ++slot.tick;
+    e.nr_pages += nr_pages;
+    if (e.nr_pages > cap()) {
+      excess->push_back({e.path, e.kind, e.nr_pages - cap()});
+      e.nr_pages = cap();
+    }
+  }
+
+  // Refill() of a (group, kind) the slot has no entry for: a new entry,
+  // evicting the least recently used one when the slot is full (nothing is
+  // kept without batching).
+  void RefillNewEntry(Slot& slot, std::string_view group, int kind,
+                      uint64_t nr_pages, std::vector<Returned>* excess)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
+
   // A miss on `e`: adapts the slot's batch for the group to the refill rate
   // (doubling, up to max_batch_pages, within 100 ms of the last refill;
   // halving, down to batch_pages, after 1 s without one) and returns it.
