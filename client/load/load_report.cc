@@ -147,6 +147,15 @@ void WriteLatencyJson(JsonWriter& w, const LatencyHistogram& h,
   w.EndObject();
 }
 
+void WriteLatencyAndSeriesJson(JsonWriter& w, const LatencyHistogram& h,
+                               bool pow2_buckets,
+                               const std::vector<IntervalStats>& series) {
+  w.Key("latency");
+  WriteLatencyJson(w, h, pow2_buckets);
+  w.Key("time_series");
+  WriteSeriesJson(w, series);
+}
+
 HogRefusal ClassifyRefusedCharge(uint64_t nr_pages) {
   return nr_pages > kCostlyChargePages ? HogRefusal::kCostlyEnomem
                                        : HogRefusal::kOomKill;
@@ -371,10 +380,8 @@ std::string LoadReportJson(const LoadReport& r) {
   w.Key("total").Uint(r.reads);
   w.Key("per_s").Double(PerSecond(r.reads, r.elapsed));
   w.Key("errors").Uint(r.read_errors);
-  w.Key("latency");
-  WriteLatencyJson(w, r.read_latency, /*pow2_buckets=*/true);
-  w.Key("time_series");
-  WriteSeriesJson(w, r.read_series);
+  WriteLatencyAndSeriesJson(w, r.read_latency, /*pow2_buckets=*/true,
+                            r.read_series);
   w.EndObject();
 
   w.Key("open_loop");
@@ -405,10 +412,8 @@ std::string LoadReportJson(const LoadReport& r) {
   w.Key("throttle_us").Uint(r.throttle_us);
   w.Key("reparented_pages").Uint(r.reparented_pages);
   w.Key("hog_groups_left").Int(r.hog_groups_left);
-  w.Key("latency");
-  WriteLatencyJson(w, r.charge_latency, /*pow2_buckets=*/true);
-  w.Key("time_series");
-  WriteSeriesJson(w, r.charge_series);
+  WriteLatencyAndSeriesJson(w, r.charge_latency, /*pow2_buckets=*/true,
+                            r.charge_series);
   w.EndObject();
 
   w.Key("reclaim");

@@ -221,6 +221,13 @@ std::string LatencyLine(const LatencyHistogram& h);
 void WriteLatencyJson(JsonWriter& w, const LatencyHistogram& h,
                       bool pow2_buckets);
 
+// Writes the keys "latency" (WriteLatencyJson) and "time_series"
+// (WriteSeriesJson) of a family of calls: what every scenario's --json
+// says of its calls.
+void WriteLatencyAndSeriesJson(JsonWriter& w, const LatencyHistogram& h,
+                               bool pow2_buckets,
+                               const std::vector<IntervalStats>& series);
+
 // Appends one row of a cgacct-load table: "  NAME VALUE\n", the name
 // left-aligned in `width` columns. Shared by every scenario's table.
 void AppendRow(std::string* out, absl::string_view name,

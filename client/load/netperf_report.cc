@@ -111,10 +111,7 @@ std::string NetperfJson(const NetperfOptions& o, const NetperfReport& r) {
   w.Key("ops_per_s").Double(PerSecond(r.ops, r.elapsed_s));
   w.Key("messages").Uint(r.messages);
   w.Key("messages_per_s").Double(PerSecond(r.messages, r.elapsed_s));
-  w.Key("latency");
-  WriteLatencyJson(w, r.latency, /*pow2_buckets=*/false);
-  w.Key("time_series");
-  WriteSeriesJson(w, r.series);
+  WriteLatencyAndSeriesJson(w, r.latency, /*pow2_buckets=*/false, r.series);
   w.Key("op_errors").Uint(r.op_errors);
   w.Key("rpc_errors").Uint(r.rpc_errors);
   if (o.rpc == RpcKind::kLibrary) {
