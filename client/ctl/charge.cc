@@ -1,0 +1,71 @@
+// cgacctctl charge, uncharge and reclaim: pages in and out of a group.
+#include <iostream>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "client/cli/grpc_util.h"
+#include "client/ctl/ctl.h"
+#include "client/ctl/exit_status.h"
+
+namespace cgacct::ctl {
+namespace {
+
+// The fields a ChargeRequest and an UnchargeRequest share.
+template <typename Request>
+Request PageRequest(const Invocation& inv) {
+  Request request;
+  request.set_path(inv.path);
+  request.set_nr_pages(inv.nr_pages);
+  request.set_kind(inv.kind);
+  if (inv.cpu.has_value()) request.set_cpu(*inv.cpu);
+  return request;
+}
+
+}  // namespace
+
+int ChargeOrUncharge(Ctl& ctl, const Invocation& inv) {
+  const std::string what = absl::StrCat(inv.command, " ", inv.path);
+  if (inv.command == "uncharge") {
+    v1::UnchargeResponse response;
+    const grpc::Status status = ctl.stub().Uncharge(
+        ctl.Context().get(), PageRequest<v1::UnchargeRequest>(inv), &response);
+    if (!status.ok()) return PrintRpcError(what, status);
+    return PrintAnswer(ctl, response,
+                       [&] { Line("nr_pages", response.nr_pages()); });
+  }
+  v1::ChargeResponse response;
+  const grpc::Status status = ctl.stub().Charge(
+      ctl.Context().get(), PageRequest<v1::ChargeRequest>(inv), &response);
+  if (!status.ok()) return PrintRpcError(what, status);
+  return PrintAnswer(ctl, response, [&] {
+    Line("nr_pages", response.nr_pages());
+    Line("throttle_us", response.throttle_us());
+  });
+}
+
+// memory.reclaim: all of it or EAGAIN (exit 5).
+int Reclaim(Ctl& ctl, const Invocation& inv) {
+  v1::ReclaimRequest request;
+  request.set_path(inv.path);
+  request.set_nr_bytes(inv.nr_bytes);
+  v1::ReclaimResponse response;
+  const grpc::Status status =
+      ctl.stub().Reclaim(ctl.Context().get(), request, &response);
+  // The engine's EAGAIN: "memory.reclaim of PATH: reclaimed N of M pages".
+  if (status.error_code() == grpc::StatusCode::UNAVAILABLE &&
+      absl::StrContains(status.error_message(), "memory.reclaim of")) {
+    std::cerr << "cgacctctl: reclaim " << inv.path << ": not all of "
+              << inv.nr_bytes
+              << " bytes could be reclaimed (memory.reclaim's EAGAIN): "
+              << OneLine(cli::FormatStatus(status)) << "\n";
+    return kExitUnavailable;
+  }
+  if (!status.ok()) {
+    return PrintRpcError(absl::StrCat("reclaim ", inv.path), status);
+  }
+  if (ctl.json()) PrintProtoJson(response);
+  return kExitOk;
+}
+
+}  // namespace cgacct::ctl

@@ -1,0 +1,36 @@
+// cgacctctl info: the engine's configuration (GetEngineInfo).
+#include "client/ctl/ctl.h"
+#include "client/ctl/exit_status.h"
+
+namespace cgacct::ctl {
+
+int Info(Ctl& ctl, const Invocation& inv) {
+  (void)inv;  // info takes no argument
+  v1::EngineInfo info;
+  const grpc::Status status = ctl.stub().GetEngineInfo(
+      ctl.Context().get(), v1::GetEngineInfoRequest(), &info);
+  if (!status.ok()) return PrintRpcError("GetEngineInfo", status);
+  if (ctl.json()) {
+    PrintProtoJson(info);
+    return kExitOk;
+  }
+  Line("nr_cpus", info.nr_cpus());
+  Line("page_size_bytes", info.page_size_bytes());
+  Line("charge_batch_pages", info.charge_batch_pages());
+  Line("flush_lock_policy", info.flush_lock_policy());
+  Line("flush_preempt_model", info.flush_preempt_model());
+  if (info.flush_lock_policy() == "adaptive") {
+    Line("flush_hold_budget_us", info.flush_hold_budget_us());
+  }
+  Line("nr_stock_slots", info.nr_stock_slots());
+  Line("nr_groups", info.nr_groups());
+  Line("flush_lock_hold_max_us", info.flush_lock_hold_max_us());
+  Line("flush_lock_hold_max_cpus_walked",
+       info.flush_lock_hold_max_cpus_walked());
+  Line("flush_lock_hold_max_groups_folded",
+       info.flush_lock_hold_max_groups_folded());
+  Line("max_batch_ops", info.max_batch_ops());
+  return kExitOk;
+}
+
+}  // namespace cgacct::ctl

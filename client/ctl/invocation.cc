@@ -1,0 +1,324 @@
+#include "client/ctl/invocation.h"
+
+#include <algorithm>
+#include <iterator>
+#include <utility>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/reflection.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "client/cli/cli_util.h"
+#include "client/cli/wire_names.h"
+#include "client/ctl/cgroup_files.h"
+
+ABSL_FLAG(std::string, target, "127.0.0.1:50051", "cgacctd gRPC address");
+ABSL_FLAG(absl::Duration, connect_timeout, absl::Seconds(3),
+          "how long to wait for the server to accept the connection");
+ABSL_FLAG(absl::Duration, timeout, absl::Seconds(10),
+          "deadline of each RPC (not of events --watch)");
+ABSL_FLAG(bool, json, false,
+          "read commands print JSON: protobuf's JSON mapping of the RPC "
+          "response (64-bit integers as strings), or for cat/ls/tree/top an "
+          "object keyed by the cgroup file names");
+ABSL_FLAG(std::string, max, "",
+          "memory.max (create, set): as in set's memory.max=VALUE");
+ABSL_FLAG(std::string, high, "", "memory.high (set)");
+ABSL_FLAG(std::string, min, "", "memory.min (set)");
+ABSL_FLAG(std::string, low, "", "memory.low (set)");
+ABSL_FLAG(int32_t, cpu, -1,
+          "per-CPU slot for charge/uncharge; -1: the server's");
+ABSL_FLAG(bool, r, false, "ls: list the whole subtree");
+ABSL_FLAG(std::string, flush, "exact",
+          "reads: exact | threshold | none (rstat flush before reading)");
+ABSL_FLAG(bool, watch, false,
+          "events: stream every change (WatchEvents) until the group is "
+          "deleted or -n updates were printed");
+ABSL_FLAG(bool, local, false, "events: memory.events.local");
+ABSL_FLAG(int32_t, iterations, 0,
+          "top: refreshes, events --watch: updates, before exiting; 0: until "
+          "interrupted");
+ABSL_FLAG(int32_t, n, 0, "same as --iterations");
+ABSL_FLAG(absl::Duration, delay, absl::Seconds(1),
+          "top: time between refreshes");
+
+namespace cgacct::ctl {
+namespace {
+
+// Checks the number of arguments of `c` (`nr_args`, after the command).
+absl::Status CheckArity(const std::string& c, size_t nr_args) {
+  size_t lo = 0, hi = 0;
+  if (c == "info") {
+    lo = hi = 0;
+  } else if (c == "create" || c == "delete" || c == "ls" || c == "stat" ||
+             c == "events") {
+    lo = hi = 1;
+  } else if (c == "tree" || c == "top") {
+    lo = 0;
+    hi = 1;
+  } else if (c == "set") {
+    lo = 1;
+    hi = 5;  // PATH and up to the four limit files
+  } else if (c == "cat") {
+    lo = 2;
+    hi = kNrCatFiles;
+  } else if (c == "reclaim") {
+    lo = hi = 2;
+  } else if (c == "charge" || c == "uncharge") {
+    lo = hi = 3;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown command \"", c, "\""));
+  }
+  if (nr_args >= lo && nr_args <= hi) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(c, ": wrong number of arguments (", nr_args, ")"));
+}
+
+// The flags every command shares: --flush, -n/--iterations, --delay,
+// --watch, and those the commands read.
+absl::Status ReadCommonFlags(Invocation* inv) {
+  const std::optional<v1::FlushMode> flush =
+      cli::ParseFlushMode(absl::GetFlag(FLAGS_flush));
+  if (!flush.has_value()) {
+    return absl::InvalidArgumentError(
+        "--flush must be exact, threshold or none");
+  }
+  inv->flush = *flush;
+  const int32_t n = absl::GetFlag(FLAGS_n);
+  const int32_t iterations = absl::GetFlag(FLAGS_iterations);
+  if (n < 0 || iterations < 0) {
+    return absl::InvalidArgumentError("-n/--iterations must be >= 0");
+  }
+  inv->iterations = n > 0 ? n : iterations;
+  inv->delay = absl::GetFlag(FLAGS_delay);
+  if (inv->delay <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--delay must be positive");
+  }
+  inv->watch = absl::GetFlag(FLAGS_watch);
+  if (inv->watch && inv->command != "events") {
+    return absl::InvalidArgumentError("--watch is for events");
+  }
+  inv->target = absl::GetFlag(FLAGS_target);
+  inv->connect_timeout = absl::GetFlag(FLAGS_connect_timeout);
+  inv->timeout = absl::GetFlag(FLAGS_timeout);
+  inv->json = absl::GetFlag(FLAGS_json);
+  inv->recursive = absl::GetFlag(FLAGS_r);
+  inv->local = absl::GetFlag(FLAGS_local);
+  return absl::OkStatus();
+}
+
+// The legacy limit flags: --max for create and set, the others for set.
+absl::Status ReadLimitFlags(Invocation* inv) {
+  const std::pair<const char*, std::string> flag_limits[] = {
+      {"memory.max", absl::GetFlag(FLAGS_max)},
+      {"memory.high", absl::GetFlag(FLAGS_high)},
+      {"memory.min", absl::GetFlag(FLAGS_min)},
+      {"memory.low", absl::GetFlag(FLAGS_low)},
+  };
+  const std::string& c = inv->command;
+  for (const auto& [name, text] : flag_limits) {
+    if (text.empty()) continue;
+    if (c != "set" &&
+        !(c == "create" && absl::string_view(name) == "memory.max")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", absl::string_view(name).substr(7), " is not for ", c));
+    }
+    if (absl::Status st = SetLimit(name, text, &inv->limits); !st.ok()) {
+      return st;
+    }
+  }
+  return absl::OkStatus();
+}
+
+// set PATH FILE=VALUE...
+absl::Status ParseSetArgs(const std::vector<std::string>& args,
+                          Invocation* inv) {
+  for (size_t i = 2; i < args.size(); ++i) {
+    const size_t eq = args[i].find('=');
+    if (eq == std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "set: expected FILE=VALUE (memory.max=50M), got \"", args[i], "\""));
+    }
+    if (absl::Status st =
+            SetLimit(absl::string_view(args[i]).substr(0, eq),
+                     absl::string_view(args[i]).substr(eq + 1), &inv->limits);
+        !st.ok()) {
+      return st;
+    }
+  }
+  const v1::Limits& l = inv->limits;
+  if (!l.has_max_bytes() && !l.has_high_bytes() && !l.has_min_bytes() &&
+      !l.has_low_bytes()) {
+    return absl::InvalidArgumentError(
+        "set needs at least one FILE=VALUE (memory.max=50M)");
+  }
+  return absl::OkStatus();
+}
+
+// cat PATH FILE...
+absl::Status ParseCatArgs(const std::vector<std::string>& args,
+                          Invocation* inv) {
+  for (size_t i = 2; i < args.size(); ++i) {
+    if (!IsCatFile(args[i])) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cat: no file \"", args[i],
+                       "\" (known: ", absl::StrJoin(kCatFiles, ", "), ")"));
+    }
+    inv->files.push_back(args[i]);
+  }
+  return absl::OkStatus();
+}
+
+// reclaim PATH SIZE
+absl::Status ParseReclaimArgs(const std::vector<std::string>& args,
+                              Invocation* inv) {
+  absl::StatusOr<uint64_t> bytes = cli::ParseMemparseBytes(args[2]);
+  if (!bytes.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("reclaim: ", bytes.status().message()));
+  }
+  if (*bytes == 0) {
+    return absl::InvalidArgumentError("reclaim: the size must be > 0");
+  }
+  inv->nr_bytes = *bytes;
+  return absl::OkStatus();
+}
+
+// charge|uncharge PATH NR_PAGES anon|file [--cpu=K]
+absl::Status ParseChargeArgs(const std::vector<std::string>& args,
+                             Invocation* inv) {
+  if (!absl::SimpleAtoi(args[2], &inv->nr_pages) || inv->nr_pages == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "NR_PAGES must be a positive number, got \"", args[2], "\""));
+  }
+  const std::optional<v1::PageKind> kind = cli::ParsePageKind(args[3]);
+  if (!kind.has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kind must be anon or file, got \"", args[3], "\""));
+  }
+  inv->kind = *kind;
+  const int32_t cpu = absl::GetFlag(FLAGS_cpu);
+  if (cpu < -1) {
+    return absl::InvalidArgumentError("--cpu must be >= 0 (or -1)");
+  }
+  if (cpu >= 0) inv->cpu = static_cast<uint32_t>(cpu);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<Invocation> ParseInvocation(
+    const std::vector<std::string>& args) {
+  if (args.empty()) {
+    return absl::InvalidArgumentError("missing command");
+  }
+  Invocation inv;
+  inv.command = args[0];
+  const size_t nr_args = args.size() - 1;
+  if (absl::Status s = CheckArity(inv.command, nr_args); !s.ok()) return s;
+  inv.path = nr_args >= 1 ? args[1] : "/";
+  if (absl::Status s = ReadCommonFlags(&inv); !s.ok()) return s;
+  if (absl::Status s = ReadLimitFlags(&inv); !s.ok()) return s;
+  const std::string& c = inv.command;
+  absl::Status s;
+  if (c == "set") {
+    s = ParseSetArgs(args, &inv);
+  } else if (c == "cat") {
+    s = ParseCatArgs(args, &inv);
+  } else if (c == "reclaim") {
+    s = ParseReclaimArgs(args, &inv);
+  } else if (c == "charge" || c == "uncharge") {
+    s = ParseChargeArgs(args, &inv);
+  }
+  if (!s.ok()) return s;
+  return inv;
+}
+
+absl::Status SetLimit(absl::string_view name, absl::string_view text,
+                      v1::Limits* limits) {
+  struct File {
+    const char* name;
+    bool (v1::Limits::*has)() const;
+    void (v1::Limits::*set)(uint64_t);
+  };
+  static const File kFiles[] = {
+      {"memory.max", &v1::Limits::has_max_bytes, &v1::Limits::set_max_bytes},
+      {"memory.high", &v1::Limits::has_high_bytes, &v1::Limits::set_high_bytes},
+      {"memory.min", &v1::Limits::has_min_bytes, &v1::Limits::set_min_bytes},
+      {"memory.low", &v1::Limits::has_low_bytes, &v1::Limits::set_low_bytes},
+  };
+  for (const File& f : kFiles) {
+    if (name != f.name) continue;
+    if ((limits->*f.has)()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " is given more than once"));
+    }
+    absl::StatusOr<uint64_t> bytes = cli::ParseSizeBytes(text);
+    if (!bytes.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ": ", bytes.status().message()));
+    }
+    (limits->*f.set)(*bytes);
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "\"", name,
+      "\" is not a writable limit file (memory.max, memory.high, memory.min, "
+      "memory.low)"));
+}
+
+std::optional<std::string> FlagUsageError(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const absl::string_view arg = argv[i];
+    if (arg == "--") break;
+    if (arg.size() < 2 || arg[0] != '-') continue;
+    if (absl::ascii_isdigit(static_cast<unsigned char>(arg[1]))) {
+      return absl::StrCat("\"", arg,
+                          "\" is not a flag, and counts and sizes cannot be "
+                          "negative");
+    }
+    absl::string_view body = arg.substr(arg[1] == '-' ? 2 : 1);
+    const size_t eq = body.find('=');
+    absl::string_view name = body.substr(0, eq);
+    // Abseil's own (--help, --version, --flagfile ...): not in the registry
+    // FindCommandLineFlag() searches; ParseCommandLine() handles them.
+    static constexpr absl::string_view kAbseilFlags[] = {
+        "help",     "helpfull",  "helpshort",  "helppackage",
+        "helpon",   "helpmatch", "version",    "only_check_args",
+        "flagfile", "fromenv",   "tryfromenv", "undefok"};
+    if (std::find(std::begin(kAbseilFlags), std::end(kAbseilFlags), name) !=
+        std::end(kAbseilFlags)) {
+      continue;
+    }
+    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    if (flag == nullptr && eq == absl::string_view::npos &&
+        absl::ConsumePrefix(&name, "no")) {
+      flag = absl::FindCommandLineFlag(name);  // --nojson
+      if (flag != nullptr && !flag->IsOfType<bool>()) flag = nullptr;
+      if (flag != nullptr) continue;
+    }
+    if (flag == nullptr) return absl::StrCat("unknown flag ", arg);
+    std::string value;
+    if (eq != absl::string_view::npos) {
+      value = std::string(body.substr(eq + 1));
+    } else if (flag->IsOfType<bool>()) {
+      continue;
+    } else if (i + 1 < argc) {
+      value = argv[++i];  // --flag VALUE
+    } else {
+      return absl::StrCat("flag ", arg, " needs a value");
+    }
+    // Parses into the flag (ParseCommandLine() sets the same value again).
+    std::string error;
+    if (!flag->ParseFrom(value, &error)) {
+      return absl::StrCat("bad value for --", name, ": ", error);
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace cgacct::ctl

@@ -1,0 +1,108 @@
+// cgacctctl stat, cat and events: the cgroup files of one group.
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "client/ctl/ctl.h"
+#include "client/ctl/exit_status.h"
+
+namespace cgacct::ctl {
+namespace {
+
+// One EventsUpdate: the memory.events (or .local) file's lines, or (--json)
+// protobuf's JSON of the whole update.
+void PrintEventsUpdate(const Ctl& ctl, const v1::EventsUpdate& update,
+                       bool local, bool pretty) {
+  if (ctl.json()) {
+    std::cout << ProtoJson(update, pretty);
+  } else {
+    for (const auto& [name, value] :
+         EventLines(local ? update.events_local() : update.events())) {
+      Line(name, value);
+    }
+  }
+  std::cout.flush();
+}
+
+// events --watch: WatchEvents, the counts on subscribe, then the latest
+// after every change. Text: one file's worth of lines per update, a blank
+// line between updates; JSON: one object per line (JSON Lines).
+int WatchEvents(Ctl& ctl, const Invocation& inv) {
+  grpc::ClientContext context;  // no deadline: runs until told to stop
+  v1::WatchEventsRequest request;
+  request.set_path(inv.path);
+  std::unique_ptr<grpc::ClientReader<v1::EventsUpdate>> reader =
+      ctl.stub().WatchEvents(&context, request);
+  v1::EventsUpdate update;
+  int printed = 0;
+  while (reader->Read(&update)) {
+    if (printed > 0 && !ctl.json()) std::cout << "\n";
+    PrintEventsUpdate(ctl, update, inv.local, /*pretty=*/false);
+    ++printed;
+    if (inv.iterations > 0 && printed >= inv.iterations) {
+      context.TryCancel();
+      break;
+    }
+  }
+  const grpc::Status status = reader->Finish();
+  if (inv.iterations > 0 && printed >= inv.iterations) return kExitOk;
+  if (status.error_code() == grpc::StatusCode::NOT_FOUND && printed > 0) {
+    std::cerr << "cgacctctl: events " << inv.path
+              << ": the group was deleted\n";
+    return kExitNotFound;
+  }
+  if (!status.ok()) {
+    return PrintRpcError(absl::StrCat("events --watch ", inv.path), status);
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+// memory.stat exactly as the file prints it; --json adds everything
+// GetStats answers (flush metadata included).
+int Stat(Ctl& ctl, const Invocation& inv) {
+  v1::GroupStats stats;
+  const grpc::Status status = ctl.GetStats(inv.path, inv.flush, &stats);
+  if (!status.ok()) {
+    return PrintRpcError(absl::StrCat("stat ", inv.path), status);
+  }
+  return PrintAnswer(ctl, stats,
+                     [&] { std::cout << CatText(stats, "memory.stat"); });
+}
+
+int Cat(Ctl& ctl, const Invocation& inv) {
+  v1::GroupStats stats;
+  const grpc::Status status = ctl.GetStats(inv.path, inv.flush, &stats);
+  if (!status.ok()) {
+    return PrintRpcError(absl::StrCat("cat ", inv.path), status);
+  }
+  if (ctl.json()) {
+    Json json = Json::object();
+    for (const std::string& file : inv.files) {
+      json[file] = CatJson(stats, file);
+    }
+    PrintJson(json);
+    return kExitOk;
+  }
+  for (const std::string& file : inv.files) std::cout << CatText(stats, file);
+  return kExitOk;
+}
+
+int Events(Ctl& ctl, const Invocation& inv) {
+  if (inv.watch) return WatchEvents(ctl, inv);
+  v1::GroupStats stats;
+  const grpc::Status status = ctl.GetStats(inv.path, inv.flush, &stats);
+  if (!status.ok()) {
+    return PrintRpcError(absl::StrCat("events ", inv.path), status);
+  }
+  v1::EventsUpdate update;
+  update.set_path(stats.path());
+  *update.mutable_events() = stats.events();
+  *update.mutable_events_local() = stats.events_local();
+  PrintEventsUpdate(ctl, update, inv.local, /*pretty=*/true);
+  return kExitOk;
+}
+
+}  // namespace cgacct::ctl

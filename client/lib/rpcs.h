@@ -1,0 +1,103 @@
+// The unary RPCs of one cgacct::client::Client, each retried: up to
+// Options::max_attempts attempts of Options::call_timeout while the call
+// fails with UNAVAILABLE, DEADLINE_EXCEEDED or ABORTED, every attempt with
+// the same request (so the same request_id: the server applies it once).
+// A charge-path call whose last attempt failed that way may or may not have
+// been applied: it raises the needs-reconcile flag, which the keepalive
+// thread takes (TakeNeedsReconcile()) to bring the books back to the
+// server's.
+//
+// Thread safety: thread-safe; the counters and the flag are relaxed atomics
+// (statistics and a hint: the keepalive thread re-reads the truth with
+// GetSession). Internal to the library (not installed).
+#ifndef CGACCT_CLIENT_LIB_RPCS_H_
+#define CGACCT_CLIENT_LIB_RPCS_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "cgacct/client.h"
+#include "cgacct/v1/accounting.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+
+namespace cgacct::client::internal {
+
+// UNAVAILABLE, DEADLINE_EXCEEDED or ABORTED: worth another attempt.
+bool Retryable(grpc::StatusCode code);
+
+// NOT_FOUND naming the session (closed, expired, server restarted), as
+// opposed to NOT_FOUND naming a group.
+bool SessionGone(const grpc::Status& s);
+
+class Rpcs {
+ public:
+  using SessionStream = grpc::ClientReaderWriter<v1::SessionClientMessage,
+                                                 v1::SessionServerMessage>;
+
+  // `options` must outlive this object.
+  Rpcs(std::shared_ptr<grpc::Channel> channel, const Options& options);
+
+  // One Charge on session `sid`. `batch_pages` > nr_pages sets
+  // ChargeRequest.batch_pages (the server charges the batch if it fits at
+  // once, else nr_pages); *throttle_us and *charged (if not null) get the
+  // answer's throttle_us and nr_pages.
+  grpc::Status Charge(const std::string& sid, std::string_view group,
+                      uint64_t nr_pages, int kind, uint64_t* throttle_us,
+                      uint64_t batch_pages = 0, uint64_t* charged = nullptr);
+
+  // One Uncharge on session `sid`.
+  grpc::Status Uncharge(const std::string& sid, std::string_view group,
+                        uint64_t nr_pages, int kind);
+
+  // OpenSession with Options::session_ttl and client_name ("HOST:PID" when
+  // empty).
+  grpc::Status OpenSession(v1::OpenSessionResponse* response);
+
+  grpc::Status GetSession(const std::string& sid, v1::SessionInfo* info);
+
+  grpc::Status CloseSession(const std::string& sid);
+
+  // A new SessionStream on `context` (not retried: the stream thread
+  // re-attaches).
+  std::unique_ptr<SessionStream> OpenStream(grpc::ClientContext* context);
+
+  // Whether a charge-path call failed ambiguously since the last call;
+  // clears the flag.
+  bool TakeNeedsReconcile() { return needs_reconcile_.exchange(false); }
+  // Raises it again (a reconcile that failed).
+  void SetNeedsReconcile() { needs_reconcile_.store(true); }
+
+  // Adds the RPC counters (charge_rpcs, uncharge_rpcs, retries) to *stats.
+  void AddCounts(ClientStats* stats) const;
+
+ private:
+  // Runs `call(context)` up to max_attempts times, each with call_timeout,
+  // while it fails with a retryable code (the same request, so the same
+  // request_id, every time).
+  template <typename Call>
+  grpc::Status WithRetries(Call call);
+
+  // Fills the fields every charge-path request has.
+  template <typename Request>
+  void FillPageRequest(const std::string& sid, std::string_view group,
+                       uint64_t nr_pages, int kind, Request* request);
+
+  std::string NextRequestId();
+
+  const Options& options_;
+  const std::unique_ptr<v1::Accounting::Stub> stub_;
+  const std::string request_prefix_;  // random, per Client
+  std::atomic<uint64_t> request_seq_{0};
+  std::atomic<uint64_t> charge_rpcs_{0};    // attempts
+  std::atomic<uint64_t> uncharge_rpcs_{0};  // attempts
+  std::atomic<uint64_t> retries_{0};        // attempts after the first
+  // Set by a charge-path call whose last attempt failed ambiguously.
+  std::atomic<bool> needs_reconcile_{false};
+};
+
+}  // namespace cgacct::client::internal
+
+#endif  // CGACCT_CLIENT_LIB_RPCS_H_
