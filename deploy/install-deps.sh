@@ -24,7 +24,7 @@
 #     Debian's 1.51 / 3.21: the stubs protoc 3.21 generates need them, and
 #     nothing comes from pip);
 #   - libcurl4-openssl-dev: cgacct-load's /metrics scrape and the tests' HTTP
-#     GET (client/metrics_scrape.cc, tests/server/http_get.h) use libcurl
+#     GET (client/load/metrics_scrape.cc, tests/server/http_get.h) use libcurl
 #     instead of a hand-written HTTP client;
 #   - nlohmann-json3-dev: the clients' JSON (cgacct-load's reports, cgacctctl
 #     --json for cat/ls/tree/top) instead of a hand-written JSON writer;

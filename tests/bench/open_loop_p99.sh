@@ -7,7 +7,7 @@
 # One cgacctd on loopback. First the closed-loop maximum: cgacct-load
 # --scenario=stat-reader --threads=C --io_threads=0 for DURATION s, RUNS
 # times; its median rate is MAX. --io_threads=0 runs a blocking thread per
-# reader, the client the open loop runs (client/load_main.cc), so that both
+# reader, the client the open loop runs (client/load/stat_reader.cc), so that both
 # modes are the same client and MAX is what the server gives that client (on
 # 2 shared cores the client's own CPU is part of it). Then open loop at 50% and 90% of MAX (--rate, the same C
 # readers, latency from each call's intended send time), RUNS times each,
