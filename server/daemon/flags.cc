@@ -107,6 +107,11 @@ ABSL_FLAG(uint32_t, max_streams_per_identity,
           "concurrent ChargeStreams, WatchEvents and SessionStream streams per "
           "caller identity; more are shed with "
           "RESOURCE_EXHAUSTED; 0 = no limit");
+ABSL_FLAG(uint32_t, max_groups_per_identity,
+          cgacct::kDefaultMaxGroupsPerIdentity,
+          "groups a caller that is not admin may have created and not "
+          "deleted (since start); one more is RESOURCE_EXHAUSTED; 0 = no "
+          "bound");
 ABSL_FLAG(uint32_t, max_in_flight_per_identity,
           cgacct::kDefaultMaxInFlightPerIdentity,
           "concurrent in-flight messages (unary calls, stream requests not "
@@ -237,6 +242,7 @@ absl::Status LimitsFromFlags(DaemonConfig* config) {
     return Usage("--memory_trim_interval must be >= 0");
   AccountingServiceOptions& service = config->service;
   service.max_charge_pages = absl::GetFlag(FLAGS_max_charge_pages);
+  service.max_groups_per_identity = absl::GetFlag(FLAGS_max_groups_per_identity);
   service.limits.max_streams_per_identity =
       absl::GetFlag(FLAGS_max_streams_per_identity);
   service.limits.max_in_flight_per_identity =
@@ -330,6 +336,7 @@ void ParseDaemonFlags(int argc, char** argv) {
       "          [--charge_batch_pages=64] [--stock_pool_buckets=1024]\n"
       "          [--stock_victim_sets=64] [--max_charge_pages=1048576]\n"
       "          [--max_streams_per_identity=256]\n"
+      "          [--max_groups_per_identity=10000]\n"
       "          [--max_in_flight_per_identity=1024]\n"
       "          [--max_message_bytes=4194304]\n"
       "          [--max_concurrent_streams_per_connection=100]\n"

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace cgacct {
@@ -12,33 +13,48 @@ RequestDedupCache::RequestDedupCache(Options options)
       window_ns_(absl::ToInt64Nanoseconds(options.window)),
       clock_(options.clock != nullptr ? *options.clock : Clock::Real()) {}
 
-void RequestDedupCache::EvictLocked(int64_t now_ns) {
-  while (!arrivals_.empty() && (!LiveAt(arrivals_.front().arrived_ns, now_ns) ||
-                                arrivals_.size() >= capacity_)) {
-    const Arrival& oldest = arrivals_.front();
-    auto it = entries_.find(oldest.request_id);
-    if (it != entries_.end() && it->second.ticket == oldest.ticket) {
-      EraseLocked(it);
-    }
-    arrivals_.pop_front();
+RequestDedupCache::Partition& RequestDedupCache::PartitionOfLocked(
+    absl::string_view request_id) {
+  return partitions_[DedupKeyIdentity(request_id)];
+}
+
+void RequestDedupCache::PopOldestLocked(Partition& p) {
+  const Arrival& oldest = p.arrivals.front();
+  auto it = entries_.find(oldest.request_id);
+  if (it != entries_.end() && it->second.ticket == oldest.ticket)
+    EraseLocked(p, it);
+  p.arrivals.pop_front();
+}
+
+void RequestDedupCache::EvictLocked(Partition& p, int64_t now_ns) {
+  while (!p.arrivals.empty() && (!LiveAt(p.arrivals.front().arrived_ns, now_ns) ||
+                                 p.arrivals.size() >= capacity_)) {
+    PopOldestLocked(p);
   }
 }
 
 void RequestDedupCache::EraseLocked(
-    absl::flat_hash_map<std::string, Entry>::iterator it) {
-  bytes_ -= it->second.answer.body.size();
+    Partition& p, absl::flat_hash_map<std::string, Entry>::iterator it) {
+  p.bytes -= it->second.answer.body.size();
+  --p.entries;
   entries_.erase(it);
 }
 
-void RequestDedupCache::EvictBytesLocked() {
+void RequestDedupCache::EvictBytesLocked(Partition& p) {
   if (max_bytes_ == 0) return;
-  while (bytes_ > max_bytes_ && arrivals_.size() > 1) {
-    const Arrival& oldest = arrivals_.front();
-    auto it = entries_.find(oldest.request_id);
-    if (it != entries_.end() && it->second.ticket == oldest.ticket) {
-      EraseLocked(it);
+  while (p.bytes > max_bytes_ && p.arrivals.size() > 1) PopOldestLocked(p);
+}
+
+void RequestDedupCache::SweepLocked(int64_t now_ns) {
+  for (auto it = partitions_.begin(); it != partitions_.end();) {
+    Partition& p = it->second;
+    while (!p.arrivals.empty() && !LiveAt(p.arrivals.front().arrived_ns, now_ns))
+      PopOldestLocked(p);
+    if (p.entries == 0) {
+      partitions_.erase(it++);
+    } else {
+      ++it;
     }
-    arrivals_.pop_front();
   }
 }
 
@@ -47,6 +63,11 @@ RequestDedupCache::BeginResult RequestDedupCache::Begin(
   const int64_t now_ns = clock_.NowNs();
   BeginResult result;
   absl::MutexLock l(&mu_);
+  if (--until_sweep_ <= 0) {
+    until_sweep_ = kSweepEvery;
+    SweepLocked(now_ns);
+  }
+  Partition& partition = PartitionOfLocked(request_id);
   auto it = entries_.find(request_id);
   if (it != entries_.end() && LiveAt(it->second.arrived_ns, now_ns)) {
     const Entry& entry = it->second;
@@ -61,13 +82,18 @@ RequestDedupCache::BeginResult RequestDedupCache::Begin(
     return result;
   }
   // Absent or expired: this arrival is the first one. Make room before
-  // inserting so the table never exceeds capacity_.
-  EvictLocked(now_ns);
+  // inserting so the partition never exceeds capacity_.
+  EvictLocked(partition, now_ns);
   const uint64_t ticket = next_ticket_++;
-  Entry& entry = entries_[request_id];
-  bytes_ -= entry.answer.body.size();  // an expired entry being replaced
-  entry = Entry{fingerprint, ticket, now_ns, /*in_flight=*/true, DedupAnswer()};
-  arrivals_.push_back(Arrival{request_id, ticket, now_ns});
+  auto [slot, inserted] = entries_.try_emplace(request_id);
+  if (inserted) {
+    ++partition.entries;
+  } else {
+    partition.bytes -= slot->second.answer.body.size();  // expired, replaced
+  }
+  slot->second =
+      Entry{fingerprint, ticket, now_ns, /*in_flight=*/true, DedupAnswer()};
+  partition.arrivals.push_back(Arrival{request_id, ticket, now_ns});
   result.verdict = Verdict::kProceed;
   result.ticket = ticket;
   return result;
@@ -78,10 +104,11 @@ void RequestDedupCache::Complete(const std::string& request_id, uint64_t ticket,
   absl::MutexLock l(&mu_);
   auto it = entries_.find(request_id);
   if (it == entries_.end() || it->second.ticket != ticket) return;
+  Partition& partition = PartitionOfLocked(request_id);
   it->second.in_flight = false;
-  bytes_ += answer.body.size();
+  partition.bytes += answer.body.size();
   it->second.answer = std::move(answer);
-  EvictBytesLocked();
+  EvictBytesLocked(partition);
 }
 
 void RequestDedupCache::Abandon(const std::string& request_id,
@@ -91,7 +118,7 @@ void RequestDedupCache::Abandon(const std::string& request_id,
   // Its arrival stays queued; eviction skips an arrival whose entry is gone.
   if (it != entries_.end() && it->second.ticket == ticket &&
       it->second.in_flight)
-    EraseLocked(it);
+    EraseLocked(PartitionOfLocked(request_id), it);
 }
 
 void RequestDedupCache::Restore(const std::string& request_id,
@@ -102,13 +129,15 @@ void RequestDedupCache::Restore(const std::string& request_id,
   if (age < absl::ZeroDuration() || !LiveAt(arrived_ns, now_ns)) return;
   absl::MutexLock l(&mu_);
   if (entries_.contains(request_id)) return;
-  EvictLocked(now_ns);
+  Partition& partition = PartitionOfLocked(request_id);
+  EvictLocked(partition, now_ns);
   const uint64_t ticket = next_ticket_++;
-  bytes_ += answer.body.size();
+  partition.bytes += answer.body.size();
+  ++partition.entries;
   entries_[request_id] = Entry{fingerprint, ticket, arrived_ns,
                                /*in_flight=*/false, std::move(answer)};
-  arrivals_.push_back(Arrival{request_id, ticket, arrived_ns});
-  EvictBytesLocked();
+  partition.arrivals.push_back(Arrival{request_id, ticket, arrived_ns});
+  EvictBytesLocked(partition);
 }
 
 size_t RequestDedupCache::size() const {
@@ -116,10 +145,26 @@ size_t RequestDedupCache::size() const {
   return entries_.size();
 }
 
+size_t RequestDedupCache::size_of(absl::string_view identity) const {
+  absl::MutexLock l(&mu_);
+  auto it = partitions_.find(identity);
+  return it == partitions_.end() ? 0 : it->second.entries;
+}
+
 std::string DedupKey(absl::string_view identity, uint64_t scope,
                      absl::string_view request_id) {
   return absl::StrCat(identity.size(), ":", identity, "/", scope, "/",
                       request_id);
+}
+
+absl::string_view DedupKeyIdentity(absl::string_view key) {
+  const size_t colon = key.find(':');
+  size_t length = 0;
+  if (colon == absl::string_view::npos ||
+      !absl::SimpleAtoi(key.substr(0, colon), &length) ||
+      length > key.size() - colon - 1)
+    return absl::string_view();  // not a DedupKey: the anonymous partition
+  return key.substr(colon + 1, length);
 }
 
 uint64_t StableDigest(absl::string_view bytes, uint64_t seed) {

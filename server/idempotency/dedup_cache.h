@@ -85,11 +85,16 @@ struct DedupAnswer {
   std::string body;
 };
 
-// A bounded table request_id -> (fingerprint, answer). Entries live for
-// `window` after their first arrival, and the table keeps at most `capacity`
-// of them: past that the oldest entry is forgotten early (a retry of it would
-// be applied again; the capacity is sized so that this needs more than
-// capacity / window distinct ids per second).
+// A bounded table request_id -> (fingerprint, answer), partitioned by the
+// caller identity each key starts with (DedupKey). Entries live for `window`
+// after their first arrival, and each identity's partition keeps at most
+// `capacity` of them and `max_bytes` of answer bodies: past that the
+// partition's oldest entry is forgotten early (a retry of it would be
+// applied again; the capacity is sized so that this needs more than
+// capacity / window distinct ids per second). One identity's traffic never
+// evicts another's entries. Memory is bounded by the identities with live
+// entries times the per-identity bounds; a partition goes when its last
+// entry does.
 //
 // Every stored answer is final, errors included: a retry of a charge that hit
 // OOM gets the same RESOURCE_EXHAUSTED. A client that wants a fresh attempt
@@ -97,10 +102,12 @@ struct DedupAnswer {
 class RequestDedupCache {
  public:
   struct Options {
+    // Entries per identity.
     size_t capacity = 65536;
     absl::Duration window = absl::Seconds(60);
-    // Bound on the answers' bodies held (bytes); past it the oldest entries
-    // are forgotten early. 0 = no bound (Charge/Uncharge answers have none).
+    // Bound on the answers' bodies one identity holds (bytes); past it its
+    // oldest entries are forgotten early. 0 = no bound (Charge/Uncharge
+    // answers have none).
     size_t max_bytes = 0;
     // Monotonic time source; tests inject a ManualClock. Null: the steady
     // clock (Clock::Real()). Not owned; must outlive the cache.
@@ -143,8 +150,10 @@ class RequestDedupCache {
   void Abandon(const std::string& request_id, uint64_t ticket)
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Entries currently held (in flight or answered, not yet expired).
+  // Entries currently held (in flight or answered, not yet expired), in
+  // all, and of `identity`'s partition.
   size_t size() const ABSL_LOCKS_EXCLUDED(mu_);
+  size_t size_of(absl::string_view identity) const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Puts back an answered entry that arrived `age` ago (a restart reloading
   // the persisted window): a later Begin() with the same id and fingerprint
@@ -170,22 +179,43 @@ class RequestDedupCache {
     uint64_t ticket = 0;
     int64_t arrived_ns = 0;
   };
+  // One identity's entries: their arrival order, oldest first (it may hold
+  // stale records of entries already replaced or abandoned: their ticket no
+  // longer matches), their count and the bytes of their bodies.
+  struct Partition {
+    std::deque<Arrival> arrivals;
+    size_t entries = 0;
+    size_t bytes = 0;
+  };
+  using Partitions = absl::flat_hash_map<std::string, Partition>;
 
   // Whether an entry that arrived at `arrived_ns` is still inside the window
   // at `now_ns`.
   bool LiveAt(int64_t arrived_ns, int64_t now_ns) const {
     return now_ns - arrived_ns < window_ns_;
   }
-  // Forgets entries older than the window, then the oldest ones until fewer
-  // than `capacity_` arrivals remain.
-  void EvictLocked(int64_t now_ns) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
-  // Forgets the oldest entries while the bodies exceed max_bytes_ (keeps
-  // the newest one).
-  void EvictBytesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Removes `it`, keeping bytes_ exact.
-  void EraseLocked(absl::flat_hash_map<std::string, Entry>::iterator it)
+  // The partition of the identity `request_id` (a DedupKey) starts with,
+  // made if absent.
+  Partition& PartitionOfLocked(absl::string_view request_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Forgets `p`'s entries older than the window, then its oldest ones until
+  // fewer than `capacity_` arrivals remain.
+  void EvictLocked(Partition& p, int64_t now_ns)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Forgets `p`'s oldest entries while its bodies exceed max_bytes_ (keeps
+  // the newest one).
+  void EvictBytesLocked(Partition& p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Pops `p`'s oldest arrival, and its entry if the arrival is its own.
+  void PopOldestLocked(Partition& p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes `it` of partition `p`, keeping the counts exact.
+  void EraseLocked(Partition& p,
+                   absl::flat_hash_map<std::string, Entry>::iterator it)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every so many Begin()s: forgets every partition's expired entries and
+  // drops the partitions left empty, so identities that went quiet do not
+  // keep their windows (amortised: one pass per kSweepEvery arrivals).
+  void SweepLocked(int64_t now_ns) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static constexpr int kSweepEvery = 1024;
 
   // Constant after construction.
   const size_t capacity_;
@@ -196,12 +226,14 @@ class RequestDedupCache {
   // State below is protected by mu_.
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, Entry> entries_ ABSL_GUARDED_BY(mu_);
-  // Arrival order, oldest first; may hold stale records of entries already
-  // replaced (their ticket no longer matches) — at most capacity_ records.
-  std::deque<Arrival> arrivals_ ABSL_GUARDED_BY(mu_);
+  // Identity -> its partition (only identities with entries or arrivals).
+  Partitions partitions_ ABSL_GUARDED_BY(mu_);
   uint64_t next_ticket_ ABSL_GUARDED_BY(mu_) = 1;
-  size_t bytes_ ABSL_GUARDED_BY(mu_) = 0;  // sum of entries' answer.body
+  int until_sweep_ ABSL_GUARDED_BY(mu_) = kSweepEvery;
 };
+
+// The identity a DedupKey starts with.
+absl::string_view DedupKeyIdentity(absl::string_view key);
 
 // The table key of a client id: the caller's identity, a scope (a group
 // generation, or a batch's generations digest) and the id, length-prefixed

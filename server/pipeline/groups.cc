@@ -32,12 +32,20 @@ absl::Status ValidatePageToken(absl::string_view token,
 }  // namespace
 
 GroupOps::GroupOps(Engine& engine, const WireUnits& units, StateStore& store,
-                   SessionRegistry& sessions, const Authorizer* authorizer)
+                   SessionRegistry& sessions, const Authorizer* authorizer,
+                   uint32_t max_groups_per_identity)
     : engine_(engine),
       units_(units),
       store_(store),
       sessions_(sessions),
-      authorizer_(authorizer) {}
+      authorizer_(authorizer),
+      max_groups_per_identity_(max_groups_per_identity) {}
+
+uint32_t GroupOps::GroupsOf(absl::string_view identity) const {
+  absl::MutexLock l(&config_mu_);
+  auto it = created_.find(identity);
+  return it == created_.end() ? 0 : it->second;
+}
 
 absl::StatusOr<RestoreReport> GroupOps::Restore(DedupTable& request_ids,
                                                 DedupTable& batch_keys) {
@@ -120,6 +128,17 @@ absl::Status GroupOps::Create(const CallContext& call,
                               v1::Group* response) {
   if (absl::Status s = CheckConfigure(call, request.path()); !s.ok()) return s;
   absl::MutexLock l(&config_mu_);
+  // A tenant's bound (admins are the operators: unbounded).
+  const bool tenant = !call.caller().admin();
+  if (tenant && max_groups_per_identity_ != 0) {
+    auto it = created_.find(call.identity());
+    if (it != created_.end() && it->second >= max_groups_per_identity_) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "identity \"", call.identity(), "\" has ", it->second,
+          " groups, at most ", max_groups_per_identity_,
+          " (--max_groups_per_identity); delete one first"));
+    }
+  }
   absl::StatusOr<GroupInfo> group = engine_.CreateGroup(
       request.path(), units_.LimitsFromProto(request.limits()));
   if (!group.ok()) return group.status();
@@ -135,6 +154,10 @@ absl::Status GroupOps::Create(const CallContext& call,
   {
     absl::MutexLock g(&generations_mu_);
     generations_[group->id] = *generation;
+  }
+  if (tenant) {
+    creators_[group->id] = call.identity();
+    ++created_[call.identity()];
   }
   units_.GroupToProto(*group, response);
   return absl::OkStatus();
@@ -153,6 +176,12 @@ absl::Status GroupOps::Delete(const CallContext& call,
     {
       absl::MutexLock g(&generations_mu_);
       generations_.erase(handle->id());
+    }
+    // The creator's count goes down, whoever deletes it.
+    if (auto creator = creators_.find(handle->id()); creator != creators_.end()) {
+      auto count = created_.find(creator->second);
+      if (count != created_.end() && --count->second == 0) created_.erase(count);
+      creators_.erase(creator);
     }
     // The engine gave the group's pages to its parent: so do the sessions.
     sessions_.OnGroupDeleted(handle->id(), request.path());

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -41,12 +42,17 @@ struct RestoreReport {
   size_t requests = 0;
 };
 
+// Default of --max_groups_per_identity.
+inline constexpr uint32_t kDefaultMaxGroupsPerIdentity = 10000;
+
 class GroupOps {
  public:
   // Every reference must outlive the object; `authorizer` may be null (no
-  // access control).
+  // access control). `max_groups_per_identity`: groups a caller that is
+  // not admin may have created and not deleted (0 = no bound).
   GroupOps(Engine& engine, const WireUnits& units, StateStore& store,
-           SessionRegistry& sessions, const Authorizer* authorizer);
+           SessionRegistry& sessions, const Authorizer* authorizer,
+           uint32_t max_groups_per_identity = kDefaultMaxGroupsPerIdentity);
   GroupOps(const GroupOps&) = delete;
   GroupOps& operator=(const GroupOps&) = delete;
 
@@ -60,8 +66,10 @@ class GroupOps {
       ABSL_LOCKS_EXCLUDED(config_mu_);
 
   // Errors: INVALID_ARGUMENT bad path; PERMISSION_DENIED; NOT_FOUND parent;
-  // ALREADY_EXISTS (the root included); UNAVAILABLE the state store failed
-  // (the group is not created).
+  // ALREADY_EXISTS (the root included); RESOURCE_EXHAUSTED the caller (not
+  // admin) has max_groups_per_identity groups (--max_groups_per_identity,
+  // named in the message); UNAVAILABLE the state store failed (the group is
+  // not created).
   absl::Status Create(const CallContext& call,
                       const v1::CreateGroupRequest& request,
                       v1::Group* response) ABSL_LOCKS_EXCLUDED(config_mu_);
@@ -95,6 +103,12 @@ class GroupOps {
   uint64_t GenerationOf(uint64_t group_id) const
       ABSL_LOCKS_EXCLUDED(generations_mu_);
 
+  // Groups `identity` created that still exist (since this process started:
+  // creators are not stored, so groups restored from the state store count
+  // for nobody).
+  uint32_t GroupsOf(absl::string_view identity) const
+      ABSL_LOCKS_EXCLUDED(config_mu_);
+
  private:
   // The configuration RPCs' first stages: the path's grammar, then the
   // caller's configure right on it.
@@ -109,9 +123,16 @@ class GroupOps {
   StateStore& store_;
   SessionRegistry& sessions_;
   const Authorizer* const authorizer_;  // may be null
+  const uint32_t max_groups_per_identity_;  // 0 = none
 
   // Serialises Create/Delete/SetLimits (engine change + store write).
-  absl::Mutex config_mu_ ABSL_ACQUIRED_BEFORE(generations_mu_);
+  mutable absl::Mutex config_mu_ ABSL_ACQUIRED_BEFORE(generations_mu_);
+  // Engine group id -> the identity that created it (tenants only), and
+  // identity -> how many of its groups exist: the per-identity bound.
+  absl::flat_hash_map<uint64_t, std::string> creators_
+      ABSL_GUARDED_BY(config_mu_);
+  absl::flat_hash_map<std::string, uint32_t> created_
+      ABSL_GUARDED_BY(config_mu_);
   // Engine group id -> the group's store generation.
   mutable absl::Mutex generations_mu_;
   absl::flat_hash_map<uint64_t, uint64_t> generations_

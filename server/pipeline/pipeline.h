@@ -81,6 +81,9 @@ struct PipelineOptions {
   // Per-identity stream and in-flight limits (server/pipeline/
   // call_limiter.h).
   CallLimiter::Options limits;
+  // Groups a caller that is not admin may have created (0 = no bound):
+  // --max_groups_per_identity.
+  uint32_t max_groups_per_identity = kDefaultMaxGroupsPerIdentity;
   // Reported in EngineInfo only (the gRPC server's own limits).
   TransportLimits transport;
   // Access control: null = none, every caller is the anonymous admin. Not

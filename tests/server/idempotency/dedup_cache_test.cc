@@ -187,5 +187,70 @@ TEST(RequestDedupCacheTest, BodiesAreBoundedInBytes) {
   EXPECT_EQ(cache.Begin("b0", Fp(1)).verdict, Verdict::kProceed);
 }
 
+// Each identity has its own partition (issue 22 item 1): one tenant's
+// traffic evicts only its own entries. On main at 949c495 one table was
+// shared: A's flood of ids forgot B's, and B's retry was applied again.
+TEST(RequestDedupCacheTest, OneIdentitysFloodEvictsOnlyItsOwnEntries) {
+  ManualClock clock;
+  RequestDedupCache cache(OptionsWith(clock, 4));
+  const std::string b_key = DedupKey("token:b", 7, "b-1");
+  cache.Complete(b_key, cache.Begin(b_key, Fp(1)).ticket, Ok(1));
+  for (int i = 0; i < 1000; ++i) {
+    const std::string key = DedupKey("token:a", 7, "a-" + std::to_string(i));
+    cache.Complete(key, cache.Begin(key, Fp(1)).ticket, Ok(1));
+    clock.Advance(absl::Milliseconds(1));
+  }
+  EXPECT_EQ(cache.size_of("token:a"), 4u);
+  EXPECT_EQ(cache.size_of("token:b"), 1u);
+  EXPECT_EQ(cache.Begin(b_key, Fp(1)).verdict, Verdict::kReplay);
+  // A's oldest went, its newest stay.
+  EXPECT_EQ(cache.Begin(DedupKey("token:a", 7, "a-0"), Fp(1)).verdict,
+            Verdict::kProceed);
+}
+
+TEST(RequestDedupCacheTest, BodyBytesAreBoundedPerIdentity) {
+  ManualClock clock;
+  RequestDedupCache::Options options = OptionsWith(clock, 100);
+  options.max_bytes = 1000;
+  RequestDedupCache cache(options);
+  DedupAnswer big;
+  big.body = std::string(400, 'x');
+  const std::string b_key = DedupKey("token:b", 1, "k");
+  cache.Complete(b_key, cache.Begin(b_key, Fp(1)).ticket, big);
+  for (int i = 0; i < 50; ++i) {
+    const std::string key = DedupKey("token:a", 1, std::to_string(i));
+    cache.Complete(key, cache.Begin(key, Fp(1)).ticket, big);
+  }
+  EXPECT_LE(cache.size_of("token:a"), 2u);
+  EXPECT_EQ(cache.Begin(b_key, Fp(1)).verdict, Verdict::kReplay);
+}
+
+// Partitions of identities that went quiet are dropped once their entries
+// expire (a sweep every so many arrivals), so memory follows the active
+// identities.
+TEST(RequestDedupCacheTest, QuietIdentitiesArePartitionsNoLonger) {
+  ManualClock clock;
+  RequestDedupCache cache(OptionsWith(clock, 10));
+  for (int i = 0; i < 100; ++i) {
+    const std::string key = DedupKey("id-" + std::to_string(i), 1, "k");
+    cache.Complete(key, cache.Begin(key, Fp(1)).ticket, Ok(1));
+  }
+  EXPECT_EQ(cache.size(), 100u);
+  clock.Advance(absl::Seconds(61));
+  for (int i = 0; i < 2000; ++i) {
+    const std::string key = DedupKey("busy", 1, std::to_string(i));
+    cache.Complete(key, cache.Begin(key, Fp(1)).ticket, Ok(1));
+  }
+  EXPECT_EQ(cache.size(), 10u);
+  EXPECT_EQ(cache.size_of("id-0"), 0u);
+}
+
+TEST(DedupKeyTest, TheIdentityIsReadBack) {
+  EXPECT_EQ(DedupKeyIdentity(DedupKey("token:a", 3, "x:y/z")), "token:a");
+  EXPECT_EQ(DedupKeyIdentity(DedupKey("", 3, "x")), "");
+  EXPECT_EQ(DedupKeyIdentity("not a key"), "");
+  EXPECT_EQ(DedupKeyIdentity("99:short"), "");
+}
+
 }  // namespace
 }  // namespace cgacct

@@ -1,0 +1,168 @@
+// Tenants cannot hurt each other through what they share (issue 22 items 1
+// and 6), through a real channel to an in-process server with tokens and a
+// policy: one tenant's request ids and idempotency keys evict only its own
+// (B's retry is still a replay after A's flood), and a tenant may have at
+// most --max_groups_per_identity groups. On main at 949c495 A's flood made
+// B's retries apply twice, and groups were unbounded.
+#include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "cgacct/v1/accounting.grpc.pb.h"
+#include "engine/engine.h"
+#include "server/auth/authorizer.h"
+#include "server/metrics/rpc_metrics.h"
+#include "server/rpc/accounting_service.h"
+#include "tests/server/in_process_server.h"
+
+namespace cgacct {
+namespace {
+
+namespace v1 = ::cgacct::v1;
+using ::testing::HasSubstr;
+
+constexpr char kTokenA[] = "token-of-tenant-a-0123456789";
+constexpr char kTokenB[] = "token-of-tenant-b-0123456789";
+constexpr char kTokenAdmin[] = "token-of-the-admin-0123456789";
+
+class TenantIsolationTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    EngineOptions options;
+    options.nr_cpus = 2;
+    options.charge_batch_pages = 1;  // no stock: usage = charges
+    engine_ = std::move(*Engine::Create(options));
+    AuthConfig config;
+    config.tokens = *TokenTable::Parse(absl::StrCat(
+        "a ", kTokenA, "\nb ", kTokenB, "\nops ", kTokenAdmin, "\n"));
+    config.policy = *AuthzPolicy::Parse(
+        "token:a rw /a\ntoken:b rw /b\ntoken:ops admin\n");
+    authorizer_ = std::make_unique<Authorizer>(std::move(config), nullptr);
+    AccountingServiceOptions service_options;
+    service_options.authorizer = authorizer_.get();
+    service_options.dedup.capacity = 8;
+    service_options.batch_dedup.capacity = 8;
+    service_options.max_groups_per_identity = 3;
+    service_ = std::make_unique<AccountingService>(*engine_, metrics_,
+                                                   service_options);
+    InProcessServer started = StartInProcessServer(service_.get());
+    ASSERT_NE(started.server, nullptr);
+    server_ = std::move(started.server);
+    stub_ = std::move(started.stub);
+    ASSERT_TRUE(Create(kTokenAdmin, "/a").ok());
+    ASSERT_TRUE(Create(kTokenAdmin, "/b").ok());
+  }
+  void TearDown() override {
+    server_->Shutdown();
+    service_->StopSessionStreams();
+    server_.reset();
+  }
+
+  std::unique_ptr<grpc::ClientContext> As(const char* token) {
+    auto context = std::make_unique<grpc::ClientContext>();
+    context->set_deadline(std::chrono::system_clock::now() +
+                          std::chrono::seconds(10));
+    context->AddMetadata("authorization", absl::StrCat("Bearer ", token));
+    return context;
+  }
+  grpc::Status Create(const char* token, const std::string& path) {
+    v1::CreateGroupRequest request;
+    request.set_path(path);
+    v1::Group group;
+    return stub_->CreateGroup(As(token).get(), request, &group);
+  }
+  grpc::Status Delete(const char* token, const std::string& path) {
+    v1::DeleteGroupRequest request;
+    request.set_path(path);
+    v1::DeleteGroupResponse response;
+    return stub_->DeleteGroup(As(token).get(), request, &response);
+  }
+  // A keyed 1-page charge of `path`; *replayed says whether it was a replay.
+  grpc::Status KeyedCharge(const char* token, const std::string& path,
+                           const std::string& id, bool* replayed) {
+    v1::ChargeRequest request;
+    request.set_path(path);
+    request.set_nr_pages(1);
+    request.set_kind(v1::PAGE_KIND_ANON);
+    request.set_request_id(id);
+    v1::ChargeResponse response;
+    grpc::Status s = stub_->Charge(As(token).get(), request, &response);
+    *replayed = response.replayed();
+    return s;
+  }
+  grpc::Status KeyedBatch(const char* token, const std::string& path,
+                          const std::string& key, bool* replayed) {
+    v1::ChargeBatchRequest request;
+    v1::ChargeOp* op = request.add_ops();
+    op->set_path(path);
+    op->set_nr_pages(1);
+    op->set_kind(v1::PAGE_KIND_ANON);
+    request.set_idempotency_key(key);
+    v1::ChargeBatchResponse response;
+    grpc::Status s = stub_->ChargeBatch(As(token).get(), request, &response);
+    *replayed = response.replayed();
+    return s;
+  }
+  uint64_t Usage(const std::string& path) {
+    return engine_->GetStats(path, FlushMode::kExact)->memory_current_pages;
+  }
+
+  RpcMetrics metrics_;
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<Authorizer> authorizer_;
+  std::unique_ptr<AccountingService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<v1::Accounting::Stub> stub_;
+};
+
+TEST_F(TenantIsolationTest, AFloodOfRequestIdsDoesNotForgetAnothersIds) {
+  bool replayed = false;
+  ASSERT_TRUE(KeyedCharge(kTokenB, "/b", "b-1", &replayed).ok());
+  for (int i = 0; i < 50; ++i)
+    ASSERT_TRUE(
+        KeyedCharge(kTokenA, "/a", absl::StrCat("a-", i), &replayed).ok());
+  ASSERT_TRUE(KeyedCharge(kTokenB, "/b", "b-1", &replayed).ok());
+  EXPECT_TRUE(replayed);
+  EXPECT_EQ(Usage("/b"), 1u);
+  // A's own oldest ids are what went.
+  ASSERT_TRUE(KeyedCharge(kTokenA, "/a", "a-0", &replayed).ok());
+  EXPECT_FALSE(replayed);
+}
+
+TEST_F(TenantIsolationTest, AFloodOfBatchKeysDoesNotForgetAnothersKeys) {
+  bool replayed = false;
+  ASSERT_TRUE(KeyedBatch(kTokenB, "/b", "b-1", &replayed).ok());
+  for (int i = 0; i < 50; ++i)
+    ASSERT_TRUE(
+        KeyedBatch(kTokenA, "/a", absl::StrCat("a-", i), &replayed).ok());
+  ASSERT_TRUE(KeyedBatch(kTokenB, "/b", "b-1", &replayed).ok());
+  EXPECT_TRUE(replayed);
+  EXPECT_EQ(Usage("/b"), 1u);
+}
+
+TEST_F(TenantIsolationTest, ATenantHasAtMostItsBoundOfGroups) {
+  for (int i = 0; i < 3; ++i)
+    ASSERT_TRUE(Create(kTokenA, absl::StrCat("/a/g", i)).ok()) << i;
+  grpc::Status refused = Create(kTokenA, "/a/g3");
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(refused.error_message(),
+              HasSubstr("identity \"token:a\" has 3 groups, at most 3 "
+                        "(--max_groups_per_identity)"));
+  EXPECT_FALSE(engine_->ResolveGroup("/a/g3").ok());
+  // Another tenant has its own bound; the admin has none.
+  EXPECT_TRUE(Create(kTokenB, "/b/g0").ok());
+  for (int i = 0; i < 5; ++i)
+    EXPECT_TRUE(Create(kTokenAdmin, absl::StrCat("/b/ops", i)).ok());
+  // A deleted group gives its creator room back, whoever deleted it.
+  ASSERT_TRUE(Delete(kTokenAdmin, "/a/g0").ok());
+  EXPECT_TRUE(Create(kTokenA, "/a/g3").ok());
+}
+
+}  // namespace
+}  // namespace cgacct
