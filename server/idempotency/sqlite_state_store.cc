@@ -27,6 +27,11 @@ constexpr uint64_t kPrunePuts = 256;
 // The WAL is truncated to this size after a checkpoint.
 constexpr int64_t kWalLimitBytes = int64_t{4} << 20;
 
+// What a failed group change means, for the operator's line.
+constexpr absl::string_view kGroupChangeRefused =
+    "the group change is refused and its caller told so; the tree in memory "
+    "is unchanged";
+
 // Statement slots.
 enum : int {
   kLastGeneration,
@@ -405,23 +410,24 @@ absl::Status SqliteStateStore::PutMetaLocked(absl::string_view key,
   return absl::OkStatus();
 }
 
-absl::Status SqliteStateStore::GroupChangeLocked(
-    const std::function<absl::Status()>& change) {
-  constexpr absl::string_view kRefused =
-      "the group change is refused and its caller told so; the tree in "
-      "memory is unchanged";
+absl::Status SqliteStateStore::BeginGroupChangeLocked() {
   if (absl::Status s = SyncLocked(true); !s.ok())
-    return ReportLocked(s, kRefused);
+    return ReportLocked(s, kGroupChangeRefused);
   if (absl::Status s = ExecLocked("BEGIN IMMEDIATE"); !s.ok())
-    return ReportLocked(s, kRefused);
-  absl::Status s = change();
-  if (s.ok())
-    s = PutMetaLocked("group_changes", absl::StrCat(group_changes_ + 1));
-  if (s.ok()) s = ExecLocked("COMMIT");
-  if (!s.ok()) {
+    return ReportLocked(s, kGroupChangeRefused);
+  return absl::OkStatus();
+}
+
+absl::Status SqliteStateStore::EndGroupChangeLocked(absl::Status change) {
+  if (change.ok()) {
+    change = PutMetaLocked("group_changes", absl::StrCat(group_changes_ + 1));
+  }
+  if (change.ok()) change = ExecLocked("COMMIT");
+  if (!change.ok()) {
     sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
-    if (absl::IsNotFound(s) || absl::IsAlreadyExists(s)) return s;
-    return ReportLocked(s, kRefused);
+    if (absl::IsNotFound(change) || absl::IsAlreadyExists(change))
+      return change;
+    return ReportLocked(change, kGroupChangeRefused);
   }
   ++group_changes_;
   if (absl::Status w = acked_.Write(group_changes_); !w.ok()) {
@@ -451,22 +457,24 @@ absl::StatusOr<StateStore::Snapshot> SqliteStateStore::Load(
     return absl::DataLossError(absl::StrCat(
         "state store ", path_, ": cannot read ", rows.unreadable.front()));
   }
-  if (!rows.damaged.empty() && !options_.recover) {
-    return absl::DataLossError(absl::StrCat(
-        "state store ", path_, ": ", rows.damaged.size(),
-        " stored row(s) fail their checksum, the first: ",
-        rows.damaged.front().what,
-        ". Start with --state_recover to drop them (and the groups below a "
-        "dropped group), or put ",
-        dir_, " back from a backup"));
-  }
-  // Recovering: the damaged rows go, and the groups below a dropped group
-  // (the engine could not re-create them).
+  // Groups whose parent is not stored (below a damaged row, or a row
+  // deleted whole): the engine could not re-create them.
   for (const StoredGroup& g : sqlite_rows::TakeOrphans(rows.groups)) {
     rows.damaged.push_back(sqlite_rows::DamagedRow{
         "groups", ToDb(g.generation),
-        absl::StrCat(sqlite_rows::Describe(g), ", below a dropped group")});
+        absl::StrCat(sqlite_rows::Describe(g),
+                     ", whose parent group is not stored")});
   }
+  if (!rows.damaged.empty() && !options_.recover) {
+    return absl::DataLossError(absl::StrCat(
+        "state store ", path_, ": ", rows.damaged.size(),
+        " stored row(s) are damaged (a checksum that fails, or a group "
+        "whose parent is not stored), the first: ",
+        rows.damaged.front().what,
+        ". Start with --state_recover to drop them, or put ", dir_,
+        " back from a backup"));
+  }
+  // Recovering: the damaged rows go.
   for (const sqlite_rows::DamagedRow& row : rows.damaged) {
     const std::string sql =
         absl::StrCat("DELETE FROM ", row.table, " WHERE rowid = ?1");
@@ -495,77 +503,88 @@ absl::StatusOr<StateStore::Snapshot> SqliteStateStore::Load(
 absl::StatusOr<uint64_t> SqliteStateStore::CreateGroup(absl::string_view path,
                                                        const Limits& limits) {
   absl::MutexLock l(&mu_);
+  if (absl::Status s = BeginGroupChangeLocked(); !s.ok()) return s;
   StoredGroup group{std::string(path), limits, 0};
-  absl::Status s = GroupChangeLocked([&]() -> absl::Status {
-    // The next generation, as AUTOINCREMENT would choose it (never reused).
-    absl::StatusOr<sqlite3_stmt*> last =
-        PrepareLocked(kLastGeneration, sqlite_rows::kLastGenerationSql);
-    if (!last.ok()) return last.status();
-    if (sqlite3_step(*last) != SQLITE_ROW)
-      return ErrorLocked("choosing a generation");
-    group.generation = FromDb(sqlite3_column_int64(*last, 0)) + 1;
-    sqlite3_reset(*last);
-    absl::StatusOr<sqlite3_stmt*> stmt =
-        PrepareLocked(kInsertGroup, sqlite_rows::kInsertGroupSql);
-    if (!stmt.ok()) return stmt.status();
-    sqlite_rows::BindGroupRow(*stmt, group);
-    const int step = sqlite3_step(*stmt);
-    sqlite3_reset(*stmt);
-    if (step == SQLITE_CONSTRAINT)
-      return absl::AlreadyExistsError(
-          absl::StrCat("state store: ", path, " is stored"));
-    if (step != SQLITE_DONE) return ErrorLocked("creating a group");
-    return absl::OkStatus();
-  });
-  if (!s.ok()) return s;
+  absl::Status s = InsertGroupLocked(&group);
+  if (absl::Status end = EndGroupChangeLocked(std::move(s)); !end.ok())
+    return end;
   return group.generation;
+}
+
+absl::Status SqliteStateStore::InsertGroupLocked(StoredGroup* group) {
+  // The next generation, as AUTOINCREMENT would choose it (never reused).
+  absl::StatusOr<sqlite3_stmt*> last =
+      PrepareLocked(kLastGeneration, sqlite_rows::kLastGenerationSql);
+  if (!last.ok()) return last.status();
+  if (sqlite3_step(*last) != SQLITE_ROW)
+    return ErrorLocked("choosing a generation");
+  group->generation = FromDb(sqlite3_column_int64(*last, 0)) + 1;
+  sqlite3_reset(*last);
+  absl::StatusOr<sqlite3_stmt*> stmt =
+      PrepareLocked(kInsertGroup, sqlite_rows::kInsertGroupSql);
+  if (!stmt.ok()) return stmt.status();
+  sqlite_rows::BindGroupRow(*stmt, *group);
+  const int step = sqlite3_step(*stmt);
+  sqlite3_reset(*stmt);
+  if (step == SQLITE_CONSTRAINT)
+    return absl::AlreadyExistsError(
+        absl::StrCat("state store: ", group->path, " is stored"));
+  if (step != SQLITE_DONE) return ErrorLocked("creating a group");
+  return absl::OkStatus();
 }
 
 absl::Status SqliteStateStore::SetLimits(absl::string_view path,
                                          const Limits& limits) {
   absl::MutexLock l(&mu_);
-  return GroupChangeLocked([&]() -> absl::Status {
-    absl::StatusOr<sqlite3_stmt*> find = PrepareLocked(
-        kGenerationOf, "SELECT generation FROM groups WHERE path = ?1");
-    if (!find.ok()) return find.status();
-    sqlite_rows::BindText(*find, 1, path);
-    const int found = sqlite3_step(*find);
-    StoredGroup group{std::string(path), limits, 0};
-    if (found == SQLITE_ROW)
-      group.generation = FromDb(sqlite3_column_int64(*find, 0));
-    sqlite3_reset(*find);
-    if (found == SQLITE_DONE)
-      return absl::NotFoundError(
-          absl::StrCat("state store: ", path, " is not stored"));
-    if (found != SQLITE_ROW) return ErrorLocked("setting limits");
-    absl::StatusOr<sqlite3_stmt*> stmt = PrepareLocked(
-        kUpdateLimits,
-        "UPDATE groups SET max_pages = ?3, high_pages = ?4, min_pages = ?5, "
-        "low_pages = ?6, checksum = ?7 WHERE generation = ?1 AND path = ?2");
-    if (!stmt.ok()) return stmt.status();
-    sqlite_rows::BindGroupRow(*stmt, group);
-    const int step = sqlite3_step(*stmt);
-    sqlite3_reset(*stmt);
-    if (step != SQLITE_DONE) return ErrorLocked("setting limits");
-    return absl::OkStatus();
-  });
+  if (absl::Status s = BeginGroupChangeLocked(); !s.ok()) return s;
+  return EndGroupChangeLocked(UpdateLimitsLocked(path, limits));
+}
+
+absl::Status SqliteStateStore::UpdateLimitsLocked(absl::string_view path,
+                                                  const Limits& limits) {
+  absl::StatusOr<sqlite3_stmt*> find = PrepareLocked(
+      kGenerationOf, "SELECT generation FROM groups WHERE path = ?1");
+  if (!find.ok()) return find.status();
+  sqlite_rows::BindText(*find, 1, path);
+  const int found = sqlite3_step(*find);
+  StoredGroup group{std::string(path), limits, 0};
+  if (found == SQLITE_ROW)
+    group.generation = FromDb(sqlite3_column_int64(*find, 0));
+  sqlite3_reset(*find);
+  if (found == SQLITE_DONE)
+    return absl::NotFoundError(
+        absl::StrCat("state store: ", path, " is not stored"));
+  if (found != SQLITE_ROW) return ErrorLocked("setting limits");
+  absl::StatusOr<sqlite3_stmt*> stmt = PrepareLocked(
+      kUpdateLimits,
+      "UPDATE groups SET max_pages = ?3, high_pages = ?4, min_pages = ?5, "
+      "low_pages = ?6, checksum = ?7 WHERE generation = ?1 AND path = ?2");
+  if (!stmt.ok()) return stmt.status();
+  sqlite_rows::BindGroupRow(*stmt, group);
+  const int step = sqlite3_step(*stmt);
+  sqlite3_reset(*stmt);
+  if (step != SQLITE_DONE) return ErrorLocked("setting limits");
+  return absl::OkStatus();
 }
 
 absl::Status SqliteStateStore::DeleteGroup(absl::string_view path) {
   absl::MutexLock l(&mu_);
-  return GroupChangeLocked([&]() -> absl::Status {
-    absl::StatusOr<sqlite3_stmt*> stmt =
-        PrepareLocked(kDeleteGroup, "DELETE FROM groups WHERE path = ?1");
-    if (!stmt.ok()) return stmt.status();
-    sqlite_rows::BindText(*stmt, 1, path);
-    const int step = sqlite3_step(*stmt);
-    sqlite3_reset(*stmt);
-    if (step != SQLITE_DONE) return ErrorLocked("deleting a group");
-    if (sqlite3_changes(db_) == 0)
-      return absl::NotFoundError(
-          absl::StrCat("state store: ", path, " is not stored"));
-    return absl::OkStatus();
-  });
+  if (absl::Status s = BeginGroupChangeLocked(); !s.ok()) return s;
+  return EndGroupChangeLocked(DeleteGroupRowLocked(path));
+}
+
+absl::Status SqliteStateStore::DeleteGroupRowLocked(absl::string_view path) {
+  absl::StatusOr<sqlite3_stmt*> stmt =
+      PrepareLocked(kDeleteGroup, "DELETE FROM groups WHERE path = ?1");
+  if (!stmt.ok()) return stmt.status();
+  sqlite_rows::BindText(*stmt, 1, path);
+  const int step = sqlite3_step(*stmt);
+  sqlite3_reset(*stmt);
+  if (step != SQLITE_DONE) return ErrorLocked("deleting a group");
+  if (sqlite3_changes(db_) == 0)
+    return absl::NotFoundError(
+        absl::StrCat("state store: ", path, " is not stored"));
+  return absl::OkStatus();
 }
 
 absl::Status SqliteStateStore::PutRequest(const StoredRequest& r,

@@ -94,9 +94,10 @@ class SqliteStateStore final : public StateStore {
   SqliteStateStore(const SqliteStateStore&) = delete;
   SqliteStateStore& operator=(const SqliteStateStore&) = delete;
 
-  // Errors, beside the interface's: DATA_LOSS naming the first stored row
-  // that fails its checksum and how many do (not with Options::recover:
-  // those rows are then deleted, with the groups below a deleted group).
+  // Errors, beside the interface's: DATA_LOSS naming the first damaged
+  // stored row (one that fails its checksum, or a group whose parent is not
+  // stored) and how many are (not with Options::recover: those rows are
+  // then deleted).
   absl::StatusOr<Snapshot> Load(int64_t requests_since_unix_ns) override
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<uint64_t> CreateGroup(absl::string_view path,
@@ -153,10 +154,22 @@ class SqliteStateStore final : public StateStore {
   // A cached prepared statement, reset.
   absl::StatusOr<sqlite3_stmt*> PrepareLocked(int slot, const char* sql)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Runs `change` inside a synchronous=FULL transaction that also counts
-  // one more acknowledged group change, then records the count in
-  // DIR/cgacct.acked. A failed change is rolled back and counts nothing.
-  absl::Status GroupChangeLocked(const std::function<absl::Status()>& change)
+  // A group change is one synchronous=FULL transaction: begun here, then
+  // its statements, then ended by EndGroupChangeLocked(their status),
+  // which counts one more acknowledged change in it, commits, and records
+  // the count in DIR/cgacct.acked; a failed change is rolled back and
+  // counts nothing. Failures other than NOT_FOUND and ALREADY_EXISTS are
+  // reported (ReportLocked).
+  absl::Status BeginGroupChangeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status EndGroupChangeLocked(absl::Status change)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The statements of CreateGroup (sets group->generation), SetLimits and
+  // DeleteGroup.
+  absl::Status InsertGroupLocked(StoredGroup* group)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status UpdateLimitsLocked(absl::string_view path, const Limits& limits)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status DeleteGroupRowLocked(absl::string_view path)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes meta row `key` = `value` with its checksum.
   absl::Status PutMetaLocked(absl::string_view key, absl::string_view value)

@@ -746,9 +746,10 @@ TEST(StateDirTest, AFlippedByteInAStoredLimitRefusesTheStartNamingTheRow) {
   std::string out;
   err.clear();
   EXPECT_EQ(refused.WaitCollect(kTimeout, &out, &err), 3);
-  EXPECT_THAT(err, AllOf(HasSubstr("1 stored row(s) fail their checksum, "
-                                   "the first: groups row generation 2 "
-                                   "(path \"/flip\")"),
+  EXPECT_THAT(err, AllOf(HasSubstr("1 stored row(s) are damaged (a checksum "
+                                   "that fails, or a group whose parent is "
+                                   "not stored), the first: groups row "
+                                   "generation 2 (path \"/flip\")"),
                          HasSubstr("Start with --state_recover")));
   EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
 

@@ -382,8 +382,9 @@ TEST_F(SqliteStateStoreTest, AFlippedByteInAStoredLimitIsRefusedNamingTheRow) {
     ASSERT_FALSE(snap.ok());
     EXPECT_EQ(snap.status().code(), absl::StatusCode::kDataLoss);
     EXPECT_THAT(snap.status().message(),
-                AllOf(HasSubstr("1 stored row(s) fail their checksum"),
-                      HasSubstr("groups row generation 2 (path \"/flip\")"),
+                AllOf(HasSubstr("2 stored row(s) are damaged"),
+                      HasSubstr("the first: groups row generation 2 (path "
+                                "\"/flip\")"),
                       HasSubstr("--state_recover")));
   }
   SqliteStateStore::Options options;
@@ -423,6 +424,24 @@ TEST_F(SqliteStateStoreTest, AnEditedRequestRowIsRefusedNamingTheEntry) {
   ASSERT_FALSE(snap.ok());
   EXPECT_THAT(snap.status().message(),
               HasSubstr("(request_id \"r1\" of identity \"alice\")"));
+}
+
+// A group row deleted whole leaves its children without a parent: the
+// engine could not re-create them, so that too is damage.
+TEST_F(SqliteStateStoreTest, AGroupWhoseParentRowIsGoneIsRefused) {
+  {
+    std::unique_ptr<SqliteStateStore> store = Open();
+    ASSERT_TRUE(store->CreateGroup("/p", {}).ok());
+    ASSERT_TRUE(store->CreateGroup("/p/c", {}).ok());
+  }
+  ASSERT_EQ(Sqlite(dir_ + "/cgacct.db", "DELETE FROM groups WHERE path = '/p'"),
+            "");
+  std::unique_ptr<SqliteStateStore> store = Open();
+  absl::StatusOr<StateStore::Snapshot> snap = store->Load(0);
+  ASSERT_FALSE(snap.ok());
+  EXPECT_THAT(snap.status().message(),
+              HasSubstr("the first: groups row generation 2 (path \"/p/c\"), "
+                        "whose parent group is not stored"));
 }
 
 // Issue 22 item 10: a WAL zeroed or truncated after kill -9 restored 22 and
