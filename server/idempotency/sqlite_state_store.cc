@@ -634,34 +634,41 @@ absl::Status SqliteStateStore::CountWindowBytesLocked(RequestWindow window) {
   return absl::OkStatus();
 }
 
+absl::Status SqliteStateStore::ExpireLocked(int slot, const char* sql,
+                                            RequestWindow window,
+                                            int64_t argument) {
+  absl::StatusOr<sqlite3_stmt*> stmt = PrepareLocked(slot, sql);
+  if (!stmt.ok()) return stmt.status();
+  sqlite3_bind_int(*stmt, 1, static_cast<int>(window));
+  sqlite3_bind_int64(*stmt, 2, argument);
+  const int step = sqlite3_step(*stmt);
+  sqlite3_reset(*stmt);
+  if (step != SQLITE_DONE) return ErrorLocked("expiring requests");
+  return absl::OkStatus();
+}
+
 absl::Status SqliteStateStore::PruneLocked(RequestWindow window,
                                            const WindowBounds& bounds) {
   const int w = static_cast<int>(window);
   window_puts_[w] = 0;
   const int64_t changes_before = sqlite3_total_changes64(db_);
   // Age.
-  absl::StatusOr<sqlite3_stmt*> old = PrepareLocked(
-      kExpireOld,
-      "DELETE FROM requests WHERE dedup_window = ?1 AND arrived < ?2");
-  if (!old.ok()) return old.status();
-  sqlite3_bind_int(*old, 1, w);
-  sqlite3_bind_int64(*old, 2, bounds.expire_before_unix_ns);
-  int step = sqlite3_step(*old);
-  sqlite3_reset(*old);
-  if (step != SQLITE_DONE) return ErrorLocked("expiring requests");
+  if (absl::Status s = ExpireLocked(
+          kExpireOld,
+          "DELETE FROM requests WHERE dedup_window = ?1 AND arrived < ?2",
+          window, bounds.expire_before_unix_ns);
+      !s.ok())
+    return s;
   // Entries: the newest `capacity` stay.
   if (bounds.capacity != 0) {
-    absl::StatusOr<sqlite3_stmt*> over = PrepareLocked(
-        kExpireOverCapacity,
-        "DELETE FROM requests WHERE dedup_window = ?1 AND seq <= (SELECT seq "
-        "FROM requests WHERE dedup_window = ?1 ORDER BY seq DESC LIMIT 1 "
-        "OFFSET ?2)");
-    if (!over.ok()) return over.status();
-    sqlite3_bind_int(*over, 1, w);
-    sqlite3_bind_int64(*over, 2, static_cast<int64_t>(bounds.capacity));
-    step = sqlite3_step(*over);
-    sqlite3_reset(*over);
-    if (step != SQLITE_DONE) return ErrorLocked("expiring requests");
+    if (absl::Status s = ExpireLocked(
+            kExpireOverCapacity,
+            "DELETE FROM requests WHERE dedup_window = ?1 AND seq <= (SELECT "
+            "seq FROM requests WHERE dedup_window = ?1 ORDER BY seq DESC "
+            "LIMIT 1 OFFSET ?2)",
+            window, static_cast<int64_t>(bounds.capacity));
+        !s.ok())
+      return s;
   }
   if (absl::Status s = CountWindowBytesLocked(window); !s.ok()) return s;
   // Bytes: the oldest go until the rest fit (the newest always stays).
@@ -676,6 +683,7 @@ absl::Status SqliteStateStore::PruneLocked(RequestWindow window,
     sqlite3_bind_int(*oldest, 1, w);
     uint64_t dropped = 0;
     int64_t last = -1;
+    int step = SQLITE_DONE;
     while (dropped < excess && (step = sqlite3_step(*oldest)) == SQLITE_ROW) {
       last = sqlite3_column_int64(*oldest, 0);
       dropped += FromDb(sqlite3_column_int64(*oldest, 1));
@@ -684,15 +692,12 @@ absl::Status SqliteStateStore::PruneLocked(RequestWindow window,
     if (step != SQLITE_ROW && step != SQLITE_DONE)
       return ErrorLocked("expiring requests");
     if (last >= 0) {
-      absl::StatusOr<sqlite3_stmt*> upto = PrepareLocked(
-          kExpireUpTo,
-          "DELETE FROM requests WHERE dedup_window = ?1 AND seq <= ?2");
-      if (!upto.ok()) return upto.status();
-      sqlite3_bind_int(*upto, 1, w);
-      sqlite3_bind_int64(*upto, 2, last);
-      step = sqlite3_step(*upto);
-      sqlite3_reset(*upto);
-      if (step != SQLITE_DONE) return ErrorLocked("expiring requests");
+      if (absl::Status s = ExpireLocked(
+              kExpireUpTo,
+              "DELETE FROM requests WHERE dedup_window = ?1 AND seq <= ?2",
+              window, last);
+          !s.ok())
+        return s;
       window_bytes_[w] -= std::min(dropped, window_bytes_[w]);
     }
   }

@@ -178,6 +178,11 @@ class SqliteStateStore final : public StateStore {
   // pages when a quarter of it is free.
   absl::Status PruneLocked(RequestWindow window, const WindowBounds& bounds)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs cached statement `slot`, `sql`: a DELETE from `window` (?1) with
+  // `argument` (?2).
+  absl::Status ExpireLocked(int slot, const char* sql, RequestWindow window,
+                            int64_t argument)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Re-reads the stored bytes of `window` (window_bytes_).
   absl::Status CountWindowBytesLocked(RequestWindow window)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -96,6 +96,15 @@ std::unique_ptr<v1::Accounting::Stub> Connect(int port) {
       absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
 }
 
+// StartDaemon(), then a stub connected to it; null if it did not start
+// (*line says why).
+std::unique_ptr<v1::Accounting::Stub> StartAndConnect(
+    std::unique_ptr<Daemon>& daemon, const std::string& state_dir,
+    std::string* line, const std::vector<std::string>& more = {}) {
+  const int port = StartDaemon(daemon, state_dir, line, more);
+  return port > 0 ? Connect(port) : nullptr;
+}
+
 // Every group below `root` (recursive) -> its memory.max in bytes.
 std::map<std::string, uint64_t> GroupsBelow(v1::Accounting::Stub& stub,
                                             const std::string& root) {
@@ -592,9 +601,8 @@ TEST(StateDirTest, RequestIdsOutliveKeyedBatchesAcrossSigkill) {
   TempDir dir;
   std::unique_ptr<Daemon> daemon;
   std::string line;
-  int port = StartDaemon(daemon, dir.path(), &line);
-  ASSERT_GT(port, 0) << line;
-  auto stub = Connect(port);
+  auto stub = StartAndConnect(daemon, dir.path(), &line);
+  ASSERT_NE(stub, nullptr) << line;
   ASSERT_TRUE(CreateGroup(*stub, "/ids").ok());
   constexpr int kThreads = 4;
   constexpr int kIdsPerThread = 5000;
@@ -626,10 +634,9 @@ TEST(StateDirTest, RequestIdsOutliveKeyedBatchesAcrossSigkill) {
   daemon->Signal(SIGKILL);
   ASSERT_TRUE(daemon->WaitDeath(kTimeout));
 
-  port = StartDaemon(daemon, dir.path(), &line);
-  ASSERT_GT(port, 0) << line;
+  stub = StartAndConnect(daemon, dir.path(), &line);
+  ASSERT_NE(stub, nullptr) << line;
   EXPECT_THAT(line, HasSubstr("20300 request ids"));
-  stub = Connect(port);
   int applied_again = 0;
   for (int t = 0; t < kThreads; ++t) {
     for (int i = 0; i < 1000; ++i) {
@@ -662,9 +669,8 @@ TEST(StateDirTest, AFloodOfKeyedBatchesKeepsTheFileBoundedAndTheStartFast) {
   TempDir dir;
   std::unique_ptr<Daemon> daemon;
   std::string line;
-  int port = StartDaemon(daemon, dir.path(), &line);
-  ASSERT_GT(port, 0) << line;
-  auto stub = Connect(port);
+  auto stub = StartAndConnect(daemon, dir.path(), &line);
+  ASSERT_NE(stub, nullptr) << line;
   const std::string db = dir.path() + "/cgacct.db";
   // 4096 ops on missing groups: 4096 NOT_FOUND results naming their path.
   auto flood = [&](int thread, int batches, std::atomic<int64_t>* sent) {
@@ -700,9 +706,8 @@ TEST(StateDirTest, AFloodOfKeyedBatchesKeepsTheFileBoundedAndTheStartFast) {
   std::string err;
   EXPECT_EQ(Stop(*daemon, &err), 0) << err;
   const auto starting = std::chrono::steady_clock::now();
-  port = StartDaemon(daemon, dir.path(), &line);
+  ASSERT_GT(StartDaemon(daemon, dir.path(), &line), 0) << line;
   const auto took = std::chrono::steady_clock::now() - starting;
-  ASSERT_GT(port, 0) << line;
   std::printf(
       "start after the flood: %lld ms\n",
       static_cast<long long>(
@@ -718,9 +723,8 @@ TEST(StateDirTest, AFlippedByteInAStoredLimitRefusesTheStartNamingTheRow) {
   TempDir dir;
   std::unique_ptr<Daemon> daemon;
   std::string line;
-  int port = StartDaemon(daemon, dir.path(), &line);
-  ASSERT_GT(port, 0) << line;
-  auto stub = Connect(port);
+  auto stub = StartAndConnect(daemon, dir.path(), &line);
+  ASSERT_NE(stub, nullptr) << line;
   // 0x5a3c9e71 pages: four bytes no other field of the file holds.
   ASSERT_TRUE(CreateGroup(*stub, "/keep", 16 * kPage).ok());
   ASSERT_TRUE(CreateGroup(*stub, "/flip", uint64_t{0x5a3c9e71} * kPage).ok());
@@ -753,17 +757,18 @@ TEST(StateDirTest, AFlippedByteInAStoredLimitRefusesTheStartNamingTheRow) {
                          HasSubstr("Start with --state_recover")));
   EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
 
-  port = StartDaemon(daemon, dir.path(), &line, {"--state_recover"});
-  ASSERT_GT(port, 0) << line;
+  stub = StartAndConnect(daemon, dir.path(), &line, {"--state_recover"});
+  ASSERT_NE(stub, nullptr) << line;
   EXPECT_THAT(line, HasSubstr("1 groups"));
-  stub = Connect(port);
-  grpc::ClientContext context;
-  v1::GetStatsRequest get;
-  get.set_path("/flip");
-  v1::GroupStats stats;
-  EXPECT_EQ(stub->GetStats(&context, get, &stats).error_code(),
-            grpc::StatusCode::NOT_FOUND);
-  stub.reset();
+  {
+    grpc::ClientContext context;  // holds the channel while it lives
+    v1::GetStatsRequest get;
+    get.set_path("/flip");
+    v1::GroupStats stats;
+    EXPECT_EQ(stub->GetStats(&context, get, &stats).error_code(),
+              grpc::StatusCode::NOT_FOUND);
+  }
+  stub.reset();  // an idle connection would hold the shutdown's grace
   err.clear();
   EXPECT_EQ(Stop(*daemon, &err), 0);
   EXPECT_THAT(err, HasSubstr("cgacctd: --state_recover: dropped 1 damaged "
@@ -782,9 +787,8 @@ TEST(StateDirTest, AZeroedOrTruncatedWalAfterSigkillRefusesTheStart) {
     TempDir dir;
     std::unique_ptr<Daemon> daemon;
     std::string line;
-    int port = StartDaemon(daemon, dir.path(), &line);
-    ASSERT_GT(port, 0) << line;
-    auto stub = Connect(port);
+    auto stub = StartAndConnect(daemon, dir.path(), &line);
+    ASSERT_NE(stub, nullptr) << line;
     for (int i = 0; i < 50; ++i)
       ASSERT_TRUE(CreateGroup(*stub, absl::StrCat("/g", i)).ok());
     daemon->Signal(SIGKILL);
@@ -806,8 +810,8 @@ TEST(StateDirTest, AZeroedOrTruncatedWalAfterSigkillRefusesTheStart) {
                            HasSubstr("Start with --state_recover")));
     EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
 
-    port = StartDaemon(daemon, dir.path(), &line, {"--state_recover"});
-    ASSERT_GT(port, 0) << line;
+    ASSERT_GT(StartDaemon(daemon, dir.path(), &line, {"--state_recover"}), 0)
+        << line;
     err.clear();
     EXPECT_EQ(Stop(*daemon, &err), 0);
     EXPECT_THAT(err, HasSubstr("cgacctd: --state_recover: "));
@@ -865,9 +869,8 @@ TEST(StateDirTest, AFailedStoreWriteIsSaidOnStderrAndTheCallIsAnswered) {
 
   std::unique_ptr<Daemon> daemon;
   std::string line;
-  const int port = StartDaemon(daemon, dir.path(), &line);
-  ASSERT_GT(port, 0) << line;
-  auto stub = Connect(port);
+  auto stub = StartAndConnect(daemon, dir.path(), &line);
+  ASSERT_NE(stub, nullptr) << line;
   v1::ChargeResponse response;
   ASSERT_TRUE(KeyedCharge(*stub, "/g", "full-99", &response).ok());
   EXPECT_FALSE(response.replayed());
@@ -911,10 +914,9 @@ TEST(StateDirTest, ADeleteOnAFullDiskLeavesTheGroupInMemoryAndInTheStore) {
 
   std::unique_ptr<Daemon> daemon;
   std::string line;
-  const int again = StartDaemon(daemon, dir.path(), &line);
-  ASSERT_GT(again, 0) << line;
+  stub = StartAndConnect(daemon, dir.path(), &line);
+  ASSERT_NE(stub, nullptr) << line;
   EXPECT_THAT(line, HasSubstr("1 groups"));
-  stub = Connect(again);
   grpc::ClientContext context;
   v1::DeleteGroupRequest request;
   request.set_path("/g");

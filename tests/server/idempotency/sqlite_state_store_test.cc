@@ -70,6 +70,14 @@ class SqliteStateStoreTest : public ::testing::Test {
     ASSERT_FALSE(dir_.empty());
   }
   void TearDown() override { RemoveDir(dir_); }
+  // Open() with Options::recover (--state_recover) on `dir`.
+  static absl::StatusOr<std::unique_ptr<SqliteStateStore>> OpenRecovering(
+      const std::string& dir) {
+    SqliteStateStore::Options options;
+    options.page_size_bytes = kPage;
+    options.recover = true;
+    return SqliteStateStore::Open(dir, options);
+  }
   std::unique_ptr<SqliteStateStore> Open(uint64_t page_size = kPage) {
     absl::StatusOr<std::unique_ptr<SqliteStateStore>> store =
         SqliteStateStore::Open(dir_, page_size);
@@ -387,11 +395,8 @@ TEST_F(SqliteStateStoreTest, AFlippedByteInAStoredLimitIsRefusedNamingTheRow) {
                                 "\"/flip\")"),
                       HasSubstr("--state_recover")));
   }
-  SqliteStateStore::Options options;
-  options.page_size_bytes = kPage;
-  options.recover = true;
   absl::StatusOr<std::unique_ptr<SqliteStateStore>> store =
-      SqliteStateStore::Open(dir_, options);
+      OpenRecovering(dir_);
   ASSERT_TRUE(store.ok()) << store.status();
   absl::StatusOr<StateStore::Snapshot> snap = (*store)->Load(0);
   ASSERT_TRUE(snap.ok()) << snap.status();
@@ -492,11 +497,8 @@ TEST_F(SqliteStateStoreTest, ALostWalIsRefusedSayingHowManyChangesAreMissing) {
                 std::string(static_cast<size_t>(wal_bytes), '\0'));
     }
     EXPECT_EQ(FileBytes(wal), zeroed ? wal_bytes : wal_bytes / 2);
-    SqliteStateStore::Options options;
-    options.page_size_bytes = kPage;
-    options.recover = true;
     absl::StatusOr<std::unique_ptr<SqliteStateStore>> store =
-        SqliteStateStore::Open(image, options);
+        OpenRecovering(image);
     ASSERT_TRUE(store.ok()) << store.status();
     absl::StatusOr<StateStore::Snapshot> snap = (*store)->Load(0);
     ASSERT_TRUE(snap.ok()) << snap.status();
@@ -550,11 +552,8 @@ TEST_F(SqliteStateStoreTest, AFileFailingSqlitesCheckIsRebuiltOnlyWhenAsked) {
   EXPECT_THAT(
       refused.status().message(),
       AllOf(HasSubstr("fails SQLite's check"), HasSubstr("--state_recover")));
-  SqliteStateStore::Options options;
-  options.page_size_bytes = kPage;
-  options.recover = true;
   absl::StatusOr<std::unique_ptr<SqliteStateStore>> store =
-      SqliteStateStore::Open(dir_, options);
+      OpenRecovering(dir_);
   ASSERT_TRUE(store.ok()) << store.status();
   absl::StatusOr<StateStore::Snapshot> snap = (*store)->Load(0);
   ASSERT_TRUE(snap.ok()) << snap.status();
@@ -661,11 +660,8 @@ TEST_F(SqliteStateStoreTest, AMissingOrDamagedAckedFileIsRefusedUnlessTold) {
                                           "store records 1 acknowledged"
                                         : "cgacct.acked is damaged"),
                       HasSubstr("--state_recover")));
-    SqliteStateStore::Options options;
-    options.page_size_bytes = kPage;
-    options.recover = true;
     absl::StatusOr<std::unique_ptr<SqliteStateStore>> store =
-        SqliteStateStore::Open(dir_, options);
+        OpenRecovering(dir_);
     ASSERT_TRUE(store.ok()) << store.status();
     EXPECT_THAT((*store)->recovery_notes(),
                 ElementsAre(HasSubstr("rewritten from the database")));
