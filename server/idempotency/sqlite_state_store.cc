@@ -62,6 +62,7 @@ SqliteStateStore::SqliteStateStore(sqlite3* db, std::string dir,
 
 SqliteStateStore::~SqliteStateStore() {
   absl::MutexLock l(&mu_);
+  (void)acked_.Sync();  // written per change, synced when closed
   for (sqlite3_stmt*& stmt : statements_) {
     if (stmt != nullptr) sqlite3_finalize(stmt);
     stmt = nullptr;

@@ -10,7 +10,8 @@
 // The state directory holds, beside DIR/cgacct.db (and its -wal, -shm):
 // DIR/cgacct.lock, locked while the store is open (a second store on the
 // directory is refused, naming the holder), and DIR/cgacct.acked, the count
-// of acknowledged group changes (server/idempotency/state_dir.h).
+// of acknowledged group changes (server/idempotency/state_dir.h; written
+// after each change commits, synced when the store closes).
 //
 // Damage is detected, not repaired silently: every row carries a checksum
 // (64-bit FNV-1a of its fields) verified by Load(); the file passes PRAGMA

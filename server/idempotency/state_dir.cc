@@ -140,10 +140,14 @@ absl::Status AckedChangesFile::Write(uint64_t count) {
   FillRecord(count, record);
   const off_t offset = static_cast<off_t>((count % 2) * kRecordBytes);
   if (pwrite(fd_.get(), record, sizeof(record), offset) !=
-          static_cast<ssize_t>(sizeof(record)) ||
-      fdatasync(fd_.get()) != 0)
+      static_cast<ssize_t>(sizeof(record)))
     return ErrnoError("cannot write", path_);
   count_ = count;
+  return absl::OkStatus();
+}
+
+absl::Status AckedChangesFile::Sync() {
+  if (fdatasync(fd_.get()) != 0) return ErrnoError("cannot sync", path_);
   return absl::OkStatus();
 }
 
