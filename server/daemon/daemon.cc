@@ -110,6 +110,10 @@ int Daemon::Start() {
     restored_ =
         absl::StrCat(", state ", config_.state_dir, ": ", report->groups,
                      " groups, ", report->requests, " request ids");
+    // What --state_recover did, one line each, before the start line.
+    for (const std::string& note : store_->recovery_notes()) {
+      std::fprintf(stderr, "cgacctd: --state_recover: %s\n", note.c_str());
+    }
   }
   if (int rc = StartMetrics(); rc != 0) return rc;
   if (int rc = StartServers(); rc != 0) return rc;
@@ -119,8 +123,16 @@ int Daemon::Start() {
 
 int Daemon::OpenStore() {
   if (config_.state_dir.empty()) return 0;
+  SqliteStateStore::Options options;
+  options.page_size_bytes = engine_->page_size_bytes();
+  options.recover = config_.state_recover;
+  // A failed write is said on stderr (at most one line per 10 s), besides
+  // cgacct_state_store_errors_total and the caller's answer.
+  options.on_write_error = [](const std::string& line) {
+    std::fprintf(stderr, "cgacctd: %s\n", line.c_str());
+  };
   absl::StatusOr<std::unique_ptr<SqliteStateStore>> opened =
-      SqliteStateStore::Open(config_.state_dir, engine_->page_size_bytes());
+      SqliteStateStore::Open(config_.state_dir, options);
   if (!opened.ok()) {
     return Fail(kExitStore, absl::StrCat("--state_dir=", config_.state_dir,
                                          ": ", opened.status().message()));

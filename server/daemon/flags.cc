@@ -64,6 +64,13 @@ ABSL_FLAG(std::string, state_dir, "",
           "directory of the state store (SQLite, WAL): groups, limits and "
           "the request-id window survive restarts (usage restarts at 0); "
           "empty = nothing persisted");
+ABSL_FLAG(bool, state_recover, false,
+          "start from a damaged --state_dir instead of refusing it (exit 3): "
+          "rows failing their checksum are dropped (with the groups below "
+          "them), a file failing SQLite's check is rebuilt from the rows "
+          "that can be read (the damaged one kept beside it), acknowledged "
+          "group changes missing from the store are accepted as lost; what "
+          "was done is said on stderr");
 ABSL_FLAG(std::string, tls_cert, "",
           "PEM certificate chain of the server; with --tls_key turns TLS on "
           "(re-read every --tls_refresh_interval)");
@@ -344,7 +351,8 @@ void ParseDaemonFlags(int argc, char** argv) {
       "          [--tls_cert=PEM --tls_key=PEM [--client_ca=PEM]]\n"
       "          [--tokens_file=FILE] [--authz_policy=FILE] [--insecure]\n"
       "          [--metrics_token_file=FILE] [--reflection=off|on|auto]\n"
-      "          [--state_dir=DIR] [--health_listen=HOST:PORT]");
+      "          [--state_dir=DIR [--state_recover]]\n"
+      "          [--health_listen=HOST:PORT]");
   // --help lists the flags above (Abseil's default looks for them in a file
   // named after the program); Abseil's own flags stay under --helpfull.
   absl::FlagsUsageConfig usage_config;
@@ -391,6 +399,11 @@ absl::StatusOr<DaemonConfig> ConfigFromFlags() {
   config.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   config.health_listen = absl::GetFlag(FLAGS_health_listen);
   config.state_dir = absl::GetFlag(FLAGS_state_dir);
+  config.state_recover = absl::GetFlag(FLAGS_state_recover);
+  if (config.state_recover && config.state_dir.empty()) {
+    return absl::InvalidArgumentError(
+        "--state_recover needs --state_dir (the store it recovers)");
+  }
   if (absl::Status s = EngineFromFlags(&config); !s.ok()) return s;
   if (absl::Status s = LimitsFromFlags(&config); !s.ok()) return s;
   if (absl::Status s = SecurityFromFlags(&config); !s.ok()) return s;

@@ -25,7 +25,8 @@ namespace cgacct {
 // Exit codes of cgacctd (docs/DESIGN.md §6.1): 0 after SIGINT/SIGTERM;
 // kExitBind when a port cannot be bound (and Abseil's own flag errors);
 // kExitUsage for values out of range or inconsistent; kExitStore when the
-// state store cannot be opened or restored.
+// state store cannot be opened or restored (unreadable, damaged, another
+// page size, or its directory in use by another cgacctd).
 inline constexpr int kExitBind = 1;
 inline constexpr int kExitUsage = 2;
 inline constexpr int kExitStore = 3;
@@ -56,6 +57,8 @@ struct DaemonConfig {
   uint32_t streams_per_connection = 0;
   absl::Duration trim_interval;
   std::string state_dir;  // empty: nothing persisted
+  // --state_recover: start from a damaged store (SqliteStateStore::Options).
+  bool state_recover = false;
 };
 
 // Sets --help (cgacctd's flags; Abseil's under --helpfull) and --version,

@@ -8,7 +8,8 @@
 // range or inconsistent (a bad TLS, token or policy file included, and a
 // plaintext or unauthenticated listener on a non-loopback address without
 // --insecure); 3 when the state store (--state_dir) cannot be opened or
-// restored. Every failure is one line on stderr.
+// restored (damaged, or its directory in use by another cgacctd). Every
+// failure is one line on stderr.
 //
 // SIGHUP re-reads --tokens_file and --authz_policy (a bad file is reported
 // on stderr and the previous one stays); certificates are re-read by gRPC

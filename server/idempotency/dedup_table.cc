@@ -12,6 +12,7 @@ namespace cgacct {
 DedupTable::DedupTable(Options options, StateStore& store)
     : field_(std::move(options.field)),
       mismatch_detail_(std::move(options.mismatch_detail)),
+      max_stored_bytes_(options.max_stored_bytes),
       cache_(options.cache),
       store_(store) {}
 
@@ -55,8 +56,11 @@ absl::Status DedupTable::Complete(const Entry& entry, StoredRequest stored,
                                   DedupAnswer answer) {
   const absl::Time now = absl::Now();
   stored.arrived_unix_ns = absl::ToUnixNanos(now);
-  absl::Status persisted = store_.PutRequest(
-      stored, absl::ToUnixNanos(now - cache_.window()), cache_.capacity());
+  WindowBounds bounds;
+  bounds.expire_before_unix_ns = absl::ToUnixNanos(now - cache_.window());
+  bounds.capacity = cache_.capacity();
+  bounds.max_bytes = max_stored_bytes_;
+  absl::Status persisted = store_.PutRequest(stored, bounds);
   cache_.Complete(entry.key, entry.ticket, std::move(answer));
   return persisted;
 }

@@ -35,6 +35,11 @@ class DedupTable {
     // What differs when a key is reused for another request, for the
     // mismatch message: "(method, path, ...)".
     std::string mismatch_detail;
+    // Bound on the bytes this window keeps in the state store
+    // (StoredRequest::stored_bytes() of its entries; WindowBounds), whatever
+    // the in-memory table's own bounds: 64 MiB, the batch window's
+    // in-memory bound, for both windows. 0 = no bound.
+    size_t max_stored_bytes = size_t{64} << 20;
   };
 
   // `store` must outlive the table.
@@ -62,10 +67,12 @@ class DedupTable {
                      std::optional<DedupAnswer>* replay);
 
   // The end of an entry Begin() let proceed: `stored` (its arrival time set
-  // here) goes to the state store first, so that an acknowledged key
-  // survives a restart, then `answer` completes the in-memory entry.
-  // Returns the store's status: the answer is kept in memory and given to
-  // the client whatever it says (the caller counts a failure).
+  // here) goes to the state store first, bounded like the in-memory window
+  // (its window, capacity and max_stored_bytes: WindowBounds), so that an
+  // acknowledged key survives a restart, then `answer` completes the
+  // in-memory entry. Returns the store's status: the answer is kept in
+  // memory and given to the client whatever it says (the caller counts a
+  // failure; the store reports it to the operator).
   absl::Status Complete(const Entry& entry, StoredRequest stored,
                         DedupAnswer answer);
 
@@ -87,6 +94,7 @@ class DedupTable {
  private:
   const std::string field_;
   const std::string mismatch_detail_;
+  const size_t max_stored_bytes_;
   RequestDedupCache cache_;
   StateStore& store_;
 };

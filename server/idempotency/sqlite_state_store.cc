@@ -1,88 +1,68 @@
+// SqliteStateStore (server/idempotency/sqlite_state_store.h).
 #include "server/idempotency/sqlite_state_store.h"
 
 #include <sqlite3.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "server/idempotency/sqlite_rows.h"
 
 namespace cgacct {
 namespace {
 
-constexpr int kSchemaVersion = 1;
+using sqlite_rows::FromDb;
+using sqlite_rows::kSchemaVersion;
+using sqlite_rows::ToDb;
+
+// A window is pruned after this many puts (or sooner, past its byte bound).
+constexpr uint64_t kPrunePuts = 256;
+// The WAL is truncated to this size after a checkpoint.
+constexpr int64_t kWalLimitBytes = int64_t{4} << 20;
+
+// What a failed group change means, for the operator's line.
+constexpr absl::string_view kGroupChangeRefused =
+    "the group change is refused and its caller told so; the tree in memory "
+    "is unchanged";
 
 // Statement slots.
 enum : int {
+  kLastGeneration,
   kInsertGroup,
+  kGenerationOf,
   kUpdateLimits,
   kDeleteGroup,
+  kPutMeta,
   kPutRequest,
   kExpireOld,
   kExpireOverCapacity,
+  kWindowBytes,
+  kOldestOfWindow,
+  kExpireUpTo,
 };
-
-constexpr const char kSchema[] = R"sql(
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS groups (
-  generation INTEGER PRIMARY KEY AUTOINCREMENT,
-  path TEXT NOT NULL UNIQUE,
-  max_pages INTEGER NOT NULL, high_pages INTEGER NOT NULL,
-  min_pages INTEGER NOT NULL, low_pages INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS requests (
-  seq INTEGER PRIMARY KEY AUTOINCREMENT,
-  identity BLOB NOT NULL, request_id BLOB NOT NULL, scope INTEGER NOT NULL,
-  method INTEGER NOT NULL, path BLOB NOT NULL, nr_pages INTEGER NOT NULL,
-  kind INTEGER NOT NULL, cpu INTEGER NOT NULL,
-  code INTEGER NOT NULL, message BLOB NOT NULL,
-  answer_nr_pages INTEGER NOT NULL, throttle_us INTEGER NOT NULL,
-  body BLOB NOT NULL, arrived INTEGER NOT NULL, digest INTEGER NOT NULL,
-  UNIQUE (identity, request_id, scope));
-CREATE INDEX IF NOT EXISTS requests_arrived ON requests (arrived);
-)sql";
-
-// uint64 <-> SQLite's signed 64-bit integers, bit for bit.
-int64_t ToDb(uint64_t v) {
-  int64_t out;
-  std::memcpy(&out, &v, sizeof(out));
-  return out;
-}
-uint64_t FromDb(int64_t v) {
-  uint64_t out;
-  std::memcpy(&out, &v, sizeof(out));
-  return out;
-}
-
-std::string ColumnBlob(sqlite3_stmt* stmt, int col) {
-  const void* data = sqlite3_column_blob(stmt, col);
-  const int n = sqlite3_column_bytes(stmt, col);
-  return data == nullptr ? std::string()
-                         : std::string(static_cast<const char*>(data),
-                                       static_cast<size_t>(n));
-}
-
-void BindBlob(sqlite3_stmt* stmt, int col, absl::string_view bytes) {
-  sqlite3_bind_blob(stmt, col, bytes.data(), static_cast<int>(bytes.size()),
-                    SQLITE_TRANSIENT);
-}
-
-void BindLimits(sqlite3_stmt* stmt, int first_col, const Limits& limits) {
-  sqlite3_bind_int64(stmt, first_col, ToDb(limits.max_pages));
-  sqlite3_bind_int64(stmt, first_col + 1, ToDb(limits.high_pages));
-  sqlite3_bind_int64(stmt, first_col + 2, ToDb(limits.min_pages));
-  sqlite3_bind_int64(stmt, first_col + 3, ToDb(limits.low_pages));
-}
 
 }  // namespace
 
-SqliteStateStore::SqliteStateStore(sqlite3* db, std::string path)
-    : path_(std::move(path)), db_(db) {}
+SqliteStateStore::SqliteStateStore(sqlite3* db, std::string dir,
+                                   std::string path, Options options,
+                                   StateDirLock lock, AckedChangesFile acked)
+    : dir_(std::move(dir)),
+      path_(std::move(path)),
+      options_(std::move(options)),
+      db_(db),
+      lock_(std::move(lock)),
+      acked_(std::move(acked)) {}
 
 SqliteStateStore::~SqliteStateStore() {
   absl::MutexLock l(&mu_);
+  (void)acked_.Sync();  // written per change, synced when closed
   for (sqlite3_stmt*& stmt : statements_) {
     if (stmt != nullptr) sqlite3_finalize(stmt);
     stmt = nullptr;
@@ -91,106 +71,269 @@ SqliteStateStore::~SqliteStateStore() {
 }
 
 absl::StatusOr<std::unique_ptr<SqliteStateStore>> SqliteStateStore::Open(
-    const std::string& dir, uint64_t page_size) {
+    const std::string& dir, uint64_t page_size_bytes) {
+  Options options;
+  options.page_size_bytes = page_size_bytes;
+  return Open(dir, options);
+}
+
+absl::StatusOr<std::unique_ptr<SqliteStateStore>> SqliteStateStore::Open(
+    const std::string& dir, const Options& options) {
   if (dir.empty())
     return absl::InvalidArgumentError("--state_dir must not be empty");
   if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
     return absl::UnavailableError(absl::StrCat(
         "cannot create state directory ", dir, ": ", std::strerror(errno)));
   }
+  absl::StatusOr<StateDirLock> lock = StateDirLock::Acquire(dir);
+  if (!lock.ok()) return lock.status();
+  absl::StatusOr<AckedChangesFile> acked = AckedChangesFile::Open(dir);
+  if (!acked.ok()) return acked.status();
   const std::string file = absl::StrCat(dir, "/", kFileName);
-  sqlite3* db = nullptr;
-  const int rc = sqlite3_open_v2(
-      file.c_str(), &db,
-      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
-      nullptr);
-  if (rc != SQLITE_OK) {
-    std::string message =
-        db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
-    sqlite3_close(db);
-    return absl::UnavailableError(
-        absl::StrCat("cannot open state store ", file, ": ", message));
-  }
-  std::unique_ptr<SqliteStateStore> store(new SqliteStateStore(db, file));
-  absl::MutexLock l(&store->mu_);
-  sqlite3_busy_timeout(db, 5000);
-  // The check first: a corrupt file is refused before anything writes it.
-  {
-    sqlite3_stmt* stmt = nullptr;
-    if (sqlite3_prepare_v2(db, "PRAGMA quick_check", -1, &stmt, nullptr) !=
-        SQLITE_OK) {
+  if (absl::Status s = sqlite_rows::FinishInterruptedRebuild(dir, file);
+      !s.ok())
+    return s;
+  std::vector<std::string> notes;
+  sqlite_rows::Connection db;
+  if (absl::Status s = db.Open(file); !s.ok()) return s;
+  // Until the store is accepted, closing it must not checkpoint (a refused
+  // store is left as it was found).
+  sqlite3_db_config(db.get(), SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, nullptr);
+  // The checks first: a damaged file is refused before anything writes it.
+  const absl::Status check = sqlite_rows::QuickCheck(db.get(), file);
+  const absl::StatusOr<int> version =
+      sqlite_rows::SchemaVersion(db.get(), file);
+  if (!check.ok() || !version.ok()) {
+    const absl::Status& damage = !check.ok() ? check : version.status();
+    if (!options.recover) {
       return absl::DataLossError(absl::StrCat(
-          "state store ", file, " cannot be read: ", sqlite3_errmsg(db)));
+          damage.message(),
+          ". Start with --state_recover to rebuild it from the rows that can "
+          "still be read (the damaged file is kept beside it), or move ",
+          dir, " away to start empty"));
     }
-    std::string result;
-    int step;
-    while ((step = sqlite3_step(stmt)) == SQLITE_ROW) {
-      if (!result.empty()) result += "; ";
-      result += reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0));
-    }
-    sqlite3_finalize(stmt);
-    if (step != SQLITE_DONE || result != "ok") {
-      return absl::DataLossError(
-          absl::StrCat("state store ", file, " fails its check: ",
-                       step != SQLITE_DONE ? sqlite3_errmsg(db) : result));
-    }
+    notes.push_back(std::string(damage.message()));
+    const std::string aside =
+        absl::StrCat(file, ".damaged-", absl::ToUnixSeconds(absl::Now()));
+    if (absl::Status s = sqlite_rows::Rebuild(
+            dir, file, db, version.ok() ? *version : kSchemaVersion,
+            options.page_size_bytes, aside, &notes);
+        !s.ok())
+      return s;
+  } else if (*version > kSchemaVersion) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "state store ", file, " has schema_version=", *version,
+        ", this cgacctd ", kSchemaVersion, " (written by a newer cgacctd)"));
+  } else if (*version != 0 && *version < kSchemaVersion) {
+    // An older schema: its rows copied into the current one.
+    if (absl::Status s =
+            sqlite_rows::Rebuild(dir, file, db, *version,
+                                 options.page_size_bytes, /*aside=*/"", &notes);
+        !s.ok())
+      return s;
   }
+  if (db.get() == nullptr) {
+    if (absl::Status s = db.Open(file); !s.ok()) return s;
+    sqlite3_db_config(db.get(), SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, nullptr);
+  }
+  std::unique_ptr<SqliteStateStore> store(new SqliteStateStore(
+      db.release(), dir, file, options, *std::move(lock), *std::move(acked)));
+  absl::MutexLock l(&store->mu_);
+  if (absl::Status s = store->InitializeLocked(std::move(notes)); !s.ok())
+    return s;
+  sqlite3_db_config(store->db_, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 0, nullptr);
+  return store;
+}
+
+absl::Status SqliteStateStore::InitializeLocked(
+    std::vector<std::string> notes) {
+  notes_ = std::move(notes);
+  // The checks first, reading only: a refused store is left as it was
+  // found (a zeroed WAL included, which the first write would reset).
+  const absl::StatusOr<int> version = sqlite_rows::SchemaVersion(db_, path_);
+  if (!version.ok()) return version.status();
+  std::vector<std::pair<std::string, std::string>> meta_writes;
+  if (absl::Status s = CheckMetaLocked(*version, &meta_writes); !s.ok())
+    return s;
+  const absl::StatusOr<AckedRepair> repair = CheckAckedLocked();
+  if (!repair.ok()) return repair.status();
+
+  // Before WAL: auto_vacuum takes effect only on a database not yet
+  // written (every schema-2 file is made so).
+  if (absl::Status s = ExecLocked("PRAGMA auto_vacuum=INCREMENTAL"); !s.ok())
+    return s;
   {
     sqlite3_stmt* stmt = nullptr;
     std::string mode;
-    if (sqlite3_prepare_v2(db, "PRAGMA journal_mode=WAL", -1, &stmt, nullptr) ==
-            SQLITE_OK &&
+    if (sqlite3_prepare_v2(db_, "PRAGMA journal_mode=WAL", -1, &stmt,
+                           nullptr) == SQLITE_OK &&
         sqlite3_step(stmt) == SQLITE_ROW) {
       mode = reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0));
     }
     sqlite3_finalize(stmt);
     if (mode != "wal") {
       return absl::UnavailableError(absl::StrCat(
-          "state store ", file, ": cannot enable WAL journal (got \"", mode,
-          "\"): ", sqlite3_errmsg(db)));
+          "state store ", path_, ": cannot enable WAL journal (got \"", mode,
+          "\"): ", sqlite3_errmsg(db_)));
     }
   }
-  if (absl::Status s = store->SyncLocked(true); !s.ok()) return s;
-  if (absl::Status s = store->ExecLocked(kSchema); !s.ok()) return s;
-  // meta: schema version and page size, written once, checked after.
+  const std::string wal_limit =
+      absl::StrCat("PRAGMA journal_size_limit=", kWalLimitBytes);
+  if (absl::Status s = ExecLocked(wal_limit.c_str()); !s.ok()) return s;
+  if (absl::Status s = SyncLocked(true); !s.ok()) return s;
+  if (absl::Status s = ExecLocked(sqlite_rows::kSchema); !s.ok()) return s;
+  for (const auto& [key, value] : meta_writes) {
+    if (absl::Status s = PutMetaLocked(key, value); !s.ok()) return s;
+  }
+  if (absl::Status s = RepairAckedLocked(*repair); !s.ok()) return s;
+  for (RequestWindow w :
+       {RequestWindow::kRequestIds, RequestWindow::kIdempotencyKeys}) {
+    if (absl::Status s = CountWindowBytesLocked(w); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SqliteStateStore::CheckMetaLocked(
+    int version, std::vector<std::pair<std::string, std::string>>* writes) {
+  sqlite_rows::Rows rows;
+  if (version != 0) {
+    sqlite_rows::ReadMeta(db_, kSchemaVersion, &rows);
+    if (!rows.unreadable.empty()) {
+      return absl::DataLossError(absl::StrCat(
+          "state store ", path_, ": cannot read ", rows.unreadable.front()));
+    }
+  }
+  std::string damaged;
+  for (const sqlite_rows::DamagedRow& row : rows.damaged)
+    absl::StrAppend(&damaged, damaged.empty() ? "" : ", ", row.what);
+  if (!damaged.empty()) {
+    if (!options_.recover) {
+      return absl::DataLossError(absl::StrCat(
+          "state store ", path_, ": ", damaged,
+          " fail(s) its checksum. Start with --state_recover to rewrite it "
+          "from this cgacctd's settings, or move ",
+          dir_, " away to start empty"));
+    }
+    notes_.push_back(absl::StrCat(damaged,
+                                  " failed its checksum and was rewritten "
+                                  "from this cgacctd's settings"));
+  }
+  // schema_version and page_size: written once, checked after.
   for (const auto& [key, value] :
        {std::pair<const char*, uint64_t>{"schema_version", kSchemaVersion},
-        std::pair<const char*, uint64_t>{"page_size", page_size}}) {
-    sqlite3_stmt* stmt = nullptr;
-    sqlite3_prepare_v2(db, "SELECT value FROM meta WHERE key = ?1", -1, &stmt,
-                       nullptr);
-    sqlite3_bind_text(stmt, 1, key, -1, SQLITE_STATIC);
-    std::string stored;
-    bool found = false;
-    if (sqlite3_step(stmt) == SQLITE_ROW) {
-      found = true;
-      stored = reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0));
-    }
-    sqlite3_finalize(stmt);
-    if (!found) {
-      sqlite3_prepare_v2(db, "INSERT INTO meta (key, value) VALUES (?1, ?2)",
-                         -1, &stmt, nullptr);
-      sqlite3_bind_text(stmt, 1, key, -1, SQLITE_STATIC);
-      const std::string text = absl::StrCat(value);
-      sqlite3_bind_text(stmt, 2, text.c_str(), -1, SQLITE_TRANSIENT);
-      const int step = sqlite3_step(stmt);
-      sqlite3_finalize(stmt);
-      if (step != SQLITE_DONE) return store->ErrorLocked("writing meta");
+        std::pair<const char*, uint64_t>{"page_size",
+                                         options_.page_size_bytes}}) {
+    const std::string* stored = rows.Meta(key);
+    if (stored == nullptr) {
+      writes->emplace_back(key, absl::StrCat(value));
       continue;
     }
     uint64_t parsed = 0;
-    if (!absl::SimpleAtoi(stored, &parsed) || parsed != value) {
+    if (!absl::SimpleAtoi(*stored, &parsed) || parsed != value) {
       return absl::FailedPreconditionError(
-          absl::StrCat("state store ", file, " has ", key, "=", stored,
+          absl::StrCat("state store ", path_, " has ", key, "=", *stored,
                        ", this cgacctd ", value,
                        (std::strcmp(key, "page_size") == 0
                             ? " (limits are stored in pages: start with "
                               "--page_size=" +
-                                  stored + " or another --state_dir)"
+                                  *stored + " or another --state_dir)"
                             : "")));
     }
   }
-  return store;
+  const std::optional<uint64_t> changes = rows.MetaNumber("group_changes");
+  if (changes.has_value()) {
+    group_changes_ = *changes;
+  } else {
+    // A new file; or a damaged row (recover), then taken from cgacct.acked.
+    group_changes_ = damaged.empty() ? 0 : acked_.count();
+    writes->emplace_back("group_changes", absl::StrCat(group_changes_));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SqliteStateStore::AckedRepair>
+SqliteStateStore::CheckAckedLocked() {
+  std::string damage;
+  switch (acked_.state()) {
+    case AckedChangesFile::State::kMissing:
+      if (group_changes_ == 0) return AckedRepair::kInitialize;
+      damage = absl::StrCat(
+          acked_.path(), " is missing, but the store records ", group_changes_,
+          " acknowledged group changes (was the database copied or restored "
+          "without it?)");
+      break;
+    case AckedChangesFile::State::kDamaged:
+      damage = absl::StrCat(acked_.path(),
+                            " is damaged (neither of its records passes its "
+                            "checksum)");
+      break;
+    case AckedChangesFile::State::kValid:
+      // Fewer: the process died between a commit and its record.
+      if (acked_.count() < group_changes_) return AckedRepair::kRecord;
+      if (acked_.count() == group_changes_) return AckedRepair::kNone;
+      if (options_.recover) return AckedRepair::kAcceptLost;
+      return absl::DataLossError(absl::StrCat(
+          "state store ", path_, " records ", group_changes_,
+          " group changes, but ", acked_.path(), " says ", acked_.count(),
+          " were acknowledged: the last ", acked_.count() - group_changes_,
+          " acknowledged creations, limit changes or deletions are missing "
+          "(its write-ahead log ",
+          path_,
+          "-wal was lost, truncated or damaged, or the file was replaced by "
+          "an older copy). Start with --state_recover to start from what it "
+          "holds, or put ",
+          dir_, " back from a backup"));
+  }
+  if (!options_.recover) {
+    return absl::DataLossError(absl::StrCat(
+        "state store ", path_, ": ", damage,
+        ", so a loss of acknowledged group changes cannot be ruled out. "
+        "Start with --state_recover to trust the database as it is, or put ",
+        dir_, " back from a backup"));
+  }
+  notes_.push_back(absl::StrCat(damage, ": rewritten from the database"));
+  return AckedRepair::kInitialize;
+}
+
+absl::Status SqliteStateStore::RepairAckedLocked(AckedRepair repair) {
+  switch (repair) {
+    case AckedRepair::kNone:
+      return absl::OkStatus();
+    case AckedRepair::kInitialize:
+      return acked_.Initialize(group_changes_, dir_);
+    case AckedRepair::kRecord:
+      return acked_.Write(group_changes_);
+    case AckedRepair::kAcceptLost:
+      break;
+  }
+  const uint64_t lost = acked_.count() - group_changes_;
+  // Generations the lost creations may have handed out are skipped.
+  absl::StatusOr<sqlite3_stmt*> last =
+      PrepareLocked(kLastGeneration, sqlite_rows::kLastGenerationSql);
+  if (!last.ok()) return last.status();
+  if (sqlite3_step(*last) != SQLITE_ROW)
+    return ErrorLocked("reading the last generation");
+  const uint64_t last_generation = FromDb(sqlite3_column_int64(*last, 0));
+  sqlite3_reset(*last);
+  if (absl::Status s =
+          sqlite_rows::RaiseLastGeneration(db_, path_, last_generation + lost);
+      !s.ok())
+    return s;
+  group_changes_ = acked_.count();
+  if (absl::Status s =
+          PutMetaLocked("group_changes", absl::StrCat(group_changes_));
+      !s.ok())
+    return s;
+  notes_.push_back(absl::StrCat(
+      lost, " acknowledged group changes were missing from ", path_,
+      " (a lost or damaged write-ahead log): started from the groups it "
+      "holds; new groups get generations none of them could have used"));
+  return absl::OkStatus();
+}
+
+std::vector<std::string> SqliteStateStore::recovery_notes() const {
+  absl::MutexLock l(&mu_);
+  return notes_;
 }
 
 absl::Status SqliteStateStore::ErrorLocked(absl::string_view what) {
@@ -206,12 +349,10 @@ absl::Status SqliteStateStore::ErrorLocked(absl::string_view what) {
 }
 
 absl::Status SqliteStateStore::ExecLocked(const char* sql) {
-  char* error = nullptr;
-  if (sqlite3_exec(db_, sql, nullptr, nullptr, &error) != SQLITE_OK) {
-    const std::string message = error != nullptr ? error : "unknown error";
-    sqlite3_free(error);
-    return absl::InternalError(
-        absl::StrCat("state store ", path_, ": ", message));
+  if (sqlite3_exec(db_, sql, nullptr, nullptr, nullptr) != SQLITE_OK) {
+    absl::string_view what = absl::StripLeadingAsciiWhitespace(sql);
+    what = what.substr(0, std::min(what.find('\n'), size_t{40}));
+    return ErrorLocked(absl::StrCat("running \"", what, "\""));
   }
   return absl::OkStatus();
 }
@@ -239,122 +380,205 @@ absl::StatusOr<sqlite3_stmt*> SqliteStateStore::PrepareLocked(int slot,
   return stmt;
 }
 
+absl::Status SqliteStateStore::ReportLocked(absl::Status failed,
+                                            absl::string_view meaning) {
+  if (options_.on_write_error == nullptr) return failed;
+  const absl::Time now = absl::Now();
+  if (now - last_report_ < options_.write_error_interval) {
+    ++unreported_failures_;
+    return failed;
+  }
+  std::string line = absl::StrCat(failed.message(), " (", meaning, ")");
+  if (unreported_failures_ > 0) {
+    absl::StrAppend(&line, "; ", unreported_failures_,
+                    " more failed writes since the last report");
+  }
+  last_report_ = now;
+  unreported_failures_ = 0;
+  options_.on_write_error(line);
+  return failed;
+}
+
+absl::Status SqliteStateStore::PutMetaLocked(absl::string_view key,
+                                             absl::string_view value) {
+  absl::StatusOr<sqlite3_stmt*> stmt =
+      PrepareLocked(kPutMeta, sqlite_rows::kPutMetaSql);
+  if (!stmt.ok()) return stmt.status();
+  sqlite_rows::BindMetaRow(*stmt, key, value);
+  const int step = sqlite3_step(*stmt);
+  sqlite3_reset(*stmt);
+  if (step != SQLITE_DONE) return ErrorLocked("writing meta");
+  return absl::OkStatus();
+}
+
+absl::Status SqliteStateStore::BeginGroupChangeLocked() {
+  if (absl::Status s = SyncLocked(true); !s.ok())
+    return ReportLocked(s, kGroupChangeRefused);
+  if (absl::Status s = ExecLocked("BEGIN IMMEDIATE"); !s.ok())
+    return ReportLocked(s, kGroupChangeRefused);
+  return absl::OkStatus();
+}
+
+absl::Status SqliteStateStore::EndGroupChangeLocked(absl::Status change) {
+  if (change.ok()) {
+    change = PutMetaLocked("group_changes", absl::StrCat(group_changes_ + 1));
+  }
+  if (change.ok()) change = ExecLocked("COMMIT");
+  if (!change.ok()) {
+    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    if (absl::IsNotFound(change) || absl::IsAlreadyExists(change))
+      return change;
+    return ReportLocked(change, kGroupChangeRefused);
+  }
+  ++group_changes_;
+  if (absl::Status w = acked_.Write(group_changes_); !w.ok()) {
+    // The change is committed; only its loss would go unnoticed.
+    (void)ReportLocked(w,
+                       "the change is stored, but a later loss of it would "
+                       "not be detected at start");
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<StateStore::Snapshot> SqliteStateStore::Load(
     int64_t requests_since_unix_ns) {
   absl::MutexLock l(&mu_);
-  Snapshot snapshot;
-  sqlite3_stmt* stmt = nullptr;
-  if (sqlite3_prepare_v2(db_,
-                         "SELECT generation, path, max_pages, high_pages, "
-                         "min_pages, low_pages FROM groups ORDER BY generation",
-                         -1, &stmt, nullptr) != SQLITE_OK) {
-    return ErrorLocked("reading groups");
-  }
-  int step;
-  while ((step = sqlite3_step(stmt)) == SQLITE_ROW) {
-    StoredGroup group;
-    group.generation = FromDb(sqlite3_column_int64(stmt, 0));
-    group.path = ColumnBlob(stmt, 1);
-    group.limits.max_pages = FromDb(sqlite3_column_int64(stmt, 2));
-    group.limits.high_pages = FromDb(sqlite3_column_int64(stmt, 3));
-    group.limits.min_pages = FromDb(sqlite3_column_int64(stmt, 4));
-    group.limits.low_pages = FromDb(sqlite3_column_int64(stmt, 5));
-    snapshot.groups.push_back(std::move(group));
-  }
-  sqlite3_finalize(stmt);
-  if (step != SQLITE_DONE) return ErrorLocked("reading groups");
-
   if (absl::Status s = SyncLocked(true); !s.ok()) return s;
+  sqlite3_stmt* stmt = nullptr;
   sqlite3_prepare_v2(db_, "DELETE FROM requests WHERE arrived < ?1", -1, &stmt,
                      nullptr);
   sqlite3_bind_int64(stmt, 1, requests_since_unix_ns);
-  step = sqlite3_step(stmt);
+  int step = sqlite3_step(stmt);
   sqlite3_finalize(stmt);
   if (step != SQLITE_DONE) return ErrorLocked("expiring requests");
 
-  if (sqlite3_prepare_v2(
-          db_,
-          "SELECT identity, request_id, scope, method, path, nr_pages, kind, "
-          "cpu, code, message, answer_nr_pages, throttle_us, body, arrived, "
-          "digest "
-          "FROM requests ORDER BY seq",
-          -1, &stmt, nullptr) != SQLITE_OK) {
-    return ErrorLocked("reading requests");
+  sqlite_rows::Rows rows;
+  sqlite_rows::ReadGroupsAndRequests(db_, kSchemaVersion, &rows);
+  if (!rows.unreadable.empty()) {
+    return absl::DataLossError(absl::StrCat(
+        "state store ", path_, ": cannot read ", rows.unreadable.front()));
   }
-  while ((step = sqlite3_step(stmt)) == SQLITE_ROW) {
-    StoredRequest r;
-    r.identity = ColumnBlob(stmt, 0);
-    r.request_id = ColumnBlob(stmt, 1);
-    r.scope = FromDb(sqlite3_column_int64(stmt, 2));
-    r.method = sqlite3_column_int(stmt, 3);
-    r.path = ColumnBlob(stmt, 4);
-    r.nr_pages = FromDb(sqlite3_column_int64(stmt, 5));
-    r.kind = sqlite3_column_int(stmt, 6);
-    r.cpu = sqlite3_column_int64(stmt, 7);
-    r.code = sqlite3_column_int(stmt, 8);
-    r.message = ColumnBlob(stmt, 9);
-    r.answer_nr_pages = FromDb(sqlite3_column_int64(stmt, 10));
-    r.throttle_us = FromDb(sqlite3_column_int64(stmt, 11));
-    r.body = ColumnBlob(stmt, 12);
-    r.arrived_unix_ns = sqlite3_column_int64(stmt, 13);
-    r.digest = FromDb(sqlite3_column_int64(stmt, 14));
-    snapshot.requests.push_back(std::move(r));
+  // Groups whose parent is not stored (below a damaged row, or a row
+  // deleted whole): the engine could not re-create them.
+  for (const StoredGroup& g : sqlite_rows::TakeOrphans(rows.groups)) {
+    rows.damaged.push_back(sqlite_rows::DamagedRow{
+        "groups", ToDb(g.generation),
+        absl::StrCat(sqlite_rows::Describe(g),
+                     ", whose parent group is not stored")});
   }
-  sqlite3_finalize(stmt);
-  if (step != SQLITE_DONE) return ErrorLocked("reading requests");
+  if (!rows.damaged.empty() && !options_.recover) {
+    return absl::DataLossError(absl::StrCat(
+        "state store ", path_, ": ", rows.damaged.size(),
+        " stored row(s) are damaged (a checksum that fails, or a group "
+        "whose parent is not stored), the first: ",
+        rows.damaged.front().what,
+        ". Start with --state_recover to drop them, or put ", dir_,
+        " back from a backup"));
+  }
+  // Recovering: the damaged rows go.
+  for (const sqlite_rows::DamagedRow& row : rows.damaged) {
+    const std::string sql =
+        absl::StrCat("DELETE FROM ", row.table, " WHERE rowid = ?1");
+    sqlite3_prepare_v2(db_, sql.c_str(), -1, &stmt, nullptr);
+    sqlite3_bind_int64(stmt, 1, row.rowid);
+    step = sqlite3_step(stmt);
+    sqlite3_finalize(stmt);
+    if (step != SQLITE_DONE) return ErrorLocked("dropping a damaged row");
+  }
+  if (!rows.damaged.empty()) {
+    notes_.push_back(absl::StrCat(
+        "dropped ", rows.damaged.size(),
+        " damaged row(s), the first: ", rows.damaged.front().what));
+  }
+  for (RequestWindow w :
+       {RequestWindow::kRequestIds, RequestWindow::kIdempotencyKeys}) {
+    if (absl::Status s = CountWindowBytesLocked(w); !s.ok()) return s;
+  }
+  if (absl::Status s = VacuumLocked(); !s.ok()) return s;
+  Snapshot snapshot;
+  snapshot.groups = std::move(rows.groups);
+  snapshot.requests = std::move(rows.requests);
   return snapshot;
 }
 
 absl::StatusOr<uint64_t> SqliteStateStore::CreateGroup(absl::string_view path,
                                                        const Limits& limits) {
   absl::MutexLock l(&mu_);
-  if (absl::Status s = SyncLocked(true); !s.ok()) return s;
-  absl::StatusOr<sqlite3_stmt*> stmt = PrepareLocked(
-      kInsertGroup,
-      "INSERT INTO groups (path, max_pages, high_pages, min_pages, low_pages) "
-      "VALUES (?1, ?2, ?3, ?4, ?5)");
+  if (absl::Status s = BeginGroupChangeLocked(); !s.ok()) return s;
+  StoredGroup group{std::string(path), limits, 0};
+  absl::Status s = InsertGroupLocked(&group);
+  if (absl::Status end = EndGroupChangeLocked(std::move(s)); !end.ok())
+    return end;
+  return group.generation;
+}
+
+absl::Status SqliteStateStore::InsertGroupLocked(StoredGroup* group) {
+  // The next generation, as AUTOINCREMENT would choose it (never reused).
+  absl::StatusOr<sqlite3_stmt*> last =
+      PrepareLocked(kLastGeneration, sqlite_rows::kLastGenerationSql);
+  if (!last.ok()) return last.status();
+  if (sqlite3_step(*last) != SQLITE_ROW)
+    return ErrorLocked("choosing a generation");
+  group->generation = FromDb(sqlite3_column_int64(*last, 0)) + 1;
+  sqlite3_reset(*last);
+  absl::StatusOr<sqlite3_stmt*> stmt =
+      PrepareLocked(kInsertGroup, sqlite_rows::kInsertGroupSql);
   if (!stmt.ok()) return stmt.status();
-  sqlite3_bind_text(*stmt, 1, path.data(), static_cast<int>(path.size()),
-                    SQLITE_TRANSIENT);
-  BindLimits(*stmt, 2, limits);
+  sqlite_rows::BindGroupRow(*stmt, *group);
   const int step = sqlite3_step(*stmt);
   sqlite3_reset(*stmt);
   if (step == SQLITE_CONSTRAINT)
     return absl::AlreadyExistsError(
-        absl::StrCat("state store: ", path, " is stored"));
+        absl::StrCat("state store: ", group->path, " is stored"));
   if (step != SQLITE_DONE) return ErrorLocked("creating a group");
-  return FromDb(sqlite3_last_insert_rowid(db_));
+  return absl::OkStatus();
 }
 
 absl::Status SqliteStateStore::SetLimits(absl::string_view path,
                                          const Limits& limits) {
   absl::MutexLock l(&mu_);
-  if (absl::Status s = SyncLocked(true); !s.ok()) return s;
+  if (absl::Status s = BeginGroupChangeLocked(); !s.ok()) return s;
+  return EndGroupChangeLocked(UpdateLimitsLocked(path, limits));
+}
+
+absl::Status SqliteStateStore::UpdateLimitsLocked(absl::string_view path,
+                                                  const Limits& limits) {
+  absl::StatusOr<sqlite3_stmt*> find = PrepareLocked(
+      kGenerationOf, "SELECT generation FROM groups WHERE path = ?1");
+  if (!find.ok()) return find.status();
+  sqlite_rows::BindText(*find, 1, path);
+  const int found = sqlite3_step(*find);
+  StoredGroup group{std::string(path), limits, 0};
+  if (found == SQLITE_ROW)
+    group.generation = FromDb(sqlite3_column_int64(*find, 0));
+  sqlite3_reset(*find);
+  if (found == SQLITE_DONE)
+    return absl::NotFoundError(
+        absl::StrCat("state store: ", path, " is not stored"));
+  if (found != SQLITE_ROW) return ErrorLocked("setting limits");
   absl::StatusOr<sqlite3_stmt*> stmt = PrepareLocked(
       kUpdateLimits,
-      "UPDATE groups SET max_pages = ?2, high_pages = ?3, min_pages = ?4, "
-      "low_pages = ?5 WHERE path = ?1");
+      "UPDATE groups SET max_pages = ?3, high_pages = ?4, min_pages = ?5, "
+      "low_pages = ?6, checksum = ?7 WHERE generation = ?1 AND path = ?2");
   if (!stmt.ok()) return stmt.status();
-  sqlite3_bind_text(*stmt, 1, path.data(), static_cast<int>(path.size()),
-                    SQLITE_TRANSIENT);
-  BindLimits(*stmt, 2, limits);
+  sqlite_rows::BindGroupRow(*stmt, group);
   const int step = sqlite3_step(*stmt);
   sqlite3_reset(*stmt);
   if (step != SQLITE_DONE) return ErrorLocked("setting limits");
-  if (sqlite3_changes(db_) == 0)
-    return absl::NotFoundError(
-        absl::StrCat("state store: ", path, " is not stored"));
   return absl::OkStatus();
 }
 
 absl::Status SqliteStateStore::DeleteGroup(absl::string_view path) {
   absl::MutexLock l(&mu_);
-  if (absl::Status s = SyncLocked(true); !s.ok()) return s;
+  if (absl::Status s = BeginGroupChangeLocked(); !s.ok()) return s;
+  return EndGroupChangeLocked(DeleteGroupRowLocked(path));
+}
+
+absl::Status SqliteStateStore::DeleteGroupRowLocked(absl::string_view path) {
   absl::StatusOr<sqlite3_stmt*> stmt =
       PrepareLocked(kDeleteGroup, "DELETE FROM groups WHERE path = ?1");
   if (!stmt.ok()) return stmt.status();
-  sqlite3_bind_text(*stmt, 1, path.data(), static_cast<int>(path.size()),
-                    SQLITE_TRANSIENT);
+  sqlite_rows::BindText(*stmt, 1, path);
   const int step = sqlite3_step(*stmt);
   sqlite3_reset(*stmt);
   if (step != SQLITE_DONE) return ErrorLocked("deleting a group");
@@ -365,55 +589,136 @@ absl::Status SqliteStateStore::DeleteGroup(absl::string_view path) {
 }
 
 absl::Status SqliteStateStore::PutRequest(const StoredRequest& r,
-                                          int64_t expire_before_unix_ns,
-                                          size_t capacity) {
+                                          const WindowBounds& bounds) {
+  constexpr absl::string_view kNotSaved =
+      "answers of calls with a request_id or idempotency_key are not being "
+      "saved: they are still answered, but a retry after a restart would be "
+      "applied again";
   absl::MutexLock l(&mu_);
-  if (absl::Status s = SyncLocked(false); !s.ok()) return s;
-  absl::StatusOr<sqlite3_stmt*> stmt = PrepareLocked(
-      kPutRequest,
-      "INSERT OR REPLACE INTO requests (identity, request_id, scope, method, "
-      "path, nr_pages, kind, cpu, code, message, answer_nr_pages, "
-      "throttle_us, body, arrived, digest) VALUES "
-      "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)");
-  if (!stmt.ok()) return stmt.status();
-  BindBlob(*stmt, 1, r.identity);
-  BindBlob(*stmt, 2, r.request_id);
-  sqlite3_bind_int64(*stmt, 3, ToDb(r.scope));
-  sqlite3_bind_int(*stmt, 4, r.method);
-  BindBlob(*stmt, 5, r.path);
-  sqlite3_bind_int64(*stmt, 6, ToDb(r.nr_pages));
-  sqlite3_bind_int(*stmt, 7, r.kind);
-  sqlite3_bind_int64(*stmt, 8, r.cpu);
-  sqlite3_bind_int(*stmt, 9, r.code);
-  BindBlob(*stmt, 10, r.message);
-  sqlite3_bind_int64(*stmt, 11, ToDb(r.answer_nr_pages));
-  sqlite3_bind_int64(*stmt, 12, ToDb(r.throttle_us));
-  BindBlob(*stmt, 13, r.body);
-  sqlite3_bind_int64(*stmt, 14, r.arrived_unix_ns);
-  sqlite3_bind_int64(*stmt, 15, ToDb(r.digest));
+  if (absl::Status s = SyncLocked(false); !s.ok())
+    return ReportLocked(s, kNotSaved);
+  absl::StatusOr<sqlite3_stmt*> stmt =
+      PrepareLocked(kPutRequest, sqlite_rows::kInsertRequestSql);
+  if (!stmt.ok()) return ReportLocked(stmt.status(), kNotSaved);
+  sqlite_rows::BindRequestRow(*stmt, r);
   const int step = sqlite3_step(*stmt);
   sqlite3_reset(*stmt);
-  if (step != SQLITE_DONE) return ErrorLocked("recording a request");
-  // Expiry every 256 puts: the window's age and capacity bounds.
-  if (++puts_ % 256 == 0) {
-    absl::StatusOr<sqlite3_stmt*> old =
-        PrepareLocked(kExpireOld, "DELETE FROM requests WHERE arrived < ?1");
-    if (!old.ok()) return old.status();
-    sqlite3_bind_int64(*old, 1, expire_before_unix_ns);
-    int s = sqlite3_step(*old);
-    sqlite3_reset(*old);
-    if (s != SQLITE_DONE) return ErrorLocked("expiring requests");
-    absl::StatusOr<sqlite3_stmt*> over =
-        PrepareLocked(kExpireOverCapacity,
-                      "DELETE FROM requests WHERE seq <= (SELECT MAX(seq) FROM "
-                      "requests) - ?1");
-    if (!over.ok()) return over.status();
-    sqlite3_bind_int64(*over, 1, static_cast<int64_t>(capacity));
-    s = sqlite3_step(*over);
-    sqlite3_reset(*over);
-    if (s != SQLITE_DONE) return ErrorLocked("expiring requests");
+  if (step != SQLITE_DONE)
+    return ReportLocked(ErrorLocked("recording a request"), kNotSaved);
+  const int w = static_cast<int>(r.window());
+  window_bytes_[w] += r.stored_bytes();
+  if (++window_puts_[w] >= kPrunePuts ||
+      (bounds.max_bytes != 0 && window_bytes_[w] > bounds.max_bytes)) {
+    if (absl::Status s = PruneLocked(r.window(), bounds); !s.ok()) {
+      return ReportLocked(s,
+                          "the window's old entries are not being dropped: "
+                          "the file may grow past its bound");
+    }
   }
   return absl::OkStatus();
+}
+
+absl::Status SqliteStateStore::CountWindowBytesLocked(RequestWindow window) {
+  absl::StatusOr<sqlite3_stmt*> stmt =
+      PrepareLocked(kWindowBytes,
+                    "SELECT COALESCE(SUM(stored_bytes), 0) FROM requests WHERE "
+                    "dedup_window = ?1");
+  if (!stmt.ok()) return stmt.status();
+  sqlite3_bind_int(*stmt, 1, static_cast<int>(window));
+  const int step = sqlite3_step(*stmt);
+  if (step == SQLITE_ROW) {
+    window_bytes_[static_cast<int>(window)] =
+        FromDb(sqlite3_column_int64(*stmt, 0));
+  }
+  sqlite3_reset(*stmt);
+  if (step != SQLITE_ROW) return ErrorLocked("counting a window's bytes");
+  return absl::OkStatus();
+}
+
+absl::Status SqliteStateStore::ExpireLocked(int slot, const char* sql,
+                                            RequestWindow window,
+                                            int64_t argument) {
+  absl::StatusOr<sqlite3_stmt*> stmt = PrepareLocked(slot, sql);
+  if (!stmt.ok()) return stmt.status();
+  sqlite3_bind_int(*stmt, 1, static_cast<int>(window));
+  sqlite3_bind_int64(*stmt, 2, argument);
+  const int step = sqlite3_step(*stmt);
+  sqlite3_reset(*stmt);
+  if (step != SQLITE_DONE) return ErrorLocked("expiring requests");
+  return absl::OkStatus();
+}
+
+absl::Status SqliteStateStore::PruneLocked(RequestWindow window,
+                                           const WindowBounds& bounds) {
+  const int w = static_cast<int>(window);
+  window_puts_[w] = 0;
+  const int64_t changes_before = sqlite3_total_changes64(db_);
+  // Age.
+  if (absl::Status s = ExpireLocked(
+          kExpireOld,
+          "DELETE FROM requests WHERE dedup_window = ?1 AND arrived < ?2",
+          window, bounds.expire_before_unix_ns);
+      !s.ok())
+    return s;
+  // Entries: the newest `capacity` stay.
+  if (bounds.capacity != 0) {
+    if (absl::Status s = ExpireLocked(
+            kExpireOverCapacity,
+            "DELETE FROM requests WHERE dedup_window = ?1 AND seq <= (SELECT "
+            "seq FROM requests WHERE dedup_window = ?1 ORDER BY seq DESC "
+            "LIMIT 1 OFFSET ?2)",
+            window, static_cast<int64_t>(bounds.capacity));
+        !s.ok())
+      return s;
+  }
+  if (absl::Status s = CountWindowBytesLocked(window); !s.ok()) return s;
+  // Bytes: the oldest go until the rest fit (the newest always stays).
+  if (bounds.max_bytes != 0 && window_bytes_[w] > bounds.max_bytes) {
+    const uint64_t excess = window_bytes_[w] - bounds.max_bytes;
+    absl::StatusOr<sqlite3_stmt*> oldest = PrepareLocked(
+        kOldestOfWindow,
+        "SELECT seq, stored_bytes FROM requests WHERE dedup_window = ?1 AND "
+        "seq < (SELECT MAX(seq) FROM requests WHERE dedup_window = ?1) ORDER "
+        "BY seq");
+    if (!oldest.ok()) return oldest.status();
+    sqlite3_bind_int(*oldest, 1, w);
+    uint64_t dropped = 0;
+    int64_t last = -1;
+    int step = SQLITE_DONE;
+    while (dropped < excess && (step = sqlite3_step(*oldest)) == SQLITE_ROW) {
+      last = sqlite3_column_int64(*oldest, 0);
+      dropped += FromDb(sqlite3_column_int64(*oldest, 1));
+    }
+    sqlite3_reset(*oldest);
+    if (step != SQLITE_ROW && step != SQLITE_DONE)
+      return ErrorLocked("expiring requests");
+    if (last >= 0) {
+      if (absl::Status s = ExpireLocked(
+              kExpireUpTo,
+              "DELETE FROM requests WHERE dedup_window = ?1 AND seq <= ?2",
+              window, last);
+          !s.ok())
+        return s;
+      window_bytes_[w] -= std::min(dropped, window_bytes_[w]);
+    }
+  }
+  if (sqlite3_total_changes64(db_) == changes_before) return absl::OkStatus();
+  return VacuumLocked();
+}
+
+absl::Status SqliteStateStore::VacuumLocked() {
+  int64_t free_pages = 0;
+  int64_t pages = 0;
+  for (auto [sql, out] :
+       {std::pair<const char*, int64_t*>{"PRAGMA freelist_count", &free_pages},
+        std::pair<const char*, int64_t*>{"PRAGMA page_count", &pages}}) {
+    sqlite3_stmt* stmt = nullptr;
+    sqlite3_prepare_v2(db_, sql, -1, &stmt, nullptr);
+    if (sqlite3_step(stmt) == SQLITE_ROW) *out = sqlite3_column_int64(stmt, 0);
+    sqlite3_finalize(stmt);
+  }
+  if (free_pages == 0 || free_pages * 4 < pages) return absl::OkStatus();
+  return ExecLocked("PRAGMA incremental_vacuum");
 }
 
 }  // namespace cgacct

@@ -1,13 +1,13 @@
 // StateStore: where cgacctd keeps what must survive a restart (docs/DESIGN.md
-// §4.12): the groups with their limits, and the request-id window (the answers
-// of calls that carried a request_id or an idempotency_key). Usage is not
-// kept: it restarts at zero (README "State and restarts").
+// §4.12): the groups with their limits, and the two de-duplication windows
+// (the answers of calls that carried a request_id or an idempotency_key).
+// Usage is not kept: it restarts at zero (README "State and restarts").
 //
 // The interface is small on purpose so that another backend (a replicated or
 // distributed one) can implement it: SqliteStateStore
-// (server/sqlite_state_store.h) is the embedded default under --state_dir;
-// MemoryStateStore (below) keeps nothing across restarts and is what cgacctd
-// uses without --state_dir.
+// (server/idempotency/sqlite_state_store.h) is the embedded default under
+// --state_dir; MemoryStateStore (below) keeps nothing across restarts and is
+// what cgacctd uses without --state_dir.
 //
 // Contract every implementation keeps:
 //  - a mutating call returns OK only once the change is durable (a later Load()
@@ -37,6 +37,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "engine/types.h"
+#include "server/idempotency/dedup_cache.h"
 
 namespace cgacct {
 
@@ -49,7 +50,15 @@ struct StoredGroup {
   uint64_t generation = 0;
 };
 
-// One answered call of the request-id window.
+// The two persisted de-duplication windows (docs/DESIGN.md §4.4): each is
+// bounded on its own, so one kind cannot push the other's entries out.
+enum class RequestWindow : int {
+  kRequestIds = 0,      // Charge/Uncharge request_id answers
+  kIdempotencyKeys = 1  // ChargeBatch/ChargeStream idempotency_key answers
+};
+inline constexpr int kNrRequestWindows = 2;
+
+// One answered call of a request-id or idempotency-key window.
 struct StoredRequest {
   // The caller's identity ("" = anonymous) and the client's request_id or
   // idempotency_key: together with `scope`, the key of the entry.
@@ -79,6 +88,29 @@ struct StoredRequest {
   std::string body;
   // When the first arrival was applied (wall clock, ns since the epoch).
   int64_t arrived_unix_ns = 0;
+
+  // The window the entry belongs to: its method's (kBatch: idempotency keys).
+  RequestWindow window() const {
+    return method == static_cast<int>(DedupFingerprint::Method::kBatch)
+               ? RequestWindow::kIdempotencyKeys
+               : RequestWindow::kRequestIds;
+  }
+  // The bytes of its variable-length fields (identity, request_id, path,
+  // message, body): what a window's byte bound counts.
+  size_t stored_bytes() const {
+    return identity.size() + request_id.size() + path.size() + message.size() +
+           body.size();
+  }
+};
+
+// What PutRequest keeps of the entry's window: the entries that arrived at or
+// after `expire_before_unix_ns`, at most the newest `capacity` of them, and
+// at most `max_bytes` of their stored_bytes() (the newest entry is kept
+// whatever its size). 0 = no bound for capacity and max_bytes.
+struct WindowBounds {
+  int64_t expire_before_unix_ns = 0;
+  size_t capacity = 0;
+  size_t max_bytes = 0;
 };
 
 class StateStore {
@@ -106,14 +138,16 @@ class StateStore {
   virtual absl::Status DeleteGroup(absl::string_view path) = 0;
 
   // Records an answered call (replacing an entry with the same key), and
-  // drops entries older than `expire_before_unix_ns` or beyond the newest
-  // `capacity` (amortised: not necessarily on every call). Durable against a
-  // crash of the process; a backend may trade durability against power loss
-  // for speed here (SqliteStateStore: synchronous=NORMAL), since the usage
-  // the window protects does not survive a restart either.
+  // drops the entries of its window (request.window()) beyond `bounds`
+  // (amortised: a window may exceed its capacity by a few hundred entries
+  // between two prunings, never its byte bound by more than one entry); the
+  // other window is not touched. Durable against a crash of the process; a
+  // backend may trade durability against power loss for speed here
+  // (SqliteStateStore: synchronous=NORMAL), since the usage the window
+  // protects does not survive a restart either. Errors: the backend's (the
+  // entry is then not stored: a retry after a restart is a new request).
   virtual absl::Status PutRequest(const StoredRequest& request,
-                                  int64_t expire_before_unix_ns,
-                                  size_t capacity) = 0;
+                                  const WindowBounds& bounds) = 0;
 };
 
 // Keeps everything in memory: generations are unique for the process's life,
@@ -131,8 +165,7 @@ class MemoryStateStore final : public StateStore {
       ABSL_LOCKS_EXCLUDED(mu_);
   // Keeps no requests (the in-memory window is the service's own).
   absl::Status PutRequest(const StoredRequest& request,
-                          int64_t expire_before_unix_ns,
-                          size_t capacity) override {
+                          const WindowBounds& bounds) override {
     return absl::OkStatus();
   }
 

@@ -167,11 +167,42 @@ absl::Status GroupOps::Delete(const CallContext& call,
                               const v1::DeleteGroupRequest& request,
                               v1::DeleteGroupResponse* response) {
   if (absl::Status s = CheckConfigure(call, request.path()); !s.ok()) return s;
+  const std::string& path = request.path();
   absl::MutexLock l(&config_mu_);
-  const absl::StatusOr<GroupHandle> handle =
-      engine_.ResolveGroup(request.path());
-  absl::StatusOr<uint64_t> reparented = engine_.DeleteGroup(request.path());
-  if (!reparented.ok()) return reparented.status();
+  const absl::StatusOr<GroupHandle> handle = engine_.ResolveGroup(path);
+  // The store forgets the group first, so that a failed write leaves both
+  // as they were; only when the engine will not refuse after it: the group
+  // exists, is not the root and has no children (under config_mu_ none is
+  // created or deleted meanwhile). Otherwise the engine's own refusal
+  // (NOT_FOUND, INVALID_ARGUMENT, FAILED_PRECONDITION) is the answer.
+  std::optional<Limits> forgotten;  // what the store held, once forgotten
+  if (handle.ok() && path != "/") {
+    const absl::StatusOr<std::vector<std::string>> children =
+        engine_.ListGroups(path, /*recursive=*/false);
+    const absl::StatusOr<GroupStats> stats =
+        engine_.GetStats(path, FlushMode::kNone);
+    if (children.ok() && children->empty() && stats.ok()) {
+      const absl::Status s = store_.DeleteGroup(path);
+      // NOT_FOUND: a group the store never had (made on the engine alone).
+      if (!s.ok() && !absl::IsNotFound(s)) {
+        return absl::UnavailableError(
+            absl::StrCat("group ", path, " not deleted: ", s.message()));
+      }
+      if (s.ok()) forgotten = stats->limits;
+    }
+  }
+  absl::StatusOr<uint64_t> reparented = engine_.DeleteGroup(path);
+  if (!reparented.ok()) {
+    // Not expected after the checks above; the store takes the group back
+    // (under a new generation) so that the two still agree.
+    if (forgotten.has_value()) {
+      absl::StatusOr<uint64_t> generation =
+          store_.CreateGroup(path, *forgotten);
+      absl::MutexLock g(&generations_mu_);
+      if (generation.ok()) generations_[handle->id()] = *generation;
+    }
+    return reparented.status();
+  }
   if (handle.ok()) {
     {
       absl::MutexLock g(&generations_mu_);
@@ -184,14 +215,7 @@ absl::Status GroupOps::Delete(const CallContext& call,
       creators_.erase(creator);
     }
     // The engine gave the group's pages to its parent: so do the sessions.
-    sessions_.OnGroupDeleted(handle->id(), request.path());
-  }
-  if (absl::Status s = store_.DeleteGroup(request.path()); !s.ok()) {
-    return absl::InternalError(absl::StrCat(
-        "group ", request.path(),
-        " deleted, but the state store failed (it would come back after a "
-        "restart): ",
-        s.message()));
+    sessions_.OnGroupDeleted(handle->id(), path);
   }
   response->set_reparented_pages(*reparented);
   return absl::OkStatus();
@@ -202,14 +226,27 @@ absl::Status GroupOps::SetLimits(const CallContext& call,
                                  v1::Group* response) {
   if (absl::Status s = CheckConfigure(call, request.path()); !s.ok()) return s;
   absl::MutexLock l(&config_mu_);
+  // The limits before, to put back if the store cannot take the new ones.
+  const absl::StatusOr<GroupStats> before =
+      engine_.GetStats(request.path(), FlushMode::kNone);
   absl::StatusOr<GroupInfo> group = engine_.SetLimits(
       request.path(), units_.LimitsFromProto(request.limits()));
   if (!group.ok()) return group.status();
-  if (absl::Status s = store_.SetLimits(group->path, group->limits); !s.ok()) {
-    return absl::InternalError(absl::StrCat(
+  const absl::Status s = store_.SetLimits(group->path, group->limits);
+  // NOT_FOUND: a group the store never had (made on the engine alone).
+  if (!s.ok() && !absl::IsNotFound(s)) {
+    if (before.ok()) {
+      LimitsUpdate undo;
+      undo.max_pages = before->limits.max_pages;
+      undo.high_pages = before->limits.high_pages;
+      undo.min_pages = before->limits.min_pages;
+      undo.low_pages = before->limits.low_pages;
+      (void)engine_.SetLimits(group->path, undo);
+    }
+    return absl::UnavailableError(absl::StrCat(
         "limits of ", group->path,
-        " applied, but the state store failed (a restart would restore the "
-        "previous ones): ",
+        " not changed (the previous ones are back; pages reclaimed under the "
+        "new ones stay reclaimed): ",
         s.message()));
   }
   units_.GroupToProto(*group, response);

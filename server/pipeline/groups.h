@@ -2,10 +2,13 @@
 // ListGroups) and what they keep beside the engine: the state store's copy
 // of the tree and each group's store generation (docs/DESIGN.md §4.12).
 //
-// Each runs validate -> authorize -> engine -> persist -> answer. The
-// changes are serialised with each other (config_mu_) so the store sees them
-// in the engine's order, and a change is answered OK only once it is in the
-// store.
+// Each runs validate -> authorize -> engine -> persist -> answer (DeleteGroup
+// persists first: its engine change cannot be undone). The changes are
+// serialised with each other (config_mu_) so the store sees them in the
+// engine's order, and a change is answered OK only once it is in the store.
+// A store write that fails leaves the engine and the store agreeing: the
+// change is undone (CreateGroup, SetLimits) or not made (DeleteGroup), and
+// the call answered UNAVAILABLE.
 //
 // Thread safety: thread-safe.
 #ifndef CGACCT_SERVER_PIPELINE_GROUPS_H_
@@ -74,14 +77,14 @@ class GroupOps {
                       const v1::CreateGroupRequest& request,
                       v1::Group* response) ABSL_LOCKS_EXCLUDED(config_mu_);
   // Errors: INVALID_ARGUMENT bad path or root; PERMISSION_DENIED; NOT_FOUND;
-  // FAILED_PRECONDITION has children; INTERNAL the state store failed after
-  // the engine deleted the group (it would come back after a restart).
+  // FAILED_PRECONDITION has children; UNAVAILABLE the state store failed
+  // (the group is not deleted).
   absl::Status Delete(const CallContext& call,
                       const v1::DeleteGroupRequest& request,
                       v1::DeleteGroupResponse* response)
       ABSL_LOCKS_EXCLUDED(config_mu_);
-  // Errors: as Create's; INTERNAL the state store failed after the engine
-  // applied the limits.
+  // Errors: as Create's; UNAVAILABLE the state store failed (the previous
+  // limits are put back; what reclaim the new ones started is not undone).
   absl::Status SetLimits(const CallContext& call,
                          const v1::SetLimitsRequest& request,
                          v1::Group* response) ABSL_LOCKS_EXCLUDED(config_mu_);

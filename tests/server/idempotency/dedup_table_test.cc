@@ -31,16 +31,15 @@ class RecordingStore final : public StateStore {
     return absl::OkStatus();
   }
   absl::Status PutRequest(const StoredRequest& request,
-                          int64_t expire_before_unix_ns,
-                          size_t capacity) override {
+                          const WindowBounds& bounds) override {
     if (fail) return absl::InternalError("disk full");
     put.push_back(request);
-    last_capacity = capacity;
+    last_bounds = bounds;
     return absl::OkStatus();
   }
   bool fail = false;
   std::vector<StoredRequest> put;
-  size_t last_capacity = 0;
+  WindowBounds last_bounds;
 };
 
 DedupTable::Options TableOptions(const Clock* clock) {
@@ -95,7 +94,13 @@ TEST(DedupTableTest, AnAnsweredKeyIsStoredThenReplayed) {
   EXPECT_TRUE(table.Complete(entry, stored, answer).ok());
   ASSERT_EQ(store.put.size(), 1u);
   EXPECT_GT(store.put[0].arrived_unix_ns, 0);
-  EXPECT_EQ(store.last_capacity, 8u);
+  // Bounded like the in-memory window: its age, its capacity, and the
+  // stored bytes' bound (64 MiB by default).
+  EXPECT_EQ(store.last_bounds.capacity, 8u);
+  EXPECT_EQ(store.last_bounds.max_bytes, size_t{64} << 20);
+  EXPECT_EQ(
+      store.last_bounds.expire_before_unix_ns,
+      store.put[0].arrived_unix_ns - absl::ToInt64Nanoseconds(table.window()));
   ASSERT_TRUE(
       table.Begin(DedupKey("alice", 7, "k"), Fp(5), "k", &second, &replay)
           .ok());
