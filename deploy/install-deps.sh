@@ -41,6 +41,10 @@
 #     measures cgacct-load's own per-call overhead against.
 #   - python3-h2: the HTTP/2 rapid-reset flood test writes its HEADERS +
 #     RST_STREAM frames with the h2 library (tests/server/daemon/rapid_reset_flood.py).
+#   - nghttp2-proxy: nghttpx, the TLS front proxy of deploy/front-proxy/ for
+#     token-only deployments (its libnghttp2 carries the rapid-reset fix
+#     that gRPC 1.51 lacks); the proxy test runs the shipped config
+#     (tests/deploy/front_proxy_test.py, label "proxy").
 # CGACCT_DEPS=build installs only what building the three binaries needs
 # (no tests, benchmarks or tools): deploy/Dockerfile's build stage.
 set -euo pipefail
@@ -58,7 +62,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev sqlite3
   python3-grpcio python3-protobuf
   prometheus python3-yaml
-  gnuplot-nox nghttp2-client python3-h2
+  gnuplot-nox nghttp2-client python3-h2 nghttp2-proxy
 )
 case "${CGACCT_DEPS:-all}" in
   all) ;;

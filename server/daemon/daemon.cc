@@ -264,7 +264,11 @@ void Daemon::PrintStartLine() const {
                : std::string("metrics off");
   std::string security;
   if (!config_.tls.cert.empty()) absl::StrAppend(&security, ", tls");
-  if (!config_.tls.client_ca.empty()) absl::StrAppend(&security, ", mtls");
+  if (!config_.tls.client_ca.empty()) {
+    absl::StrAppend(&security, config_.tls.require_client_cert
+                                   ? ", mtls (certificate required)"
+                                   : ", mtls");
+  }
   if (config_.access_control) {
     absl::StrAppend(&security, ", access control",
                     config_.auth.policy.has_value() ? " (policy)" : "");

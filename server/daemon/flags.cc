@@ -78,6 +78,10 @@ ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
 ABSL_FLAG(std::string, client_ca, "",
           "PEM CA bundle: clients may present a certificate chaining to it "
           "(mTLS); its identity (SAN, else CN) names the caller");
+ABSL_FLAG(bool, require_client_cert, false,
+          "with --client_ca: the TLS handshake refuses clients without a "
+          "certificate from it (no bearer-token-only clients), so their "
+          "traffic never reaches HTTP/2");
 ABSL_FLAG(absl::Duration, tls_refresh_interval, absl::Seconds(10),
           "how often the TLS files are re-read (>= 1s)");
 ABSL_FLAG(std::string, tokens_file, "",
@@ -279,12 +283,17 @@ absl::Status SecurityFromFlags(DaemonConfig* config) {
   config->tls.cert = absl::GetFlag(FLAGS_tls_cert);
   config->tls.key = absl::GetFlag(FLAGS_tls_key);
   config->tls.client_ca = absl::GetFlag(FLAGS_client_ca);
+  config->tls.require_client_cert = absl::GetFlag(FLAGS_require_client_cert);
   config->tls.refresh_interval = absl::GetFlag(FLAGS_tls_refresh_interval);
   if (config->tls.cert.empty() != config->tls.key.empty())
     return Usage("--tls_cert and --tls_key go together");
   const bool tls = !config->tls.cert.empty();
   if (!tls && !config->tls.client_ca.empty())
     return Usage("--client_ca needs --tls_cert and --tls_key");
+  if (config->tls.require_client_cert && config->tls.client_ca.empty()) {
+    return Usage(
+        "--require_client_cert needs --tls_cert, --tls_key and --client_ca");
+  }
   absl::StatusOr<AuthFiles> auth_files = LoadAuthFiles();
   if (!auth_files.ok()) return auth_files.status();
   config->auth = *std::move(auth_files);
@@ -348,7 +357,8 @@ void ParseDaemonFlags(int argc, char** argv) {
       "          [--max_message_bytes=4194304]\n"
       "          [--max_concurrent_streams_per_connection=100]\n"
       "          [--memory_trim_interval=1s]\n"
-      "          [--tls_cert=PEM --tls_key=PEM [--client_ca=PEM]]\n"
+      "          [--tls_cert=PEM --tls_key=PEM\n"
+      "           [--client_ca=PEM [--require_client_cert]]]\n"
       "          [--tokens_file=FILE] [--authz_policy=FILE] [--insecure]\n"
       "          [--metrics_token_file=FILE] [--reflection=off|on|auto]\n"
       "          [--state_dir=DIR [--state_recover]]\n"

@@ -20,6 +20,10 @@ struct TlsFiles {
   std::string key;        // PEM private key (--tls_key)
   std::string client_ca;  // PEM CA bundle clients' certificates must chain
                           // to (--client_ca); empty = no client certificates
+  // --require_client_cert (needs client_ca): the handshake refuses a client
+  // without a certificate, so it never reaches HTTP/2 (nor gRPC's buffers
+  // and handlers); false: it connects and may present a bearer token.
+  bool require_client_cert = false;
   // How often gRPC re-reads the three files (FileWatcherCertificateProvider):
   // a changed certificate, key or CA bundle applies to new connections
   // within this time, without a restart. Whole seconds, >= 1 s.
@@ -30,11 +34,15 @@ struct TlsFiles {
 // FileWatcherCertificateProvider). With a client CA, clients are asked for a
 // certificate and a presented one must chain to the CA (the handshake fails
 // otherwise); a client without one still connects, and access control
-// (server/auth.h) answers its calls UNAUTHENTICATED unless it sends a valid
-// bearer token. Errors: INVALID_ARGUMENT naming the flag and file when a file
-// cannot be read or holds no PEM block of the expected kind (checked once
-// here; a later bad rewrite is logged by gRPC and the previous files stay in
-// use), or when refresh_interval is under 1 s.
+// (server/auth/) answers its calls UNAUTHENTICATED unless it sends a valid
+// bearer token; with require_client_cert too, a client without one fails
+// the handshake (gRPC's
+// GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY). Errors:
+// INVALID_ARGUMENT naming the flag and file when a file cannot be read or
+// holds no PEM block of the expected kind (checked once here; a later bad
+// rewrite is logged by gRPC and the previous files stay in use), when
+// refresh_interval is under 1 s, or when require_client_cert has no
+// client_ca.
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>>
 MakeTlsServerCredentials(const TlsFiles& files);
 

@@ -17,9 +17,14 @@ class Exposer;
 namespace cgacct {
 
 // civetweb worker threads of the /metrics server, and how long one waits for
-// a client's request before dropping the connection.
-inline constexpr int kMetricsHttpThreads = 32;
-inline constexpr int kMetricsHttpRequestTimeoutMs = 2000;
+// a client's whole request (and, answering, for a stalled socket to take
+// more bytes) before dropping the connection. A connection that sends no
+// whole request holds a worker that long; civetweb queues 20 more and the
+// kernel 200 (its listen backlog; further connections wait for a SYN
+// retry), so a scrape waits at most ~(128 + 220) / 128 x 1 s behind any
+// number of slow connections (docs/DESIGN.md §5).
+inline constexpr int kMetricsHttpThreads = 128;
+inline constexpr int kMetricsHttpRequestTimeoutMs = 1000;
 
 struct MetricsExposerOptions {
   // Served on /metrics after the main collectable (e.g. the auth and

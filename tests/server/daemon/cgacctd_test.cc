@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <regex>
 #include <string>
 #include <thread>
@@ -464,19 +465,22 @@ int HalfOpenConnection(int port, const std::string& bytes) {
   return fd;
 }
 
-// "16 half-open HTTP connections stall a scrape for ~10 s".
-TEST(CgacctdTest, HalfOpenHttpConnectionsDoNotStallAScrape) {
+// Seconds a scrape of a fresh daemon's /metrics took behind `count` slow
+// connections, half silent, half stopped in the middle of their headers
+// (each holds a civetweb worker until its request timeout); -1 if the
+// scrape did not answer.
+double ScrapeSecondsBehindSlowConnections(int count) {
   Daemon daemon({"--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0",
                  "--cpus=3", "--flush_lock_policy=whole"});
   const StartLine ports = ParseStartLine(daemon.ReadStdoutLine(kTimeout));
-  ASSERT_GT(ports.metrics_port, 0);
+  EXPECT_GT(ports.metrics_port, 0);
+  if (ports.metrics_port == 0) return -1;
   std::vector<int> slow;
-  for (int i = 0; i < 16; ++i) {
-    // Half of them silent, half stopped in the middle of their headers.
+  for (int i = 0; i < count; ++i) {
     slow.push_back(HalfOpenConnection(
         ports.metrics_port,
         i % 2 == 0 ? "" : "GET /metrics HTTP/1.1\r\nHost: x\r\n"));
-    ASSERT_GE(slow.back(), 0);
+    EXPECT_GE(slow.back(), 0) << "connection " << i;
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   const auto start = std::chrono::steady_clock::now();
@@ -484,11 +488,30 @@ TEST(CgacctdTest, HalfOpenHttpConnectionsDoNotStallAScrape) {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
-  EXPECT_THAT(scrape, HasSubstr("cgacct_groups"));
-  EXPECT_LT(seconds, 2.0) << "a scrape behind 16 half-open connections";
+  std::printf("a scrape behind %d slow connections: %.2f s\n", count,
+              seconds);
   for (int fd : slow) close(fd);
   daemon.Signal(SIGTERM);
   EXPECT_EQ(daemon.WaitExit(kTimeout), 0);
+  return scrape.find("cgacct_groups") != std::string::npos ? seconds : -1;
+}
+
+// "16 half-open HTTP connections stall a scrape for ~10 s".
+TEST(CgacctdTest, HalfOpenHttpConnectionsDoNotStallAScrape) {
+  const double seconds = ScrapeSecondsBehindSlowConnections(16);
+  EXPECT_GE(seconds, 0) << "no scrape";
+  EXPECT_LT(seconds, 2.0) << "a scrape behind 16 half-open connections";
+}
+
+// Issue 22, finding 14: "256 slow local connections make a /metrics scrape
+// take 13-17 s" (past Prometheus' default 10 s scrape timeout; on
+// main@bf31881, 13.8 s: 32 civetweb workers each held 2 s by a connection
+// that sends no whole request, 20 more queued and 200 in the listen
+// backlog ahead of the scrape). It must answer within 5 s behind 256.
+TEST(CgacctdTest, ScrapeAnswersBehind256SlowConnections) {
+  const double seconds = ScrapeSecondsBehindSlowConnections(256);
+  EXPECT_GE(seconds, 0) << "no scrape";
+  EXPECT_LT(seconds, 5.0) << "a scrape behind 256 slow connections";
 }
 
 // ---------------------------------------------------------------------------

