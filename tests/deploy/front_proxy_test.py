@@ -286,8 +286,8 @@ def main():
                        token_file if token else "", *command)
         info = c(True, "info", "--json")
         checks.expect(info.returncode == 0 and json.loads(info.stdout).get(
-            "caller_identity") == "tenant-a",
-            "a call through the proxy with a token is tenant-a's (%s)" %
+            "caller_identity") == "token:tenant-a",
+            "a call through the proxy with a token is token:tenant-a's (%s)" %
             (info.stderr.strip() or "exit 0"))
         anonymous = c(False, "info")
         checks.expect(anonymous.returncode == 4 and

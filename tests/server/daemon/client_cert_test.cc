@@ -185,11 +185,11 @@ TEST_F(ClientCertTest, HandshakeRefusesClientsWithoutACertificate) {
   std::string who;
   grpc::Status status = Info(Channel(port, "tenant"), false, &who);
   EXPECT_TRUE(status.ok()) << status.error_message();
-  EXPECT_EQ(who, "tenant-a");
+  EXPECT_EQ(who, "cn:tenant-a");
   // The certificate names the caller; a token still may (it wins, §4.11).
   status = Info(Channel(port, "tenant", 1), true, &who);
   EXPECT_TRUE(status.ok()) << status.error_message();
-  EXPECT_EQ(who, "token-tenant");
+  EXPECT_EQ(who, "token:token-tenant");
   for (const bool token : {false, true}) {
     status = Info(Channel(port, ""), token, &who);
     EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE)
@@ -209,7 +209,7 @@ TEST_F(ClientCertTest, HandshakeRefusesClientsWithoutACertificate) {
   EXPECT_THAT(optional_line, HasSubstr(", tls, mtls, access control"));
   status = Info(Channel(optional_port, ""), true, &who);
   EXPECT_TRUE(status.ok()) << status.error_message();
-  EXPECT_EQ(who, "token-tenant");
+  EXPECT_EQ(who, "token:token-tenant");
   status = Info(Channel(optional_port, ""), false, &who);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
   optional->Signal(SIGTERM);
