@@ -45,6 +45,10 @@ absl::StatusOr<std::vector<std::string>> Engine::ListGroups(
     absl::string_view path, bool recursive) const {
   return impl_->memcg.tree().ListGroups(path, recursive);
 }
+absl::StatusOr<GroupPage> Engine::ListGroupsPage(
+    absl::string_view path, const GroupListing& listing) const {
+  return impl_->memcg.tree().ListGroupsPage(path, listing);
+}
 absl::StatusOr<GroupInfo> Engine::SetLimits(absl::string_view path,
                                             const LimitsUpdate& limits) {
   return impl_->memcg.SetLimits(path, limits);

@@ -90,6 +90,20 @@ class Engine {
   // `path` itself excluded.
   absl::StatusOr<std::vector<std::string>> ListGroups(absl::string_view path,
                                                       bool recursive) const;
+  // One page of that listing: the paths below `path` after
+  // `listing.after`, within `listing.within`'s subtrees, at most
+  // `listing.max_paths` of them, in byte order; `more` says whether any
+  // remain (resume with `after` = the page's last path). A page costs
+  // O((page + |within|) log n) under one reader slot of the tree lock,
+  // whatever the size of the subtree or of the rest of the tree: it seeks
+  // in a sorted index of the paths (a non-recursive page steps over each
+  // child's subtree in one seek). Groups created or deleted between pages
+  // show or not as they sort against the cursor; a page is consistent in
+  // itself. The kernel has no counterpart: a cgroupfs directory is read
+  // with getdents64(), whose offset cursor is per open directory. Errors:
+  // INVALID_ARGUMENT (path), NOT_FOUND (no group at `path`). Thread-safe.
+  absl::StatusOr<GroupPage> ListGroupsPage(absl::string_view path,
+                                           const GroupListing& listing) const;
 
   // Changes the present fields of `limits` (pages). Setting min/low
   // propagates protected usage (page_counter_set_min/low()). Raising high or

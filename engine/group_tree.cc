@@ -19,6 +19,7 @@ GroupTree::GroupTree(int nr_cpus, Rstat* rstat, uint64_t page_counter_max)
   root_ = root.get();
   AddHandleSlotLocked(root_);
   groups_.emplace("/", std::move(root));
+  sorted_paths_.insert(root_->path());
   nr_groups_.store(1, std::memory_order_relaxed);
 }
 
@@ -51,22 +52,116 @@ absl::StatusOr<GroupHandle> GroupTree::Resolve(absl::string_view path) const {
 
 absl::StatusOr<std::vector<std::string>> GroupTree::ListGroups(
     absl::string_view path, bool recursive) const {
+  GroupListing listing;
+  listing.recursive = recursive;
+  absl::StatusOr<GroupPage> page = ListGroupsPage(path, listing);
+  if (!page.ok()) return page.status();
+  return std::move(page->paths);
+}
+
+namespace {
+
+// [lo, hi) in byte order.
+struct KeyInterval {
+  std::string lo;
+  std::string hi;
+};
+
+// The interval of every path with `prefix` (which ends in '/'): '0' follows
+// '/' in ASCII, so "/a/" .. "/a0" holds exactly the paths below "/a".
+KeyInterval PrefixInterval(std::string prefix) {
+  std::string hi = prefix;
+  hi.back() = '0';
+  return {std::move(prefix), std::move(hi)};
+}
+
+// The interval of `path` alone: nothing sorts between s and s + '\0'.
+KeyInterval PointInterval(absl::string_view path) {
+  std::string hi(path);
+  hi.push_back('\0');
+  return {std::string(path), std::move(hi)};
+}
+
+}  // namespace
+
+absl::StatusOr<GroupPage> GroupTree::ListGroupsPage(
+    absl::string_view path, const GroupListing& listing) const {
   PercpuReaderLock l(&lock_, CurrentCpu(nr_cpus_));
-  absl::StatusOr<Group*> g = Find(path);
-  if (!g.ok()) return g.status();
-  std::vector<std::string> paths;
-  std::vector<const Group*> stack = {*g};
-  while (!stack.empty()) {
-    const Group* pos = stack.back();
-    stack.pop_back();
-    for (const Group* child = pos->first_child(); child != nullptr;
-         child = child->next_sibling()) {
-      paths.push_back(child->path());
-      if (recursive) stack.push_back(child);
+  if (absl::StatusOr<Group*> g = Find(path); !g.ok()) return g.status();
+  // Every path below `path` starts with `below`.
+  const std::string below =
+      path == "/" ? std::string("/") : absl::StrCat(path, "/");
+
+  // The disjoint intervals of sorted_paths_ the listing covers. Without a
+  // view, or when `path` lies inside one of its subtrees: everything below
+  // `path`. Otherwise each outermost subtree of the view strictly below
+  // `path`: the subtree's root (a point) and the paths below it (a prefix),
+  // two intervals because a sibling such as "/a/b-c" sorts between "/a/b"
+  // and "/a/b/x". Disjoint subtrees give disjoint intervals.
+  std::vector<KeyInterval> intervals;
+  bool whole = !listing.within.has_value();
+  if (!whole) {
+    for (const std::string& w : *listing.within) {
+      if (PathAtOrBelow(path, w)) whole = true;
     }
   }
-  std::sort(paths.begin(), paths.end());
-  return paths;
+  if (whole) {
+    intervals.push_back(PrefixInterval(below));
+  } else {
+    const std::vector<std::string>& within = *listing.within;
+    for (size_t i = 0; i < within.size(); ++i) {
+      const std::string& w = within[i];
+      if (!PathStrictlyBelow(w, path)) continue;
+      bool outermost = true;  // not inside another (or an equal earlier) one
+      for (size_t j = 0; j < within.size() && outermost; ++j) {
+        if (j == i) continue;
+        if (PathStrictlyBelow(w, within[j]) || (j < i && w == within[j]))
+          outermost = false;
+      }
+      if (!outermost) continue;
+      // Without `recursive`, only a subtree whose root is a child of `path`
+      // shows, and only its root.
+      if (listing.recursive || ParentPath(w) == path)
+        intervals.push_back(PointInterval(w));
+      if (listing.recursive) intervals.push_back(PrefixInterval(w + "/"));
+    }
+    std::sort(intervals.begin(), intervals.end(),
+              [](const KeyInterval& a, const KeyInterval& b) {
+                return a.lo < b.lo;
+              });
+  }
+
+  GroupPage page;
+  for (const KeyInterval& interval : intervals) {
+    auto it = (!listing.after.empty() && listing.after >= interval.lo)
+                  ? sorted_paths_.upper_bound(listing.after)
+                  : sorted_paths_.lower_bound(interval.lo);
+    ++page.nr_scanned;  // the seek
+    while (it != sorted_paths_.end() && *it < interval.hi) {
+      ++page.nr_scanned;
+      const absl::string_view key = *it;
+      if (key == path) {  // the root's interval starts at "/" itself
+        ++it;
+        continue;
+      }
+      if (!listing.recursive) {
+        // Below a child of `path`: seek past that child's subtree.
+        const size_t slash = key.find('/', below.size());
+        if (slash != absl::string_view::npos) {
+          it = sorted_paths_.lower_bound(
+              absl::StrCat(key.substr(0, slash), "0"));
+          continue;
+        }
+      }
+      if (page.paths.size() == listing.max_paths) {
+        page.more = true;
+        return page;
+      }
+      page.paths.emplace_back(key);
+      ++it;
+    }
+  }
+  return page;
 }
 
 absl::StatusOr<Group*> GroupTree::Add(absl::string_view path) {
@@ -84,6 +179,7 @@ absl::StatusOr<Group*> GroupTree::Add(absl::string_view path) {
   AddHandleSlotLocked(g);
   parent->LinkChild(g);  // appended: siblings stay in creation order
   groups_.emplace(std::string(path), std::move(group));
+  sorted_paths_.insert(g->path());
   nr_groups_.fetch_add(1, std::memory_order_relaxed);
   return g;
 }
@@ -91,6 +187,7 @@ absl::StatusOr<Group*> GroupTree::Add(absl::string_view path) {
 void GroupTree::Remove(Group* group) {
   group->UnlinkFromParent();
   RemoveHandleSlotLocked(group);
+  sorted_paths_.erase(group->path());
   groups_.erase(groups_.find(group->path()));
   nr_groups_.fetch_sub(1, std::memory_order_relaxed);
 }

@@ -5,9 +5,9 @@
 //
 // Invariants:
 //   - The root "/" exists from construction to destruction; every other
-//     group's parent is in the tree, and `groups_`, the parents' children
-//     lists (creation order, Group::LinkChild) and the handle table always
-//     name the same set of groups.
+//     group's parent is in the tree, and `groups_`, `sorted_paths_`, the
+//     parents' children lists (creation order, Group::LinkChild) and the
+//     handle table always name the same set of groups.
 //   - Ids start at 1 and are never reused; a handle slot holds a live group
 //     or null (free), so (slot, id) names one group instance for ever
 //     (engine/group_handle.h).
@@ -29,6 +29,7 @@
 
 #include "absl/base/optimization.h"
 #include "absl/base/thread_annotations.h"
+#include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -78,6 +79,12 @@ class GroupTree {
   absl::StatusOr<std::vector<std::string>> ListGroups(absl::string_view path,
                                                       bool recursive) const
       ABSL_LOCKS_EXCLUDED(lock_);
+  // Engine::ListGroupsPage(): a page of that listing, found by seeking in
+  // sorted_paths_: O((page + |within|) log n) under one reader slot, never
+  // a walk of the whole subtree.
+  absl::StatusOr<GroupPage> ListGroupsPage(absl::string_view path,
+                                           const GroupListing& listing) const
+      ABSL_LOCKS_EXCLUDED(lock_);
 
   // Adds a group at the valid non-root `path` under its existing parent,
   // with a fresh id and handle slot. ALREADY_EXISTS; NOT_FOUND (parent).
@@ -99,6 +106,9 @@ class GroupTree {
   mutable PercpuRwLock lock_;
   absl::flat_hash_map<std::string, std::unique_ptr<Group>> groups_
       ABSL_GUARDED_BY(lock_);
+  // The paths of groups_ in byte order (views of each Group's path, which
+  // never moves): where a listing page seeks.
+  absl::btree_set<absl::string_view> sorted_paths_ ABSL_GUARDED_BY(lock_);
   Group* root_;  // constant after construction
   uint64_t next_id_ ABSL_GUARDED_BY(lock_) = 1;
   // GroupHandle slot -> live group (null: free). A vector that grows is

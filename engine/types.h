@@ -4,6 +4,7 @@
 #ifndef CGACCT_ENGINE_TYPES_H_
 #define CGACCT_ENGINE_TYPES_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -148,6 +149,32 @@ struct GroupInfo {
   std::string path;
   uint64_t id = 0;
   Limits limits;
+};
+
+// A page of a group listing (Engine::ListGroupsPage()): which paths, from
+// where, how many.
+struct GroupListing {
+  // Children of the listed path only, or its whole subtree.
+  bool recursive = false;
+  // Resume strictly after this path (the last one of the previous page;
+  // it need not exist any more). Empty: from the start.
+  std::string after;
+  // At most this many paths (0: none; the answer still says whether any
+  // remain).
+  size_t max_paths = SIZE_MAX;
+  // Only paths at or below one of these subtrees (valid group paths; an
+  // access-control view: a tenant listing "/" sees its grants' subtrees).
+  // nullopt: every path; an empty list: none.
+  std::optional<std::vector<std::string>> within;
+};
+
+struct GroupPage {
+  std::vector<std::string> paths;  // byte order, each > GroupListing::after
+  bool more = false;  // paths of the listing remain after the last one
+  // Index entries the page looked at (paths returned or stepped over, and
+  // seeks): its cost, O(page + |within| + 1) whatever the tree's size. For
+  // tests and benchmarks.
+  uint64_t nr_scanned = 0;
 };
 
 struct ChargeResult {

@@ -147,6 +147,17 @@ bool Authorizer::CanRead(const Caller& caller, absl::string_view path) {
   return false;
 }
 
+std::optional<std::vector<std::string>> Authorizer::ReadableSubtrees(
+    const Caller& caller) {
+  if (caller.principal_ == nullptr) return std::nullopt;
+  std::vector<std::string> subtrees;
+  subtrees.reserve(caller.principal_->grants.size());
+  for (const Grant& g : caller.principal_->grants) {
+    subtrees.push_back(g.subtree);
+  }
+  return subtrees;
+}
+
 bool Authorizer::Allows(const Caller& caller, Access access,
                         absl::string_view path) {
   if (caller.principal_ == nullptr) return true;

@@ -37,6 +37,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -168,6 +169,10 @@ class Authorizer {
   static bool CanRead(const Caller& caller, absl::string_view path);
   static bool Allows(const Caller& caller, Access access,
                      absl::string_view path);
+  // The subtrees `caller` may read (its grants'), for a listing's view
+  // (GroupListing::within); nullopt for an admin (everything).
+  static std::optional<std::vector<std::string>> ReadableSubtrees(
+      const Caller& caller);
   // ListGroups of `path`: readable, or an ancestor of one of the caller's
   // grants (the listing is then filtered with CanRead). Errors and counting
   // as Check.

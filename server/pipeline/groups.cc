@@ -267,49 +267,39 @@ absl::Status GroupOps::List(const CallContext& call,
         !s.ok())
       return s;
   }
-  absl::StatusOr<std::vector<std::string>> paths =
-      engine_.ListGroups(request.path(), request.recursive());
-  if (!paths.ok()) return paths.status();
-  // A tenant sees only what it may read (listing an ancestor of its grant
-  // shows the grant's subtree, nothing beside it). Filtered before paging,
-  // so page sizes and tokens work as without access control.
-  if (!call.caller().admin()) {
-    paths->erase(std::remove_if(paths->begin(), paths->end(),
-                                [&](const std::string& p) {
-                                  return !Authorizer::CanRead(call.caller(), p);
-                                }),
-                 paths->end());
-  }
-  // The engine returns them sorted; the cursor below depends on it.
-  if (!std::is_sorted(paths->begin(), paths->end())) {
-    std::sort(paths->begin(), paths->end());
-  }
   const size_t page_size =
       (request.page_size() == 0 || request.page_size() > kMaxListGroupsPageSize)
           ? kMaxListGroupsPageSize
           : request.page_size();
-  // The token is the last path already returned: resume strictly after it.
-  auto first = request.page_token().empty()
-                   ? paths->begin()
-                   : std::upper_bound(paths->begin(), paths->end(),
-                                      request.page_token());
-  const size_t remaining = static_cast<size_t>(paths->end() - first);
-  auto last = first + static_cast<ptrdiff_t>(std::min(remaining, page_size));
+  // The engine seeks to the token (the last path already returned) and
+  // reads one page, so a page costs O(page), not O(listing). A tenant sees
+  // only what it may read: listing an ancestor of its grant shows the
+  // grant's subtree, nothing beside it; the view is applied while seeking,
+  // so page sizes and tokens work as without access control.
+  GroupListing listing;
+  listing.recursive = request.recursive();
+  listing.after = request.page_token();
+  listing.max_paths = page_size;
+  listing.within = Authorizer::ReadableSubtrees(call.caller());
+  absl::StatusOr<GroupPage> page =
+      engine_.ListGroupsPage(request.path(), listing);
+  if (!page.ok()) return page.status();
   // Also stop at kMaxListGroupsPageBytes of paths (at least one path), so a
   // page of long paths stays under gRPC's default 4 MiB message limit.
+  size_t keep = page->paths.size();
   size_t bytes = 0;
-  for (auto it = first; it != last; ++it) {
-    bytes += it->size() + 8;  // the path and its framing
-    if (bytes > kMaxListGroupsPageBytes && it != first) {
-      last = it;
+  for (size_t i = 0; i < page->paths.size(); ++i) {
+    bytes += page->paths[i].size() + 8;  // the path and its framing
+    if (bytes > kMaxListGroupsPageBytes && i > 0) {
+      keep = i;
       break;
     }
   }
-  response->mutable_paths()->Reserve(static_cast<int>(last - first));
-  for (auto it = first; it != last; ++it) {
-    response->add_paths(std::move(*it));
+  response->mutable_paths()->Reserve(static_cast<int>(keep));
+  for (size_t i = 0; i < keep; ++i) {
+    response->add_paths(std::move(page->paths[i]));
   }
-  if (last != paths->end()) {
+  if (page->more || keep < page->paths.size()) {
     response->set_next_page_token(response->paths(response->paths_size() - 1));
   }
   return absl::OkStatus();
