@@ -23,6 +23,7 @@ void SessionRegistry::DrainAnswer(
     auto sit = sessions_.find(session_id);
     if (sit == sessions_.end() || sit->second->stream != sink) return;
     Session& s = *sit->second;
+    HearFromLocked(s);  // an answer, however late: no longer silent
     auto dit = drains_.find(drain_id);
     Drain* drain = dit == drains_.end() ? nullptr : dit->second;
     for (const v1::SessionHolding& r : returned) {
@@ -72,6 +73,8 @@ std::vector<RemoteStockReturn> SessionRegistry::DrainRemoteStock(
   v1::SessionServerMessage message;
   for (auto& [id, s] : sessions_) {
     if (!DrainableLocked(*s, over_path)) continue;
+    const bool silent = SilentLocked(*s);
+    if (silent && s->silent_request_out) continue;  // one at a time
     if (drain.id == 0) {
       drain.id = ++next_drain_id_;
       message.set_drain_id(drain.id);
@@ -79,7 +82,14 @@ std::vector<RemoteStockReturn> SessionRegistry::DrainRemoteStock(
     }
     message.set_expires_in_ms(static_cast<uint64_t>(
         std::max<int64_t>(0, s->deadline_ms - NowMs())));
-    drain.pending.insert(s.get());
+    if (silent) {
+      // Asked, not waited for: its answer comes back as a late one
+      // (uncharged by the answering thread) and ends the silence.
+      s->silent_request_out = true;
+      ++stats_.drain_requests_not_awaited;
+    } else {
+      drain.pending.insert(s.get());
+    }
     s->stream->Send(message);
   }
   if (drain.pending.empty()) {
@@ -111,6 +121,16 @@ std::vector<RemoteStockReturn> SessionRegistry::DrainRemoteStock(
   }
   if (timed_out || drain.returned_pages < nr_pages) {
     stats_.drain_requests_timeout += drain.pending.size();
+    // Sessions that let the whole bound pass: a step towards silent.
+    if (timed_out && !shut_down_) {
+      for (Session* s : drain.pending) {
+        if (++s->unanswered_drains ==
+            options_.silent_after_unanswered_drains) {
+          ++stats_.sessions_silenced;
+          ++stats_.sessions_silent;
+        }
+      }
+    }
   } else {
     stats_.drain_requests_unneeded += drain.pending.size();
   }
@@ -159,7 +179,8 @@ bool SessionRegistry::RemoteDrainWouldWait(uint64_t over_id,
   bool would_wait =
       OverlapsDrainLocked(over_path) || OverlapsUnsettledLocked(over_path);
   for (auto it = sessions_.begin(); !would_wait && it != sessions_.end(); ++it)
-    would_wait = DrainableLocked(*it->second, over_path);
+    would_wait = DrainableLocked(*it->second, over_path) &&
+                 !SilentLocked(*it->second);
   if (would_wait) ++stats_.drains_deferred;
   return would_wait;
 }
@@ -172,6 +193,16 @@ void SessionRegistry::RemoteStockReturned(uint64_t over_id,
   if (it == unsettled_.end()) return;
   if (--it->second == 0) unsettled_.erase(it);
   cv_.SignalAll();
+}
+
+bool SessionRegistry::SilentLocked(const Session& s) const {
+  return s.unanswered_drains >= options_.silent_after_unanswered_drains;
+}
+
+void SessionRegistry::HearFromLocked(Session& s) {
+  if (SilentLocked(s)) --stats_.sessions_silent;
+  s.unanswered_drains = 0;
+  s.silent_request_out = false;
 }
 
 bool SessionRegistry::DrainableLocked(const Session& s,

@@ -75,6 +75,9 @@ absl::Status SessionOptions::Validate() const {
     return absl::InvalidArgumentError("max_sessions_per_identity must be >= 1");
   if (drain_timeout < absl::ZeroDuration())
     return absl::InvalidArgumentError("session_drain_timeout_ms must be >= 0");
+  if (silent_after_unanswered_drains < 1)
+    return absl::InvalidArgumentError(
+        "silent_after_unanswered_drains must be >= 1");
   if (drain_wait_threads < 1 || drain_wait_threads > 4096)
     return absl::InvalidArgumentError(
         absl::StrCat("session_drain_wait_threads ", drain_wait_threads,
@@ -324,6 +327,7 @@ uint64_t SessionRegistry::Finish(std::shared_ptr<Session> session,
     if (count != per_identity_.end() && --count->second == 0)
       per_identity_.erase(count);
     DropFromDrainsLocked(s);
+    HearFromLocked(*s);  // no longer counted as silent
     if (s->stream != nullptr) {
       s->stream->End(reason == EndReason::kClose
                          ? absl::OkStatus()
@@ -419,6 +423,7 @@ absl::StatusOr<uint64_t> SessionRegistry::Attach(const std::string& identity,
   }
   s.stream = sink;
   s.deadline_ms = NowMs() + s.ttl_ms;
+  HearFromLocked(s);  // a new stream: ask it as any other
   return uint64_t{s.ttl_ms};
 }
 

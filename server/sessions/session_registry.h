@@ -29,6 +29,11 @@
 // charge (which holds a group-tree reader slot: the answer path takes only
 // this registry's mutex, never a reader slot, while a charge waits for it).
 // An answer arriving after the wait is uncharged by the answering thread.
+// A session that lets silent_after_unanswered_drains requests in a row time
+// out is silent: still asked (one request at a time), never waited for,
+// until it answers or attaches a new stream; so a tenant whose client keeps
+// its lease alive but never answers costs the others' refused charges
+// nothing after its first misses.
 //
 // Thread safety: thread-safe. One mutex (mu_) guards every session; it is
 // never held across an engine call, nor across the drain wait (a CondVar
@@ -77,6 +82,14 @@ struct SessionOptions {
   // How long a charge at memory.max waits for the sessions it asked to
   // return their stock (--session_drain_timeout_ms).
   absl::Duration drain_timeout = absl::Milliseconds(20);
+  // A session that left this many drain requests in a row unanswered
+  // within drain_timeout is silent: charges stop waiting for it (it is
+  // still asked, one request at a time, and its answer, however late,
+  // returns its pages and ends the silence; so does a new stream). Without
+  // this, one tenant's session that kept its lease alive and never
+  // answered made every refused charge under a shared limit wait the whole
+  // bound, for ever. >= 1.
+  uint32_t silent_after_unanswered_drains = 2;
   // Threads on which charges wait for drain answers (DrainWaitPool's
   // max_threads, --session_drain_wait_threads): that many wait side by
   // side; more queue. 1..4096.
@@ -90,7 +103,8 @@ struct SessionOptions {
 
   // INVALID_ARGUMENT naming the first field out of range: min_ttl_ms >= 1,
   // min <= default <= max, max_pages >= 1, max_sessions_per_identity >= 1,
-  // drain_timeout >= 0, 1 <= drain_wait_threads <= 4096.
+  // drain_timeout >= 0, silent_after_unanswered_drains >= 1,
+  // 1 <= drain_wait_threads <= 4096.
   absl::Status Validate() const;
 };
 
@@ -125,6 +139,11 @@ struct SessionStats {
   uint64_t drain_requests_timeout = 0;
   // Unanswered when the pages already returned covered the charge.
   uint64_t drain_requests_unneeded = 0;
+  // Sent to a silent session (SessionOptions::silent_after_unanswered_
+  // drains): no charge waited for the answer.
+  uint64_t drain_requests_not_awaited = 0;
+  uint64_t sessions_silent = 0;  // silent now (a gauge)
+  uint64_t sessions_silenced = 0;  // times a session became silent
   uint64_t drain_returned_pages = 0;
 };
 
@@ -279,6 +298,11 @@ class SessionRegistry final : public RemoteStockDrainer {
   // a drain for that group asks it.
   bool DrainableLocked(const Session& s, absl::string_view over_path) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `s` left SessionOptions::silent_after_unanswered_drains requests in a
+  // row unanswered: charges do not wait for it.
+  bool SilentLocked(const Session& s) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `s` answered a drain, attached a new stream or ended: not silent.
+  void HearFromLocked(Session& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A drain in flight for a group at, above or below `over_path`.
   bool OverlapsDrainLocked(absl::string_view over_path) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -44,6 +44,13 @@ struct SessionRegistry::Session {
   // (group id, kind) -> holding.
   absl::flat_hash_map<std::pair<uint64_t, int>, Holding> holdings;
   SessionStreamSink* stream = nullptr;
+  // Drain requests in a row that timed out unanswered; silent at
+  // SessionOptions::silent_after_unanswered_drains (charges do not wait for
+  // it). Reset by any drain answer and by a new stream.
+  uint32_t unanswered_drains = 0;
+  // Silent, and a drain request is out to it: no other is sent until it
+  // answers (a client that never reads must not pile requests up).
+  bool silent_request_out = false;
 };
 
 // One DrainRemoteStock() call waiting for answers (on its caller's stack).

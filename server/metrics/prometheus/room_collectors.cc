@@ -155,16 +155,29 @@ class SessionMetrics final : public prometheus::Collectable {
         MetricType::Counter, {counter(static_cast<double>(s.drains_deferred))});
     add("cgacct_session_drain_requests_total",
         "Drain requests sent to sessions, by whether the session answered "
-        "within --session_drain_timeout_ms (timeout), or was still "
-        "unanswered when other sessions had returned what the charge "
-        "needed (unneeded).",
+        "within --session_drain_timeout_ms (answered), did not (timeout), "
+        "was still unanswered when other sessions had returned what the "
+        "charge needed (unneeded), or was silent and not waited for "
+        "(not_awaited).",
         MetricType::Counter,
         {counter(static_cast<double>(s.drain_requests_answered),
                  {{"result", "answered"}}),
          counter(static_cast<double>(s.drain_requests_timeout),
                  {{"result", "timeout"}}),
          counter(static_cast<double>(s.drain_requests_unneeded),
-                 {{"result", "unneeded"}})});
+                 {{"result", "unneeded"}}),
+         counter(static_cast<double>(s.drain_requests_not_awaited),
+                 {{"result", "not_awaited"}})});
+    add("cgacct_sessions_silent",
+        "Sessions that left 2 drain requests in a row unanswered: charges "
+        "no longer wait for them until they answer one or attach a new "
+        "stream.",
+        MetricType::Gauge,
+        {GaugeMetric(static_cast<double>(s.sessions_silent))});
+    add("cgacct_sessions_silenced_total",
+        "Times a session became silent (see cgacct_sessions_silent).",
+        MetricType::Counter,
+        {counter(static_cast<double>(s.sessions_silenced))});
     add("cgacct_session_drain_returned_pages_total",
         "Pages sessions returned in answer to drain requests.",
         MetricType::Counter,

@@ -162,5 +162,81 @@ TEST_F(SessionLeaseTest, ANewerStreamReplacesTheOlderOne) {
   registry_->Detach(id, &second);
 }
 
+// Issue 22 finding 11: a session that keeps its lease alive but never
+// answers drains cost every refused charge under the shared limit the whole
+// bound, for ever. After silent_after_unanswered_drains misses in a row
+// nobody waits for it; it is still asked, one request at a time, and an
+// answer (however late) or a new stream ends the silence.
+TEST_F(SessionLeaseTest, ASessionThatLeavesDrainsUnansweredIsNotWaitedFor) {
+  constexpr absl::Duration kBound = absl::Milliseconds(200);
+  SessionOptions so;
+  so.clock = &clock_;
+  so.reap_interval = absl::Hours(1);
+  so.drain_timeout = kBound;
+  registry_.reset();
+  registry_ = std::make_unique<SessionRegistry>(*engine_, so);
+  ASSERT_EQ(so.silent_after_unanswered_drains, 2u);
+
+  const std::string id = Open(60000);
+  Charge(id, 10);
+  RecordingSink sink;
+  ASSERT_TRUE(registry_->Attach("alice", id, &sink).ok());
+  const uint64_t a = engine_->ResolveGroup("/a")->id();
+  for (int i = 0; i < 2; ++i) {  // two misses: each waits the bound
+    EXPECT_TRUE(registry_->RemoteDrainWouldWait(a, "/a"));
+    const absl::Time start = absl::Now();
+    EXPECT_TRUE(registry_->DrainRemoteStock(a, "/a", 1).empty());
+    EXPECT_GE(absl::Now() - start, kBound);
+  }
+  SessionStats stats = registry_->stats();
+  EXPECT_EQ(stats.drain_requests_timeout, 2u);
+  EXPECT_EQ(stats.sessions_silent, 1u);
+  EXPECT_EQ(stats.sessions_silenced, 1u);
+  ASSERT_EQ(sink.sent.size(), 2u);
+
+  // Silent: a charge would not wait. Asked once more without waiting, then
+  // not asked while that request is out.
+  EXPECT_FALSE(registry_->RemoteDrainWouldWait(a, "/a"));
+  const absl::Time start = absl::Now();
+  for (int i = 0; i < 5; ++i)
+    EXPECT_TRUE(registry_->DrainRemoteStock(a, "/a", 1).empty());
+  EXPECT_LT(absl::Now() - start, kBound);
+  ASSERT_EQ(sink.sent.size(), 3u);
+  stats = registry_->stats();
+  EXPECT_EQ(stats.drain_requests_timeout, 2u);
+  EXPECT_EQ(stats.drain_requests_not_awaited, 1u);
+
+  // Its answer, late as it is, returns the pages and ends the silence.
+  v1::SessionClientMessage answer;
+  answer.set_drain_id(sink.sent.back().drain_id());
+  v1::SessionHolding* h = answer.add_returned();
+  h->set_path("/a");
+  h->set_kind(v1::PAGE_KIND_ANON);
+  h->set_nr_pages(10);
+  registry_->DrainAnswer(id, &sink, answer.drain_id(), answer.returned());
+  EXPECT_EQ(Usage(), 0u);
+  stats = registry_->stats();
+  EXPECT_EQ(stats.sessions_silent, 0u);
+  EXPECT_EQ(stats.drain_returned_pages, 10u);
+  Charge(id, 5);
+  EXPECT_TRUE(registry_->RemoteDrainWouldWait(a, "/a"));  // waited for again
+
+  // Silent again; a new stream (a reconnected client) is asked as any other.
+  for (int i = 0; i < 2; ++i) registry_->DrainRemoteStock(a, "/a", 1);
+  EXPECT_FALSE(registry_->RemoteDrainWouldWait(a, "/a"));
+  RecordingSink reconnected;
+  ASSERT_TRUE(registry_->Attach("alice", id, &reconnected).ok());
+  EXPECT_TRUE(registry_->RemoteDrainWouldWait(a, "/a"));
+  EXPECT_EQ(registry_->stats().sessions_silent, 0u);
+
+  // A silent session that closes leaves the gauge.
+  for (int i = 0; i < 2; ++i) registry_->DrainRemoteStock(a, "/a", 1);
+  EXPECT_EQ(registry_->stats().sessions_silent, 1u);
+  ASSERT_TRUE(registry_->Close("alice", id).ok());
+  stats = registry_->stats();
+  EXPECT_EQ(stats.sessions_silent, 0u);
+  EXPECT_EQ(stats.sessions_silenced, 3u);
+}
+
 }  // namespace
 }  // namespace cgacct
