@@ -61,6 +61,7 @@ absl::StatusOr<std::vector<std::string>> GroupTree::ListGroups(
     stack.pop_back();
     for (const Group* child = pos->first_child(); child != nullptr;
          child = child->next_sibling()) {
+      if (!child->online()) continue;  // dying: no longer in cgroupfs
       paths.push_back(child->path());
       if (recursive) stack.push_back(child);
     }
@@ -88,11 +89,31 @@ absl::StatusOr<Group*> GroupTree::Add(absl::string_view path) {
   return g;
 }
 
-void GroupTree::Remove(Group* group) {
-  group->UnlinkFromParent();
+void GroupTree::Offline(Group* group) {
+  auto it = groups_.find(group->path());
+  dying_.push_back(std::move(it->second));
+  groups_.erase(it);
   RemoveHandleSlotLocked(group);
-  groups_.erase(groups_.find(group->path()));
+  group->MarkOffline();
   nr_groups_.fetch_sub(1, std::memory_order_relaxed);
+  nr_dying_groups_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void GroupTree::Remove(Group* group) {
+  if (group->online()) Offline(group);
+  group->UnlinkFromParent();
+  auto it = std::find_if(
+      dying_.begin(), dying_.end(),
+      [group](const std::unique_ptr<Group>& g) { return g.get() == group; });
+  dying_.erase(it);
+  nr_dying_groups_.fetch_sub(1, std::memory_order_relaxed);
+}
+
+std::vector<Group*> GroupTree::DyingGroups() const {
+  std::vector<Group*> out;
+  out.reserve(dying_.size());
+  for (const std::unique_ptr<Group>& g : dying_) out.push_back(g.get());
+  return out;
 }
 
 void GroupTree::AddHandleSlotLocked(Group* g) {

@@ -7,7 +7,9 @@
 
 #include "absl/base/attributes.h"
 #include "absl/base/optimization.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "engine/oom_group.h"
 #include "engine/group_path.h"
 #include "engine/memory_stat.h"
 #include "engine/percpu.h"
@@ -39,6 +41,20 @@ Group* LimitingGroup(Group* g, uint64_t nr_pages) {
   return nullptr;
 }
 
+// mem_cgroup_get_oom_group(victim, oom_domain): from the victim's group up
+// to the OOM domain (the group whose limit failed), the highest with
+// memory.oom.group set; null if none (or the victim is the root's, which
+// never happens: the root is never charged).
+Group* GetOomGroup(Group* victim, Group* oom_domain) {
+  Group* oom_group = nullptr;
+  for (Group* pos = victim; pos != nullptr && !pos->is_root();
+       pos = pos->parent()) {
+    if (pos->oom_group()) oom_group = pos;
+    if (pos == oom_domain) break;
+  }
+  return oom_group;
+}
+
 }  // namespace
 
 MemoryController::MemoryController(int nr_cpus, const EngineOptions& options)
@@ -48,6 +64,8 @@ MemoryController::MemoryController(int nr_cpus, const EngineOptions& options)
                         options.page_size_bytes),
       clock_(options.clock != nullptr ? *options.clock : Clock::Real()),
       observer_(options.observer),
+      uncharge_refills_stock_(options.uncharge_refills_stock),
+      memory_localevents_(options.memory_localevents),
       rstat_(
           nr_cpus,
           FlushLockConfig{options.flush_lock_policy, options.flush_batch_cpus,
@@ -56,7 +74,7 @@ MemoryController::MemoryController(int nr_cpus, const EngineOptions& options)
           options.observer, clock_),
       tree_(nr_cpus, &rstat_, page_counter_max_),
       stock_(nr_cpus, options.charge_batch_pages, options.stock_pool_buckets,
-             options.stock_victim_sets),
+             options.stock_victim_sets, options.stock_eviction_seed),
       counters_(new CpuCounters[nr_cpus]),
       reclaimer_(&rstat_, options.observer, clock_,
                  options.memory_recursiveprot, options.memcg_full_walk,
@@ -96,13 +114,16 @@ GroupInfo MemoryController::InfoOf(const Group& g) const {
 }
 
 // memcg_memory_event(): local count on `g`, hierarchical counts on `g` and
-// its ancestors below the root.
+// its ancestors below the root (on `g` alone under memory_localevents).
 void MemoryController::MemcgMemoryEvent(Group* g, MemoryEvent event, int cpu) {
-  g->CountEvent(event);
-  // cgroup_file_notify() on memory.events(.local) of g and its ancestors.
+  g->CountEvent(event, memory_localevents_);
+  // cgroup_file_notify() on memory.events(.local) of g and of the ancestors
+  // whose memory.events moved.
   if (observer_ != nullptr) {
-    for (Group* pos = g; pos != nullptr && !pos->is_root(); pos = pos->parent())
+    for (Group* pos = g; pos != nullptr && !pos->is_root(); pos = pos->parent()) {
       observer_->OnMemoryEvents(pos->id());
+      if (memory_localevents_) break;
+    }
   }
   if (event == MemoryEvent::kOom) Bump(counters_[cpu].oom_events);
 }
@@ -133,6 +154,7 @@ absl::StatusOr<GroupInfo> MemoryController::CreateGroup(
   if (path == "/")
     return absl::AlreadyExistsError("path \"/\": the root always exists");
   PercpuWriterLock l(tree_.lock());
+  FreeDyingGroups();
   absl::StatusOr<Group*> g = tree_.Add(path);
   if (!g.ok()) return g.status();
   ApplyLimits(*g, limits);
@@ -147,24 +169,40 @@ absl::StatusOr<uint64_t> MemoryController::DeleteGroup(absl::string_view path) {
   absl::StatusOr<Group*> found = tree_.Find(path);
   if (ABSL_PREDICT_FALSE(!found.ok())) return found.status();
   Group* g = *found;
-  if (g->has_children())
+  // rmdir's EBUSY (css_has_online_children()): dying children do not count.
+  if (g->nr_children() > 0)
     return absl::FailedPreconditionError(
         absl::StrCat("path ", QuotePath(path), " has ", g->nr_children(),
                      " child group(s); delete them first"));
-  // css offline/release: drain the stocks holding it, reset protection,
-  // fold its stats into the parent, and hand what is still charged to the
-  // parent (the counters already include it hierarchically).
-  stock_.DrainOwner(&g->memory());
-  InvalidateReclaimIterators(g);
+  // mem_cgroup_css_offline(): protection reset (re-propagating protected
+  // usage), then drain_all_stock(memcg): every CPU whose stock holds pages
+  // of the group is drained whole, every slot whoever owns it.
   g->memory().SetMin(0);
   g->memory().SetLow(0);
-  rstat_.FlushForRemoval(&g->rstat_group());
-  const uint64_t reparented = g->memory().Read();
-  g->ReparentPages();
+  stock_.DrainAll(&g->memory(), /*wait=*/true);
+  // The group leaves cgroupfs (its path and handles), and stays linked,
+  // offline, with the pages still charged to it until they are gone.
   const uint64_t id = g->id();
-  tree_.Remove(g);
+  const uint64_t dying_pages = g->memory().Read();
+  tree_.Offline(g);
   if (observer_ != nullptr) observer_->OnGroupDeleted(id);
-  return reparented;
+  FreeDyingGroups();
+  return dying_pages;
+}
+
+// css release/free for every dying group that holds no page and has no
+// children (dying_ is oldest first, so children go before their parents
+// in one pass): move reclaim cursors off it (mem_cgroup_css_released():
+// invalidate_reclaim_iterators()), forget its stock slots (they hold no
+// reference, unlike the kernel's), fold its stats into the parent, free it.
+void MemoryController::FreeDyingGroups() {
+  for (Group* g : tree_.DyingGroups()) {
+    if (g->has_children() || g->memory().Read() != 0) continue;
+    InvalidateReclaimIterators(g);
+    stock_.DrainOwner(&g->memory());
+    rstat_.FlushForRemoval(&g->rstat_group());
+    tree_.Remove(g);
+  }
 }
 
 // --- memory.min/low/high/max writes -----------------------------------------
@@ -300,7 +338,7 @@ absl::Status MemoryController::TryChargeMemcg(Group* g, uint64_t nr_pages,
       stock_.DrainAll(&over->memory(), /*wait=*/true);
       // Then the stocks clients hold across the network (sessions,
       // engine/remote_stock.h): only if the local drain left no room; what
-      // they give back is uncharged into this CPU's stock, drained again.
+      // they give back is uncharged.
       if (over->memory().Margin() < nr_pages &&
           !DrainRemoteStock(over, nr_pages, cpu)) {
         // A thread that may not wait (RemoteDrainDeferral): its caller
@@ -328,10 +366,22 @@ absl::Status MemoryController::TryChargeMemcg(Group* g, uint64_t nr_pages,
         absl::StrCat(failed, "; a charge of more than ", kCostlyChargePages,
                      " pages fails without OOM"));
   // mem_cgroup_oom(): `oom` on the limiting group; the charging request is
-  // the victim.
+  // the victim (oom_kill_process() -> __oom_kill_process(): `oom_kill` on
+  // its memcg).
   MemcgMemoryEvent(over, MemoryEvent::kOom, cpu);
   MemcgMemoryEvent(g, MemoryEvent::kOomKill, cpu);
-  return absl::ResourceExhaustedError(failed);
+  // oom_kill_process(): with memory.oom.group set between the victim's
+  // group and the OOM domain, that whole group is killed.
+  Group* const oom_group = GetOomGroup(g, over);
+  if (oom_group == nullptr) return absl::ResourceExhaustedError(failed);
+  MemcgMemoryEvent(oom_group, MemoryEvent::kOomGroupKill, cpu);
+  if (observer_ != nullptr)
+    observer_->OnOomGroupKill(oom_group->id(), oom_group->path());
+  absl::Status status = absl::ResourceExhaustedError(absl::StrCat(
+      failed, "; memory.oom.group of ", ShortPath(oom_group->path()),
+      ": the whole group is killed"));
+  status.SetPayload(kOomGroupKillPayloadUrl, absl::Cord(oom_group->path()));
+  return status;
 }
 
 bool MemoryController::DrainRemoteStock(Group* over, uint64_t nr_pages,
@@ -358,9 +408,11 @@ bool MemoryController::DrainRemoteStock(Group* over, uint64_t nr_pages,
         UnchargeLocked(FindOrHeir(r.group, r.path), r.nr_pages, r.kind, cpu);
     if (done.ok()) uncharged += done->nr_pages;
   }
-  // They went into this CPU's stock: back to the counters, then tell the
-  // drainer (charges that joined this drain retry now).
-  if (uncharged > 0) stock_.DrainAll(&over->memory(), /*wait=*/true);
+  // With uncharge_refills_stock they went into this CPU's stock: back to the
+  // counters. Then tell the drainer (charges that joined this drain retry
+  // now).
+  if (uncharged > 0 && uncharge_refills_stock_)
+    stock_.DrainAll(&over->memory(), /*wait=*/true);
   if (!returned.empty()) drainer->RemoteStockReturned(over->id(), over->path());
   return true;
 }
@@ -424,9 +476,12 @@ absl::StatusOr<ChargeResult> MemoryController::Charge(
 
 // --- uncharge ---------------------------------------------------------------
 
-// Uncharged pages go back through the per-CPU stock (refill_stock(), as
-// socket and kernel memory do). The root holds no pages of its own.
-// Inlined into both callers (path and handle): the fast path.
+// Uncharged ANON and FILE pages leave the page_counters at once
+// (uncharge_batch() -> memcg_uncharge(), the kernel's path for user pages),
+// or, with the uncharge_refills_stock addition, go back through the per-CPU
+// stock (refill_stock(), the kernel's path for socket and kernel memory).
+// The root holds no pages of its own. Inlined into both callers (path and
+// handle): the fast path.
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline absl::StatusOr<UnchargeResult>
 MemoryController::UnchargeLocked(const absl::StatusOr<Group*>& found,
                                  uint64_t nr_pages, PageKind kind, int cpu,
@@ -434,13 +489,65 @@ MemoryController::UnchargeLocked(const absl::StatusOr<Group*>& found,
   if (ABSL_PREDICT_FALSE(!found.ok())) return found.status();
   Group* g = *found;
   if (ABSL_PREDICT_FALSE(g->is_root())) return RefuseRootCharge(g->path());
+  if (ABSL_PREDICT_FALSE(g->nr_dying_children() > 0))
+    return UnchargeWithDying(g, nr_pages, kind, cpu, at_most);
   absl::StatusOr<uint64_t> take = g->Uncharging(kind, nr_pages, at_most);
   if (!take.ok()) return take.status();
   if (*take == 0) return UnchargeResult{0};
-  stock_.Refill(cpu, &g->memory(), *take);
+  UnchargeCounters(g, *take, cpu);
   UpdateStats(g, cpu, kind, -static_cast<int64_t>(*take));
   Bump(counters_[cpu].uncharges);
   return UnchargeResult{*take};
+}
+
+void MemoryController::UnchargeCounters(Group* g, uint64_t nr_pages, int cpu) {
+  if (uncharge_refills_stock_ && g->online()) {
+    stock_.Refill(cpu, &g->memory(), nr_pages);
+  } else {
+    g->memory().Uncharge(nr_pages);
+  }
+}
+
+// The pages `g` answers for are its own and those still charged to its
+// dying descendants (DeleteGroup leaves them there): its own first, then
+// each dying child's subtree in pre-order. ANON without `at_most` refuses
+// (FAILED_PRECONDITION, nothing moved) unless they hold nr_pages together.
+absl::StatusOr<UnchargeResult> MemoryController::UnchargeWithDying(
+    Group* g, uint64_t nr_pages, PageKind kind, int cpu, bool at_most) {
+  struct Taken {
+    Group* group;
+    uint64_t nr_pages;
+  };
+  std::vector<Taken> taken;
+  uint64_t left = nr_pages;
+  auto take_from = [&](Group* from) {
+    // at_most: take what `from` has; the ANON refusal is decided below, on
+    // the sum.
+    const uint64_t t = *from->Uncharging(kind, left, /*at_most=*/true);
+    if (t > 0) taken.push_back({from, t});
+    left -= t;
+  };
+  take_from(g);
+  for (Group* child = g->first_child(); child != nullptr && left > 0;
+       child = child->next_sibling()) {
+    if (child->online()) continue;
+    // A dying child's subtree is all dying.
+    for (Group* d = child; d != nullptr && left > 0;
+         d = NextDescendantPre(d, child))
+      take_from(d);
+  }
+  if (kind == PageKind::kAnon && left > 0 && !at_most) {
+    // Give back what was taken: no page_counter moved yet.
+    for (const Taken& t : taken) t.group->Charged(kind, t.nr_pages);
+    return g->AnonUnderflow(nr_pages, nr_pages - left);
+  }
+  for (const Taken& t : taken) {
+    UnchargeCounters(t.group, t.nr_pages, cpu);
+    UpdateStats(t.group, cpu, kind, -static_cast<int64_t>(t.nr_pages));
+  }
+  if (left == nr_pages) return UnchargeResult{0};
+  Bump(counters_[cpu].uncharges);
+  return UnchargeResult{nr_pages - left};
 }
 
 absl::StatusOr<UnchargeResult> MemoryController::Uncharge(
@@ -531,6 +638,7 @@ absl::StatusOr<GroupStats> MemoryController::GetStats(absl::string_view path,
   const PageCounter& memory = g->memory();
   stats.memory_current_pages = memory.Read();
   stats.memory_peak_pages = memory.watermark();
+  stats.oom_group = g->oom_group();
   stats.limits = LimitsOf(*g);
   stats.failcnt = memory.failcnt();
   stats.emin_pages = memory.emin();
@@ -540,6 +648,70 @@ absl::StatusOr<GroupStats> MemoryController::GetStats(absl::string_view path,
   stats.stat =
       MemoryStatEntries(ReadMemoryStat(g->rstat_group(), page_size_bytes_));
   return stats;
+}
+
+// --- memory.peak per open file, memory.oom.group -----------------------------
+
+absl::StatusOr<uint64_t> MemoryController::OpenPeakWatermark(
+    absl::string_view path) {
+  PercpuReaderLock l(tree_.lock(), CurrentCpu(nr_cpus_));
+  absl::StatusOr<Group*> g = tree_.Find(path);
+  if (!g.ok()) return g.status();
+  const uint64_t id = next_watermark_id_.fetch_add(1, std::memory_order_relaxed);
+  (*g)->PeakWrite(id);
+  return id;
+}
+
+namespace {
+
+absl::Status NoSuchWatermark(absl::string_view path, uint64_t watermark_id) {
+  return absl::NotFoundError(absl::StrCat("watermark ", watermark_id,
+                                          ": not open on path ",
+                                          QuotePath(path)));
+}
+
+}  // namespace
+
+absl::StatusOr<uint64_t> MemoryController::ResetPeakWatermark(
+    absl::string_view path, uint64_t watermark_id) {
+  PercpuReaderLock l(tree_.lock(), CurrentCpu(nr_cpus_));
+  absl::StatusOr<Group*> g = tree_.Find(path);
+  if (!g.ok()) return g.status();
+  if (!(*g)->PeakRead(watermark_id).has_value())
+    return NoSuchWatermark(path, watermark_id);
+  return (*g)->PeakWrite(watermark_id);
+}
+
+absl::StatusOr<uint64_t> MemoryController::ReadPeakWatermark(
+    absl::string_view path, uint64_t watermark_id) const {
+  PercpuReaderLock l(tree_.lock(), CurrentCpu(nr_cpus_));
+  absl::StatusOr<Group*> g = tree_.Find(path);
+  if (!g.ok()) return g.status();
+  std::optional<uint64_t> peak = (*g)->PeakRead(watermark_id);
+  if (!peak.has_value()) return NoSuchWatermark(path, watermark_id);
+  return *peak;
+}
+
+absl::Status MemoryController::ClosePeakWatermark(absl::string_view path,
+                                                  uint64_t watermark_id) {
+  PercpuReaderLock l(tree_.lock(), CurrentCpu(nr_cpus_));
+  absl::StatusOr<Group*> g = tree_.Find(path);
+  if (!g.ok()) return g.status();
+  if (!(*g)->PeakRelease(watermark_id))
+    return NoSuchWatermark(path, watermark_id);
+  return absl::OkStatus();
+}
+
+absl::Status MemoryController::SetOomGroup(absl::string_view path, bool on) {
+  PercpuReaderLock l(tree_.lock(), CurrentCpu(nr_cpus_));
+  absl::StatusOr<Group*> g = tree_.Find(path);
+  if (!g.ok()) return g.status();
+  // memory.oom.group is CFTYPE_NOT_ON_ROOT.
+  if ((*g)->is_root())
+    return absl::InvalidArgumentError(
+        "path \"/\": the root has no memory.oom.group");
+  (*g)->set_oom_group(on);
+  return absl::OkStatus();
 }
 
 void MemoryController::DrainAllStock() {
@@ -575,7 +747,13 @@ EngineInfo MemoryController::GetInfo() const {
   info.flush_hold_budget = rstat_.config().hold_budget;
   info.flush_preempt_model = rstat_.config().preempt_model;
   info.nr_stock_slots = kNrStockSlots;
+  info.stock_pool_buckets = stock_.nr_buckets();
+  info.stock_victim_sets = stock_.nr_victim_sets();
+  info.stock_eviction_seed = stock_.eviction_seed();
+  info.uncharge_refills_stock = uncharge_refills_stock_;
+  info.memory_localevents = memory_localevents_;
   info.nr_groups = tree_.nr_groups();
+  info.nr_dying_groups = tree_.nr_dying_groups();
   info.flush_lock_hold_max = rstat_.hold_max();
   info.flush_lock_hold_wall_max = rstat_.hold_wall_max();
   info.preempted_flushes = rstat_.preempted_flushes();
