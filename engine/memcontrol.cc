@@ -476,6 +476,15 @@ absl::StatusOr<ChargeResult> MemoryController::Charge(
 
 // --- uncharge ---------------------------------------------------------------
 
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline void MemoryController::UnchargeCounters(
+    Group* g, uint64_t nr_pages, int cpu, bool online) {
+  if (uncharge_refills_stock_ && online) {
+    stock_.Refill(cpu, &g->memory(), nr_pages);
+  } else {
+    g->memory().Uncharge(nr_pages);
+  }
+}
+
 // Uncharged ANON and FILE pages leave the page_counters at once
 // (uncharge_batch() -> memcg_uncharge(), the kernel's path for user pages),
 // or, with the uncharge_refills_stock addition, go back through the per-CPU
@@ -494,18 +503,11 @@ MemoryController::UnchargeLocked(const absl::StatusOr<Group*>& found,
   absl::StatusOr<uint64_t> take = g->Uncharging(kind, nr_pages, at_most);
   if (!take.ok()) return take.status();
   if (*take == 0) return UnchargeResult{0};
-  UnchargeCounters(g, *take, cpu);
+  // Found by path or handle: an online group.
+  UnchargeCounters(g, *take, cpu, /*online=*/true);
   UpdateStats(g, cpu, kind, -static_cast<int64_t>(*take));
   Bump(counters_[cpu].uncharges);
   return UnchargeResult{*take};
-}
-
-void MemoryController::UnchargeCounters(Group* g, uint64_t nr_pages, int cpu) {
-  if (uncharge_refills_stock_ && g->online()) {
-    stock_.Refill(cpu, &g->memory(), nr_pages);
-  } else {
-    g->memory().Uncharge(nr_pages);
-  }
 }
 
 // The pages `g` answers for are its own and those still charged to its
@@ -542,7 +544,7 @@ absl::StatusOr<UnchargeResult> MemoryController::UnchargeWithDying(
     return g->AnonUnderflow(nr_pages, nr_pages - left);
   }
   for (const Taken& t : taken) {
-    UnchargeCounters(t.group, t.nr_pages, cpu);
+    UnchargeCounters(t.group, t.nr_pages, cpu, t.group->online());
     UpdateStats(t.group, cpu, kind, -static_cast<int64_t>(t.nr_pages));
   }
   if (left == nr_pages) return UnchargeResult{0};
@@ -652,54 +654,32 @@ absl::StatusOr<GroupStats> MemoryController::GetStats(absl::string_view path,
 
 // --- memory.peak per open file, memory.oom.group -----------------------------
 
-absl::StatusOr<uint64_t> MemoryController::OpenPeakWatermark(
-    absl::string_view path) {
+absl::StatusOr<uint64_t> MemoryController::PeakFile(absl::string_view path,
+                                                    PeakOp op,
+                                                    uint64_t watermark_id) {
   PercpuReaderLock l(tree_.lock(), CurrentCpu(nr_cpus_));
-  absl::StatusOr<Group*> g = tree_.Find(path);
-  if (!g.ok()) return g.status();
-  const uint64_t id = next_watermark_id_.fetch_add(1, std::memory_order_relaxed);
-  (*g)->PeakWrite(id);
-  return id;
-}
-
-namespace {
-
-absl::Status NoSuchWatermark(absl::string_view path, uint64_t watermark_id) {
-  return absl::NotFoundError(absl::StrCat("watermark ", watermark_id,
-                                          ": not open on path ",
-                                          QuotePath(path)));
-}
-
-}  // namespace
-
-absl::StatusOr<uint64_t> MemoryController::ResetPeakWatermark(
-    absl::string_view path, uint64_t watermark_id) {
-  PercpuReaderLock l(tree_.lock(), CurrentCpu(nr_cpus_));
-  absl::StatusOr<Group*> g = tree_.Find(path);
-  if (!g.ok()) return g.status();
-  if (!(*g)->PeakRead(watermark_id).has_value())
-    return NoSuchWatermark(path, watermark_id);
-  return (*g)->PeakWrite(watermark_id);
-}
-
-absl::StatusOr<uint64_t> MemoryController::ReadPeakWatermark(
-    absl::string_view path, uint64_t watermark_id) const {
-  PercpuReaderLock l(tree_.lock(), CurrentCpu(nr_cpus_));
-  absl::StatusOr<Group*> g = tree_.Find(path);
-  if (!g.ok()) return g.status();
-  std::optional<uint64_t> peak = (*g)->PeakRead(watermark_id);
-  if (!peak.has_value()) return NoSuchWatermark(path, watermark_id);
-  return *peak;
-}
-
-absl::Status MemoryController::ClosePeakWatermark(absl::string_view path,
-                                                  uint64_t watermark_id) {
-  PercpuReaderLock l(tree_.lock(), CurrentCpu(nr_cpus_));
-  absl::StatusOr<Group*> g = tree_.Find(path);
-  if (!g.ok()) return g.status();
-  if (!(*g)->PeakRelease(watermark_id))
-    return NoSuchWatermark(path, watermark_id);
-  return absl::OkStatus();
+  absl::StatusOr<Group*> found = tree_.Find(path);
+  if (!found.ok()) return found.status();
+  Group* g = *found;
+  if (op == PeakOp::kOpen) {
+    const uint64_t id =
+        next_watermark_id_.fetch_add(1, std::memory_order_relaxed);
+    g->PeakWrite(id);
+    return id;
+  }
+  std::optional<uint64_t> peak = g->PeakRead(watermark_id);
+  if (!peak.has_value())
+    return absl::NotFoundError(absl::StrCat(
+        "watermark ", watermark_id, ": not open on path ", QuotePath(path)));
+  switch (op) {
+    case PeakOp::kReset:
+      return g->PeakWrite(watermark_id);
+    case PeakOp::kRead:
+      return *peak;
+    default:
+      g->PeakRelease(watermark_id);
+      return 0;
+  }
 }
 
 absl::Status MemoryController::SetOomGroup(absl::string_view path, bool on) {

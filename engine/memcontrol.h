@@ -91,14 +91,12 @@ class MemoryController {
   absl::StatusOr<uint64_t> Reclaim(absl::string_view path, uint64_t nr_pages);
   // memory.current/peak/stat/events (Engine::GetStats).
   absl::StatusOr<GroupStats> GetStats(absl::string_view path, FlushMode mode);
-  // memory.peak per open file (Engine::OpenPeakWatermark and the rest).
-  absl::StatusOr<uint64_t> OpenPeakWatermark(absl::string_view path);
-  absl::StatusOr<uint64_t> ResetPeakWatermark(absl::string_view path,
-                                              uint64_t watermark_id);
-  absl::StatusOr<uint64_t> ReadPeakWatermark(absl::string_view path,
-                                             uint64_t watermark_id) const;
-  absl::Status ClosePeakWatermark(absl::string_view path,
-                                  uint64_t watermark_id);
+  // memory.peak through an open file (Engine::OpenPeakWatermark and the
+  // rest, one per op): kOpen returns the new watermark's id, kReset the
+  // usage it restarted at, kRead the peak, kClose 0.
+  enum class PeakOp : uint8_t { kOpen, kReset, kRead, kClose };
+  absl::StatusOr<uint64_t> PeakFile(absl::string_view path, PeakOp op,
+                                    uint64_t watermark_id = 0);
   // memory.oom.group writes (Engine::SetOomGroup).
   absl::Status SetOomGroup(absl::string_view path, bool on);
   // memory.events and memory.events.local (Engine::GetEvents).
@@ -180,8 +178,9 @@ class MemoryController {
       ABSL_SHARED_LOCKS_REQUIRED(tree_.lock());
   // Takes nr_pages of `g` (already off its own counts) off the
   // page_counters: directly (memcg_uncharge()), or through `cpu`'s stock
-  // with uncharge_refills_stock for an online group.
-  void UnchargeCounters(Group* g, uint64_t nr_pages, int cpu);
+  // with uncharge_refills_stock if `g` is `online` (a dying group is never
+  // stocked again). Inline: on every uncharge.
+  void UnchargeCounters(Group* g, uint64_t nr_pages, int cpu, bool online);
   // Frees every dying group that holds no page and has no children.
   void FreeDyingGroups() ABSL_EXCLUSIVE_LOCKS_REQUIRED(tree_.lock());
 

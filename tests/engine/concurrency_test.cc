@@ -1,6 +1,7 @@
 // Multi-threaded conservation tests: nothing lost, nothing doubled, after a
 // final drain and flush. Run under ThreadSanitizer by the test command.
 #include <atomic>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -17,6 +18,19 @@ uint64_t Stat(const GroupStats& stats, const std::string& name) {
   for (const StatEntry& e : stats.stat)
     if (e.name == name) return e.value;
   return ~0ull;
+}
+
+// An engine on `nr_cpus` CPU slots without the periodic flusher, with /p
+// under a memory.max of `max_pages`.
+std::unique_ptr<Engine> EngineWithParent(int nr_cpus, uint64_t max_pages) {
+  EngineOptions options;
+  options.nr_cpus = nr_cpus;
+  options.periodic_flush_interval = absl::ZeroDuration();
+  auto engine = std::move(*Engine::Create(options));
+  LimitsUpdate limits;
+  limits.max_pages = max_pages;
+  EXPECT_TRUE(engine->CreateGroup("/p", limits).ok());
+  return engine;
 }
 
 // A flush-lock policy and, for kAdaptive, its hold budget (zero: one CPU
@@ -194,13 +208,7 @@ TEST(StockVictimConcurrencyTest, ConserveEveryPageWithTheAdditions) {
 // uncharged, reclaimed or left, and the dying groups, all empty, are freed.
 TEST(DyingGroupConcurrencyTest, UnchargesThroughTheHeirRaceReclaimSafely) {
   constexpr int kThreads = 3;
-  EngineOptions options;
-  options.nr_cpus = 4;
-  options.periodic_flush_interval = absl::ZeroDuration();
-  auto engine = std::move(*Engine::Create(options));
-  LimitsUpdate limits;
-  limits.max_pages = 3000;
-  ASSERT_TRUE(engine->CreateGroup("/p", limits).ok());
+  auto engine = EngineWithParent(4, 3000);
   for (int t = 0; t < kThreads; ++t)
     ASSERT_TRUE(engine->CreateGroup(absl::StrCat("/p/t", t), {}).ok());
   std::atomic<uint64_t> file_charged{0}, file_uncharged{0};
@@ -359,13 +367,8 @@ TEST_P(ConcurrencyTest, ExactReadsSeeEverythingAcknowledgedBefore) {
 // trylock). /p's 40 children park pages in the slots of CPUs 0..3; /q's
 // children hit /q's max from CPUs 4..7 over and over.
 TEST(StockDrainConcurrencyTest, NoOomWhileAnotherGroupDrains) {
-  EngineOptions options;
-  options.nr_cpus = 8;
-  options.periodic_flush_interval = absl::ZeroDuration();
-  auto engine = std::move(*Engine::Create(options));
+  auto engine = EngineWithParent(8, 1000);
   LimitsUpdate limits;
-  limits.max_pages = 1000;
-  ASSERT_TRUE(engine->CreateGroup("/p", limits).ok());
   limits.max_pages = 50;
   ASSERT_TRUE(engine->CreateGroup("/q", limits).ok());
   constexpr int kChildren = 40;

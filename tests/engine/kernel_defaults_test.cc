@@ -66,6 +66,11 @@ void Create(Engine& engine, const std::string& path,
   ASSERT_TRUE(g.ok()) << path << ": " << g.status();
 }
 
+// /p with two children, /p/a and /p/b, in that order.
+void CreateParentAndTwoChildren(Engine& engine) {
+  for (const char* path : {"/p", "/p/a", "/p/b"}) Create(engine, path);
+}
+
 void Charge(Engine& engine, const std::string& path, uint64_t nr_pages,
             PageKind kind, int cpu = 0) {
   auto r = engine.Charge(path, nr_pages, kind, cpu);
@@ -96,9 +101,7 @@ TEST(KernelDefaultsTest, EveryAdditionIsOffByDefault) {
 // CPU 1 holds none of A's pages and keeps B's.
 TEST(KernelDefaultsTest, OfflineDrainsEveryCpuHoldingTheGroupWhole) {
   auto engine = MakeEngine();
-  Create(*engine, "/p");
-  Create(*engine, "/p/a");
-  Create(*engine, "/p/b");
+  CreateParentAndTwoChildren(*engine);
   Charge(*engine, "/p/a", 1, PageKind::kAnon, 0);
   Charge(*engine, "/p/b", 1, PageKind::kAnon, 0);
   Charge(*engine, "/p/b", 1, PageKind::kAnon, 1);
@@ -229,9 +232,7 @@ TEST(KernelDefaultsTest, OverHighRetriesReclaimSwapClusterMaxEach) {
   constexpr uint64_t kHigh = uint64_t{1} << 20;
   constexpr uint64_t kOver = 20000;
   auto engine = MakeEngine();
-  Create(*engine, "/p");
-  Create(*engine, "/p/a");
-  Create(*engine, "/p/b");
+  CreateParentAndTwoChildren(*engine);
   Charge(*engine, "/p/a", kHigh + kOver, PageKind::kFile, 0);
   LimitsUpdate protect;
   protect.min_pages = kHigh + kOver;
@@ -265,9 +266,7 @@ TEST(KernelDefaultsTest, OverHighRetriesReclaimSwapClusterMaxEach) {
 // from the dying group, none from /p/b.
 TEST(KernelDefaultsTest, DyingGroupIsScannedAtLeastSwapClusterMax) {
   auto engine = MakeEngine();
-  Create(*engine, "/p");
-  Create(*engine, "/p/a");
-  Create(*engine, "/p/b");
+  CreateParentAndTwoChildren(*engine);
   Charge(*engine, "/p/a", 56, PageKind::kFile, 0);
   Charge(*engine, "/p/b", 56, PageKind::kFile, 1);
   auto dying = engine->DeleteGroup("/p/a");

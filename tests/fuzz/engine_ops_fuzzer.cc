@@ -101,6 +101,7 @@ void Violation(const char* format, ...) {
   } while (0)
 
 using u64 = uint64_t;
+using PeakOp = MemoryController::PeakOp;
 
 constexpr int kNrEvents = kNrMemoryEvents;
 
@@ -594,7 +595,7 @@ class Harness {
     switch (in_.ConsumeIntegralInRange<int>(0, 3)) {
       case 0: {
         const std::string path = PickPath();
-        absl::StatusOr<u64> w = mc_->OpenPeakWatermark(path);
+        absl::StatusOr<u64> w = mc_->PeakFile(path, PeakOp::kOpen);
         if (!Live(path)) {
           ExpectCode(w.status(), absl::StatusCode::kNotFound, "peak open", path);
           return;
@@ -605,8 +606,8 @@ class Harness {
       }
       case 1: {
         absl::StatusOr<u64> usage =
-            mc_->ResetPeakWatermark(slot.path.empty() ? "/" : slot.path,
-                                    slot.watermark_id);
+            mc_->PeakFile(slot.path.empty() ? "/" : slot.path,
+                          PeakOp::kReset, slot.watermark_id);
         if (!live) {
           ExpectCode(usage.status(), absl::StatusCode::kNotFound, "peak reset",
                      slot.path);
@@ -618,16 +619,18 @@ class Harness {
       }
       case 2:
         if (!live) {
-          ExpectCode(mc_->ReadPeakWatermark(slot.path.empty() ? "/" : slot.path,
-                                            slot.watermark_id)
+          ExpectCode(mc_->PeakFile(slot.path.empty() ? "/" : slot.path,
+                                   PeakOp::kRead, slot.watermark_id)
                          .status(),
                      absl::StatusCode::kNotFound, "peak read", slot.path);
           return;
         }
         return CheckPeak(slot, /*just_reset=*/false);
       default: {
-        const absl::Status s = mc_->ClosePeakWatermark(
-            slot.path.empty() ? "/" : slot.path, slot.watermark_id);
+        const absl::Status s =
+            mc_->PeakFile(slot.path.empty() ? "/" : slot.path, PeakOp::kClose,
+                          slot.watermark_id)
+                .status();
         ExpectCode(s, live ? absl::StatusCode::kOk : absl::StatusCode::kNotFound,
                    "peak close", slot.path);
         slot = PeakSlot{};
@@ -639,7 +642,8 @@ class Harness {
   // usage <= the watermark <= the group-wide peak; right after a write,
   // the watermark is the usage.
   void CheckPeak(const PeakSlot& slot, bool just_reset) {
-    absl::StatusOr<u64> peak = mc_->ReadPeakWatermark(slot.path, slot.watermark_id);
+    absl::StatusOr<u64> peak =
+        mc_->PeakFile(slot.path, PeakOp::kRead, slot.watermark_id);
     ExpectCode(peak.status(), absl::StatusCode::kOk, "peak read", slot.path);
     PercpuReaderLock l(mc_->tree().lock(), 0);
     const Group* g = mc_->tree().Lookup(slot.path);
