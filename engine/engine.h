@@ -26,7 +26,9 @@
 //   engine/group_path.h   the path grammar
 //   engine/group.h        a group (struct mem_cgroup) and its page counts
 //   engine/group_tree.h   the registry, GroupHandle table, tree lock
-//   engine/memcontrol.h   charge, uncharge, limits, events (mm/memcontrol.c)
+//   engine/memcontrol.h   charge, uncharge, limits, events (mm/memcontrol.c);
+//                         its cgroup files in memcontrol_files.cc
+//   engine/oom_group.h    a memory.oom.group kill in a charge's status
 //   engine/memory_stat.h  memory.stat
 //   engine/flusher.h      the periodic flusher
 //   engine/page_counter.h, stock.h, rstat.h, reclaim.h  the kernel's
