@@ -11,7 +11,10 @@
 # flush lock across every CPU), HOLD_BUDGET (adaptive's --flush_hold_budget,
 # a duration such as 50us; default 0: one CPU with updates per hold), CPUS (400),
 # DURATION (10s), THREADS (8), HOGS (8), PORT (50051), METRICS_PORT (9464),
-# JSON (a file for the --json report; unset = none), BUILD_DIR (build). Extra
+# JSON (a file for the --json report; unset = none), BUILD_DIR (build),
+# STOCK_ADDITIONS (0: the kernel's per-CPU stock, cgacctd's default; 1: turn
+# on the engine's opt-in additions, --uncharge_refills_stock
+# --stock_victim_sets=64 --stock_pool_buckets=1024, and say so). Extra
 # arguments go to cgacct-load.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,6 +33,15 @@ THREADS=${THREADS:-8}
 HOGS=${HOGS:-8}
 PORT=${PORT:-50051}
 METRICS_PORT=${METRICS_PORT:-9464}
+STOCK_ADDITIONS=${STOCK_ADDITIONS:-0}
+
+stock_flags=()
+if [ "$STOCK_ADDITIONS" = 1 ]; then
+  stock_flags=(--uncharge_refills_stock --stock_victim_sets=64 --stock_pool_buckets=1024)
+  echo "run.sh: the engine's opt-in stock additions are ON (${stock_flags[*]}): not the kernel's stock" >&2
+else
+  echo "run.sh: the kernel's per-CPU stock (no opt-in additions; STOCK_ADDITIONS=1 turns them on)" >&2
+fi
 
 # The server gets its own session, so a Ctrl-C reaches only the load
 # client, which then stops, uncharges and prints its report; the trap stops
@@ -37,7 +49,7 @@ METRICS_PORT=${METRICS_PORT:-9464}
 setsid "$BUILD_DIR"/server/cgacctd --listen=127.0.0.1:"$PORT" \
   --metrics_listen=127.0.0.1:"$METRICS_PORT" --cpus="$CPUS" \
   --flush_lock_policy="$POLICY" --flush_preempt_model="$PREEMPT" \
-  --flush_hold_budget="$HOLD_BUDGET" &
+  --flush_hold_budget="$HOLD_BUDGET" "${stock_flags[@]}" &
 server=$!
 trap 'kill -TERM $server 2>/dev/null; wait $server 2>/dev/null || true' EXIT
 

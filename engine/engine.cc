@@ -95,6 +95,28 @@ absl::StatusOr<GroupStats> Engine::GetStats(absl::string_view path,
                                             FlushMode mode) {
   return impl_->memcg.GetStats(path, mode);
 }
+absl::StatusOr<uint64_t> Engine::OpenPeakWatermark(absl::string_view path) {
+  return impl_->memcg.PeakFile(path, MemoryController::PeakOp::kOpen);
+}
+absl::StatusOr<uint64_t> Engine::ResetPeakWatermark(absl::string_view path,
+                                                    uint64_t watermark_id) {
+  return impl_->memcg.PeakFile(path, MemoryController::PeakOp::kReset,
+                               watermark_id);
+}
+absl::StatusOr<uint64_t> Engine::ReadPeakWatermark(
+    absl::string_view path, uint64_t watermark_id) const {
+  return impl_->memcg.PeakFile(path, MemoryController::PeakOp::kRead,
+                               watermark_id);
+}
+absl::Status Engine::ClosePeakWatermark(absl::string_view path,
+                                        uint64_t watermark_id) {
+  return impl_->memcg
+      .PeakFile(path, MemoryController::PeakOp::kClose, watermark_id)
+      .status();
+}
+absl::Status Engine::SetOomGroup(absl::string_view path, bool on) {
+  return impl_->memcg.SetOomGroup(path, on);
+}
 absl::StatusOr<GroupEvents> Engine::GetEvents(GroupHandle group) const {
   return impl_->memcg.GetEvents(group);
 }

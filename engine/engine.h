@@ -5,8 +5,12 @@
 // root, segments [A-Za-z0-9._-]{1,255}, not "." or ".."). Each group has a
 // hierarchical page_counter (memory.current/max/high/min/low), memory.events,
 // and rstat statistics (memory.stat). Charges go through a per-CPU stock of
-// pre-charged pages (batch 64, 7 group slots per CPU) in front of the
-// counters, following try_charge_memcg() in mm/memcontrol.c. FILE pages sit
+// pre-charged pages (batch 64, 7 group slots per CPU, a random slot evicted
+// when full) in front of the counters, following try_charge_memcg() in
+// mm/memcontrol.c; uncharges leave the counters at once, as uncharge_batch()
+// does for user pages. By default every rule is the kernel's; the engine's
+// additions (EngineOptions: stock_pool_buckets, stock_victim_sets,
+// uncharge_refills_stock) are opt-in. FILE pages sit
 // on their group's LRU and are reclaimed the kernel's way (engine/reclaim.h):
 // on the charge path at memory.max and memory.high, on limit writes, and on
 // Reclaim (memory.reclaim), honouring memory.min/memory.low.
@@ -22,7 +26,9 @@
 //   engine/group_path.h   the path grammar
 //   engine/group.h        a group (struct mem_cgroup) and its page counts
 //   engine/group_tree.h   the registry, GroupHandle table, tree lock
-//   engine/memcontrol.h   charge, uncharge, limits, events (mm/memcontrol.c)
+//   engine/memcontrol.h   charge, uncharge, limits, events (mm/memcontrol.c);
+//                         its cgroup files in memcontrol_files.cc
+//   engine/oom_group.h    a memory.oom.group kill in a charge's status
 //   engine/memory_stat.h  memory.stat
 //   engine/flusher.h      the periodic flusher
 //   engine/page_counter.h, stock.h, rstat.h, reclaim.h  the kernel's
@@ -31,11 +37,12 @@
 // Errors (absl::Status codes, messages name the offending field):
 //   INVALID_ARGUMENT    bad path, nr_pages == 0, cpu >= nr_cpus, root where
 //                       the root is not allowed
-//   NOT_FOUND           the group (or the parent, for CreateGroup) is missing
+//   NOT_FOUND           the group (or the parent, for CreateGroup) is missing;
+//                       a memory.peak watermark id not open on the group
 //   ALREADY_EXISTS      CreateGroup on an existing path, "/" included (the
 //                       root always exists)
-//   FAILED_PRECONDITION DeleteGroup with children; Uncharge of more ANON pages
-//                       than the group holds
+//   FAILED_PRECONDITION DeleteGroup with (online) children; Uncharge of more
+//                       ANON pages than the group holds
 //   RESOURCE_EXHAUSTED  Charge hit OOM; the message names the limiting group
 //   UNAVAILABLE         Reclaim could not reclaim the requested amount
 // A failed call changes nothing. The argument checks are exported
@@ -54,6 +61,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "engine/group_handle.h"
+#include "engine/oom_group.h"
 #include "engine/options.h"
 #include "engine/remote_stock.h"
 #include "engine/types.h"
@@ -80,10 +88,21 @@ class Engine {
   absl::StatusOr<GroupInfo> CreateGroup(absl::string_view path,
                                         const LimitsUpdate& limits);
 
-  // Removes a group without children, like rmdir. Stocks holding it are
-  // drained, its stats are flushed into the parent, and the pages still
-  // charged to it become the parent's (returned). Its events stay counted in
-  // its ancestors' hierarchical memory.events.
+  // Removes a group without (online) children, like rmdir, mirroring
+  // mem_cgroup_css_offline(): memory.min/low reset, then
+  // drain_all_stock(group): every CPU whose stock holds pages of the group
+  // is drained whole, every slot whoever owns it. The group leaves the
+  // namespace at once (its path and handles are NOT_FOUND; the path can be
+  // created again) but, like the kernel's dying memcg, stays offline in the
+  // hierarchy with the pages still charged to it (returned): they count in
+  // its ancestors' memory.current and memory.stat, reclaim still visits
+  // it (scanning at least min(its FILE pages, 32) at every priority,
+  // get_scan_count()'s floor for offline groups), and an Uncharge (or
+  // UnchargeAtMost) of its nearest online ancestor takes them once that
+  // ancestor's own pages do not cover it: the pages the parent answers for.
+  // The dying group is freed (its stats folded into the parent) once it
+  // holds no page, at the next CreateGroup or DeleteGroup. Its events stay
+  // counted in its ancestors' hierarchical memory.events.
   absl::StatusOr<uint64_t> DeleteGroup(absl::string_view path);
 
   // Paths below `path` (children, or the whole subtree if recursive), sorted;
@@ -126,7 +145,12 @@ class Engine {
   // costlier one fails with `max` events only, as mem_cgroup_oom() returns
   // early above PAGE_ALLOC_COSTLY_ORDER. The root is never charged directly
   // (try_charge() returns 0 for it): `path` "/" is INVALID_ARGUMENT, checked
-  // first. A charge that leaves a level over memory.high then runs
+  // first. An OOM whose victim's group, or an ancestor up to the limiting
+  // group, has memory.oom.group set (SetOomGroup) kills that whole group
+  // (the highest such, mem_cgroup_get_oom_group()): `oom_group_kill` is
+  // counted on it, EngineObserver::OnOomGroupKill names it and the status
+  // carries its path (OomGroupKillPath(), engine/oom_group.h). A charge
+  // that leaves a level over memory.high then runs
   // mem_cgroup_handle_over_high() (reclaim, `high` events) and returns the
   // throttle the kernel would sleep (0, or over 10 ms and at most 2 s).
   // With a RemoteStockDrainer installed, inside a RemoteDrainDeferral::Scope
@@ -137,11 +161,16 @@ class Engine {
                                       PageKind kind,
                                       std::optional<int> cpu = std::nullopt);
 
-  // Uncharges nr_pages (> 0) of `kind` from `path`. The pages go back through
-  // the per-CPU stock (refill_stock(), as socket and kernel memory do). ANON:
-  // more than the group holds is FAILED_PRECONDITION. FILE: uncharges what is
-  // left of nr_pages (reclaim may have taken some) and returns that number.
-  // The root holds no pages of its own: "/" is INVALID_ARGUMENT.
+  // Uncharges nr_pages (> 0) of `kind` from `path`: the group's own pages,
+  // then those still charged to its dying descendants (DeleteGroup). The
+  // pages leave the page_counters at once (uncharge_batch() ->
+  // memcg_uncharge(), the kernel's path for user pages); with
+  // EngineOptions::uncharge_refills_stock they go back through the per-CPU
+  // stock instead (refill_stock(), the kernel's path for socket and kernel
+  // memory). ANON: more than the group holds is FAILED_PRECONDITION. FILE:
+  // uncharges what is left of nr_pages (reclaim may have taken some) and
+  // returns that number. The root holds no pages of its own: "/" is
+  // INVALID_ARGUMENT.
   absl::StatusOr<UnchargeResult> Uncharge(
       absl::string_view path, uint64_t nr_pages, PageKind kind,
       std::optional<int> cpu = std::nullopt);
@@ -196,10 +225,10 @@ class Engine {
   // too taking what the group still holds of them instead of
   // FAILED_PRECONDITION (some may have been uncharged behind the holder's
   // back), and returns that number. If `group` was deleted since, from the
-  // nearest live ancestor of `charged_path` below the root, where
-  // DeleteGroup moved its pages (found under the same tree reader slot as the
-  // uncharge, so it cannot move again meanwhile). For a session's close or
-  // expiry. The serving thread's CPU slot. Thread-safe. Errors: NOT_FOUND
+  // nearest live ancestor of `charged_path` below the root, which answers
+  // for the pages DeleteGroup left on the dying group (found under the same
+  // tree reader slot as the uncharge, so it cannot change meanwhile). For a
+  // session's close or expiry. The serving thread's CPU slot. Thread-safe. Errors: NOT_FOUND
   // when neither the group nor such an ancestor exists (nothing uncharged);
   // INVALID_ARGUMENT as Uncharge for nr_pages or kind.
   absl::StatusOr<UnchargeResult> UnchargeAtMost(GroupHandle group,
@@ -208,8 +237,43 @@ class Engine {
                                                 PageKind kind);
 
   // memory.current/peak/stat/events of `path`, flushed per `mode`.
+  // memory_peak_pages is the group-wide watermark (memory.peak read through
+  // a file that was never written), whatever watermarks are open.
   absl::StatusOr<GroupStats> GetStats(absl::string_view path,
                                       FlushMode mode = FlushMode::kExact);
+
+  // memory.peak per open file (Linux 6.12+): a writer of memory.peak gets a
+  // watermark of its own from then on; the group-wide peak is unchanged.
+  //
+  // OpenPeakWatermark: open memory.peak and write to it
+  // (memory_peak_write()): the group's local watermark is set to its usage,
+  // every watermark already open on the group is raised to that usage if
+  // below it (so it keeps the peak it had), and a new watermark starts at
+  // usage. Returns its id (engine-unique, never reused), for the calls
+  // below. ResetPeakWatermark: write again through the same file: the same
+  // as opening, for an open watermark; returns the usage it restarted at.
+  // ReadPeakWatermark: read through that file (memory_peak_show()):
+  // max(the watermark's value, the local watermark), pages: the highest
+  // usage since its last write. ClosePeakWatermark: close the file
+  // (peak_release()). A watermark belongs to the group instance: deleting
+  // the group closes it (NOT_FOUND afterwards, even if the path is created
+  // again). Thread-safe; each takes the calling CPU's tree reader slot and
+  // the group's peaks lock (memcg->peaks_lock). Errors: INVALID_ARGUMENT
+  // bad path; NOT_FOUND no such group, or `watermark_id` not open on it.
+  absl::StatusOr<uint64_t> OpenPeakWatermark(absl::string_view path);
+  absl::StatusOr<uint64_t> ResetPeakWatermark(absl::string_view path,
+                                              uint64_t watermark_id);
+  absl::StatusOr<uint64_t> ReadPeakWatermark(absl::string_view path,
+                                             uint64_t watermark_id) const;
+  absl::Status ClosePeakWatermark(absl::string_view path,
+                                  uint64_t watermark_id);
+
+  // memory.oom.group write (memory_oom_group_write()): with `on`, an OOM of
+  // a charge at or below `path` whose limiting group is `path` or above
+  // kills the whole group (see Charge). GetStats().oom_group reads it back.
+  // Thread-safe; lock-free on the group. Errors: INVALID_ARGUMENT bad path,
+  // or "/" (the root has no memory.oom.group); NOT_FOUND no such group.
+  absl::Status SetOomGroup(absl::string_view path, bool on);
 
   // memory.events and memory.events.local of a resolved group, read without
   // a flush (events are exact counters, not rstat). Thread-safe; takes the
@@ -220,13 +284,13 @@ class Engine {
   // Drains every CPU's stock (drain_all_stock() for the root), synchronously.
   void DrainAllStock();
 
-  // drain_all_stock(memcg) for `group`: every CPU's stock (slots, victim
-  // table, pool) holding pages of `group` or a descendant gives them back
-  // to the page_counters, synchronously (waits for a drain already
-  // running), so memory.current of `group` and its ancestors counts no
-  // stocked page of that subtree afterwards. The kernel drains a memcg's
-  // stock this way when it goes offline (memcg_offline_kmem ->
-  // drain_all_stock); cgacct's sessions call it after a close or expiry
+  // drain_all_stock(memcg) for `group`: every CPU's stock holding pages of
+  // `group` or a descendant is drained whole (every slot, and the victim
+  // table), and the pool's buckets of that subtree, back to the
+  // page_counters, synchronously (waits for a drain already running), so
+  // memory.current of `group` and its ancestors counts no stocked page of
+  // that subtree afterwards. The kernel drains a memcg's stock this way when
+  // it goes offline (mem_cgroup_css_offline() -> drain_all_stock()); cgacct's sessions call it after a close or expiry
   // returned their pages (docs/DESIGN.md §4.14). With `charged_path`, a
   // deleted `group` is replaced by the nearest live ancestor of that path
   // below the root, as in UnchargeAtMost. Thread-safe; takes the calling

@@ -30,11 +30,6 @@ absl::Status Group::AnonUnderflow(uint64_t nr_pages, uint64_t held) const {
                    " holds only ", held, " ANON pages"));
 }
 
-void Group::ReparentPages() {
-  for (PageKind kind : {PageKind::kAnon, PageKind::kFile})
-    parent_->PagesOf(kind).fetch_add(nr_pages(kind), std::memory_order_relaxed);
-}
-
 void Group::LinkChild(Group* child) {
   child->prev_sibling_ = last_child_;
   child->next_sibling_ = nullptr;
@@ -47,6 +42,12 @@ void Group::LinkChild(Group* child) {
   ++nr_children_;
 }
 
+void Group::MarkOffline() {
+  online_ = false;
+  --parent_->nr_children_;
+  ++parent_->nr_dying_children_;
+}
+
 void Group::UnlinkFromParent() {
   Group* parent = parent_;
   (prev_sibling_ != nullptr ? prev_sibling_->next_sibling_
@@ -54,14 +55,36 @@ void Group::UnlinkFromParent() {
   (next_sibling_ != nullptr ? next_sibling_->prev_sibling_
                             : parent->last_child_) = prev_sibling_;
   prev_sibling_ = next_sibling_ = nullptr;
-  --parent->nr_children_;
+  --parent->nr_dying_children_;
 }
 
-void Group::CountEvent(MemoryEvent event) {
+void Group::CountEvent(MemoryEvent event, bool local_only) {
   const int e = static_cast<int>(event);
   events_local_[e].fetch_add(1, std::memory_order_relaxed);
-  for (Group* pos = this; pos != nullptr && !pos->is_root(); pos = pos->parent_)
+  for (Group* pos = this; pos != nullptr && !pos->is_root(); pos = pos->parent_) {
     pos->events_[e].fetch_add(1, std::memory_order_relaxed);
+    if (local_only) break;
+  }
+}
+
+uint64_t Group::PeakWrite(uint64_t watermark_id) {
+  MutexLock l(&peaks_mu_);
+  const uint64_t usage = memory_.ResetLocalWatermark();
+  for (auto& [id, value] : peaks_) value = std::max(value, usage);
+  peaks_[watermark_id] = usage;
+  return usage;
+}
+
+std::optional<uint64_t> Group::PeakRead(uint64_t watermark_id) const {
+  MutexLock l(&peaks_mu_);
+  auto it = peaks_.find(watermark_id);
+  if (it == peaks_.end()) return std::nullopt;
+  return std::max(it->second, memory_.local_watermark());
+}
+
+bool Group::PeakRelease(uint64_t watermark_id) {
+  MutexLock l(&peaks_mu_);
+  return peaks_.erase(watermark_id) > 0;
 }
 
 namespace {

@@ -16,10 +16,17 @@
 //     Uncharging() before the page_counter uncharge, so memory.current never
 //     falls below them; Uncharging() refuses more ANON than is held before
 //     any counter moves. nr_file is also the FILE LRU (engine/lru.h).
-//   - Deleting a group hands its own pages to its parent (ReparentPages()):
-//     the page_counters already include them hierarchically.
+//   - A group is online from creation until DeleteGroup takes it offline
+//     (mem_cgroup_css_offline()); an offline ("dying") group keeps its pages,
+//     its page_counter and its place in its parent's children list (reclaim
+//     walks still visit it, get_scan_count()'s offline floor applies) until
+//     it holds no page and has no children, when the engine frees it. It is
+//     never charged again; its pages leave by reclaim, or by uncharges that
+//     name its nearest online ancestor (MemoryController). An offline
+//     group's children are offline.
 //   - memory.events: an event counts once locally and once in the group and
-//     each ancestor below the root (CountEvent()).
+//     each ancestor below the root (CountEvent()), or in the group alone
+//     under memory_localevents.
 //
 // Thread safety: thread-safe as described above: the page counts, events and
 // counters are atomics or guarded as their classes say; the tree links and
@@ -30,13 +37,17 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/base/optimization.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "engine/lru.h"
+#include "engine/mutex.h"
 #include "engine/page_counter.h"
 #include "engine/rstat.h"
 #include "engine/types.h"
@@ -63,8 +74,15 @@ class Group {
   Group* last_child() const { return last_child_; }
   Group* next_sibling() const { return next_sibling_; }
   Group* prev_sibling() const { return prev_sibling_; }
+  // Whether any child is linked, online or dying (the walk's view).
   bool has_children() const { return first_child_ != nullptr; }
+  // Online children (rmdir's EBUSY test: css_has_online_children()).
   uint64_t nr_children() const { return nr_children_; }
+  // Dying (offline) children still linked.
+  uint64_t nr_dying_children() const { return nr_dying_children_; }
+  // mem_cgroup_online(): false once DeleteGroup took the group offline.
+  // Written under the tree's writer lock; read under a reader slot.
+  bool online() const { return online_; }
 
   PageCounter& memory() { return memory_; }  // memory.current/max/high/...
   const PageCounter& memory() const { return memory_; }
@@ -110,27 +128,52 @@ class Group {
   uint64_t IsolateLruPages(uint64_t nr_to_scan) {
     return LruIsolatePages(nr_file_pages_, nr_to_scan);
   }
-  // On removal (the writer side held, no concurrent charges to the group):
-  // the parent takes over this group's own pages.
-  void ReparentPages();
-
   // The children list (GroupTree, under the writer side of its lock):
-  // appends `child` after the last child, and unlinks this group from its
-  // parent's list.
+  // appends `child` (online) after the last child; marks this group offline
+  // (it stays linked, counted among its parent's dying children); unlinks
+  // this offline group from its parent's list.
   void LinkChild(Group* child);
+  void MarkOffline();
   void UnlinkFromParent();
+
+  // Uncharging()'s FAILED_PRECONDITION for ANON: "nr_pages N: path P holds
+  // only H ANON pages".
+  absl::Status AnonUnderflow(uint64_t nr_pages, uint64_t held) const;
+
+  // --- memory.oom.group -------------------------------------------------
+
+  // memory.oom.group (memcg->oom_group): at an OOM, the whole group is
+  // killed (mem_cgroup_get_oom_group()). Lock-free.
+  bool oom_group() const { return oom_group_.load(std::memory_order_relaxed); }
+  void set_oom_group(bool on) {
+    oom_group_.store(on, std::memory_order_relaxed);
+  }
+
+  // --- memory.peak, per open file (Linux 6.12+) -------------------------
+
+  // memory_peak_write() on the file `watermark_id` names: local_watermark
+  // = usage; every registered watermark below usage is raised to it (so
+  // their readers keep the peak they saw); `watermark_id` is registered (if
+  // new) or reset at usage. Returns usage. Takes peaks_mu_.
+  uint64_t PeakWrite(uint64_t watermark_id) ABSL_LOCKS_EXCLUDED(peaks_mu_);
+  // memory_peak_show() of a registered watermark: max(its value,
+  // local_watermark), pages; nullopt if `watermark_id` is not registered.
+  std::optional<uint64_t> PeakRead(uint64_t watermark_id) const
+      ABSL_LOCKS_EXCLUDED(peaks_mu_);
+  // peak_release(): forgets `watermark_id`; false if it was not registered.
+  bool PeakRelease(uint64_t watermark_id) ABSL_LOCKS_EXCLUDED(peaks_mu_);
 
   // --- memory.events ----------------------------------------------------
 
   // memcg_memory_event()'s counting: `event` once in memory.events.local,
   // and in memory.events of this group and each ancestor below the root.
-  void CountEvent(MemoryEvent event);
+  // With `local_only` (memory_localevents), memory.events counts on this
+  // group alone.
+  void CountEvent(MemoryEvent event, bool local_only = false);
   MemoryEvents events() const;        // hierarchical (memory.events)
   MemoryEvents events_local() const;  // memory.events.local
 
  private:
-  // Uncharging()'s FAILED_PRECONDITION, built out of line.
-  absl::Status AnonUnderflow(uint64_t nr_pages, uint64_t held) const;
   friend class GroupTree;  // the tree links
 
   std::atomic<uint64_t>& PagesOf(PageKind kind) {
@@ -152,7 +195,9 @@ class Group {
   Group* last_child_ = nullptr;
   Group* prev_sibling_ = nullptr;
   Group* next_sibling_ = nullptr;
-  uint64_t nr_children_ = 0;
+  uint64_t nr_children_ = 0;        // online ones
+  uint64_t nr_dying_children_ = 0;  // offline ones still linked
+  bool online_ = true;
   uint32_t handle_slot_ = 0;  // index in the tree's GroupHandle table
 
   PageCounter memory_;
@@ -167,6 +212,14 @@ class Group {
   std::atomic<uint64_t> nr_file_pages_{0};  // also the FILE LRU
 
   MemcgReclaimIter reclaim_iter_;
+
+  std::atomic<bool> oom_group_{false};
+
+  // memory.peak's registered per-file watermarks (the kernel's
+  // memcg->memory_peaks list of struct cgroup_of_peak, under
+  // memcg->peaks_lock): watermark id -> value, pages.
+  mutable Mutex peaks_mu_;
+  absl::flat_hash_map<uint64_t, uint64_t> peaks_ ABSL_GUARDED_BY(peaks_mu_);
 };
 
 }  // namespace cgacct

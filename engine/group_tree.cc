@@ -184,12 +184,32 @@ absl::StatusOr<Group*> GroupTree::Add(absl::string_view path) {
   return g;
 }
 
-void GroupTree::Remove(Group* group) {
-  group->UnlinkFromParent();
-  RemoveHandleSlotLocked(group);
+void GroupTree::Offline(Group* group) {
   sorted_paths_.erase(group->path());
-  groups_.erase(groups_.find(group->path()));
+  auto it = groups_.find(group->path());
+  dying_.push_back(std::move(it->second));
+  groups_.erase(it);
+  RemoveHandleSlotLocked(group);
+  group->MarkOffline();
   nr_groups_.fetch_sub(1, std::memory_order_relaxed);
+  nr_dying_groups_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void GroupTree::Remove(Group* group) {
+  if (group->online()) Offline(group);
+  group->UnlinkFromParent();
+  auto it = std::find_if(
+      dying_.begin(), dying_.end(),
+      [group](const std::unique_ptr<Group>& g) { return g.get() == group; });
+  dying_.erase(it);
+  nr_dying_groups_.fetch_sub(1, std::memory_order_relaxed);
+}
+
+std::vector<Group*> GroupTree::DyingGroups() const {
+  std::vector<Group*> out;
+  out.reserve(dying_.size());
+  for (const std::unique_ptr<Group>& g : dying_) out.push_back(g.get());
+  return out;
 }
 
 void GroupTree::AddHandleSlotLocked(Group* g) {

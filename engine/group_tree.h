@@ -1,13 +1,16 @@
-// GroupTree: the engine's registry of live groups (the cgroup hierarchy):
-// path -> group, the GroupHandle table, group ids, and the per-CPU
-// reader/writer lock that protects them all (the role cgroup_mutex plus RCU
-// play for the kernel's css tree).
+// GroupTree: the engine's registry of groups (the cgroup hierarchy): path ->
+// online group, the GroupHandle table, group ids, the dying (offline) groups
+// still linked, and the per-CPU reader/writer lock that protects them all
+// (the role cgroup_mutex plus RCU play for the kernel's css tree).
 //
 // Invariants:
 //   - The root "/" exists from construction to destruction; every other
-//     group's parent is in the tree, and `groups_`, `sorted_paths_`, the
-//     parents' children lists (creation order, Group::LinkChild) and the
-//     handle table always name the same set of groups.
+//     group's parent is in the tree. `groups_`, `sorted_paths_` and the
+//     handle table name the online groups; `dying_` owns the offline ones,
+//     in the order they went offline (a child before its parent); the
+//     parents' children lists (creation order, Group::LinkChild) link both,
+//     so reclaim walks visit dying groups as the kernel's css iterators
+//     visit a removed cgroup until it is released.
 //   - Ids start at 1 and are never reused; a handle slot holds a live group
 //     or null (free), so (slot, id) names one group instance for ever
 //     (engine/group_handle.h).
@@ -52,8 +55,14 @@ class GroupTree {
   PercpuRwLock* lock() const ABSL_LOCK_RETURNED(lock_) { return &lock_; }
 
   Group* root() const { return root_; }  // constant
+  // Online groups, the root included.
   uint64_t nr_groups() const {
     return nr_groups_.load(std::memory_order_relaxed);
+  }
+  // Offline groups not yet freed (cgroup.stat nr_dying_descendants of the
+  // root).
+  uint64_t nr_dying_groups() const {
+    return nr_dying_groups_.load(std::memory_order_relaxed);
   }
 
   // The group at `path` (unvalidated), or null.
@@ -75,7 +84,7 @@ class GroupTree {
   // Engine::ResolveGroup(): the handle of the group at `path`.
   absl::StatusOr<GroupHandle> Resolve(absl::string_view path) const
       ABSL_LOCKS_EXCLUDED(lock_);
-  // Engine::ListGroups(): paths below `path`, sorted.
+  // Engine::ListGroups(): online paths below `path`, sorted.
   absl::StatusOr<std::vector<std::string>> ListGroups(absl::string_view path,
                                                       bool recursive) const
       ABSL_LOCKS_EXCLUDED(lock_);
@@ -90,8 +99,17 @@ class GroupTree {
   // with a fresh id and handle slot. ALREADY_EXISTS; NOT_FOUND (parent).
   absl::StatusOr<Group*> Add(absl::string_view path)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock_);
-  // Unlinks and destroys `group`, a non-root leaf.
+  // css offline: `group`, a non-root online group without online children,
+  // leaves the path map and the handle table (its path and every handle to
+  // it are NOT_FOUND from now on; the path may be created again) and stays
+  // linked, offline, among its parent's children until Remove.
+  void Offline(Group* group) ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock_);
+  // Unlinks and destroys `group`, a non-root group without linked children
+  // (online: it leaves the path map and handle table too; offline: the
+  // dying list).
   void Remove(Group* group) ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock_);
+  // The offline groups, in the order they went offline.
+  std::vector<Group*> DyingGroups() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock_);
 
  private:
   // Find(handle)'s NOT_FOUND, built out of line.
@@ -115,7 +133,11 @@ class GroupTree {
   // fine: no reader is inside while the writer holds the lock.
   std::vector<Group*> handle_slots_ ABSL_GUARDED_BY(lock_);
   std::vector<uint32_t> free_handle_slots_ ABSL_GUARDED_BY(lock_);
+  // Offline groups, oldest first (a dying group goes offline after its
+  // children, so freeing in this order frees children first).
+  std::vector<std::unique_ptr<Group>> dying_ ABSL_GUARDED_BY(lock_);
   std::atomic<uint64_t> nr_groups_{0};
+  std::atomic<uint64_t> nr_dying_groups_{0};
 };
 
 }  // namespace cgacct

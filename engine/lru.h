@@ -49,8 +49,9 @@ inline uint64_t LruIsolatePages(std::atomic<uint64_t>& lru,
 //
 // Lifetime: `position` holds no reference (like the kernel since 2024). It is
 // only followed by walkers holding a reader slot of the engine's tree lock;
-// DeleteGroup holds the writer side and moves every cursor off the group it
-// removes (InvalidateReclaimIterators()), so it never dangles.
+// a deleted group stays linked (dying) while it holds pages, and freeing it
+// holds the writer side and moves every cursor off it
+// (InvalidateReclaimIterators()), so it never dangles.
 //
 // Memory ordering: seq_cst, as the kernel's cmpxchg()/atomic_inc() are fully
 // ordered; the pointed-to groups are published by the tree lock, not by it.

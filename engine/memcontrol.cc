@@ -7,9 +7,10 @@
 
 #include "absl/base/attributes.h"
 #include "absl/base/optimization.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "engine/group_path.h"
-#include "engine/memory_stat.h"
+#include "engine/oom_group.h"
 #include "engine/percpu.h"
 #include "engine/validate.h"
 
@@ -39,6 +40,20 @@ Group* LimitingGroup(Group* g, uint64_t nr_pages) {
   return nullptr;
 }
 
+// mem_cgroup_get_oom_group(victim, oom_domain): from the victim's group up
+// to the OOM domain (the group whose limit failed), the highest with
+// memory.oom.group set; null if none (or the victim is the root's, which
+// never happens: the root is never charged).
+Group* GetOomGroup(Group* victim, Group* oom_domain) {
+  Group* oom_group = nullptr;
+  for (Group* pos = victim; pos != nullptr && !pos->is_root();
+       pos = pos->parent()) {
+    if (pos->oom_group()) oom_group = pos;
+    if (pos == oom_domain) break;
+  }
+  return oom_group;
+}
+
 }  // namespace
 
 MemoryController::MemoryController(int nr_cpus, const EngineOptions& options)
@@ -48,6 +63,8 @@ MemoryController::MemoryController(int nr_cpus, const EngineOptions& options)
                         options.page_size_bytes),
       clock_(options.clock != nullptr ? *options.clock : Clock::Real()),
       observer_(options.observer),
+      uncharge_refills_stock_(options.uncharge_refills_stock),
+      memory_localevents_(options.memory_localevents),
       rstat_(
           nr_cpus,
           FlushLockConfig{options.flush_lock_policy, options.flush_batch_cpus,
@@ -56,7 +73,7 @@ MemoryController::MemoryController(int nr_cpus, const EngineOptions& options)
           options.observer, clock_),
       tree_(nr_cpus, &rstat_, page_counter_max_),
       stock_(nr_cpus, options.charge_batch_pages, options.stock_pool_buckets,
-             options.stock_victim_sets),
+             options.stock_victim_sets, options.stock_eviction_seed),
       counters_(new CpuCounters[nr_cpus]),
       reclaimer_(&rstat_, options.observer, clock_,
                  options.memory_recursiveprot, options.memcg_full_walk,
@@ -96,13 +113,16 @@ GroupInfo MemoryController::InfoOf(const Group& g) const {
 }
 
 // memcg_memory_event(): local count on `g`, hierarchical counts on `g` and
-// its ancestors below the root.
+// its ancestors below the root (on `g` alone under memory_localevents).
 void MemoryController::MemcgMemoryEvent(Group* g, MemoryEvent event, int cpu) {
-  g->CountEvent(event);
-  // cgroup_file_notify() on memory.events(.local) of g and its ancestors.
+  g->CountEvent(event, memory_localevents_);
+  // cgroup_file_notify() on memory.events(.local) of g and of the ancestors
+  // whose memory.events moved.
   if (observer_ != nullptr) {
-    for (Group* pos = g; pos != nullptr && !pos->is_root(); pos = pos->parent())
+    for (Group* pos = g; pos != nullptr && !pos->is_root(); pos = pos->parent()) {
       observer_->OnMemoryEvents(pos->id());
+      if (memory_localevents_) break;
+    }
   }
   if (event == MemoryEvent::kOom) Bump(counters_[cpu].oom_events);
 }
@@ -133,6 +153,7 @@ absl::StatusOr<GroupInfo> MemoryController::CreateGroup(
   if (path == "/")
     return absl::AlreadyExistsError("path \"/\": the root always exists");
   PercpuWriterLock l(tree_.lock());
+  FreeDyingGroups();
   absl::StatusOr<Group*> g = tree_.Add(path);
   if (!g.ok()) return g.status();
   ApplyLimits(*g, limits);
@@ -147,85 +168,40 @@ absl::StatusOr<uint64_t> MemoryController::DeleteGroup(absl::string_view path) {
   absl::StatusOr<Group*> found = tree_.Find(path);
   if (ABSL_PREDICT_FALSE(!found.ok())) return found.status();
   Group* g = *found;
-  if (g->has_children())
+  // rmdir's EBUSY (css_has_online_children()): dying children do not count.
+  if (g->nr_children() > 0)
     return absl::FailedPreconditionError(
         absl::StrCat("path ", QuotePath(path), " has ", g->nr_children(),
                      " child group(s); delete them first"));
-  // css offline/release: drain the stocks holding it, reset protection,
-  // fold its stats into the parent, and hand what is still charged to the
-  // parent (the counters already include it hierarchically).
-  stock_.DrainOwner(&g->memory());
-  InvalidateReclaimIterators(g);
+  // mem_cgroup_css_offline(): protection reset (re-propagating protected
+  // usage), then drain_all_stock(memcg): every CPU whose stock holds pages
+  // of the group is drained whole, every slot whoever owns it.
   g->memory().SetMin(0);
   g->memory().SetLow(0);
-  rstat_.FlushForRemoval(&g->rstat_group());
-  const uint64_t reparented = g->memory().Read();
-  g->ReparentPages();
+  stock_.DrainAll(&g->memory(), /*wait=*/true);
+  // The group leaves cgroupfs (its path and handles), and stays linked,
+  // offline, with the pages still charged to it until they are gone.
   const uint64_t id = g->id();
-  tree_.Remove(g);
+  const uint64_t dying_pages = g->memory().Read();
+  tree_.Offline(g);
   if (observer_ != nullptr) observer_->OnGroupDeleted(id);
-  return reparented;
+  FreeDyingGroups();
+  return dying_pages;
 }
 
-// --- memory.min/low/high/max writes -----------------------------------------
-
-void MemoryController::ApplyLimits(Group* g, const LimitsUpdate& limits) {
-  auto clamp = [this](uint64_t pages) {
-    return std::min(pages, page_counter_max_);
-  };
-  PageCounter& memory = g->memory();
-  if (limits.min_pages) memory.SetMin(clamp(*limits.min_pages));
-  if (limits.low_pages) memory.SetLow(clamp(*limits.low_pages));
-  if (limits.high_pages) memory.SetHigh(clamp(*limits.high_pages));
-  if (limits.max_pages) memory.SetMax(clamp(*limits.max_pages));
-}
-
-// memory_high_write(): drain once, then reclaim the excess until it fits or
-// 16 reclaims found nothing; never OOM.
-void MemoryController::MemoryHighWrite(Group* g, int cpu) {
-  PageCounter& memory = g->memory();
-  stock_.DrainAll(&memory, /*wait=*/true);
-  int nr_retries = kMaxReclaimRetries;
-  for (uint64_t usage; (usage = memory.Read()) > memory.high();) {
-    if (ReclaimPages(g, usage - memory.high(), cpu) == 0 && nr_retries-- == 0)
-      break;
+// css release/free for every dying group that holds no page and has no
+// children (dying_ is oldest first, so children go before their parents
+// in one pass): move reclaim cursors off it (mem_cgroup_css_released():
+// invalidate_reclaim_iterators()), forget its stock slots (they hold no
+// reference, unlike the kernel's), fold its stats into the parent, free it.
+void MemoryController::FreeDyingGroups() {
+  for (Group* g : tree_.DyingGroups()) {
+    if (g->has_children() || g->memory().Read() != 0) continue;
+    InvalidateReclaimIterators(g);
+    stock_.DrainOwner(&g->memory());
+    rstat_.FlushForRemoval(&g->rstat_group());
+    tree_.Remove(g);
   }
-}
-
-// memory_max_write(): drain once, reclaim, and if usage still cannot get
-// under the new max, `oom` (cgroup v2 accepts the limit anyway).
-void MemoryController::MemoryMaxWrite(Group* g, int cpu) {
-  PageCounter& memory = g->memory();
-  stock_.DrainAll(&memory, /*wait=*/true);
-  int nr_reclaims = kMaxReclaimRetries;
-  while (memory.Read() > memory.max()) {
-    if (nr_reclaims > 0) {
-      if (ReclaimPages(g, memory.Read() - memory.max(), cpu) == 0)
-        --nr_reclaims;
-      continue;
-    }
-    MemcgMemoryEvent(g, MemoryEvent::kOom, cpu);
-    break;
-  }
-}
-
-absl::StatusOr<GroupInfo> MemoryController::SetLimits(
-    absl::string_view path, const LimitsUpdate& limits) {
-  const int cpu = CurrentCpu(nr_cpus_);
-  PercpuReaderLock l(tree_.lock(), cpu);
-  absl::StatusOr<Group*> found = tree_.Find(path);
-  if (ABSL_PREDICT_FALSE(!found.ok())) return found.status();
-  Group* g = *found;
-  if (g->is_root())
-    return absl::InvalidArgumentError(
-        "path \"/\": the root has no limits to set");
-  MutexLock setter(&limits_mu_);
-  ApplyLimits(g, limits);
-  if (limits.high_pages && g->memory().Read() > g->memory().high())
-    MemoryHighWrite(g, cpu);
-  if (limits.max_pages && g->memory().Read() > g->memory().max())
-    MemoryMaxWrite(g, cpu);
-  return InfoOf(*g);
 }
 
 // --- charge -----------------------------------------------------------------
@@ -300,7 +276,7 @@ absl::Status MemoryController::TryChargeMemcg(Group* g, uint64_t nr_pages,
       stock_.DrainAll(&over->memory(), /*wait=*/true);
       // Then the stocks clients hold across the network (sessions,
       // engine/remote_stock.h): only if the local drain left no room; what
-      // they give back is uncharged into this CPU's stock, drained again.
+      // they give back is uncharged.
       if (over->memory().Margin() < nr_pages &&
           !DrainRemoteStock(over, nr_pages, cpu)) {
         // A thread that may not wait (RemoteDrainDeferral): its caller
@@ -328,10 +304,22 @@ absl::Status MemoryController::TryChargeMemcg(Group* g, uint64_t nr_pages,
         absl::StrCat(failed, "; a charge of more than ", kCostlyChargePages,
                      " pages fails without OOM"));
   // mem_cgroup_oom(): `oom` on the limiting group; the charging request is
-  // the victim.
+  // the victim (oom_kill_process() -> __oom_kill_process(): `oom_kill` on
+  // its memcg).
   MemcgMemoryEvent(over, MemoryEvent::kOom, cpu);
   MemcgMemoryEvent(g, MemoryEvent::kOomKill, cpu);
-  return absl::ResourceExhaustedError(failed);
+  // oom_kill_process(): with memory.oom.group set between the victim's
+  // group and the OOM domain, that whole group is killed.
+  Group* const oom_group = GetOomGroup(g, over);
+  if (oom_group == nullptr) return absl::ResourceExhaustedError(failed);
+  MemcgMemoryEvent(oom_group, MemoryEvent::kOomGroupKill, cpu);
+  if (observer_ != nullptr)
+    observer_->OnOomGroupKill(oom_group->id(), oom_group->path());
+  absl::Status status = absl::ResourceExhaustedError(absl::StrCat(
+      failed, "; memory.oom.group of ", ShortPath(oom_group->path()),
+      ": the whole group is killed"));
+  status.SetPayload(kOomGroupKillPayloadUrl, absl::Cord(oom_group->path()));
+  return status;
 }
 
 bool MemoryController::DrainRemoteStock(Group* over, uint64_t nr_pages,
@@ -358,9 +346,11 @@ bool MemoryController::DrainRemoteStock(Group* over, uint64_t nr_pages,
         UnchargeLocked(FindOrHeir(r.group, r.path), r.nr_pages, r.kind, cpu);
     if (done.ok()) uncharged += done->nr_pages;
   }
-  // They went into this CPU's stock: back to the counters, then tell the
-  // drainer (charges that joined this drain retry now).
-  if (uncharged > 0) stock_.DrainAll(&over->memory(), /*wait=*/true);
+  // With uncharge_refills_stock they went into this CPU's stock: back to the
+  // counters. Then tell the drainer (charges that joined this drain retry
+  // now).
+  if (uncharged > 0 && uncharge_refills_stock_)
+    stock_.DrainAll(&over->memory(), /*wait=*/true);
   if (!returned.empty()) drainer->RemoteStockReturned(over->id(), over->path());
   return true;
 }
@@ -424,9 +414,21 @@ absl::StatusOr<ChargeResult> MemoryController::Charge(
 
 // --- uncharge ---------------------------------------------------------------
 
-// Uncharged pages go back through the per-CPU stock (refill_stock(), as
-// socket and kernel memory do). The root holds no pages of its own.
-// Inlined into both callers (path and handle): the fast path.
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline void MemoryController::UnchargeCounters(
+    Group* g, uint64_t nr_pages, int cpu, bool online) {
+  if (uncharge_refills_stock_ && online) {
+    stock_.Refill(cpu, &g->memory(), nr_pages);
+  } else {
+    g->memory().Uncharge(nr_pages);
+  }
+}
+
+// Uncharged ANON and FILE pages leave the page_counters at once
+// (uncharge_batch() -> memcg_uncharge(), the kernel's path for user pages),
+// or, with the uncharge_refills_stock addition, go back through the per-CPU
+// stock (refill_stock(), the kernel's path for socket and kernel memory).
+// The root holds no pages of its own. Inlined into both callers (path and
+// handle): the fast path.
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline absl::StatusOr<UnchargeResult>
 MemoryController::UnchargeLocked(const absl::StatusOr<Group*>& found,
                                  uint64_t nr_pages, PageKind kind, int cpu,
@@ -434,13 +436,58 @@ MemoryController::UnchargeLocked(const absl::StatusOr<Group*>& found,
   if (ABSL_PREDICT_FALSE(!found.ok())) return found.status();
   Group* g = *found;
   if (ABSL_PREDICT_FALSE(g->is_root())) return RefuseRootCharge(g->path());
+  if (ABSL_PREDICT_FALSE(g->nr_dying_children() > 0))
+    return UnchargeWithDying(g, nr_pages, kind, cpu, at_most);
   absl::StatusOr<uint64_t> take = g->Uncharging(kind, nr_pages, at_most);
   if (!take.ok()) return take.status();
   if (*take == 0) return UnchargeResult{0};
-  stock_.Refill(cpu, &g->memory(), *take);
+  // Found by path or handle: an online group.
+  UnchargeCounters(g, *take, cpu, /*online=*/true);
   UpdateStats(g, cpu, kind, -static_cast<int64_t>(*take));
   Bump(counters_[cpu].uncharges);
   return UnchargeResult{*take};
+}
+
+// The pages `g` answers for are its own and those still charged to its
+// dying descendants (DeleteGroup leaves them there): its own first, then
+// each dying child's subtree in pre-order. ANON without `at_most` refuses
+// (FAILED_PRECONDITION, nothing moved) unless they hold nr_pages together.
+absl::StatusOr<UnchargeResult> MemoryController::UnchargeWithDying(
+    Group* g, uint64_t nr_pages, PageKind kind, int cpu, bool at_most) {
+  struct Taken {
+    Group* group;
+    uint64_t nr_pages;
+  };
+  std::vector<Taken> taken;
+  uint64_t left = nr_pages;
+  auto take_from = [&](Group* from) {
+    // at_most: take what `from` has; the ANON refusal is decided below, on
+    // the sum.
+    const uint64_t t = *from->Uncharging(kind, left, /*at_most=*/true);
+    if (t > 0) taken.push_back({from, t});
+    left -= t;
+  };
+  take_from(g);
+  for (Group* child = g->first_child(); child != nullptr && left > 0;
+       child = child->next_sibling()) {
+    if (child->online()) continue;
+    // A dying child's subtree is all dying.
+    for (Group* d = child; d != nullptr && left > 0;
+         d = NextDescendantPre(d, child))
+      take_from(d);
+  }
+  if (kind == PageKind::kAnon && left > 0 && !at_most) {
+    // Give back what was taken: no page_counter moved yet.
+    for (const Taken& t : taken) t.group->Charged(kind, t.nr_pages);
+    return g->AnonUnderflow(nr_pages, nr_pages - left);
+  }
+  for (const Taken& t : taken) {
+    UnchargeCounters(t.group, t.nr_pages, cpu, t.group->online());
+    UpdateStats(t.group, cpu, kind, -static_cast<int64_t>(t.nr_pages));
+  }
+  if (left == nr_pages) return UnchargeResult{0};
+  Bump(counters_[cpu].uncharges);
+  return UnchargeResult{nr_pages - left};
 }
 
 absl::StatusOr<UnchargeResult> MemoryController::Uncharge(
@@ -482,126 +529,6 @@ absl::StatusOr<UnchargeResult> MemoryController::UnchargeAtMost(
   PercpuReaderLock l(tree_.lock(), *cpu);
   return UnchargeLocked(FindOrHeir(group, charged_path), nr_pages, kind, *cpu,
                         /*at_most=*/true);
-}
-
-// --- memory.reclaim, memory.stat, drains and flushes ------------------------
-
-absl::StatusOr<uint64_t> MemoryController::Reclaim(absl::string_view path,
-                                                   uint64_t nr_pages) {
-  const int cpu = CurrentCpu(nr_cpus_);
-  PercpuReaderLock l(tree_.lock(), cpu);
-  absl::StatusOr<Group*> g = tree_.Find(path);
-  if (!g.ok()) return g.status();
-  return reclaimer_.MemoryReclaim(*g, nr_pages, cpu);
-}
-
-absl::StatusOr<GroupEvents> MemoryController::GetEvents(
-    GroupHandle group) const {
-  PercpuReaderLock l(tree_.lock(), CurrentCpu(nr_cpus_));
-  absl::StatusOr<Group*> found = tree_.Find(group);
-  if (!found.ok()) return found.status();
-  const Group* g = *found;
-  return GroupEvents{g->path(), g->id(), g->events(), g->events_local()};
-}
-
-absl::StatusOr<GroupStats> MemoryController::GetStats(absl::string_view path,
-                                                      FlushMode mode) {
-  PercpuReaderLock l(tree_.lock(), CurrentCpu(nr_cpus_));
-  absl::StatusOr<Group*> found = tree_.Find(path);
-  if (ABSL_PREDICT_FALSE(!found.ok())) return found.status();
-  Group* g = *found;
-  GroupStats stats;
-  stats.path = g->path();
-  if (mode == FlushMode::kExact ||
-      (mode == FlushMode::kThreshold && rstat_.NeedsFlush(&g->rstat_group()))) {
-    rstat_.Flush(&g->rstat_group());
-    stats.flushed = true;
-  }
-  if (!stats.flushed) {
-    // The newest flush that covered this group: its own or an ancestor's
-    // (the periodic flush covers every group). Never flushed: as old as
-    // the engine.
-    int64_t last = 0;
-    for (const Group* pos = g; pos != nullptr; pos = pos->parent())
-      last = std::max(last, pos->rstat_group().last_flush_ns());
-    if (last == 0) last = created_ns_;
-    stats.max_staleness =
-        absl::Nanoseconds(std::max<int64_t>(0, clock_.NowNs() - last));
-  }
-  const PageCounter& memory = g->memory();
-  stats.memory_current_pages = memory.Read();
-  stats.memory_peak_pages = memory.watermark();
-  stats.limits = LimitsOf(*g);
-  stats.failcnt = memory.failcnt();
-  stats.emin_pages = memory.emin();
-  stats.elow_pages = memory.elow();
-  stats.events = g->events();
-  stats.events_local = g->events_local();
-  stats.stat =
-      MemoryStatEntries(ReadMemoryStat(g->rstat_group(), page_size_bytes_));
-  return stats;
-}
-
-void MemoryController::DrainAllStock() {
-  PercpuReaderLock l(tree_.lock(), CurrentCpu(nr_cpus_));
-  // Unlike the kernel's best-effort drain, callers of this entry point
-  // want the stocks empty: wait for a concurrent drain and go again.
-  stock_.DrainAll(nullptr, /*wait=*/true);
-}
-
-absl::Status MemoryController::DrainStock(GroupHandle group,
-                                          absl::string_view charged_path) {
-  PercpuReaderLock l(tree_.lock(), CurrentCpu(nr_cpus_));
-  absl::StatusOr<Group*> found = FindOrHeir(group, charged_path);
-  if (!found.ok()) return found.status();
-  stock_.DrainAll(&(*found)->memory(), /*wait=*/true);
-  return absl::OkStatus();
-}
-
-void MemoryController::FlushAll() {
-  PercpuReaderLock l(tree_.lock(), CurrentCpu(nr_cpus_));
-  rstat_.Flush(&tree_.root()->rstat_group());
-}
-
-// --- engine-wide information ------------------------------------------------
-
-EngineInfo MemoryController::GetInfo() const {
-  EngineInfo info;
-  info.nr_cpus = nr_cpus_;
-  info.page_size_bytes = page_size_bytes_;
-  info.charge_batch_pages = stock_.batch_pages();
-  info.flush_lock_policy = rstat_.policy();
-  info.flush_lock_policy_name = FlushLockConfigName(rstat_.config());
-  info.flush_hold_budget = rstat_.config().hold_budget;
-  info.flush_preempt_model = rstat_.config().preempt_model;
-  info.nr_stock_slots = kNrStockSlots;
-  info.nr_groups = tree_.nr_groups();
-  info.flush_lock_hold_max = rstat_.hold_max();
-  info.flush_lock_hold_wall_max = rstat_.hold_wall_max();
-  info.preempted_flushes = rstat_.preempted_flushes();
-  info.flush_lock_hold_max_cpus_walked = rstat_.hold_max_cpus_walked();
-  info.flush_lock_hold_max_groups_folded = rstat_.hold_max_groups_folded();
-  info.longest_flush_holds = rstat_.LongestHolds();
-  return info;
-}
-
-EngineCounters MemoryController::GetCounters() const {
-  EngineCounters c;
-  for (int cpu = 0; cpu < nr_cpus_; ++cpu) {
-    const CpuCounters& pc = counters_[cpu];
-    c.charges_ok += pc.charges_ok.load(std::memory_order_relaxed);
-    c.charges_oom += pc.charges_oom.load(std::memory_order_relaxed);
-    c.charges_rejected += pc.charges_rejected.load(std::memory_order_relaxed);
-    c.uncharges += pc.uncharges.load(std::memory_order_relaxed);
-    c.oom_total += pc.oom_events.load(std::memory_order_relaxed);
-  }
-  c.stock_hits = stock_.hits();
-  c.stock_victim_hits = stock_.victim_hits();
-  c.stock_pool_hits = stock_.pool_hits();
-  c.stock_drains = stock_.drains();
-  c.flushes = rstat_.flushes();
-  c.flush_cpus = rstat_.flush_cpus();
-  return c;
 }
 
 }  // namespace cgacct

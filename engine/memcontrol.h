@@ -1,10 +1,12 @@
 // MemoryController: the engine's memory controller proper, the part of
 // mm/memcontrol.c the engine models: group online/offline
-// (mem_cgroup_css_online()/offline()), the charge path (try_charge_memcg()),
-// uncharge through the per-CPU stock, memory.high/memory.max writes
+// (mem_cgroup_css_online()/offline(), and the release of a dying group),
+// the charge path (try_charge_memcg()) and its OOM (memory.oom.group),
+// uncharge (uncharge_batch()), memory.high/memory.max writes
 // (memory_high_write()/memory_max_write()), memory.events
-// (memcg_memory_event()), memory.stat reads, memory.reclaim, and the
-// engine-wide counters. Engine (engine/engine.h) forwards to it; its public
+// (memcg_memory_event(), memory_localevents), memory.peak's per-file
+// watermarks (memory_peak_write()/show()), memory.stat reads,
+// memory.reclaim, and the engine-wide counters. Engine (engine/engine.h) forwards to it; its public
 // docstrings hold the contract of each operation.
 //
 // Invariants:
@@ -89,6 +91,14 @@ class MemoryController {
   absl::StatusOr<uint64_t> Reclaim(absl::string_view path, uint64_t nr_pages);
   // memory.current/peak/stat/events (Engine::GetStats).
   absl::StatusOr<GroupStats> GetStats(absl::string_view path, FlushMode mode);
+  // memory.peak through an open file (Engine::OpenPeakWatermark and the
+  // rest, one per op): kOpen returns the new watermark's id, kReset the
+  // usage it restarted at, kRead the peak, kClose 0.
+  enum class PeakOp : uint8_t { kOpen, kReset, kRead, kClose };
+  absl::StatusOr<uint64_t> PeakFile(absl::string_view path, PeakOp op,
+                                    uint64_t watermark_id = 0);
+  // memory.oom.group writes (Engine::SetOomGroup).
+  absl::Status SetOomGroup(absl::string_view path, bool on);
   // memory.events and memory.events.local (Engine::GetEvents).
   absl::StatusOr<GroupEvents> GetEvents(GroupHandle group) const;
   // drain_all_stock() for the root, waiting (Engine::DrainAllStock).
@@ -160,6 +170,19 @@ class MemoryController {
   absl::StatusOr<UnchargeResult> UnchargeLocked(
       const absl::StatusOr<Group*>& found, uint64_t nr_pages, PageKind kind,
       int cpu, bool at_most = false) ABSL_SHARED_LOCKS_REQUIRED(tree_.lock());
+  // UnchargeLocked for a group with dying children: from its own pages,
+  // then from those still charged to its dying descendants.
+  absl::StatusOr<UnchargeResult> UnchargeWithDying(Group* g, uint64_t nr_pages,
+                                                   PageKind kind, int cpu,
+                                                   bool at_most)
+      ABSL_SHARED_LOCKS_REQUIRED(tree_.lock());
+  // Takes nr_pages of `g` (already off its own counts) off the
+  // page_counters: directly (memcg_uncharge()), or through `cpu`'s stock
+  // with uncharge_refills_stock if `g` is `online` (a dying group is never
+  // stocked again). Inline: on every uncharge.
+  void UnchargeCounters(Group* g, uint64_t nr_pages, int cpu, bool online);
+  // Frees every dying group that holds no page and has no children.
+  void FreeDyingGroups() ABSL_EXCLUSIVE_LOCKS_REQUIRED(tree_.lock());
 
   void MemcgMemoryEvent(Group* g, MemoryEvent event, int cpu);
   // drain_all_stock() over the network: asks the remote drainer (if any)
@@ -195,6 +218,8 @@ class MemoryController {
   const Clock& clock_;
   EngineObserver* const observer_;  // may be null
   const int64_t created_ns_ = clock_.NowNs();
+  const bool uncharge_refills_stock_;  // EngineOptions'
+  const bool memory_localevents_;      // EngineOptions'
 
   // rstat_ before tree_: the groups (destroyed with tree_) return their
   // rstat blocks to rstat_'s per-CPU pools.
@@ -208,6 +233,8 @@ class MemoryController {
   // The remote stock drainer (Engine::SetRemoteStockDrainer); null: none.
   // Read (acquire) only on the charge path's drain step.
   std::atomic<RemoteStockDrainer*> remote_drainer_{nullptr};
+  // The next memory.peak watermark id (engine-unique, never reused).
+  std::atomic<uint64_t> next_watermark_id_{1};
 };
 
 }  // namespace cgacct

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "engine/types.h"
 
@@ -58,6 +59,14 @@ class EngineObserver {
   // reused). Called under the group tree's writer lock: must not call back
   // into the engine. Default: ignored.
   virtual void OnGroupDeleted(uint64_t group_id) {}
+  // An OOM killed the whole group `group_id` at `path` (memory.oom.group:
+  // oom_kill_process() -> mem_cgroup_scan_tasks(oom_group,
+  // oom_kill_memcg_member)): every task of that subtree is to die, which
+  // for a front end means ending every holder of pages charged at or below
+  // `path` and uncharging what it held. Called on the charge path after
+  // `oom_group_kill` was counted, holding a group-tree reader slot: must not
+  // call back into the engine (queue the kills). Default: ignored.
+  virtual void OnOomGroupKill(uint64_t group_id, absl::string_view path) {}
 };
 
 }  // namespace cgacct

@@ -175,6 +175,13 @@ void BasicPageCounter<Layout>::ResetWatermark() {
   f_.watermark.store(usage, std::memory_order_relaxed);
 }
 
+template <template <class> class Layout>
+uint64_t BasicPageCounter<Layout>::ResetLocalWatermark() {
+  const uint64_t usage = Read();
+  f_.local_watermark.store(usage, std::memory_order_relaxed);
+  return usage;
+}
+
 // The engine's layout, and the pre-2022 one for the charge benchmark.
 template class BasicPageCounter<CacheLinePaddedLayout>;
 template class BasicPageCounter<PackedLayout>;

@@ -159,6 +159,10 @@ class BasicPageCounter {
   }
   // page_counter_reset_watermark(): local first, then global, to usage.
   void ResetWatermark();
+  // What memory_peak_write() does to the counter: local_watermark = usage
+  // (the global watermark stays). Returns usage. Serialised by the caller
+  // (Group's peaks lock), racy against charges as the kernel's.
+  uint64_t ResetLocalWatermark();
   uint64_t failcnt() const {
     return f_.failcnt.load(std::memory_order_relaxed);
   }

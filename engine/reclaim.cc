@@ -177,7 +177,7 @@ Group* MemCgroupIter(Group* root, Group* prev, ReclaimCookie* cookie) {
 }
 
 void InvalidateReclaimIterators(Group* dead) {
-  // dead is a leaf (groups with children cannot be deleted), so its
+  // dead has no children (a group is freed after its children), so its
   // pre-order predecessor is the last group of its previous sibling's
   // subtree, or its parent. Both are inside every ancestor's subtree.
   Group* parent = dead->parent();
@@ -345,6 +345,9 @@ void Reclaimer::ShrinkLruvec(Group* memcg, ScanControl& sc) {
                                   sc.memcg_low_reclaim, &sc.memcg_low_skipped);
   if (lru_size == 0) return;
   scan >>= sc.priority;
+  // A deleted group's remaining cache is scraped out: at least
+  // min(lru_size, SWAP_CLUSTER_MAX) at every priority.
+  if (scan == 0 && !memcg->online()) scan = std::min(lru_size, kSwapClusterMax);
 
   // shrink_lruvec(): SWAP_CLUSTER_MAX chunks until the scan budget is spent,
   // the list runs dry, or this group alone met the goal (cgroup reclaim is
@@ -427,20 +430,11 @@ absl::Duration Reclaimer::HandleOverHigh(Group* memcg,
                                          uint64_t nr_pages_over_high, int cpu) {
   if (nr_pages_over_high == 0 || memcg->is_root()) return absl::ZeroDuration();
   int nr_retries = kMaxReclaimRetries;
-  bool in_retry = false;
-  for (;;) {
-    // The charging task reclaims at least its batch. The kernel's retries
-    // take SWAP_CLUSTER_MAX (32) pages each and go on while they make
-    // progress; with page counts up to PAGE_COUNTER_MAX that loop could run
-    // for hours (a group 2^40 FILE pages over memory.high: found by
-    // tests/fuzz/engine_ops_fuzzer), so a retry here takes at least what
-    // keeps the worst ancestor over its memory.high (one isolation step,
-    // ShrinkLruvec), which ends the loop once that much is reclaimable.
-    const uint64_t reclaimed =
-        ReclaimHigh(memcg,
-                    in_retry ? std::max(kSwapClusterMax, PagesOverHigh(memcg))
-                             : nr_pages_over_high,
-                    cpu);
+  // The charging task reclaims at least its batch; a retry only what is
+  // necessary, SWAP_CLUSTER_MAX pages per over-high level.
+  uint64_t nr_to_reclaim = nr_pages_over_high;
+  for (uint64_t nr_rounds = 1;; ++nr_rounds) {
+    const uint64_t reclaimed = ReclaimHigh(memcg, nr_to_reclaim, cpu);
     // No swap: swap_find_max_overage() is always 0.
     uint64_t penalty_jiffies =
         CalculateHighDelay(nr_pages_over_high, MemFindMaxOverage(memcg));
@@ -449,7 +443,14 @@ absl::Duration Reclaimer::HandleOverHigh(Group* memcg,
     if (penalty_jiffies <= kHz / 100) return absl::ZeroDuration();
     // Reclaim making progress is preferred to throttling.
     if (reclaimed != 0 || nr_retries-- > 0) {
-      in_retry = true;
+      // Past kOverHighExactRounds rounds in one request, a retry takes the
+      // worst level's overage at once (at least 32): with page counts up
+      // to PAGE_COUNTER_MAX the kernel's 32-page loop could run for hours
+      // (a group 2^40 FILE pages over memory.high, found by
+      // tests/fuzz/engine_ops_fuzzer).
+      nr_to_reclaim = nr_rounds < kOverHighExactRounds
+                          ? kSwapClusterMax
+                          : std::max(kSwapClusterMax, PagesOverHigh(memcg));
       continue;
     }
     return absl::Milliseconds(

@@ -26,20 +26,24 @@
 //     memory.max/high writes) or proactive (memory.reclaim). Engine option
 //     memcg_full_walk makes every walk a full walk, as kswapd's are; the
 //     benchmark uses it as the baseline.
-//   - Groups are removed at once (no offline-but-alive state), so the
-//     "offline cgroups scan at least min(size, 32)" floor never applies and
-//     mem_cgroup_iter() never has a dying group to skip.
-//   - Deleting the group a cursor points at moves the cursor back to the
-//     group's pre-order predecessor, so the round goes on at the following
-//     sibling; the kernel resets it to NULL (the next walker starts again at
-//     the root without a new generation).
+//   - A deleted group stays in the walk, offline, while it holds pages, as
+//     the kernel's dying memcg does, and get_scan_count()'s floor scrapes
+//     out its cache: at least min(lru_size, SWAP_CLUSTER_MAX) pages at every
+//     priority.
+//   - Freeing a dying group the cursor points at moves the cursor back to
+//     the group's pre-order predecessor, so the round goes on at the
+//     following sibling; the kernel resets it to NULL (the next walker
+//     starts again at the root without a new generation).
 //   - memory.high: the engine has no return to user mode, so a Charge
 //     request is one kernel entry and mem_cgroup_handle_over_high() runs at
 //     its end whenever the charge found a level over high. The delay the
 //     kernel would sleep (capped at 2 s) is returned for the client to honour
 //     instead of slept. HZ is 1000: a jiffy is 1 ms. The delay is computed
 //     in 128 bits, so it does not wrap where the kernel's 64-bit
-//     max_overage * max_overage * HZ does (usage above ~130 x high).
+//     max_overage * max_overage * HZ does (usage above ~130 x high). Its
+//     retries reclaim SWAP_CLUSTER_MAX pages each, as the kernel's, for
+//     kOverHighExactRounds rounds; past that (131,040 pages retried in one
+//     request) a retry takes the worst level's overage at once.
 //
 // Thread safety: thread-safe. Every function that walks or reads the group
 // tree must be called with a reader slot of the engine's tree lock held (the
@@ -74,6 +78,10 @@ inline constexpr uint64_t kHz = 1000;
 // MEMCG_MAX_HIGH_DELAY_JIFFIES: the longest memory.high throttle per return
 // to user mode.
 inline constexpr uint64_t kMemcgMaxHighDelayJiffies = 2 * kHz;
+// The rounds of mem_cgroup_handle_over_high() that follow the kernel's
+// 32-page retries exactly; later rounds of the same request take the worst
+// level's overage at once (Reclaimer::HandleOverHigh).
+inline constexpr uint64_t kOverHighExactRounds = 4096;
 // MEMCG_DELAY_PRECISION_SHIFT and MEMCG_DELAY_SCALING_SHIFT.
 inline constexpr int kMemcgDelayPrecisionShift = 20;
 inline constexpr int kMemcgDelayScalingShift = 14;
@@ -145,10 +153,11 @@ struct ReclaimCookie {
 // caller holds a tree reader slot.
 Group* MemCgroupIter(Group* root, Group* prev, ReclaimCookie* cookie);
 
-// invalidate_reclaim_iterators(): moves every cursor pointing at `dead` (a
-// leaf about to be removed: those of its ancestors) to dead's pre-order
-// predecessor, so the next walker goes on at dead's following sibling.
-// Caller holds the tree lock's writer side, before unlinking `dead`.
+// invalidate_reclaim_iterators() (mem_cgroup_css_released()): moves every
+// cursor pointing at `dead` (a group without children about to be freed:
+// those of its ancestors) to dead's pre-order predecessor, so the next
+// walker goes on at dead's following sibling. Caller holds the tree lock's
+// writer side, before unlinking `dead`.
 void InvalidateReclaimIterators(Group* dead);
 
 // --- memory.high (docs/DESIGN.md §10.3) --------------------------------------
@@ -216,7 +225,8 @@ class Reclaimer {
                                          int cpu);
 
   // The most pages memcg or an ancestor below the root has above its
-  // memory.high (HandleOverHigh's retry amount; not in the kernel).
+  // memory.high (HandleOverHigh's retry amount past kOverHighExactRounds;
+  // not in the kernel).
   static uint64_t PagesOverHigh(Group* memcg);
   // reclaim_high(): for memcg and each ancestor below the root with usage >
   // high, raises `high` there and reclaims nr_pages from it. Returns pages
@@ -225,7 +235,9 @@ class Reclaimer {
 
   // mem_cgroup_handle_over_high() for a request that charged
   // nr_pages_over_high (the batch sizes of its over-high charges): reclaim
-  // over-high levels, retrying while reclaim makes progress (or 16 more
+  // nr_pages_over_high from every over-high level (reclaim_high(), a `high`
+  // event each), then, while the penalty exceeds 10 ms, retry with
+  // SWAP_CLUSTER_MAX pages as long as reclaim makes progress (or 16 more
   // times without), and return the delay the task would sleep: 0 when the
   // penalty is at most 10 ms, else the penalty, at most 2 s.
   absl::Duration HandleOverHigh(Group* memcg, uint64_t nr_pages_over_high,

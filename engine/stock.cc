@@ -1,23 +1,59 @@
 #include "engine/stock.h"
 
 #include <algorithm>
+#include <random>
 
 namespace cgacct {
+namespace {
+
+// SplitMix64 (Steele, Lea, Flood 2014): one 64-bit state word per CPU, a
+// Weyl step and a mixing function; plenty for picking one of 7 slots.
+constexpr uint64_t kGoldenGamma = 0x9E3779B97F4A7C15ull;
+
+uint64_t SplitMix64(uint64_t& state) {
+  uint64_t z = (state += kGoldenGamma);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+uint64_t ResolveSeed(uint64_t seed) {
+  if (seed != 0) return seed;
+  std::random_device device;
+  return (uint64_t{device()} << 32) | device();
+}
+
+}  // namespace
 
 MemcgStock::MemcgStock(int nr_cpus, uint32_t batch_pages, uint32_t pool_buckets,
-                       uint32_t victim_sets)
+                       uint32_t victim_sets, uint64_t eviction_seed)
     : nr_cpus_(nr_cpus),
       batch_pages_(batch_pages),
       nr_buckets_(pool_buckets),
       nr_victim_sets_(victim_sets),
+      eviction_seed_(ResolveSeed(eviction_seed)),
       cpus_(new Cpu[nr_cpus]),
       victim_(victim_sets > 0
                   ? new VictimSet[static_cast<size_t>(nr_cpus) * victim_sets]
                   : nullptr),
       buckets_(pool_buckets > 0 ? new Bucket[pool_buckets] : nullptr) {
-  if (victim_ == nullptr) return;
-  for (int cpu = 0; cpu < nr_cpus; ++cpu)
-    cpus_[cpu].sets = &victim_[static_cast<size_t>(cpu) * victim_sets];
+  for (int cpu = 0; cpu < nr_cpus; ++cpu) {
+    Cpu& stock = cpus_[cpu];
+    SpinLockHolder l(&stock.mu);
+    // A distinct stream per CPU: the seed's stream, advanced by the CPU.
+    uint64_t state = eviction_seed_ + static_cast<uint64_t>(cpu) * kGoldenGamma;
+    stock.eviction_rng = SplitMix64(state);
+    if (victim_ != nullptr)
+      stock.sets = &victim_[static_cast<size_t>(cpu) * victim_sets];
+  }
+}
+
+int MemcgStock::RandomSlotLocked(Cpu& stock) {
+  // get_random_u32_below(NR_MEMCG_STOCK): the high 32 bits of a draw,
+  // scaled to [0, 7) by a multiply and shift (Lemire's method, whose bias
+  // of at most 7 / 2^32 the kernel's rejection step removes).
+  const uint64_t draw = SplitMix64(stock.eviction_rng) >> 32;
+  return static_cast<int>((draw * kNrStockSlots) >> 32);
 }
 
 namespace {
@@ -211,9 +247,8 @@ void MemcgStock::Refill(int cpu, PageCounter* counter, uint64_t nr_pages) {
     }
   }
   if (empty < 0) {
-    empty = stock.evict_cursor;
-    stock.evict_cursor =
-        static_cast<uint8_t>((stock.evict_cursor + 1) % kNrStockSlots);
+    // refill_stock(): every slot taken, a random one gives way.
+    empty = RandomSlotLocked(stock);
     if (nr_victim_sets_ > 0 && stock.nr_pages[empty] > 0) {
       MoveToVictimLocked(stock, stock.owner[empty], stock.nr_pages[empty]);
       stock.owner[empty] = nullptr;

@@ -2,57 +2,66 @@
 // page_counters.
 //
 // Mirrors struct memcg_stock_pcp and consume_stock(), refill_stock(),
-// drain_stock() and drain_all_stock() in mm/memcontrol.c as of "memcg:
-// multi-memcg percpu charge cache" (2025): per CPU, 7 (owner, nr_pages)
-// slots, a round-robin eviction cursor, batch 64 pages.
+// drain_stock(), drain_local_memcg_stock() and drain_all_stock() in
+// mm/memcontrol.c as of "memcg: multi-memcg percpu charge cache" (2025,
+// Linux 6.16): per CPU, 7 (owner, nr_pages) slots, batch 64 pages; a refill
+// for a group without a slot takes a free slot, else drains a random one
+// (get_random_u32_below(NR_MEMCG_STOCK)); drain_all_stock(memcg) drains every
+// slot of every CPU whose stock holds pages of memcg's subtree, whoever owns
+// them (drain_local_memcg_stock() -> drain_stock_fully()).
 //
 // Deliberate differences from the kernel:
-//   - Each CPU slot's data is guarded by that slot's own mutex (the
+//   - Each CPU slot's data is guarded by that slot's own lock (the
 //     userspace stand-in for local_lock/local_trylock); several threads may
 //     share a slot, and any thread may drain any slot.
+//   - The random slot comes from a per-CPU SplitMix64 stream seeded at
+//     construction (EngineOptions::stock_eviction_seed; 0 draws a seed from
+//     std::random_device), so a test can replay the kernel's choice; the
+//     kernel's get_random_u32_below() is not reproducible.
 //   - DrainAll() drains remote CPUs synchronously instead of queueing work on
 //     them, so when it returns the pages are back in the counters. And every
 //     engine caller (the charge path's retry, memory.high/max writes,
-//     Engine::DrainAllStock) waits for a DrainAll already running instead of
-//     returning at once as the kernel's mutex_trylock(&percpu_charge_mutex)
-//     does: with the victim table a CPU parks far more than 7 x batch pages,
-//     and another group's drain must not turn them into a failed charge. The
-//     kernel's best-effort mode (wait == false) is kept for tests.
-//   - Slots hold no reference on their owner: the engine drains every slot
+//     Engine::DrainAllStock, group offline) waits for a DrainAll already
+//     running instead of returning at once as the kernel's
+//     mutex_trylock(&percpu_charge_mutex) does: another group's drain must
+//     not turn parked pages into a failed charge. The kernel's best-effort
+//     mode (wait == false) is kept for tests.
+//   - Slots hold no reference on their owner: the engine clears every entry
 //     of a group (DrainOwner) before the group is freed.
 //   - The per-CPU lock is a SpinLock (engine/spinlock.h): one exchange to
 //     take it, a plain store to drop it, like local_trylock's cost class.
-//   - Optional second tier, the pool (pool_buckets > 0; the engine's
-//     default): pages a slot gives back (overflow past the batch, or
-//     round-robin eviction) are parked in a direct-mapped table of
+//
+// Two additions with no kernel counterpart, both off unless asked for
+// (EngineOptions; cgacctd --stock_pool_buckets, --stock_victim_sets):
+//   - The pool (pool_buckets > 0): pages a slot gives back (overflow past
+//     the batch, or eviction) are parked in a direct-mapped table of
 //     per-group buckets shared by all CPUs instead of walking the
 //     page_counters, and a charge that misses its CPU's slot takes up to a
 //     batch from its group's bucket before it walks them. So when pages are
 //     charged on one CPU and uncharged on another (netperf's sender and
-//     receiver) or more than 7 groups share a CPU, they move between CPUs
-//     through one bucket (one lock, one cache line) instead of a walk over
-//     every level of the hierarchy. A bucket holds at most 2 x batch pages
-//     of one group; a deposit for another group evicts it (its pages are
-//     uncharged), pages past the cap are uncharged. Pooled pages are charged
-//     pages, like stocked ones: memory.current includes them (at most
-//     2 x batch per group more than the kernel's bound), and DrainAll /
-//     DrainOwner drain the pool too. No kernel counterpart: the closest is
-//     the per-page_counter stock RFC (an RFC, not merged).
-//   - Optional per-CPU victim table (victim_sets > 0; the engine's default
-//     is 64 sets): behind each CPU's 7 slots, `victim_sets` sets of 4
-//     (owner, nr_pages) ways, found by a hash of the owner and guarded by
-//     the same per-CPU lock. A slot evicted by the round-robin cursor moves
-//     its pages into its owner's set instead of being drained; Consume()
-//     and Refill() for a group that is not in a slot use its way, so a CPU
-//     keeps serving far more than 7 groups from pre-charged pages (64
-//     groups charging round-robin on one CPU: every charge a hit, where the
-//     7 slots alone miss every time). A group's pages on a CPU are in at
-//     most one place, a slot or a way; a group stays where its pages are
-//     (no promotion back to a slot). A full set evicts its ways round-robin
-//     to the pool, else to the counters. Cost: the pages a CPU may park
-//     grow from 7 x batch to (7 + 4 x victim_sets) x batch (all of it
-//     drained by DrainAll under limit pressure, like the slots), and
-//     memory.current includes them.
+//     receiver, with uncharges through the stock) or more than 7 groups
+//     share a CPU, they move between CPUs through one bucket (one lock, one
+//     cache line) instead of a walk over every level of the hierarchy. A
+//     bucket holds at most 2 x batch pages of one group; a deposit for
+//     another group evicts it (its pages are uncharged), pages past the cap
+//     are uncharged. Pooled pages are charged pages, like stocked ones:
+//     memory.current includes them (at most 2 x batch per group more than
+//     the kernel's bound), and DrainAll / DrainOwner drain the pool too. The
+//     closest kernel idea is the per-page_counter stock RFC (not merged).
+//   - The per-CPU victim table (victim_sets > 0): behind each CPU's 7 slots,
+//     `victim_sets` sets of 4 (owner, nr_pages) ways, found by a hash of the
+//     owner and guarded by the same per-CPU lock. A slot a refill evicts
+//     moves its pages into its owner's set instead of being drained;
+//     Consume() and Refill() for a group that is not in a slot use its way,
+//     so a CPU keeps serving far more than 7 groups from pre-charged pages
+//     (64 groups charging round-robin on one CPU: every charge a hit, where
+//     the 7 slots alone rarely hit). A group's pages on a CPU are in at most
+//     one place, a slot or a way; a group stays where its pages are (no
+//     promotion back to a slot). A full set evicts its ways round-robin to
+//     the pool, else to the counters. Cost: the pages a CPU may park grow
+//     from 7 x batch to (7 + 4 x victim_sets) x batch (all of it drained by
+//     DrainAll under limit pressure, like the slots), and memory.current
+//     includes them.
 //
 // Thread safety: thread-safe. Lock order: a CPU's lock, then a bucket's;
 // a bucket's lock is a leaf (page_counter walks take no locks).
@@ -77,8 +86,11 @@ class MemcgStock {
   // pool: the kernel's behaviour) or a power of two (see the file comment).
   // `victim_sets`: 0 (no victim table: the kernel's 7 slots) or a power of
   // two (the engine allows <= 1024; see the file comment).
+  // `eviction_seed`: seeds the per-CPU streams that pick a full stock's
+  // victim slot; 0 draws one from std::random_device.
   MemcgStock(int nr_cpus, uint32_t batch_pages = kChargeBatchPages,
-             uint32_t pool_buckets = 0, uint32_t victim_sets = 0);
+             uint32_t pool_buckets = 0, uint32_t victim_sets = 0,
+             uint64_t eviction_seed = 0);
 
   // consume_stock(): takes nr_pages of `counter`'s pre-charged pages from
   // `cpu`'s stock (its slot, else its way in the victim table). False if
@@ -95,15 +107,17 @@ class MemcgStock {
 
   // refill_stock(): parks nr_pages already charged to `counter` in `cpu`'s
   // stock: in its slot, else in its way of the victim table, else in a free
-  // slot, else in the cursor's victim slot, whose pages move to the victim
-  // table (or are drained when there is none). Over batch: uncharged
-  // directly. A slot or way that would exceed the batch is drained whole.
-  // Drained pages go to the pool when there is one, else to the counters.
+  // slot, else in a slot picked at random, whose pages move to the victim
+  // table (or are drained when there is none). Over batch, or when the CPU's
+  // stock is busy (trylock failed): uncharged directly. A slot or way that
+  // would exceed the batch is drained whole. Drained pages go to the pool
+  // when there is one, else to the counters.
   void Refill(int cpu, PageCounter* counter, uint64_t nr_pages);
 
   // drain_all_stock(root): drains every CPU whose stock holds pages of
-  // `root` or a descendant (root == nullptr: every CPU), slots and victim
-  // table, and the pool's buckets of those groups, to the counters. With
+  // `root` or a descendant (root == nullptr: every CPU), all of its slots
+  // and victim table whoever owns them (drain_local_memcg_stock()), and the
+  // pool's buckets of `root`'s subtree, to the counters. With
   // wait == false, best effort like the kernel's: returns false without
   // draining if another DrainAll is in progress. With wait == true it waits
   // for that drain and then drains (always returns true): every engine
@@ -114,8 +128,11 @@ class MemcgStock {
   bool DrainAll(const PageCounter* root, bool wait = false);
 
   // Drains every slot owned by `counter` on every CPU, and its bucket,
-  // waiting for a concurrent DrainAll if needed. For group removal: no
-  // pointer to `counter` remains afterwards.
+  // waiting for a concurrent DrainAll if needed, and forgets `counter`: no
+  // pointer to it remains afterwards. For freeing a group (the kernel's
+  // slots drop their css reference when drained or evicted; the engine's
+  // hold none, so a freed group must leave no slot behind, even an empty
+  // one).
   void DrainOwner(const PageCounter* counter);
 
   // Pages parked for `counter` on `cpu`, slot or victim way (tests).
@@ -131,6 +148,10 @@ class MemcgStock {
   uint64_t drains() const;       // slots drained with pages in them
 
   uint32_t batch_pages() const { return batch_pages_; }
+  uint32_t nr_buckets() const { return nr_buckets_; }
+  uint32_t nr_victim_sets() const { return nr_victim_sets_; }
+  // The seed of the eviction streams (the one given, or the one drawn).
+  uint64_t eviction_seed() const { return eviction_seed_; }
 
  private:
   struct VictimSet;
@@ -138,7 +159,9 @@ class MemcgStock {
     mutable SpinLock mu;
     PageCounter* owner[kNrStockSlots] ABSL_GUARDED_BY(mu) = {};
     uint8_t nr_pages[kNrStockSlots] ABSL_GUARDED_BY(mu) = {};
-    uint8_t evict_cursor ABSL_GUARDED_BY(mu) = 0;
+    // SplitMix64 state: the stream that picks the slot a full stock gives
+    // up (RandomSlotLocked).
+    uint64_t eviction_rng ABSL_GUARDED_BY(mu) = 0;
     // Ways of this CPU's victim table with an owner: DrainAll skips the
     // table's scan when 0.
     uint32_t nr_victim_ways ABSL_GUARDED_BY(mu) = 0;
@@ -179,6 +202,9 @@ class MemcgStock {
     counter.store(counter.load(std::memory_order_relaxed) + 1,
                   std::memory_order_relaxed);
   }
+  // get_random_u32_below(NR_MEMCG_STOCK) on `stock`'s stream.
+  static int RandomSlotLocked(Cpu& stock)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(stock.mu);
   Bucket& BucketOf(const PageCounter* counter) const;
   // Parks nr_pages of `counter` (already charged) in the pool, evicting
   // another group's bucket; uncharges what does not fit.
@@ -211,6 +237,7 @@ class MemcgStock {
   const uint32_t batch_pages_;
   const uint32_t nr_buckets_;      // 0: no pool; else a power of two
   const uint32_t nr_victim_sets_;  // per CPU; 0: no victim table
+  const uint64_t eviction_seed_;   // never 0 (resolved at construction)
   std::unique_ptr<Cpu[]> cpus_;
   // nr_cpus_ x nr_victim_sets_ sets, CPU-major; owns what the Cpu::sets
   // pointers point to (touched only through them).

@@ -83,9 +83,9 @@ struct FlushHoldRecord {
 };
 
 // memory.events items, in the kernel's index order (enum memcg_memory_event,
-// without the swap events). The engine never raises kOomGroupKill (no
-// memory.oom.group) or kSockThrottled (no sockets); they exist so that
-// memory.events has every line of the kernel's file.
+// without the swap events). The engine never raises kSockThrottled (no
+// sockets); it exists so that memory.events has every line of the kernel's
+// file.
 enum class MemoryEvent : uint8_t {
   kLow,
   kHigh,
@@ -104,7 +104,7 @@ struct MemoryEvents {
   uint64_t max = 0;
   uint64_t oom = 0;
   uint64_t oom_kill = 0;
-  uint64_t oom_group_kill = 0;  // always 0: no memory.oom.group
+  uint64_t oom_group_kill = 0;  // OOMs that killed this group whole
   uint64_t sock_throttled = 0;  // always 0: no socket memory
 };
 
@@ -198,6 +198,7 @@ struct GroupStats {
   std::string path;
   uint64_t memory_current_pages = 0;  // includes pages parked in stocks
   uint64_t memory_peak_pages = 0;     // page_counter watermark
+  bool oom_group = false;             // memory.oom.group
   Limits limits;
   std::vector<StatEntry> stat;  // memory.stat order
   MemoryEvents events;          // hierarchical
@@ -227,7 +228,16 @@ struct EngineInfo {
   absl::Duration flush_hold_budget;    // kAdaptive
   absl::Duration periodic_flush_interval;
   int nr_stock_slots = kNrStockSlots;
-  uint64_t nr_groups = 0;
+  // The stock's additions (EngineOptions; 0/false: off, the kernel's).
+  uint32_t stock_pool_buckets = 0;
+  uint32_t stock_victim_sets = 0;
+  bool uncharge_refills_stock = false;
+  // The seed of the stock's eviction streams (EngineOptions'
+  // stock_eviction_seed, or the one drawn when that was 0).
+  uint64_t stock_eviction_seed = 0;
+  bool memory_localevents = false;
+  uint64_t nr_groups = 0;        // online, the root included
+  uint64_t nr_dying_groups = 0;  // deleted, still holding pages
   // The longest hold of a flush not preempted meanwhile (the irqs-off
   // tracer's view), and the longest by the wall clock (preemption included).
   absl::Duration flush_lock_hold_max = absl::ZeroDuration();

@@ -181,9 +181,6 @@ absl::Status ParseReclaimArgs(const std::vector<std::string>& args,
     return absl::InvalidArgumentError(
         absl::StrCat("reclaim: ", bytes.status().message()));
   }
-  if (*bytes == 0) {
-    return absl::InvalidArgumentError("reclaim: the size must be > 0");
-  }
   inv->nr_bytes = *bytes;
   return absl::OkStatus();
 }

@@ -53,13 +53,28 @@ ABSL_FLAG(bool, memory_recursiveprot, false,
 ABSL_FLAG(uint32_t, charge_batch_pages, cgacct::kChargeBatchPages,
           "pages per per-CPU stock refill (MEMCG_CHARGE_BATCH), 1..127; 1 "
           "turns the stock off");
-ABSL_FLAG(uint32_t, stock_pool_buckets, 1024,
-          "buckets of the stock's shared per-group pool (power of two); 0 "
-          "= the kernel's per-CPU stock alone");
-ABSL_FLAG(uint32_t, stock_victim_sets, 64,
-          "sets (4 ways each) of every CPU's stock victim table, behind its 7 "
-          "slots (power of two <= 1024; nr_cpus x sets x 64 bytes); 0 = the "
-          "kernel's 7 slots alone");
+ABSL_FLAG(uint32_t, stock_pool_buckets, 0,
+          "opt-in addition (no kernel counterpart): buckets of a shared "
+          "per-group pool behind the per-CPU stock (power of two <= 65536); "
+          "memory.current then counts up to 2 x batch more per group; 0 "
+          "(default) = the kernel's per-CPU stock alone");
+ABSL_FLAG(uint32_t, stock_victim_sets, 0,
+          "opt-in addition (no kernel counterpart): sets (4 ways each) of a "
+          "per-CPU victim table behind the stock's 7 slots (power of two <= "
+          "1024; nr_cpus x sets x 64 bytes); a CPU may then park (7 + 4 x "
+          "sets) x batch pages; 0 (default) = the kernel's 7 slots alone");
+ABSL_FLAG(bool, uncharge_refills_stock, false,
+          "opt-in addition: ANON/FILE uncharges go back through the per-CPU "
+          "stock (refill_stock(), the kernel's path for socket and kernel "
+          "memory) instead of straight to the page counters (the kernel's "
+          "uncharge_batch() for user pages, the default)");
+ABSL_FLAG(uint64_t, stock_eviction_seed, 0,
+          "seed of the per-CPU streams that pick the stock slot a full "
+          "stock gives up (refill_stock()'s random slot); the same seed and "
+          "operations evict the same slots; 0 (default) = a fresh seed");
+ABSL_FLAG(bool, memory_localevents, false,
+          "like the cgroup2 mount option: memory.events counts a group's own "
+          "events only (as memory.events.local)");
 ABSL_FLAG(std::string, state_dir, "",
           "directory of the state store (SQLite, WAL): groups, limits and "
           "the request-id window survive restarts (usage restarts at 0); "
@@ -219,8 +234,11 @@ absl::Status EngineFromFlags(DaemonConfig* config) {
   engine.periodic_flush_interval = absl::GetFlag(FLAGS_periodic_flush_interval);
   engine.memory_recursiveprot = absl::GetFlag(FLAGS_memory_recursiveprot);
   engine.charge_batch_pages = absl::GetFlag(FLAGS_charge_batch_pages);
+  engine.memory_localevents = absl::GetFlag(FLAGS_memory_localevents);
   engine.stock_pool_buckets = absl::GetFlag(FLAGS_stock_pool_buckets);
   engine.stock_victim_sets = absl::GetFlag(FLAGS_stock_victim_sets);
+  engine.uncharge_refills_stock = absl::GetFlag(FLAGS_uncharge_refills_stock);
+  engine.stock_eviction_seed = absl::GetFlag(FLAGS_stock_eviction_seed);
   return absl::OkStatus();
 }
 
@@ -348,9 +366,10 @@ void ParseDaemonFlags(int argc, char** argv) {
       "          [--flush_hold_budget=0] [--periodic_flush_interval=2s]\n"
       "          [--page_size=4096]\n"
       "          [--metrics_group_depth=3] [--metrics_max_groups=10000]\n"
-      "          [--memory_recursiveprot]\n"
-      "          [--charge_batch_pages=64] [--stock_pool_buckets=1024]\n"
-      "          [--stock_victim_sets=64] [--max_charge_pages=1048576]\n"
+      "          [--memory_recursiveprot] [--memory_localevents]\n"
+      "          [--charge_batch_pages=64] [--stock_eviction_seed=0]\n"
+      "          [--stock_pool_buckets=0] [--stock_victim_sets=0]\n"
+      "          [--uncharge_refills_stock] [--max_charge_pages=1048576]\n"
       "          [--max_streams_per_identity=256]\n"
       "          [--max_groups_per_identity=10000]\n"
       "          [--max_in_flight_per_identity=1024]\n"

@@ -81,14 +81,13 @@ absl::Status ReadOps::Reclaim(const CallContext& call,
                               const v1::ReclaimRequest& request,
                               v1::ReclaimResponse* response) const {
   if (absl::Status s = ValidateGroupPath(request.path()); !s.ok()) return s;
-  if (request.nr_bytes() == 0)
-    return absl::InvalidArgumentError("nr_bytes must be > 0");
   if (absl::Status s =
           Authorize(authorizer_, call.caller(), Access::kWrite, request.path());
       !s.ok())
     return s;
-  // memory_reclaim(): bytes round down to pages (less than a page is 0
-  // pages, which succeeds with nothing reclaimed).
+  // memory_reclaim(): bytes round down to pages; 0 bytes, or less than a
+  // page, is 0 pages, which succeeds with nothing reclaimed (the kernel's
+  // `echo 0 > memory.reclaim` returns at once).
   const uint64_t page_size = units_.page_size_bytes();
   absl::StatusOr<uint64_t> reclaimed =
       engine_.Reclaim(request.path(), request.nr_bytes() / page_size);

@@ -20,9 +20,12 @@
 //               overflows and drains to them.
 //     batch: EngineOptions::charge_batch_pages, 64 (today's
 //               MEMCG_CHARGE_BATCH), 32 (before part (C)) or 1 (no stock).
-//     pool: EngineOptions::stock_pool_buckets, 1024 (the engine's default:
-//               slot drains and stock misses go through the group's pool
-//               bucket) or 0 (the kernel's stock alone).
+//     additions: 0 the kernel's stock (the engine's default: 7 slots, a
+//               random victim slot, uncharges straight to the counters) or
+//               1 the engine's opt-in additions on (uncharges through the
+//               stock, victim table, shared pool: cgacctd
+//               --uncharge_refills_stock --stock_victim_sets=64
+//               --stock_pool_buckets=1024).
 //     Goal: (b)/(a) >= 0.95 at 2 threads. Part (C) is batch 64 vs 32 vs 1.
 // BM_EngineChargeUnchargePath  the same through the path overloads
 //     (per-call validation and hash lookup): the handle's gain.
@@ -38,13 +41,14 @@
 //     (see "Paired benchmarks" below): the ratios RESULTS.md reports.
 // BM_StockWalks  not a timing: page_counter walks per 1000 charge/uncharge
 //     pairs of the split pattern (one CPU charges, another uncharges), on a
-//     4-level chain, with the kernel's stock (pool:0) and with the pool.
+//     4-level chain: stock:0 the kernel's (uncharges walk), 1 uncharges
+//     through the stock, 2 through the stock and the pool.
 // BM_StockRoundRobin  one thread on one CPU slot charging and uncharging 3
 //     pages in groups:1, 7, 8 or 64 groups, round-robin: hit rate of the
 //     7 slots, of the victim table behind them and of the pool, and
 //     throughput (baseline: groups:1, same stock setting); stock:0 the
-//     kernel's 7 slots, 1 slots + pool, 2 slots + victim table + pool (the
-//     engine's default).
+//     kernel's 7 slots (the default), 1 uncharges through them, 2 also the
+//     pool, 3 also the victim table (every addition on).
 #include <atomic>
 #include <climits>
 #include <memory>
@@ -69,24 +73,28 @@ constexpr uint64_t kResidentPages = 1024;   // the group's resident usage
 constexpr uint64_t kProtectionPages = 512;  // memory.min = memory.low on /t
 constexpr int kEngineCpus = 4;              // slots 2t, 2t+1 for threads 0, 1
 
-// The stock configurations compared here. Every benchmark but the
-// round-robin ones sets only the pool (its "pool" argument); the victim
-// table is on with the pool (the engine's default) and off without it (the
-// kernel's stock). With at most two groups per CPU slot, as in all of those,
-// the victim table is never used.
-void SetPool(EngineOptions& options, uint32_t pool) {
-  options.stock_pool_buckets = pool;
-  options.stock_victim_sets = pool > 0 ? EngineOptions().stock_victim_sets : 0;
-}
-// Round-robin benchmarks, argument "stock": 0 = the kernel's 7 slots alone,
-// 1 = slots + pool (no victim table), 2 = slots + victim table + pool (the
-// engine's default).
+// The stock configurations compared here, by argument "stock": 0 = the
+// kernel's 7 slots, uncharges straight to the counters (the engine's
+// default); 1 = uncharges through the stock (--uncharge_refills_stock);
+// 2 = that and the shared pool (--stock_pool_buckets=1024); 3 = that and the
+// victim table (--stock_victim_sets=64): every addition on. The other
+// benchmarks' argument "additions" is 0 (stock mode 0) or 1 (stock mode 3).
+// With at most two groups per CPU slot, as in those, the victim table is
+// never used.
+constexpr int64_t kAllAdditions = 3;
 void SetStockMode(EngineOptions& options, int64_t mode) {
-  options.stock_pool_buckets = mode >= 1 ? 1024 : 0;
-  options.stock_victim_sets = mode >= 2 ? EngineOptions().stock_victim_sets : 0;
+  options.uncharge_refills_stock = mode >= 1;
+  options.stock_pool_buckets = mode >= 2 ? 1024 : 0;
+  options.stock_victim_sets = mode >= 3 ? 64 : 0;
+}
+void SetAdditions(EngineOptions& options, int64_t additions) {
+  SetStockMode(options, additions != 0 ? kAllAdditions : 0);
 }
 const char* StockModeName(int64_t mode) {
-  return mode == 0 ? "slots" : mode == 1 ? "slots+pool" : "slots+victim+pool";
+  static constexpr const char* kNames[] = {
+      "slots (kernel)", "slots+uncharges", "slots+uncharges+pool",
+      "slots+uncharges+pool+victim (all additions)"};
+  return kNames[mode];
 }
 
 // ---------------------------------------------------------------------------
@@ -104,7 +112,7 @@ void SetupEngine(const benchmark::State& state) {
   EngineOptions options;
   options.nr_cpus = kEngineCpus;
   options.charge_batch_pages = static_cast<uint32_t>(state.range(2));
-  SetPool(options, static_cast<uint32_t>(state.range(3)));
+  SetAdditions(options, state.range(3));
   fixture = new EngineFixture;
   fixture->engine = std::move(*Engine::Create(options));
   Engine& e = *fixture->engine;
@@ -135,7 +143,7 @@ void TeardownEngine(const benchmark::State&) {
 void Label(benchmark::State& state) {
   state.SetLabel(absl::StrCat(
       state.range(0) ? "deep" : "root", "/", state.range(1) ? "split" : "local",
-      "/batch", state.range(2), state.range(3) ? "/pool" : "/nopool"));
+      "/batch", state.range(2), state.range(3) ? "/additions" : "/kernel"));
 }
 
 void BM_EngineChargeUncharge(benchmark::State& state) {
@@ -186,19 +194,19 @@ void BM_EngineChargeUnchargePath(benchmark::State& state) {
 }
 
 void EngineArgs(benchmark::internal::Benchmark* b) {
-  b->ArgNames({"hier", "pattern", "batch", "pool"});
+  b->ArgNames({"hier", "pattern", "batch", "additions"});
   for (int pattern : {0, 1})
     for (int hier : {0, 1}) {
-      for (int batch : {64, 32, 1}) b->Args({hier, pattern, batch, 1024});
-      b->Args({hier, pattern, 64, 0});
-      b->Args({hier, pattern, 32, 0});
+      for (int batch : {64, 32, 1}) b->Args({hier, pattern, batch, 0});
+      b->Args({hier, pattern, 64, 1});
+      b->Args({hier, pattern, 32, 1});
     }
 }
 
 void PathArgs(benchmark::internal::Benchmark* b) {
-  b->ArgNames({"hier", "pattern", "batch", "pool"});
+  b->ArgNames({"hier", "pattern", "batch", "additions"});
   for (int pattern : {0, 1})
-    for (int hier : {0, 1}) b->Args({hier, pattern, 64, 1024});
+    for (int hier : {0, 1}) b->Args({hier, pattern, 64, 0});
 }
 
 BENCHMARK(BM_EngineChargeUncharge)
@@ -223,9 +231,10 @@ void BM_StockWalks(benchmark::State& state) {
   constexpr uint64_t kMaxPages = static_cast<uint64_t>(LONG_MAX) / 4096;
   constexpr int kPairs = 1000000;
   const uint64_t batch = kChargeBatchPages;
+  const int64_t mode = state.range(0);  // SetStockMode's 0..2
   PageCounter root(nullptr, kMaxPages), t(&root, kMaxPages), m(&t, kMaxPages),
       leaf(&m, kMaxPages);
-  MemcgStock stock(2, kChargeBatchPages, static_cast<uint32_t>(state.range(0)));
+  MemcgStock stock(2, kChargeBatchPages, mode >= 2 ? 1024 : 0);
   int64_t walks = 0;
   for (auto _ : state) {
     for (int i = 0; i < kPairs; ++i) {
@@ -241,6 +250,11 @@ void BM_StockWalks(benchmark::State& state) {
           ++walks;
         }
       }
+      if (mode == 0) {
+        leaf.Uncharge(kSendPages);  // uncharge_batch(): always a walk
+        ++walks;
+        continue;
+      }
       const uint64_t before = leaf.Read();
       stock.Refill(1, &leaf, kSendPages);
       if (leaf.Read() != before) ++walks;  // a drain walked the counters
@@ -249,10 +263,10 @@ void BM_StockWalks(benchmark::State& state) {
   state.counters["walks_per_1000_pairs"] =
       1000.0 * static_cast<double>(walks) /
       (static_cast<double>(kPairs) * static_cast<double>(state.iterations()));
-  state.SetLabel(state.range(0) ? "slots + pool" : "slots only (kernel)");
+  state.SetLabel(StockModeName(mode));
 }
 
-BENCHMARK(BM_StockWalks)->ArgName("pool")->Arg(0)->Arg(1024)->Iterations(1);
+BENCHMARK(BM_StockWalks)->ArgName("stock")->DenseRange(0, 2)->Iterations(1);
 
 // ---------------------------------------------------------------------------
 // page_counter walk: parts (A) and (B)
@@ -403,7 +417,7 @@ void BM_StockRoundRobin(benchmark::State& state) {
 
 BENCHMARK(BM_StockRoundRobin)
     ->ArgNames({"groups", "stock"})
-    ->ArgsProduct({{1, 7, 8, 64}, {0, 1, 2}})
+    ->ArgsProduct({{1, 7, 8, 64}, {0, 1, 2, 3}})
     ->Setup(SetupRoundRobin)
     ->Teardown(TeardownRoundRobin)
     ->UseRealTime();
@@ -518,21 +532,21 @@ GroupHandle MakeGroup(Engine& e, bool deep) {
   return h;
 }
 
-std::unique_ptr<Engine> MakeEngine(uint32_t batch, uint32_t pool) {
+std::unique_ptr<Engine> MakeEngine(uint32_t batch, int64_t additions) {
   EngineOptions options;
   options.nr_cpus = kEngineCpus;
   options.charge_batch_pages = batch;
-  SetPool(options, pool);
+  SetAdditions(options, additions);
   return std::move(*Engine::Create(options));
 }
 
-// (a) vs (b) in one engine: args pattern, pool.
+// (a) vs (b) in one engine: args pattern, additions.
 class HierarchyPair final : public Paired {
  public:
   explicit HierarchyPair(const benchmark::State& state)
       : split_(state.range(0) != 0),
-        pool_(static_cast<uint32_t>(state.range(1))),
-        engine_(MakeEngine(kChargeBatchPages, pool_)),
+        additions_(state.range(1)),
+        engine_(MakeEngine(kChargeBatchPages, additions_)),
         groups_{MakeGroup(*engine_, false), MakeGroup(*engine_, true)} {}
   bool Slice(int half, int thread) override {
     return EngineSlice(*engine_, groups_[half], thread, split_);
@@ -540,18 +554,18 @@ class HierarchyPair final : public Paired {
   int64_t ops_per_slice() const override { return 2 * kSlicePairs; }
   std::string Label() const override {
     return absl::StrCat("(b)/(a) ", split_ ? "split" : "local",
-                        pool_ ? " pool" : " nopool");
+                        additions_ ? " additions" : " kernel");
   }
 
  private:
   const bool split_;
-  const uint32_t pool_;
+  const int64_t additions_;
   std::unique_ptr<Engine> engine_;
   GroupHandle groups_[2];
 };
 
 // Two engines that differ in options, same group shape: args hier, pattern,
-// then baseline and variant (batch, pool) pairs.
+// then baseline and variant (batch, additions) pairs.
 class EnginesPair final : public Paired {
  public:
   EnginesPair(const benchmark::State& state, std::string what)
@@ -560,13 +574,13 @@ class EnginesPair final : public Paired {
     for (int half = 0; half < 2; ++half) {
       engines_[half] =
           MakeEngine(static_cast<uint32_t>(state.range(2 + 2 * half)),
-                     static_cast<uint32_t>(state.range(3 + 2 * half)));
+                     state.range(3 + 2 * half));
       groups_[half] = MakeGroup(*engines_[half], deep);
     }
     label_ = absl::StrCat(what_, " ", deep ? "deep " : "root ",
                           split_ ? "split" : "local", " batch ", state.range(2),
-                          "/pool ", state.range(3), " -> ", state.range(4), "/",
-                          state.range(5));
+                          "/additions ", state.range(3), " -> ", state.range(4),
+                          "/", state.range(5));
   }
   bool Slice(int half, int thread) override {
     return EngineSlice(*engines_[half], groups_[half], thread, split_);
@@ -589,7 +603,7 @@ class HandlePair final : public Paired {
   explicit HandlePair(const benchmark::State& state)
       : deep_(state.range(0) != 0),
         split_(state.range(1) != 0),
-        engine_(MakeEngine(kChargeBatchPages, 1024)),
+        engine_(MakeEngine(kChargeBatchPages, 0)),
         handle_(MakeGroup(*engine_, deep_)),
         path_(deep_ ? "/t/m/leaf" : "/a") {}
   bool Slice(int half, int thread) override {
@@ -697,8 +711,8 @@ void SetupHierarchyPair(const benchmark::State& state) {
 void SetupBatchPair(const benchmark::State& state) {
   paired = new EnginesPair(state, "batch");
 }
-void SetupPoolPair(const benchmark::State& state) {
-  paired = new EnginesPair(state, "pool");
+void SetupAdditionsPair(const benchmark::State& state) {
+  paired = new EnginesPair(state, "additions");
 }
 void SetupHandlePair(const benchmark::State& state) {
   paired = new HandlePair(state);
@@ -734,24 +748,24 @@ benchmark::internal::Benchmark* Paired(const char* name,
 
 void RegisterPairedBenchmarks() {
   Paired("BM_PairedHierarchy", SetupHierarchyPair)
-      ->ArgNames({"pattern", "pool"})
-      ->ArgsProduct({{0, 1}, {1024, 0}});
+      ->ArgNames({"pattern", "additions"})
+      ->ArgsProduct({{0, 1}, {0, 1}});
   // Part (C): batch 32 -> 64 and 1 -> 64, on the 3-level leaf.
   Paired("BM_PairedBatch", SetupBatchPair)
-      ->ArgNames({"hier", "pattern", "batch0", "pool0", "batch1", "pool1"})
-      ->Args({1, 0, 32, 1024, 64, 1024})
-      ->Args({1, 1, 32, 1024, 64, 1024})
+      ->ArgNames({"hier", "pattern", "batch0", "add0", "batch1", "add1"})
       ->Args({1, 0, 32, 0, 64, 0})
       ->Args({1, 1, 32, 0, 64, 0})
-      ->Args({1, 0, 1, 1024, 64, 1024})
-      ->Args({1, 1, 1, 1024, 64, 1024});
-  // The pool: kernel stock -> stock + pool.
-  Paired("BM_PairedPool", SetupPoolPair)
-      ->ArgNames({"hier", "pattern", "batch0", "pool0", "batch1", "pool1"})
-      ->Args({0, 0, 64, 0, 64, 1024})
-      ->Args({0, 1, 64, 0, 64, 1024})
-      ->Args({1, 0, 64, 0, 64, 1024})
-      ->Args({1, 1, 64, 0, 64, 1024});
+      ->Args({1, 0, 32, 1, 64, 1})
+      ->Args({1, 1, 32, 1, 64, 1})
+      ->Args({1, 0, 1, 0, 64, 0})
+      ->Args({1, 1, 1, 0, 64, 0});
+  // The additions: the kernel's stock -> every addition on.
+  Paired("BM_PairedAdditions", SetupAdditionsPair)
+      ->ArgNames({"hier", "pattern", "batch0", "add0", "batch1", "add1"})
+      ->Args({0, 0, 64, 0, 64, 1})
+      ->Args({0, 1, 64, 0, 64, 1})
+      ->Args({1, 0, 64, 0, 64, 1})
+      ->Args({1, 1, 64, 0, 64, 1});
   Paired("BM_PairedHandle", SetupHandlePair)
       ->ArgNames({"hier", "pattern"})
       ->ArgsProduct({{0, 1}, {0, 1}});
@@ -761,7 +775,7 @@ void RegisterPairedBenchmarks() {
   Paired("BM_PairedLayout", SetupLayoutPair)->ArgName("rbx")->Arg(1)->Arg(0);
   Paired("BM_PairedRoundRobin", SetupRoundRobinPair, /*one_thread=*/true)
       ->ArgNames({"groups", "stock"})
-      ->ArgsProduct({{7, 8, 64}, {0, 1, 2}});
+      ->ArgsProduct({{7, 8, 64}, {0, 1, 2, 3}});
 }
 
 }  // namespace

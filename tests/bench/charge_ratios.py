@@ -24,10 +24,15 @@ def load(path):
     return data.get("context", {}), med, cv
 
 
-def engine_key(hier, pattern, batch, pool, threads, path=False):
+def engine_key(hier, pattern, batch, additions, threads, path=False):
     name = "BM_EngineChargeUnchargePath" if path else "BM_EngineChargeUncharge"
-    return (f"{name}/hier:{hier}/pattern:{pattern}/batch:{batch}/pool:{pool}"
-            f"/real_time/threads:{threads}")
+    return (f"{name}/hier:{hier}/pattern:{pattern}/batch:{batch}"
+            f"/additions:{additions}/real_time/threads:{threads}")
+
+
+# charge_benchmark's "stock" argument (SetStockMode).
+STOCK_MODES = ("kernel's 7 slots (default)", "+ uncharges through the stock",
+               "+ uncharges + pool", "+ uncharges + pool + victim table (all)")
 
 
 def mops(b):
@@ -93,9 +98,10 @@ def main():
     print_paired(med, cv, "BM_PairedBatch/",
                  "Part (C): batch 32 -> 64 and 1 (no stock) -> 64, 3-level "
                  "leaf", "smaller batch", "batch 64")
-    print_paired(med, cv, "BM_PairedPool/",
-                 "The pool: the kernel's stock (slots only) -> slots + pool, "
-                 "batch 64", "slots only", "slots + pool")
+    print_paired(med, cv, "BM_PairedAdditions/",
+                 "The additions: the kernel's stock (the default) -> "
+                 "uncharges through the stock + victim table + pool, batch 64",
+                 "kernel", "additions")
     print_paired(med, cv, "BM_PairedHandle/",
                  "GroupHandle: path overloads -> handle overloads",
                  "path", "handle")
@@ -107,8 +113,8 @@ def main():
           "count, not a timing)\n")
     print("| stock | walks per 1000 charge/uncharge pairs |")
     print("|---|---|")
-    for pool, sname in ((0, "slots only (kernel)"), (1024, "slots + pool")):
-        b = med.get(f"BM_StockWalks/pool:{pool}/iterations:1")
+    for mode, sname in enumerate(STOCK_MODES[:3]):
+        b = med.get(f"BM_StockWalks/stock:{mode}/iterations:1")
         if b:
             print(f"| {sname} | {b['walks_per_1000_pairs']:.3f} |")
 
@@ -117,8 +123,7 @@ def main():
     print("| groups | stock | Mops/s | slot hit | victim-table hit | "
           "stock hit (slot + victim) | pool hit | drains/op |")
     print("|---|---|---|---|---|---|---|---|")
-    for mode, sname in ((0, "slots only (kernel)"), (1, "slots + pool"),
-                        (2, "slots + victim table + pool (default)")):
+    for mode, sname in enumerate(STOCK_MODES):
         for groups in (1, 7, 8, 64):
             b = med.get(f"BM_StockRoundRobin/groups:{groups}/stock:{mode}"
                         f"/real_time")
@@ -135,10 +140,11 @@ def main():
     print("|---|---|---|---|---|")
     for hier, hname in ((0, "root-level (a)"), (1, "3-level (b)")):
         for pattern, pname in ((0, "local"), (1, "split")):
-            for pool, sname in ((1024, "slots + pool"), (0, "slots only")):
+            for additions, sname in ((0, "kernel (default)"),
+                                     (1, "additions")):
                 cells = []
                 for threads in (1, 2):
-                    k = engine_key(hier, pattern, 64, pool, threads)
+                    k = engine_key(hier, pattern, 64, additions, threads)
                     cells.append(f"{mops(med[k]):.2f} ({cvs(cv, k)})"
                                  if k in med else "n/a")
                 print(f"| {hname} | {pname} | {sname} | {cells[0]} | "

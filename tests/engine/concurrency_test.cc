@@ -1,6 +1,7 @@
 // Multi-threaded conservation tests: nothing lost, nothing doubled, after a
 // final drain and flush. Run under ThreadSanitizer by the test command.
 #include <atomic>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -17,6 +18,19 @@ uint64_t Stat(const GroupStats& stats, const std::string& name) {
   for (const StatEntry& e : stats.stat)
     if (e.name == name) return e.value;
   return ~0ull;
+}
+
+// An engine on `nr_cpus` CPU slots without the periodic flusher, with /p
+// under a memory.max of `max_pages`.
+std::unique_ptr<Engine> EngineWithParent(int nr_cpus, uint64_t max_pages) {
+  EngineOptions options;
+  options.nr_cpus = nr_cpus;
+  options.periodic_flush_interval = absl::ZeroDuration();
+  auto engine = std::move(*Engine::Create(options));
+  LimitsUpdate limits;
+  limits.max_pages = max_pages;
+  EXPECT_TRUE(engine->CreateGroup("/p", limits).ok());
+  return engine;
 }
 
 // A flush-lock policy and, for kAdaptive, its hold budget (zero: one CPU
@@ -172,14 +186,133 @@ TEST_P(ConcurrencyTest, ChargesUnchargesAndFlushesConserveEveryPage) {
   CheckConservation(Options(GetParam(), 8), 3);
 }
 
-// The same with 10 children on 8 CPU slots (more than the 7 stock slots, so
-// evicted slots move to the victim table) and a 2-set table (so its sets
-// overflow and evict to the pool too). One policy: the stock does not depend
-// on it.
-TEST(StockVictimConcurrencyTest, ConserveEveryPageWithTheVictimTable) {
+// The same with the stock's additions on: 10 children on 8 CPU slots (more
+// than the 7 stock slots, so evicted slots move to the victim table), a
+// 2-set table (so its sets overflow and evict to the pool), the pool, and
+// uncharges through the stock. One policy: the stock does not depend on it.
+TEST(StockVictimConcurrencyTest, ConserveEveryPageWithTheAdditions) {
   EngineOptions options = Options({FlushLockPolicy::kPerCpu}, 8);
   options.stock_victim_sets = 2;
+  options.stock_pool_buckets = 1024;
+  options.uncharge_refills_stock = true;
   CheckConservation(options, 10, /*ops_per_thread=*/1000);
+}
+
+// Dying groups under concurrency: each thread charges into its own child
+// /p/tT/c, deletes it now and then (its pages stay on the dying group) and
+// re-creates it, and returns pages through the heir (UnchargeAtMost with a
+// handle of the deleted instance, answered by /p/tT from its dying
+// children); a reclaimer scrapes /p (dying groups included, at their floor)
+// while a reader opens, reads, resets and closes memory.peak watermarks.
+// At the end every ANON page charged was uncharged, every FILE page is
+// uncharged, reclaimed or left, and the dying groups, all empty, are freed.
+TEST(DyingGroupConcurrencyTest, UnchargesThroughTheHeirRaceReclaimSafely) {
+  constexpr int kThreads = 3;
+  auto engine = EngineWithParent(4, 3000);
+  for (int t = 0; t < kThreads; ++t)
+    ASSERT_TRUE(engine->CreateGroup(absl::StrCat("/p/t", t), {}).ok());
+  std::atomic<uint64_t> file_charged{0}, file_uncharged{0};
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937 rng(7 + t);
+      const std::string path = absl::StrCat("/p/t", t, "/c");
+      uint64_t anon_held = 0;  // in /p/tT's subtree, dying groups included
+      GroupHandle live;    // the instance at `path`; empty while deleted
+      GroupHandle holder;  // what uncharges name: live, or a deleted one
+      for (int i = 0; i < 1500; ++i) {
+        if (live.empty()) {
+          ASSERT_TRUE(engine->CreateGroup(path, {}).ok());
+          live = *engine->ResolveGroup(path);
+          if (holder.empty() || rng() % 2) holder = live;
+        }
+        const uint64_t n = 1 + rng() % 8;
+        const int cpu = rng() % 4;
+        switch (rng() % 5) {
+          case 0:
+          case 1:
+            if (engine->Charge(live, n, PageKind::kAnon, cpu).ok())
+              anon_held += n;
+            break;
+          case 2:
+            if (engine->Charge(live, n, PageKind::kFile, cpu).ok())
+              file_charged += n;
+            break;
+          case 3: {
+            // The holder's group may be deleted: the heir answers.
+            const PageKind kind = rng() % 2 ? PageKind::kAnon : PageKind::kFile;
+            auto u = engine->UnchargeAtMost(holder, path, n, kind);
+            ASSERT_TRUE(u.ok()) << u.status();
+            if (kind == PageKind::kAnon) {
+              ASSERT_LE(u->nr_pages, anon_held);
+              anon_held -= u->nr_pages;
+            } else {
+              file_uncharged += u->nr_pages;
+            }
+            break;
+          }
+          default:
+            if (rng() % 4 == 0) {
+              ASSERT_TRUE(engine->DeleteGroup(path).ok());
+              live = GroupHandle();
+            }
+            break;
+        }
+      }
+      // Delete the child and return every ANON page held through the heir,
+      // from its dying children.
+      if (!live.empty()) {
+        ASSERT_TRUE(engine->DeleteGroup(path).ok());
+      }
+      const std::string heir = absl::StrCat("/p/t", t);
+      if (anon_held > 0) {
+        auto u = engine->Uncharge(heir, anon_held, PageKind::kAnon, t);
+        ASSERT_TRUE(u.ok()) << u.status();
+      }
+    });
+  }
+  std::thread reclaimer([&] {
+    while (!stop.load()) {
+      auto r = engine->Reclaim("/p", 32);
+      ASSERT_TRUE(r.ok() || r.status().code() == absl::StatusCode::kUnavailable)
+          << r.status();
+    }
+  });
+  std::thread peaks([&] {
+    while (!stop.load()) {
+      auto w = engine->OpenPeakWatermark("/p");
+      ASSERT_TRUE(w.ok()) << w.status();
+      auto before = engine->ReadPeakWatermark("/p", *w);
+      ASSERT_TRUE(before.ok());
+      ASSERT_TRUE(engine->ResetPeakWatermark("/p", *w).ok());
+      auto after = engine->ReadPeakWatermark("/p", *w);
+      ASSERT_TRUE(after.ok());
+      ASSERT_LE(*after, 3000u + 4 * kChargeBatchPages);
+      ASSERT_TRUE(engine->ClosePeakWatermark("/p", *w).ok());
+    }
+  });
+  for (auto& t : threads) t.join();
+  stop = true;
+  reclaimer.join();
+  peaks.join();
+
+  engine->DrainAllStock();
+  const GroupStats p = *engine->GetStats("/p");
+  EXPECT_EQ(Stat(p, "anon"), 0u);
+  const uint64_t file_left = Stat(p, "file") / 4096;
+  EXPECT_EQ(file_charged.load(),
+            file_uncharged.load() + file_left + Stat(p, "pgsteal"));
+  EXPECT_EQ(p.memory_current_pages, file_left);
+  // Reclaim the rest: every dying group is then empty and freed.
+  for (int t = 0; t < kThreads; ++t) {
+    auto u = engine->Uncharge(absl::StrCat("/p/t", t), 1 << 20,
+                              PageKind::kFile, 0);
+    ASSERT_TRUE(u.ok()) << u.status();
+  }
+  EXPECT_EQ(engine->GetStats("/p")->memory_current_pages, 0u);
+  ASSERT_TRUE(engine->CreateGroup("/p/last", {}).ok());
+  EXPECT_EQ(engine->GetInfo().nr_dying_groups, 0u);
 }
 
 // Exact reads: every charge acknowledged before a GetStats(kExact) began is
@@ -231,16 +364,11 @@ TEST_P(ConcurrencyTest, ExactReadsSeeEverythingAcknowledgedBefore) {
 // A charge that fits once the stocks are drained never fails, even while
 // another group's OOMs keep a drain running: the charge path waits for that
 // drain instead of skipping its own (the kernel's drain_all_stock() is a
-// trylock). /p's 40 children park pages in slots and victim ways on CPUs
-// 0..3; /q's children hit /q's max from CPUs 4..7 over and over.
+// trylock). /p's 40 children park pages in the slots of CPUs 0..3; /q's
+// children hit /q's max from CPUs 4..7 over and over.
 TEST(StockDrainConcurrencyTest, NoOomWhileAnotherGroupDrains) {
-  EngineOptions options;
-  options.nr_cpus = 8;
-  options.periodic_flush_interval = absl::ZeroDuration();
-  auto engine = std::move(*Engine::Create(options));
+  auto engine = EngineWithParent(8, 1000);
   LimitsUpdate limits;
-  limits.max_pages = 1000;
-  ASSERT_TRUE(engine->CreateGroup("/p", limits).ok());
   limits.max_pages = 50;
   ASSERT_TRUE(engine->CreateGroup("/q", limits).ok());
   constexpr int kChildren = 40;

@@ -663,15 +663,21 @@ TEST_F(ReclaimEngineTest, DeletingTheCursorGroupGoesOnAtTheFollowingSibling) {
   ASSERT_EQ(Stat(Stats("/p/a"), "pgsteal"), 32u);
   ASSERT_EQ(Stat(Stats("/p/b"), "pgsteal"), 32u);
   ASSERT_EQ(Stat(Stats("/p/c"), "pgsteal"), 0u);
-  // Delete the group the shared cursor points at; its cache becomes /p's.
-  auto reparented = engine_->DeleteGroup("/p/b");
-  ASSERT_TRUE(reparented.ok());
-  EXPECT_EQ(*reparented, kBigLru - 32);
+  // Delete the group the shared cursor points at: it stays in the walk,
+  // dying, with its cache (the cursor stays on it).
+  auto dying = engine_->DeleteGroup("/p/b");
+  ASSERT_TRUE(dying.ok());
+  EXPECT_EQ(*dying, kBigLru - 32);
   ASSERT_TRUE(engine_->Reclaim("/p", kSwapClusterMax).ok());
-  // The walk went on at /p/c: not back to /p (now holding b's cache) or a.
+  // The walk went on at /p/c: not back to /p or a.
   EXPECT_EQ(Stat(Stats("/p/c"), "pgsteal"), 32u);
   EXPECT_EQ(Stat(Stats("/p/a"), "pgsteal"), 32u);
+  // /p answers for the dying group's pages; once they are gone the group
+  // is freed at the next create.
   EXPECT_EQ(TakeFile("/p"), kBigLru - 32);
+  EXPECT_EQ(engine_->GetInfo().nr_dying_groups, 1u);
+  Create("/p/d");
+  EXPECT_EQ(engine_->GetInfo().nr_dying_groups, 0u);
 }
 
 TEST_F(ReclaimEngineTest, FullWalkRetryBeforeGivingUp) {

@@ -7,6 +7,7 @@
 
 #include "engine/stock.h"
 #include "gtest/gtest.h"
+#include "tests/engine/stock_test_util.h"
 
 namespace cgacct {
 namespace {
@@ -46,10 +47,13 @@ TEST_F(StockPoolTest, EvictionGoesToThePool) {
     groups.back()->Charge(5);
     stock_.Refill(0, groups.back().get(), 5);
   }
-  // The 8th evicted slot 0: group 0's pages are pooled, not uncharged.
-  EXPECT_EQ(stock_.StockedPages(0, groups[0].get()), 0u);
-  EXPECT_EQ(stock_.PooledPages(groups[0].get()), 5u);
-  EXPECT_EQ(groups[0]->Read(), 5u);
+  // The 8th evicted a slot: its group's pages are pooled, not uncharged.
+  const std::vector<int> evicted = NotInSlots(stock_, 0, groups, kNrStockSlots);
+  ASSERT_EQ(evicted.size(), 1u);
+  const PageCounter* victim = groups[evicted[0]].get();
+  EXPECT_EQ(stock_.StockedPages(0, victim), 0u);
+  EXPECT_EQ(stock_.PooledPages(victim), 5u);
+  EXPECT_EQ(victim->Read(), 5u);
 }
 
 TEST_F(StockPoolTest, BucketCapAndCollisionsUnchargeTheRest) {

@@ -3,24 +3,39 @@
 // (docs/DESIGN.md §12, issue 11 item 5).
 //
 // Input: the first bytes pick the engine options (CPUs, page size, batch,
-// pool, victim table, flush-lock policy, recursiveprot, full walks); the rest
-// is a sequence of operations on a small tree of at most 39 groups
-// ({a,b,c} up to 3 levels deep): create, delete, charge, uncharge (by path
-// and through GroupHandles), set limits, reclaim, stats reads, stock drains,
-// flushes, and calls with invalid arguments, each on a CPU slot the input
-// chooses. Every call's status is checked against what the model predicts.
+// pool, victim table, flush-lock policy, recursiveprot, full walks, then
+// uncharges through the stock, the stock's eviction seed and
+// memory_localevents); the rest is a sequence of operations on a small tree
+// of at most 39 groups ({a,b,c} up to 3 levels deep): create, delete (the
+// group stays dying while it holds pages), charge, uncharge (by path and
+// through GroupHandles), set limits, memory.oom.group writes, memory.peak
+// watermarks (open, read, reset, close), reclaim, stats reads, stock
+// drains, flushes, and calls with invalid arguments, each on a CPU slot the
+// input chooses. Every call's status is checked against what the model
+// predicts.
 //
 // After every "drain + flush" operation, and at the end of each input, every
 // live group is checked (CheckAll):
 //   - usage >= 0: no page_counter ever underflowed (PageCounter::underflows);
-//   - each group's usage = its own pages + the sum of its children's usages
-//     (every stock, victim way and pool bucket is empty after the drain);
+//   - each group's usage = its own pages + the sum of its children's usages,
+//     dying children included (every stock, victim way and pool bucket is
+//     empty after the drain); a dying group holds the same invariants, has
+//     no protection, and its pages are what its live ancestor answers for
+//     (the model's own ANON count of that ancestor);
 //   - protected usages: min_usage = min(usage, memory.min), low_usage =
 //     min(usage, memory.low) below the root, and each group's
 //     children_min/low_usage = the sum of its children's min/low_usage;
 //   - memory.events never decrease (per group instance), and each group's
 //     hierarchical events = its local events + its children's hierarchical
-//     events + those of its deleted descendants; the root's are 0;
+//     events (dying children included) + those of its freed children as they
+//     were when freed; the root's are 0; under memory_localevents
+//     hierarchical = local;
+//   - an OOM that kills a group (memory.oom.group) names a group at or above
+//     the charging one with the flag set, and a charging group with the
+//     flag set is always killed (it lies between the victim and any OOM
+//     domain); oom_group_kill counts every kill once;
+//   - a memory.peak watermark reads between the group's usage and its
+//     group-wide peak, and its usage right after a reset;
 //   - stats equal charges - uncharges - reclaimed: memory.stat anon = the
 //     model's ANON pages of the subtree (own counts exact too); file = the
 //     subtree's exact FILE count = FILE charged - uncharged - pgsteal;
@@ -58,6 +73,7 @@
 #include "engine/group_path.h"
 #include "engine/memcontrol.h"
 #include "engine/memory_stat.h"
+#include "engine/oom_group.h"
 #include "engine/options.h"
 #include "engine/percpu.h"
 #include "engine/rstat.h"
@@ -85,25 +101,37 @@ void Violation(const char* format, ...) {
   } while (0)
 
 using u64 = uint64_t;
+using PeakOp = MemoryController::PeakOp;
 
 constexpr int kNrEvents = kNrMemoryEvents;
 
 std::array<u64, kNrEvents> EventArray(const MemoryEvents& e) {
-  return {e.low, e.high, e.max, e.oom, e.oom_kill};
+  return {e.low, e.high, e.max, e.oom, e.oom_kill, e.oom_group_kill};
 }
 
 // What the model knows of one live group (by path).
 struct ModelGroup {
   u64 id = 0;
   Limits limits;
-  u64 anon_own = 0;  // exact: ANON pages charged to the group itself
+  bool oom_group = false;  // memory.oom.group
+  // Exact: ANON pages charged to the group itself, and those of its dying
+  // descendants it answers for.
+  u64 anon_own = 0;
   // Hierarchical since the group's creation, deleted descendants included:
   // ANON and FILE charged minus uncharged (pages).
   u64 anon_hier = 0;
   u64 file_hier = 0;
-  // Hierarchical memory.events of deleted children, as they were at their
-  // deletion (their events stay counted in their ancestors).
-  std::array<u64, kNrEvents> deleted_events{};
+  // Hierarchical memory.events of freed children, as they were when freed
+  // (their events stay counted in their ancestors).
+  std::array<u64, kNrEvents> freed_events{};
+};
+
+// A memory.peak watermark the harness holds open: the group instance it
+// was opened on (path and id) and its id.
+struct PeakSlot {
+  std::string path;
+  u64 group_id = 0;
+  u64 watermark_id = 0;
 };
 
 // Values that never decrease, per group instance (id).
@@ -146,6 +174,11 @@ class Harness {
     // adaptive without a budget (the default: one CPU per hold) or with one
     // (holds across CPUs on the fuzzer's clock).
     if (in_.ConsumeBool()) o.flush_hold_budget = absl::Microseconds(50);
+    // Consumed after the older options, so that older inputs keep theirs.
+    o.uncharge_refills_stock = in_.ConsumeBool();
+    o.stock_eviction_seed = in_.ConsumeIntegral<u64>();
+    o.memory_localevents = in_.ConsumeBool();
+    localevents_ = o.memory_localevents;
     o.periodic_flush_interval = absl::ZeroDuration();
     o.clock = &clock_;
     FUZZ_CHECK(o.Validate().ok(), "options rejected: %s",
@@ -257,12 +290,54 @@ class Harness {
     if (l.low_pages) g.limits.low_pages = clamp(*l.low_pages);
   }
 
-  // Own FILE pages of the live group at `path` (the exact count).
+  // The pages of `kind` of `g`'s dying children's subtrees.
+  static u64 DyingPages(const Group* g, PageKind kind) {
+    u64 sum = 0;
+    for (const Group* c = g->first_child(); c != nullptr; c = c->next_sibling())
+      if (!c->online()) sum += c->nr_pages(kind) + DyingPages(c, kind);
+    return sum;
+  }
+
+  // FILE pages the live group at `path` answers for: its own and its dying
+  // descendants' (the exact counts).
   u64 FilePages(const std::string& path) {
     PercpuReaderLock l(mc_->tree().lock(), 0);
     Group* g = mc_->tree().Lookup(path);
     FUZZ_CHECK(g != nullptr, "live group %s not found", path.c_str());
-    return g->nr_pages(PageKind::kFile);
+    return g->nr_pages(PageKind::kFile) + DyingPages(g, PageKind::kFile);
+  }
+
+  // The dying children of every live group, with their hierarchical events
+  // now: before a create or delete (the only operations that free dying
+  // groups), so that the ones it frees are known with their final events.
+  using DyingSnapshot =
+      std::map<std::string, std::map<u64, std::array<u64, kNrEvents>>>;
+  DyingSnapshot SnapshotDying() {
+    DyingSnapshot out;
+    PercpuReaderLock l(mc_->tree().lock(), 0);
+    for (const auto& [path, m] : groups_) {
+      const Group* g = mc_->tree().Lookup(path);
+      FUZZ_CHECK(g != nullptr, "live group %s not found", path.c_str());
+      for (const Group* c = g->first_child(); c != nullptr;
+           c = c->next_sibling())
+        if (!c->online()) out[path][c->id()] = EventArray(c->events());
+    }
+    return out;
+  }
+  // Adds the events of the dying children in `before` that are gone now
+  // (freed) to their live parents' freed_events.
+  void AccountFreed(const DyingSnapshot& before) {
+    const DyingSnapshot now = SnapshotDying();
+    for (const auto& [path, children] : before) {
+      auto live = groups_.find(path);
+      if (live == groups_.end()) continue;  // deleted itself: not checked
+      auto still = now.find(path);
+      for (const auto& [id, events] : children) {
+        if (still != now.end() && still->second.count(id) > 0) continue;
+        for (int i = 0; i < kNrEvents; ++i)
+          live->second.freed_events[i] += events[i];
+      }
+    }
   }
 
   u64 LocalOom(const std::string& path) {
@@ -311,7 +386,14 @@ class Harness {
         return in_.ConsumeBool() ? OpCharge(/*by_handle=*/true)
                                  : OpUncharge(/*by_handle=*/true);
       case 13:
-        return OpInvalid();
+        switch (in_.ConsumeIntegralInRange<int>(0, 3)) {
+          case 0:
+            return OpSetOomGroup();
+          case 1:
+            return OpPeak();
+          default:
+            return OpInvalid();
+        }
       case 14:
         switch (in_.ConsumeIntegralInRange<int>(0, 2)) {
           case 0:
@@ -332,7 +414,9 @@ class Harness {
   void OpCreate() {
     const std::string path = PickPath();
     const LimitsUpdate limits = PickLimits();
+    const DyingSnapshot dying = SnapshotDying();
     absl::StatusOr<GroupInfo> r = mc_->CreateGroup(path, limits);
+    AccountFreed(dying);
     if (path == "/" || Live(path)) {
       ExpectCode(r.status(), absl::StatusCode::kAlreadyExists, "create", path);
       return;
@@ -376,24 +460,37 @@ class Harness {
                  absl::StatusCode::kFailedPrecondition, "delete", path);
       return;
     }
-    // What the group's ancestors keep: its hierarchical events, and its
-    // local oom count for the engine-wide oom counter.
+    // What the group's ancestors keep: its hierarchical events (in its
+    // parent's freed_events once it is freed), and its local oom and
+    // oom_group_kill counts for the engine-wide checks (a dying group is
+    // never charged, so they do not move again).
     MemoryEvents events;
+    u64 usage;
     {
       PercpuReaderLock l(mc_->tree().lock(), 0);
       Group* g = mc_->tree().Lookup(path);
       FUZZ_CHECK(g != nullptr, "live group %s not found", path.c_str());
       events = g->events();
       deleted_oom_ += g->events_local().oom;
+      deleted_group_kills_ += g->events_local().oom_group_kill;
+      usage = g->memory().Read();
     }
+    DyingSnapshot dying = SnapshotDying();
+    // The deleted group itself: freed at once if it holds nothing.
+    const std::string parent_path(ParentPath(path));
+    dying[parent_path][groups_.at(path).id] = EventArray(events);
     absl::StatusOr<u64> r = mc_->DeleteGroup(path);
     ExpectCode(r.status(), absl::StatusCode::kOk, "delete", path);
-    ModelGroup& parent = groups_.at(std::string(ParentPath(path)));
-    const std::array<u64, kNrEvents> e = EventArray(events);
-    for (int i = 0; i < kNrEvents; ++i) parent.deleted_events[i] += e[i];
+    // The pages left on the dying group: its usage once its stock is
+    // drained, at most what it had.
+    FUZZ_CHECK(*r <= usage, "delete %s: %llu pages left, usage was %llu",
+               path.c_str(), static_cast<unsigned long long>(*r),
+               static_cast<unsigned long long>(usage));
+    ModelGroup& parent = groups_.at(parent_path);
     parent.anon_own += groups_.at(path).anon_own;
     monotone_.erase(groups_.at(path).id);
     groups_.erase(path);
+    AccountFreed(dying);
   }
 
   // The live group a handle slot names, or "" if its group is gone.
@@ -434,6 +531,7 @@ class Harness {
     if (r.status().code() == absl::StatusCode::kResourceExhausted) {
       FUZZ_CHECK(!r.status().message().empty(), "charge: OOM without message");
       ++charges_oom_;
+      CheckOomGroupKill(path, n, r.status());
       return;
     }
     ExpectCode(r.status(), absl::StatusCode::kOk, "charge", shown);
@@ -451,6 +549,114 @@ class Harness {
     });
   }
 
+  // mem_cgroup_get_oom_group(): a kill names a flagged group at or above the
+  // victim's, only for an OOM (at most 8 pages); the victim's own group,
+  // flagged, is always killed.
+  void CheckOomGroupKill(const std::string& path, u64 n,
+                         const absl::Status& status) {
+    const std::optional<std::string> killed = OomGroupKillPath(status);
+    if (!killed.has_value()) {
+      FUZZ_CHECK(n > kCostlyChargePages || !groups_.at(path).oom_group,
+                 "charge %s: OOM without a group kill, oom.group set",
+                 path.c_str());
+      return;
+    }
+    ++group_kills_;
+    FUZZ_CHECK(n <= kCostlyChargePages, "charge %s: costly charge killed %s",
+               path.c_str(), killed->c_str());
+    FUZZ_CHECK(PathAtOrBelow(path, *killed) && groups_.count(*killed) > 0 &&
+                   groups_.at(*killed).oom_group,
+               "charge %s: killed %s, not a flagged group above it",
+               path.c_str(), killed->c_str());
+  }
+
+  void OpSetOomGroup() {
+    const std::string path = PickPath();
+    const bool on = in_.ConsumeBool();
+    const absl::Status s = mc_->SetOomGroup(path, on);
+    if (!Live(path)) {
+      ExpectCode(s, absl::StatusCode::kNotFound, "oom.group", path);
+      return;
+    }
+    if (path == "/") {
+      ExpectCode(s, absl::StatusCode::kInvalidArgument, "oom.group", path);
+      return;
+    }
+    ExpectCode(s, absl::StatusCode::kOk, "oom.group", path);
+    groups_.at(path).oom_group = on;
+  }
+
+  // memory.peak through open files: open, read, reset or close a watermark
+  // in one of the harness's slots.
+  void OpPeak() {
+    PeakSlot& slot = peaks_[in_.ConsumeIntegralInRange<size_t>(0, kNrPeaks - 1)];
+    const bool live = !slot.path.empty() && Live(slot.path) &&
+                      groups_.at(slot.path).id == slot.group_id;
+    switch (in_.ConsumeIntegralInRange<int>(0, 3)) {
+      case 0: {
+        const std::string path = PickPath();
+        absl::StatusOr<u64> w = mc_->PeakFile(path, PeakOp::kOpen);
+        if (!Live(path)) {
+          ExpectCode(w.status(), absl::StatusCode::kNotFound, "peak open", path);
+          return;
+        }
+        ExpectCode(w.status(), absl::StatusCode::kOk, "peak open", path);
+        slot = PeakSlot{path, groups_.at(path).id, *w};
+        return CheckPeak(slot, /*just_reset=*/true);
+      }
+      case 1: {
+        absl::StatusOr<u64> usage =
+            mc_->PeakFile(slot.path.empty() ? "/" : slot.path,
+                          PeakOp::kReset, slot.watermark_id);
+        if (!live) {
+          ExpectCode(usage.status(), absl::StatusCode::kNotFound, "peak reset",
+                     slot.path);
+          return;
+        }
+        ExpectCode(usage.status(), absl::StatusCode::kOk, "peak reset",
+                   slot.path);
+        return CheckPeak(slot, /*just_reset=*/true);
+      }
+      case 2:
+        if (!live) {
+          ExpectCode(mc_->PeakFile(slot.path.empty() ? "/" : slot.path,
+                                   PeakOp::kRead, slot.watermark_id)
+                         .status(),
+                     absl::StatusCode::kNotFound, "peak read", slot.path);
+          return;
+        }
+        return CheckPeak(slot, /*just_reset=*/false);
+      default: {
+        const absl::Status s =
+            mc_->PeakFile(slot.path.empty() ? "/" : slot.path, PeakOp::kClose,
+                          slot.watermark_id)
+                .status();
+        ExpectCode(s, live ? absl::StatusCode::kOk : absl::StatusCode::kNotFound,
+                   "peak close", slot.path);
+        slot = PeakSlot{};
+        return;
+      }
+    }
+  }
+
+  // usage <= the watermark <= the group-wide peak; right after a write,
+  // the watermark is the usage.
+  void CheckPeak(const PeakSlot& slot, bool just_reset) {
+    absl::StatusOr<u64> peak =
+        mc_->PeakFile(slot.path, PeakOp::kRead, slot.watermark_id);
+    ExpectCode(peak.status(), absl::StatusCode::kOk, "peak read", slot.path);
+    PercpuReaderLock l(mc_->tree().lock(), 0);
+    const Group* g = mc_->tree().Lookup(slot.path);
+    const u64 usage = g->memory().Read();
+    FUZZ_CHECK(usage <= *peak && *peak <= g->memory().watermark() &&
+                   (!just_reset || *peak == usage),
+               "%s: watermark %llu, usage %llu, group peak %llu%s",
+               slot.path.c_str(), static_cast<unsigned long long>(*peak),
+               static_cast<unsigned long long>(usage),
+               static_cast<unsigned long long>(g->memory().watermark()),
+               just_reset ? " (just written)" : "");
+  }
+
   void OpUncharge(bool by_handle) {
     std::string path;
     HandleSlot* slot = nullptr;
@@ -466,7 +672,7 @@ class Harness {
     u64 n = PickPages();
     if (live && in_.ConsumeBool()) {
       const u64 held = kind == PageKind::kAnon ? groups_.at(path).anon_own
-                                               : FilePages(path);
+                                               : FilePages(path);  // + dying
       if (held > 0) n = in_.ConsumeIntegralInRange<u64>(1, held);
     }
     const u64 file_before = live ? FilePages(path) : 0;
@@ -684,11 +890,14 @@ class Harness {
 
     Subtree children;
     std::array<u64, kNrEvents> children_events{};
+    u64 dying_anon = 0;  // ANON of the dying subtrees this group answers for
     for (const Group* child = g->first_child(); child != nullptr;
          child = child->next_sibling()) {
       FUZZ_CHECK(child->parent() == g, "%s: child %s has another parent", p,
                  child->path().c_str());
-      Subtree c = CheckGroup(child, nr_seen, local_oom);
+      Subtree c = child->online() ? CheckGroup(child, nr_seen, local_oom)
+                                  : CheckDying(child);
+      if (!child->online()) dying_anon += c.anon;
       children.usage += c.usage;
       children.anon += c.anon;
       children.file += c.file;
@@ -704,8 +913,10 @@ class Harness {
     const u64 usage = mem.Read();
     const u64 anon_own = g->nr_pages(PageKind::kAnon);
     const u64 file_own = g->nr_pages(PageKind::kFile);
-    FUZZ_CHECK(anon_own == m.anon_own, "%s: own ANON %llu, model %llu", p,
+    FUZZ_CHECK(anon_own + dying_anon == m.anon_own,
+               "%s: own ANON %llu + dying %llu, model %llu", p,
                static_cast<unsigned long long>(anon_own),
+               static_cast<unsigned long long>(dying_anon),
                static_cast<unsigned long long>(m.anon_own));
     // parent = own + sum of children (stocks drained).
     FUZZ_CHECK(usage == anon_own + file_own + children.usage,
@@ -801,16 +1012,20 @@ class Harness {
                    st.unevictable == 0,
                "%s: inactive/active/unevictable lines inconsistent", p);
 
-    // memory.events: hierarchical = local + children + deleted children.
+    // memory.events: hierarchical = local + children + freed children
+    // (memory_localevents: local).
     const std::array<u64, kNrEvents> events = EventArray(g->events());
     const std::array<u64, kNrEvents> local = EventArray(g->events_local());
     *local_oom += local[static_cast<int>(MemoryEvent::kOom)];
+    *local_group_kills_ += local[static_cast<int>(MemoryEvent::kOomGroupKill)];
     for (int i = 0; i < kNrEvents; ++i) {
-      const u64 want =
-          g->is_root() ? 0 : local[i] + children_events[i] + m.deleted_events[i];
+      const u64 want = g->is_root() ? 0
+                       : localevents_
+                           ? local[i]
+                           : local[i] + children_events[i] + m.freed_events[i];
       FUZZ_CHECK(events[i] == want,
                  "%s: hierarchical event %d = %llu, local + children + "
-                 "deleted = %llu",
+                 "freed = %llu",
                  p, i, static_cast<unsigned long long>(events[i]),
                  static_cast<unsigned long long>(want));
     }
@@ -844,9 +1059,47 @@ class Harness {
     return out;
   }
 
+  // A dying group's subtree: usage = own pages + children's, no underflow,
+  // no protection (reset at offline), nothing of it in the model but what
+  // its live ancestor answers for.
+  Subtree CheckDying(const Group* g)
+      ABSL_SHARED_LOCKS_REQUIRED(mc_->tree().lock()) {
+    const char* p = g->path().c_str();
+    Subtree children;
+    for (const Group* c = g->first_child(); c != nullptr; c = c->next_sibling()) {
+      FUZZ_CHECK(!c->online(), "dying %s has a live child %s", p,
+                 c->path().c_str());
+      Subtree s = CheckDying(c);
+      children.usage += s.usage;
+      children.anon += s.anon;
+      children.file += s.file;
+    }
+    const PageCounter& mem = g->memory();
+    FUZZ_CHECK(mem.underflows() == 0, "dying %s: page_counter underflows", p);
+    const u64 anon = g->nr_pages(PageKind::kAnon);
+    const u64 file = g->nr_pages(PageKind::kFile);
+    FUZZ_CHECK(mem.Read() == anon + file + children.usage,
+               "dying %s: usage %llu != own %llu + %llu + children %llu", p,
+               static_cast<unsigned long long>(mem.Read()),
+               static_cast<unsigned long long>(anon),
+               static_cast<unsigned long long>(file),
+               static_cast<unsigned long long>(children.usage));
+    FUZZ_CHECK(mem.min() == 0 && mem.low() == 0 && mem.min_usage() == 0 &&
+                   mem.low_usage() == 0,
+               "dying %s: protection left", p);
+    Subtree out;
+    out.usage = mem.Read();
+    out.anon = anon + children.anon;
+    out.file = file + children.file;
+    out.events = EventArray(g->events());
+    return out;
+  }
+
   void CheckAll() {
     size_t nr_seen = 0;
     u64 local_oom = 0;
+    u64 local_group_kills = 0;
+    local_group_kills_ = &local_group_kills;
     {
       PercpuReaderLock l(mc_->tree().lock(), 0);
       CheckGroup(mc_->tree().root(), &nr_seen, &local_oom);
@@ -876,6 +1129,11 @@ class Harness {
                static_cast<unsigned long long>(charges_oom_),
                static_cast<unsigned long long>(charges_rejected_),
                static_cast<unsigned long long>(uncharges_));
+    FUZZ_CHECK(local_group_kills + deleted_group_kills_ == group_kills_,
+               "oom_group_kill events %llu (+%llu deleted), kills %llu",
+               static_cast<unsigned long long>(local_group_kills),
+               static_cast<unsigned long long>(deleted_group_kills_),
+               static_cast<unsigned long long>(group_kills_));
     FUZZ_CHECK(c.oom_total == local_oom + deleted_oom_,
                "oom_total %llu, local oom events %llu (+%llu deleted)",
                static_cast<unsigned long long>(c.oom_total),
@@ -884,6 +1142,7 @@ class Harness {
   }
 
   static constexpr size_t kNrHandles = 4;
+  static constexpr size_t kNrPeaks = 3;
 
   FuzzedDataProvider& in_;
   ManualClock clock_;
@@ -894,6 +1153,12 @@ class Harness {
   std::map<std::string, ModelGroup> groups_;  // live groups, "/" included
   std::map<u64, Monotone> monotone_;          // by group id
   std::array<HandleSlot, kNrHandles> handles_;
+  std::array<PeakSlot, kNrPeaks> peaks_;
+  bool localevents_ = false;
+  // CheckAll's sum of local oom_group_kill events (set while it runs).
+  u64* local_group_kills_ = nullptr;
+  u64 group_kills_ = 0;          // kills the charges reported
+  u64 deleted_group_kills_ = 0;  // local oom_group_kill of deleted groups
   u64 last_id_ = 0;
   u64 charges_ok_ = 0;
   u64 charges_oom_ = 0;
