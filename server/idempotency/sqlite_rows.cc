@@ -19,6 +19,11 @@
 namespace cgacct {
 namespace sqlite_rows {
 
+void BindBlob(sqlite3_stmt* stmt, int col, absl::string_view bytes) {
+  sqlite3_bind_blob(stmt, col, bytes.data(), static_cast<int>(bytes.size()),
+                    SQLITE_TRANSIENT);
+}
+
 const char kSchema[] = R"sql(
 CREATE TABLE IF NOT EXISTS meta (
   key TEXT PRIMARY KEY, value TEXT NOT NULL, checksum INTEGER NOT NULL);
@@ -42,6 +47,8 @@ CREATE TABLE IF NOT EXISTS requests (
 CREATE INDEX IF NOT EXISTS requests_by_window
   ON requests (dedup_window, seq, stored_bytes);
 CREATE INDEX IF NOT EXISTS requests_by_age ON requests (dedup_window, arrived);
+CREATE INDEX IF NOT EXISTS requests_by_identity
+  ON requests (dedup_window, identity, seq, stored_bytes);
 )sql";
 
 const char kInsertGroupSql[] =
@@ -78,11 +85,6 @@ std::string ColumnBlob(sqlite3_stmt* stmt, int col) {
   return data == nullptr ? std::string()
                          : std::string(static_cast<const char*>(data),
                                        static_cast<size_t>(n));
-}
-
-void BindBlob(sqlite3_stmt* stmt, int col, absl::string_view bytes) {
-  sqlite3_bind_blob(stmt, col, bytes.data(), static_cast<int>(bytes.size()),
-                    SQLITE_TRANSIENT);
 }
 
 // A row's checksum (see the header).

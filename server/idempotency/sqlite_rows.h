@@ -58,6 +58,7 @@ inline uint64_t FromDb(int64_t v) {
 }
 
 void BindText(sqlite3_stmt* stmt, int col, absl::string_view text);
+void BindBlob(sqlite3_stmt* stmt, int col, absl::string_view bytes);
 void BindGroupRow(sqlite3_stmt* stmt, const StoredGroup& group);
 void BindRequestRow(sqlite3_stmt* stmt, const StoredRequest& request);
 void BindMetaRow(sqlite3_stmt* stmt, absl::string_view key,

@@ -186,10 +186,8 @@ absl::Status SqliteStateStore::InitializeLocked(
     if (absl::Status s = PutMetaLocked(key, value); !s.ok()) return s;
   }
   if (absl::Status s = RepairAckedLocked(*repair); !s.ok()) return s;
-  for (RequestWindow w :
-       {RequestWindow::kRequestIds, RequestWindow::kIdempotencyKeys}) {
-    if (absl::Status s = CountWindowBytesLocked(w); !s.ok()) return s;
-  }
+  // Each identity's bytes are read at its first put.
+  for (auto& partitions : partitions_) partitions.clear();
   return absl::OkStatus();
 }
 
@@ -490,10 +488,8 @@ absl::StatusOr<StateStore::Snapshot> SqliteStateStore::Load(
         "dropped ", rows.damaged.size(),
         " damaged row(s), the first: ", rows.damaged.front().what));
   }
-  for (RequestWindow w :
-       {RequestWindow::kRequestIds, RequestWindow::kIdempotencyKeys}) {
-    if (absl::Status s = CountWindowBytesLocked(w); !s.ok()) return s;
-  }
+  // Each identity's bytes are read at its first put.
+  for (auto& partitions : partitions_) partitions.clear();
   if (absl::Status s = VacuumLocked(); !s.ok()) return s;
   Snapshot snapshot;
   snapshot.groups = std::move(rows.groups);
@@ -605,11 +601,20 @@ absl::Status SqliteStateStore::PutRequest(const StoredRequest& r,
   sqlite3_reset(*stmt);
   if (step != SQLITE_DONE)
     return ReportLocked(ErrorLocked("recording a request"), kNotSaved);
-  const int w = static_cast<int>(r.window());
-  window_bytes_[w] += r.stored_bytes();
-  if (++window_puts_[w] >= kPrunePuts ||
-      (bounds.max_bytes != 0 && window_bytes_[w] > bounds.max_bytes)) {
-    if (absl::Status s = PruneLocked(r.window(), bounds); !s.ok()) {
+  Partition& p = partitions_[static_cast<int>(r.window())][r.identity];
+  if (!p.counted) {
+    // This identity's first put since the open (or since its partition
+    // emptied): its rows already in the file count.
+    if (absl::Status s = CountPartitionBytesLocked(r.window(), r.identity);
+        !s.ok())
+      return ReportLocked(s, kNotSaved);
+  } else {
+    p.bytes += r.stored_bytes();
+  }
+  if (++p.puts >= kPrunePuts ||
+      (bounds.max_bytes != 0 && p.bytes > bounds.max_bytes)) {
+    if (absl::Status s = PruneLocked(r.window(), r.identity, bounds);
+        !s.ok()) {
       return ReportLocked(s,
                           "the window's old entries are not being dropped: "
                           "the file may grow past its bound");
@@ -618,17 +623,20 @@ absl::Status SqliteStateStore::PutRequest(const StoredRequest& r,
   return absl::OkStatus();
 }
 
-absl::Status SqliteStateStore::CountWindowBytesLocked(RequestWindow window) {
+absl::Status SqliteStateStore::CountPartitionBytesLocked(
+    RequestWindow window, absl::string_view identity) {
   absl::StatusOr<sqlite3_stmt*> stmt =
       PrepareLocked(kWindowBytes,
                     "SELECT COALESCE(SUM(stored_bytes), 0) FROM requests WHERE "
-                    "dedup_window = ?1");
+                    "dedup_window = ?1 AND identity = ?2");
   if (!stmt.ok()) return stmt.status();
   sqlite3_bind_int(*stmt, 1, static_cast<int>(window));
+  sqlite_rows::BindBlob(*stmt, 2, identity);
   const int step = sqlite3_step(*stmt);
   if (step == SQLITE_ROW) {
-    window_bytes_[static_cast<int>(window)] =
-        FromDb(sqlite3_column_int64(*stmt, 0));
+    Partition& p = partitions_[static_cast<int>(window)][identity];
+    p.bytes = FromDb(sqlite3_column_int64(*stmt, 0));
+    p.counted = true;
   }
   sqlite3_reset(*stmt);
   if (step != SQLITE_ROW) return ErrorLocked("counting a window's bytes");
@@ -637,11 +645,14 @@ absl::Status SqliteStateStore::CountWindowBytesLocked(RequestWindow window) {
 
 absl::Status SqliteStateStore::ExpireLocked(int slot, const char* sql,
                                             RequestWindow window,
-                                            int64_t argument) {
+                                            int64_t argument,
+                                            absl::string_view identity) {
   absl::StatusOr<sqlite3_stmt*> stmt = PrepareLocked(slot, sql);
   if (!stmt.ok()) return stmt.status();
   sqlite3_bind_int(*stmt, 1, static_cast<int>(window));
   sqlite3_bind_int64(*stmt, 2, argument);
+  if (sqlite3_bind_parameter_count(*stmt) >= 3)
+    sqlite_rows::BindBlob(*stmt, 3, identity);
   const int step = sqlite3_step(*stmt);
   sqlite3_reset(*stmt);
   if (step != SQLITE_DONE) return ErrorLocked("expiring requests");
@@ -649,39 +660,44 @@ absl::Status SqliteStateStore::ExpireLocked(int slot, const char* sql,
 }
 
 absl::Status SqliteStateStore::PruneLocked(RequestWindow window,
+                                           absl::string_view identity,
                                            const WindowBounds& bounds) {
   const int w = static_cast<int>(window);
-  window_puts_[w] = 0;
   const int64_t changes_before = sqlite3_total_changes64(db_);
-  // Age.
+  // Age: every identity's, the window's.
   if (absl::Status s = ExpireLocked(
           kExpireOld,
           "DELETE FROM requests WHERE dedup_window = ?1 AND arrived < ?2",
           window, bounds.expire_before_unix_ns);
       !s.ok())
     return s;
-  // Entries: the newest `capacity` stay.
+  // Entries: the identity's newest `capacity` stay.
   if (bounds.capacity != 0) {
     if (absl::Status s = ExpireLocked(
             kExpireOverCapacity,
-            "DELETE FROM requests WHERE dedup_window = ?1 AND seq <= (SELECT "
-            "seq FROM requests WHERE dedup_window = ?1 ORDER BY seq DESC "
-            "LIMIT 1 OFFSET ?2)",
-            window, static_cast<int64_t>(bounds.capacity));
+            "DELETE FROM requests WHERE dedup_window = ?1 AND identity = ?3 "
+            "AND seq <= (SELECT seq FROM requests WHERE dedup_window = ?1 AND "
+            "identity = ?3 ORDER BY seq DESC LIMIT 1 OFFSET ?2)",
+            window, static_cast<int64_t>(bounds.capacity), identity);
         !s.ok())
       return s;
   }
-  if (absl::Status s = CountWindowBytesLocked(window); !s.ok()) return s;
-  // Bytes: the oldest go until the rest fit (the newest always stays).
-  if (bounds.max_bytes != 0 && window_bytes_[w] > bounds.max_bytes) {
-    const uint64_t excess = window_bytes_[w] - bounds.max_bytes;
+  if (absl::Status s = CountPartitionBytesLocked(window, identity); !s.ok())
+    return s;
+  Partition& p = partitions_[w][identity];
+  p.puts = 0;
+  // Bytes: the identity's oldest go until the rest fit (its newest always
+  // stays).
+  if (bounds.max_bytes != 0 && p.bytes > bounds.max_bytes) {
+    const uint64_t excess = p.bytes - bounds.max_bytes;
     absl::StatusOr<sqlite3_stmt*> oldest = PrepareLocked(
         kOldestOfWindow,
         "SELECT seq, stored_bytes FROM requests WHERE dedup_window = ?1 AND "
-        "seq < (SELECT MAX(seq) FROM requests WHERE dedup_window = ?1) ORDER "
-        "BY seq");
+        "identity = ?2 AND seq < (SELECT MAX(seq) FROM requests WHERE "
+        "dedup_window = ?1 AND identity = ?2) ORDER BY seq");
     if (!oldest.ok()) return oldest.status();
     sqlite3_bind_int(*oldest, 1, w);
+    sqlite_rows::BindBlob(*oldest, 2, identity);
     uint64_t dropped = 0;
     int64_t last = -1;
     int step = SQLITE_DONE;
@@ -695,13 +711,15 @@ absl::Status SqliteStateStore::PruneLocked(RequestWindow window,
     if (last >= 0) {
       if (absl::Status s = ExpireLocked(
               kExpireUpTo,
-              "DELETE FROM requests WHERE dedup_window = ?1 AND seq <= ?2",
-              window, last);
+              "DELETE FROM requests WHERE dedup_window = ?1 AND identity = ?3 "
+              "AND seq <= ?2",
+              window, last, identity);
           !s.ok())
         return s;
-      window_bytes_[w] -= std::min(dropped, window_bytes_[w]);
+      p.bytes -= std::min(dropped, p.bytes);
     }
   }
+  if (p.bytes == 0) partitions_[w].erase(std::string(identity));
   if (sqlite3_total_changes64(db_) == changes_before) return absl::OkStatus();
   return VacuumLocked();
 }

@@ -24,7 +24,8 @@
 // are accepted; recovery_notes() says what was done.
 //
 // Bounds: each de-duplication window is pruned to its own WindowBounds
-// (age, entries, bytes) as PutRequest() is called; the file shrinks
+// as PutRequest() is called: by age, and each caller identity's entries to
+// their own count and bytes (one tenant's flood drops only its own rows); the file shrinks
 // (auto_vacuum=INCREMENTAL, then PRAGMA incremental_vacuum once a quarter
 // of it is free) and the WAL is truncated to 4 MiB after checkpoints
 // (journal_size_limit).
@@ -42,6 +43,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -175,17 +177,28 @@ class SqliteStateStore final : public StateStore {
   // Writes meta row `key` = `value` with its checksum.
   absl::Status PutMetaLocked(absl::string_view key, absl::string_view value)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Drops `window`'s entries beyond `bounds`, then frees the file's unused
-  // pages when a quarter of it is free.
-  absl::Status PruneLocked(RequestWindow window, const WindowBounds& bounds)
+  // Per RequestWindow and caller identity: puts since its last pruning,
+  // and its stored bytes (exact after a pruning; an upper bound in
+  // between).
+  struct Partition {
+    uint64_t puts = 0;
+    uint64_t bytes = 0;
+    bool counted = false;  // `bytes` read from the file once
+  };
+  // Drops `window`'s entries older than `bounds` and `identity`'s beyond
+  // its count and bytes, then frees the file's unused pages when a quarter
+  // of it is free.
+  absl::Status PruneLocked(RequestWindow window, absl::string_view identity,
+                           const WindowBounds& bounds)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Runs cached statement `slot`, `sql`: a DELETE from `window` (?1) with
-  // `argument` (?2).
+  // `argument` (?2) and `identity` (?3, when the statement names it).
   absl::Status ExpireLocked(int slot, const char* sql, RequestWindow window,
-                            int64_t argument)
+                            int64_t argument, absl::string_view identity = {})
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Re-reads the stored bytes of `window` (window_bytes_).
-  absl::Status CountWindowBytesLocked(RequestWindow window)
+  // Re-reads the stored bytes of `identity` in `window` (partitions_).
+  absl::Status CountPartitionBytesLocked(RequestWindow window,
+                                         absl::string_view identity)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status VacuumLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Tells options_.on_write_error about `failed` (rate-limited), and
@@ -207,10 +220,11 @@ class SqliteStateStore final : public StateStore {
   int sync_full_ ABSL_GUARDED_BY(mu_) = -1;  // -1 unknown, 0 NORMAL, 1 FULL
   // Group changes committed (meta "group_changes").
   uint64_t group_changes_ ABSL_GUARDED_BY(mu_) = 0;
-  // Per RequestWindow: puts since its last pruning, and its stored bytes
-  // (exact after a pruning; an upper bound in between).
-  uint64_t window_puts_[kNrRequestWindows] ABSL_GUARDED_BY(mu_) = {};
-  uint64_t window_bytes_[kNrRequestWindows] ABSL_GUARDED_BY(mu_) = {};
+  // Per RequestWindow: identity -> its partition's counts. Bounded by the
+  // identities that store entries (the policy's, or "" without access
+  // control); a partition left without rows by a pruning goes.
+  absl::flat_hash_map<std::string, Partition> partitions_[kNrRequestWindows]
+      ABSL_GUARDED_BY(mu_);
   std::vector<std::string> notes_ ABSL_GUARDED_BY(mu_);
   // Write failures: when the last was reported, and how many since.
   absl::Time last_report_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();

@@ -104,9 +104,12 @@ struct StoredRequest {
 };
 
 // What PutRequest keeps of the entry's window: the entries that arrived at or
-// after `expire_before_unix_ns`, at most the newest `capacity` of them, and
-// at most `max_bytes` of their stored_bytes() (the newest entry is kept
-// whatever its size). 0 = no bound for capacity and max_bytes.
+// after `expire_before_unix_ns`, and of each caller identity's entries
+// (StoredRequest::identity) at most the newest `capacity` and at most
+// `max_bytes` of their stored_bytes() (the newest entry is kept whatever its
+// size), as the in-memory window partitions them (RequestDedupCache): one
+// identity's traffic never drops another's entries. 0 = no bound for
+// capacity and max_bytes.
 struct WindowBounds {
   int64_t expire_before_unix_ns = 0;
   size_t capacity = 0;
@@ -138,10 +141,12 @@ class StateStore {
   virtual absl::Status DeleteGroup(absl::string_view path) = 0;
 
   // Records an answered call (replacing an entry with the same key), and
-  // drops the entries of its window (request.window()) beyond `bounds`
-  // (amortised: a window may exceed its capacity by a few hundred entries
-  // between two prunings, never its byte bound by more than one entry); the
-  // other window is not touched. Durable against a crash of the process; a
+  // drops the entries of its window (request.window()) and identity beyond
+  // `bounds` (amortised: an identity's partition may exceed its capacity by
+  // a few hundred entries between two prunings, never its byte bound by
+  // more than one entry), and its window's entries older than the window;
+  // other identities' entries are dropped only by age, the other window's
+  // not at all. Durable against a crash of the process; a
   // backend may trade durability against power loss for speed here
   // (SqliteStateStore: synchronous=NORMAL), since the usage the window
   // protects does not survive a restart either. Errors: the backend's (the
