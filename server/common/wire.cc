@@ -27,10 +27,10 @@ PageKind PageKindFromProto(int kind) {
   }
 }
 
-absl::StatusOr<std::optional<int>> CpuFromProto(std::optional<uint32_t> cpu,
+absl::StatusOr<std::optional<int>> CpuFromProto(std::optional<uint64_t> cpu,
                                                 int nr_cpus) {
   if (!cpu.has_value()) return std::optional<int>();
-  if (*cpu > static_cast<uint32_t>(INT_MAX)) {
+  if (*cpu > static_cast<uint64_t>(INT_MAX)) {
     // Out of every range ResolveCpu() accepts, but not an int it can print.
     return absl::InvalidArgumentError(
         absl::StrCat("cpu ", *cpu, " out of range [0, ", nr_cpus, ")"));

@@ -26,11 +26,11 @@ namespace cgacct {
 // engine's message.
 PageKind PageKindFromProto(int kind);
 
-// The wire's optional uint32 cpu as the engine's std::optional<int>, checked
+// The wire's optional uint64 cpu as the engine's std::optional<int>, checked
 // by ResolveCpu() when present (absent stays absent: the engine picks the
 // serving thread's CPU). A value above INT_MAX, which the engine cannot be
 // given, is INVALID_ARGUMENT in ResolveCpu()'s words.
-absl::StatusOr<std::optional<int>> CpuFromProto(std::optional<uint32_t> cpu,
+absl::StatusOr<std::optional<int>> CpuFromProto(std::optional<uint64_t> cpu,
                                                 int nr_cpus);
 
 // The google.rpc.Code number of `status` as the wire carries it (OpResult.

@@ -20,7 +20,7 @@ absl::Status OpValidator::CheckChargeCap(uint64_t nr_pages,
 
 absl::Status OpValidator::PathAndArgs(absl::string_view path, bool path_checked,
                                       uint64_t nr_pages, int wire_kind,
-                                      std::optional<uint32_t> wire_cpu,
+                                      std::optional<uint64_t> wire_cpu,
                                       bool charge, PageOp* op) const {
   if (!path_checked) {
     if (absl::Status s = ValidateGroupPath(path); !s.ok()) return s;
@@ -42,7 +42,10 @@ absl::Status OpValidator::PathAndArgs(absl::string_view path, bool path_checked,
   op->kind = kind;
   op->wire_kind = wire_kind;
   op->cpu = *cpu;
-  op->wire_cpu = wire_cpu;
+  // In range now (below nr_cpus): the uint32 the fingerprints keep.
+  op->wire_cpu = wire_cpu.has_value()
+                     ? std::optional<uint32_t>(static_cast<uint32_t>(*wire_cpu))
+                     : std::nullopt;
   op->charge = charge;
   return absl::OkStatus();
 }
@@ -68,8 +71,8 @@ absl::Status KeysOf(const Request& request, const DedupTable& request_ids,
 absl::Status OpValidator::Charge(const v1::ChargeRequest& request,
                                  const DedupTable& request_ids,
                                  PageOp* op) const {
-  const std::optional<uint32_t> cpu =
-      request.has_cpu() ? std::optional<uint32_t>(request.cpu()) : std::nullopt;
+  const std::optional<uint64_t> cpu =
+      request.has_cpu() ? std::optional<uint64_t>(request.cpu()) : std::nullopt;
   if (absl::Status s =
           PathAndArgs(request.path(), /*path_checked=*/false,
                       request.nr_pages(), request.kind(), cpu, true, op);
@@ -94,8 +97,8 @@ absl::Status OpValidator::Charge(const v1::ChargeRequest& request,
 absl::Status OpValidator::Uncharge(const v1::UnchargeRequest& request,
                                    const DedupTable& request_ids,
                                    PageOp* op) const {
-  const std::optional<uint32_t> cpu =
-      request.has_cpu() ? std::optional<uint32_t>(request.cpu()) : std::nullopt;
+  const std::optional<uint64_t> cpu =
+      request.has_cpu() ? std::optional<uint64_t>(request.cpu()) : std::nullopt;
   if (absl::Status s =
           PathAndArgs(request.path(), /*path_checked=*/false,
                       request.nr_pages(), request.kind(), cpu, false, op);
@@ -104,10 +107,10 @@ absl::Status OpValidator::Uncharge(const v1::UnchargeRequest& request,
   return KeysOf(request, request_ids, op);
 }
 
-absl::Status OpValidator::BatchOp(const v1::ChargeOp& request,
-                                  bool path_checked, PageOp* op) const {
-  const std::optional<uint32_t> cpu =
-      request.has_cpu() ? std::optional<uint32_t>(request.cpu()) : std::nullopt;
+absl::Status OpValidator::CheckBatchOp(const v1::ChargeOp& request,
+                                       bool path_checked, PageOp* op) const {
+  const std::optional<uint64_t> cpu =
+      request.has_cpu() ? std::optional<uint64_t>(request.cpu()) : std::nullopt;
   if (absl::Status s =
           PathAndArgs(request.path(), path_checked, request.nr_pages(),
                       request.kind(), cpu, !request.uncharge(), op);

@@ -3,7 +3,7 @@
 // instead of the request. The checks are the engine's exported ones
 // (engine/group_path.h, engine/validate.h), so a client reads the engine's
 // words whichever RPC it used; only what the engine cannot see is checked
-// here (proto enums, uint32 ranges, the per-call page cap, client keys).
+// here (proto enums, the cpu range, the per-call page cap, client keys).
 //
 // Thread safety: OpValidator is immutable (thread-safe); PageOp is a value.
 #ifndef CGACCT_SERVER_PIPELINE_OPS_H_
@@ -13,10 +13,12 @@
 #include <optional>
 #include <string>
 
+#include "absl/base/optimization.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "cgacct/v1/accounting.pb.h"
 #include "engine/types.h"
+#include "engine/validate.h"
 #include "server/idempotency/dedup_table.h"
 
 namespace cgacct {
@@ -64,8 +66,38 @@ class OpValidator {
   // One ChargeOp of a batch, in the same order. `path_checked`: its path
   // passed before in this call or stream (the batch runner's cache), so
   // its checks are not run again.
+  // Inline for the common case (a cached path, arguments in range: one op
+  // of every ChargeStream message); anything else, errors included, goes
+  // through the out-of-line checks in their order.
   absl::Status BatchOp(const v1::ChargeOp& request, bool path_checked,
-                       PageOp* op) const;
+                       PageOp* op) const {
+    const uint64_t nr_pages = request.nr_pages();
+    const bool charge = !request.uncharge();
+    const int kind = request.kind();
+    if (ABSL_PREDICT_TRUE(
+            path_checked && NrPagesValid(nr_pages, page_counter_max_) &&
+            (!charge || max_charge_pages_ == 0 ||
+             nr_pages <= max_charge_pages_) &&
+            (kind == v1::PAGE_KIND_ANON || kind == v1::PAGE_KIND_FILE) &&
+            (!request.has_cpu() ||
+             request.cpu() < static_cast<uint64_t>(nr_cpus_)))) {
+      op->path = request.path();
+      op->nr_pages = nr_pages;
+      op->kind = kind == v1::PAGE_KIND_ANON ? PageKind::kAnon : PageKind::kFile;
+      op->wire_kind = kind;
+      if (request.has_cpu()) {
+        op->cpu = static_cast<int>(request.cpu());
+        op->wire_cpu = static_cast<uint32_t>(request.cpu());
+      } else {
+        op->cpu.reset();
+        op->wire_cpu.reset();
+      }
+      op->charge = charge;
+      op->session_id = request.has_session_id() ? &request.session_id() : nullptr;
+      return absl::OkStatus();
+    }
+    return CheckBatchOp(request, path_checked, op);
+  }
   // A batch before any op: at most kMaxBatchOps ops.
   absl::Status Batch(const v1::ChargeBatchRequest& request) const;
 
@@ -74,9 +106,12 @@ class OpValidator {
   absl::Status CheckChargeCap(uint64_t nr_pages, absl::string_view field) const;
 
  private:
+  // BatchOp() past its fast path: every check, in order.
+  absl::Status CheckBatchOp(const v1::ChargeOp& request, bool path_checked,
+                            PageOp* op) const;
   absl::Status PathAndArgs(absl::string_view path, bool path_checked,
                            uint64_t nr_pages, int wire_kind,
-                           std::optional<uint32_t> wire_cpu, bool charge,
+                           std::optional<uint64_t> wire_cpu, bool charge,
                            PageOp* op) const;
 
   const uint64_t page_counter_max_;

@@ -5,12 +5,17 @@
 #include <grpcpp/support/proto_buffer_writer.h>
 #include <grpcpp/support/slice.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 
 namespace cgacct {
 
@@ -89,6 +94,12 @@ bool MayHoldLongVarint(absl::string_view b, int* run) {
   return false;
 }
 
+// "3 (ttl_ms)", or "3" for a field the type does not know.
+std::string FieldLabel(uint32_t number, const pb::FieldDescriptor* field) {
+  return field != nullptr ? absl::StrCat(number, " (", field->name(), ")")
+                          : absl::StrCat(number);
+}
+
 // Walks `b` (a message of `type`, null = unknown) at offset `base` of the
 // outermost message; true and *why set at the first fault. Besides the wire
 // format it finds what protobuf's parser lets through or refuses without
@@ -115,13 +126,14 @@ bool Walk(const pb::Descriptor* type, absl::string_view b, size_t base,
     const pb::FieldDescriptor* field =
         type != nullptr ? type->FindFieldByNumber(static_cast<int>(number))
                         : nullptr;
-    const std::string label =
-        field != nullptr ? absl::StrCat(number, " (", field->name(), ")")
-                         : absl::StrCat(number);
+    // The field as messages name it, built only for a message: this walk
+    // runs on every request with a long varint run, so nothing is
+    // allocated per field.
+    auto text = [number, field] { return FieldLabel(number, field); };
     const size_t left_after_tag = b.size() - pos;
     auto truncated = [&](size_t need) {
       *why =
-          absl::StrCat("truncated: field ", label, " at byte ", at, " needs ",
+          absl::StrCat("truncated: field ", text(), " at byte ", at, " needs ",
                        need, " bytes, ", left_after_tag, " are left");
       return true;
     };
@@ -129,14 +141,14 @@ bool Walk(const pb::Descriptor* type, absl::string_view b, size_t base,
       case 0: {  // varint
         uint64_t value;
         if (!ReadVarint(b, &pos, &value)) {
-          *why = absl::StrCat("the varint of field ", label, " at byte ", at,
+          *why = absl::StrCat("the varint of field ", text(), " at byte ", at,
                               " is truncated or longer than 10 bytes");
           return true;
         }
         if (field != nullptr &&
             field->type() == pb::FieldDescriptor::TYPE_UINT32 &&
             value > 0xffffffffu) {
-          *why = absl::StrCat("field ", label, " at byte ", at, " is ", value,
+          *why = absl::StrCat("field ", text(), " at byte ", at, " is ", value,
                               ", above the uint32 range (at most 4294967295)");
           return true;
         }
@@ -153,12 +165,12 @@ bool Walk(const pb::Descriptor* type, absl::string_view b, size_t base,
       case 2: {  // length-delimited
         uint64_t length = 0;
         if (!ReadVarint(b, &pos, &length)) {
-          *why = absl::StrCat("the length of field ", label, " at byte ", at,
+          *why = absl::StrCat("the length of field ", text(), " at byte ", at,
                               " is truncated");
           return true;
         }
         if (length > b.size() - pos) {
-          *why = absl::StrCat("truncated: field ", label, " at byte ", at,
+          *why = absl::StrCat("truncated: field ", text(), " at byte ", at,
                               " is ", length, " bytes long, ", b.size() - pos,
                               " are left");
           return true;
@@ -167,7 +179,7 @@ bool Walk(const pb::Descriptor* type, absl::string_view b, size_t base,
         if (field != nullptr &&
             field->type() == pb::FieldDescriptor::TYPE_STRING &&
             !IsUtf8(value)) {
-          *why = absl::StrCat("field ", label, " at byte ", at,
+          *why = absl::StrCat("field ", text(), " at byte ", at,
                               " is not valid UTF-8 (a string field)");
           return true;
         }
@@ -178,7 +190,7 @@ bool Walk(const pb::Descriptor* type, absl::string_view b, size_t base,
           if (Walk(field->message_type(), value, base + pos, depth + 1,
                    &inner)) {
             *why =
-                absl::StrCat("in field ", label, " at byte ", at, ": ", inner);
+                absl::StrCat("in field ", text(), " at byte ", at, ": ", inner);
             return true;
           }
         }
@@ -190,14 +202,14 @@ bool Walk(const pb::Descriptor* type, absl::string_view b, size_t base,
         break;
       case 4:  // end group
         if (open_groups.empty() || open_groups.back() != number) {
-          *why = absl::StrCat("an end-group tag of field ", label, " at byte ",
+          *why = absl::StrCat("an end-group tag of field ", text(), " at byte ",
                               at, " closes no group");
           return true;
         }
         open_groups.pop_back();
         break;
       default:
-        *why = absl::StrCat("field ", label, " at byte ", at, " has wire type ",
+        *why = absl::StrCat("field ", text(), " at byte ", at, " has wire type ",
                             wire_type, ", which does not exist");
         return true;
     }
@@ -208,6 +220,125 @@ bool Walk(const pb::Descriptor* type, absl::string_view b, size_t base,
     return true;
   }
   return false;
+}
+
+// What the check of a parsed request needs of its type, by field number:
+// which fields are uint32 and which are messages (with their layout). Built
+// once per type from its descriptor, so the check looks nothing up per
+// field (Descriptor::FindFieldByNumber is a hash lookup).
+struct WireLayout {
+  enum Kind : uint8_t { kOther = 0, kUint32 = 1, kMessage = 2 };
+  std::vector<Kind> kind;                // by field number; past it: kOther
+  std::vector<const WireLayout*> nested;  // kMessage's layout
+  // Some uint32 field here or in a nested message: else nothing to check
+  // (the hot requests: Charge, Uncharge, ChargeBatch's ops carry none).
+  bool has_uint32 = true;
+};
+
+// Layouts of every request type seen (and the types they nest), built on
+// first use; never freed (descriptors of generated types live as long).
+class WireLayouts {
+ public:
+  const WireLayout* Get(const pb::Descriptor* type) ABSL_LOCKS_EXCLUDED(mu_) {
+    {
+      absl::ReaderMutexLock l(&mu_);
+      auto it = layouts_.find(type);
+      if (it != layouts_.end()) return it->second.get();
+    }
+    absl::MutexLock l(&mu_);
+    return BuildLocked(type);
+  }
+
+ private:
+  const WireLayout* BuildLocked(const pb::Descriptor* type)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto [it, inserted] = layouts_.try_emplace(type);
+    if (!inserted) return it->second.get();  // built, or being built (a cycle)
+    it->second = std::make_unique<WireLayout>();
+    WireLayout* layout = it->second.get();
+    int max_number = 0;
+    for (int i = 0; i < type->field_count(); ++i)
+      max_number = std::max(max_number, type->field(i)->number());
+    // Field numbers of the API are small; a type with huge ones is checked
+    // up to 4096 (beyond: treated as kOther, the slow walk still names it).
+    max_number = std::min(max_number, 4096);
+    layout->kind.assign(static_cast<size_t>(max_number) + 1,
+                        WireLayout::kOther);
+    layout->nested.assign(static_cast<size_t>(max_number) + 1, nullptr);
+    // While being built (a type that nests itself), a layout says it has
+    // uint32 fields: the conservative answer.
+    bool has_uint32 = false;
+    for (int i = 0; i < type->field_count(); ++i) {
+      const pb::FieldDescriptor* f = type->field(i);
+      if (f->type() == pb::FieldDescriptor::TYPE_UINT32) has_uint32 = true;
+      if (f->number() > max_number) continue;
+      const size_t n = static_cast<size_t>(f->number());
+      if (f->type() == pb::FieldDescriptor::TYPE_UINT32) {
+        layout->kind[n] = WireLayout::kUint32;
+      } else if (f->type() == pb::FieldDescriptor::TYPE_MESSAGE) {
+        layout->kind[n] = WireLayout::kMessage;
+        layout->nested[n] = BuildLocked(f->message_type());
+        has_uint32 |= layout->nested[n]->has_uint32;
+      }
+    }
+    layout->has_uint32 = has_uint32;
+    return layout;
+  }
+
+  absl::Mutex mu_;
+  absl::flat_hash_map<const pb::Descriptor*, std::unique_ptr<WireLayout>>
+      layouts_ ABSL_GUARDED_BY(mu_);
+};
+
+WireLayouts& Layouts() {
+  static auto* layouts = new WireLayouts();
+  return *layouts;
+}
+
+// Whether `b`, bytes protobuf's parser accepted as a message of `layout`,
+// gives some uint32 field a varint above 2^32 - 1 (which the parser
+// truncated). Fast and silent: the caller walks again with Walk() to say
+// which. Anything unexpected answers true (the slow walk decides).
+bool HasUint32Overflow(const WireLayout& layout, absl::string_view b,
+                       int depth) {
+  size_t pos = 0;
+  while (pos < b.size()) {
+    uint64_t tag;
+    if (!ReadVarint(b, &pos, &tag)) return true;
+    const uint64_t number = tag >> 3;
+    const WireLayout::Kind kind = number < layout.kind.size()
+                                      ? layout.kind[number]
+                                      : WireLayout::kOther;
+    switch (tag & 7) {
+      case 0: {
+        uint64_t value;
+        if (!ReadVarint(b, &pos, &value)) return true;
+        if (kind == WireLayout::kUint32 && value > 0xffffffffu) return true;
+        break;
+      }
+      case 1:
+        pos += 8;
+        break;
+      case 5:
+        pos += 4;
+        break;
+      case 2: {
+        uint64_t length;
+        if (!ReadVarint(b, &pos, &length) || length > b.size() - pos)
+          return true;
+        if (kind == WireLayout::kMessage && depth < kMaxWalkDepth &&
+            layout.nested[number]->has_uint32 &&
+            HasUint32Overflow(*layout.nested[number], b.substr(pos, length),
+                              depth + 1))
+          return true;
+        pos += length;
+        break;
+      }
+      default:
+        return true;  // groups: rare, let the slow walk look
+    }
+  }
+  return pos != b.size();
 }
 
 }  // namespace
@@ -236,6 +367,10 @@ absl::Status ParseRequest(const grpc::ByteBuffer& bytes, pb::Message* message) {
     grpc::ProtoBufferReader reader(const_cast<grpc::ByteBuffer*>(&bytes));
     parsed = reader.status().ok() && message->ParseFromZeroCopyStream(&reader);
   }
+  // A type without uint32 fields anywhere (Charge, Uncharge, ChargeBatch
+  // and its ops) has nothing the parser could have truncated: done.
+  const WireLayout& layout = *Layouts().Get(message->GetDescriptor());
+  if (parsed && !layout.has_uint32) return absl::OkStatus();
   std::vector<grpc::Slice> slices;
   if (!bytes.Dump(&slices).ok()) slices.clear();
   if (parsed) {
@@ -251,13 +386,24 @@ absl::Status ParseRequest(const grpc::ByteBuffer& bytes, pb::Message* message) {
     }
     if (!suspect) return absl::OkStatus();
   }
-  std::string flat;
-  flat.reserve(bytes.Length());
-  for (const grpc::Slice& slice : slices) {
-    flat.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  // The request's bytes in one piece: the slice itself when there is one
+  // (no copy), else a copy.
+  std::string copy;
+  absl::string_view flat;
+  if (slices.size() == 1) {
+    flat = absl::string_view(
+        reinterpret_cast<const char*>(slices[0].begin()), slices[0].size());
+  } else {
+    copy.reserve(bytes.Length());
+    for (const grpc::Slice& slice : slices) {
+      copy.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+    }
+    flat = copy;
   }
   const pb::Descriptor& type = *message->GetDescriptor();
   if (parsed) {
+    if (!HasUint32Overflow(layout, flat, 0))
+      return absl::OkStatus();
     std::string why;
     if (!Walk(&type, flat, 0, 0, &why)) return absl::OkStatus();
     return absl::InvalidArgumentError(absl::StrCat(
