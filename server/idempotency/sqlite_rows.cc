@@ -111,20 +111,6 @@ class RowChecksum {
   uint64_t digest_ = StableDigest("");
 };
 
-// `version`: the schema the row was written under; from 3 on the checksum
-// covers oom_group (a schema-2 row's does not, and its oom_group is 0).
-uint64_t ChecksumOf(const StoredGroup& g, int version = kSchemaVersion) {
-  RowChecksum sum("groups");
-  sum.Int(g.generation)
-      .Bytes(g.path)
-      .Int(g.limits.max_pages)
-      .Int(g.limits.high_pages)
-      .Int(g.limits.min_pages)
-      .Int(g.limits.low_pages);
-  if (version >= 3) sum.Int(g.oom_group ? 1 : 0);
-  return sum.value();
-}
-
 uint64_t ChecksumOf(const StoredRequest& r) {
   return RowChecksum("requests")
       .Bytes(r.identity)
@@ -145,9 +131,6 @@ uint64_t ChecksumOf(const StoredRequest& r) {
       .value();
 }
 
-uint64_t MetaChecksum(absl::string_view key, absl::string_view value) {
-  return RowChecksum("meta").Bytes(key).Bytes(value).value();
-}
 
 // Reads columns 0.. of `stmt` (kGroupColumns' order).
 StoredGroup ReadGroup(sqlite3_stmt* stmt) {
@@ -286,6 +269,22 @@ absl::Status WriteNewFile(const std::string& file, const Rows& rows,
 
 }  // namespace
 
+uint64_t GroupRowChecksum(const StoredGroup& g, int version) {
+  RowChecksum sum("groups");
+  sum.Int(g.generation)
+      .Bytes(g.path)
+      .Int(g.limits.max_pages)
+      .Int(g.limits.high_pages)
+      .Int(g.limits.min_pages)
+      .Int(g.limits.low_pages);
+  if (version >= 3) sum.Int(g.oom_group ? 1 : 0);
+  return sum.value();
+}
+
+uint64_t MetaRowChecksum(absl::string_view key, absl::string_view value) {
+  return RowChecksum("meta").Bytes(key).Bytes(value).value();
+}
+
 void BindText(sqlite3_stmt* stmt, int col, absl::string_view text) {
   sqlite3_bind_text(stmt, col, text.data(), static_cast<int>(text.size()),
                     SQLITE_TRANSIENT);
@@ -298,7 +297,7 @@ void BindGroupRow(sqlite3_stmt* stmt, const StoredGroup& g) {
   sqlite3_bind_int64(stmt, 4, ToDb(g.limits.high_pages));
   sqlite3_bind_int64(stmt, 5, ToDb(g.limits.min_pages));
   sqlite3_bind_int64(stmt, 6, ToDb(g.limits.low_pages));
-  sqlite3_bind_int64(stmt, 7, ToDb(ChecksumOf(g)));
+  sqlite3_bind_int64(stmt, 7, ToDb(GroupRowChecksum(g, kSchemaVersion)));
   sqlite3_bind_int64(stmt, 8, g.oom_group ? 1 : 0);
 }
 
@@ -327,7 +326,7 @@ void BindMetaRow(sqlite3_stmt* stmt, absl::string_view key,
                  absl::string_view value) {
   BindText(stmt, 1, key);
   BindText(stmt, 2, value);
-  sqlite3_bind_int64(stmt, 3, ToDb(MetaChecksum(key, value)));
+  sqlite3_bind_int64(stmt, 3, ToDb(MetaRowChecksum(key, value)));
 }
 
 std::string Describe(const StoredGroup& g) {
@@ -473,7 +472,7 @@ void ReadMeta(sqlite3* db, int version, Rows* rows) {
               std::string key = ColumnBlob(stmt, 0);
               std::string value = ColumnBlob(stmt, 1);
               if (checked && FromDb(sqlite3_column_int64(stmt, 2)) !=
-                                 MetaChecksum(key, value)) {
+                                 MetaRowChecksum(key, value)) {
                 rows->damaged.push_back(DamagedRow{
                     "meta", 0,
                     absl::StrCat("meta row \"", absl::CHexEscape(key), "\"")});
@@ -503,7 +502,7 @@ void ReadGroupsAndRequests(sqlite3* db, int version, Rows* rows) {
               StoredGroup g = ReadGroup(stmt);
               if (checked && FromDb(sqlite3_column_int64(stmt,
                                                          kNrGroupColumns)) !=
-                                 ChecksumOf(g, version)) {
+                                 GroupRowChecksum(g, version)) {
                 rows->damaged.push_back(
                     DamagedRow{"groups", ToDb(g.generation), Describe(g)});
                 return;

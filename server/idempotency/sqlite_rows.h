@@ -40,6 +40,12 @@ namespace sqlite_rows {
 inline constexpr int kSchemaVersion = 3;
 
 extern const char kSchema[];
+
+// The checksum of a groups row as schema `version` writes and checks it
+// (from 3 on it covers oom_group; a schema-2 row's does not), and of a meta
+// row. For the store, and for tests that write an older schema's rows.
+uint64_t GroupRowChecksum(const StoredGroup& g, int version);
+uint64_t MetaRowChecksum(absl::string_view key, absl::string_view value);
 // Statements, bound by the Bind*Row functions below.
 extern const char kInsertGroupSql[];    // BindGroupRow
 extern const char kInsertRequestSql[];  // BindRequestRow (or replace)

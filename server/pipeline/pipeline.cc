@@ -359,38 +359,39 @@ absl::Status Pipeline::OpenPeakWatermark(
   return absl::OkStatus();
 }
 
+absl::Status Pipeline::PeakWatermarkIo(const CallContext& call,
+                                       uint64_t watermark_id, bool reset,
+                                       v1::PeakWatermark* response) {
+  // The caller's own watermark first (NOT_FOUND for anyone else's), then
+  // the access the file operation needs on its group, checked every time:
+  // a grant withdrawn by a reload stops the reads and writes.
+  absl::StatusOr<std::string> path =
+      sessions_->PeakWatermarkPath(call.identity(), watermark_id);
+  if (!path.ok()) return path.status();
+  if (absl::Status s = Authorize(authorizer_, call.caller(),
+                                 reset ? Access::kWrite : Access::kRead, *path);
+      !s.ok())
+    return s;
+  absl::StatusOr<SessionRegistry::PeakWatermarkValue> value =
+      reset ? sessions_->ResetPeakWatermark(call.identity(), watermark_id)
+            : sessions_->ReadPeakWatermark(call.identity(), watermark_id);
+  if (!value.ok()) return value.status();
+  PeakToProto(*value, response);
+  return absl::OkStatus();
+}
+
 absl::Status Pipeline::ResetPeakWatermark(
     CallContext& call, const v1::PeakWatermarkRequest& request,
     v1::PeakWatermark* response) {
-  absl::StatusOr<std::string> path =
-      sessions_->PeakWatermarkPath(call.identity(), request.watermark_id());
-  if (!path.ok()) return path.status();
-  if (absl::Status s =
-          Authorize(authorizer_, call.caller(), Access::kWrite, *path);
-      !s.ok())
-    return s;
-  absl::StatusOr<SessionRegistry::PeakWatermarkValue> reset =
-      sessions_->ResetPeakWatermark(call.identity(), request.watermark_id());
-  if (!reset.ok()) return reset.status();
-  PeakToProto(*reset, response);
-  return absl::OkStatus();
+  return PeakWatermarkIo(call, request.watermark_id(), /*reset=*/true,
+                         response);
 }
 
 absl::Status Pipeline::ReadPeakWatermark(
     CallContext& call, const v1::PeakWatermarkRequest& request,
     v1::PeakWatermark* response) {
-  absl::StatusOr<std::string> path =
-      sessions_->PeakWatermarkPath(call.identity(), request.watermark_id());
-  if (!path.ok()) return path.status();
-  if (absl::Status s =
-          Authorize(authorizer_, call.caller(), Access::kRead, *path);
-      !s.ok())
-    return s;
-  absl::StatusOr<SessionRegistry::PeakWatermarkValue> read =
-      sessions_->ReadPeakWatermark(call.identity(), request.watermark_id());
-  if (!read.ok()) return read.status();
-  PeakToProto(*read, response);
-  return absl::OkStatus();
+  return PeakWatermarkIo(call, request.watermark_id(), /*reset=*/false,
+                         response);
 }
 
 absl::Status Pipeline::ClosePeakWatermark(

@@ -232,6 +232,10 @@ class Pipeline {
   DrainWaitPool& drain_wait_pool() { return drain_wait_pool_; }
 
  private:
+  // ResetPeakWatermark (`reset`: a write through the file, write access) and
+  // ReadPeakWatermark (a read, read access).
+  absl::Status PeakWatermarkIo(const CallContext& call, uint64_t watermark_id,
+                               bool reset, v1::PeakWatermark* response);
   // A peak watermark as the wire has it (pages -> bytes).
   void PeakToProto(const SessionRegistry::PeakWatermarkValue& value,
                    v1::PeakWatermark* out) const;

@@ -151,26 +151,28 @@ absl::StatusOr<std::string> SessionRegistry::PeakWatermarkPath(
 }
 
 absl::StatusOr<SessionRegistry::PeakWatermarkValue>
-SessionRegistry::ResetPeakWatermark(const std::string& identity,
-                                    uint64_t watermark_id) {
+SessionRegistry::PeakWatermarkIo(const std::string& identity,
+                                 uint64_t watermark_id, bool reset) const {
   absl::StatusOr<std::string> path = PeakWatermarkPath(identity, watermark_id);
   if (!path.ok()) return path.status();
-  // A close racing with this write: the engine answers NOT_FOUND.
+  // A close racing with this call: the engine answers NOT_FOUND.
   absl::StatusOr<uint64_t> pages =
-      engine_.ResetPeakWatermark(*path, watermark_id);
+      reset ? engine_.ResetPeakWatermark(*path, watermark_id)
+            : engine_.ReadPeakWatermark(*path, watermark_id);
   if (!pages.ok()) return GroupGone(watermark_id, *path, pages.status());
   return PeakWatermarkValue{watermark_id, *std::move(path), *pages};
 }
 
 absl::StatusOr<SessionRegistry::PeakWatermarkValue>
+SessionRegistry::ResetPeakWatermark(const std::string& identity,
+                                    uint64_t watermark_id) {
+  return PeakWatermarkIo(identity, watermark_id, /*reset=*/true);
+}
+
+absl::StatusOr<SessionRegistry::PeakWatermarkValue>
 SessionRegistry::ReadPeakWatermark(const std::string& identity,
                                    uint64_t watermark_id) const {
-  absl::StatusOr<std::string> path = PeakWatermarkPath(identity, watermark_id);
-  if (!path.ok()) return path.status();
-  absl::StatusOr<uint64_t> pages =
-      engine_.ReadPeakWatermark(*path, watermark_id);
-  if (!pages.ok()) return GroupGone(watermark_id, *path, pages.status());
-  return PeakWatermarkValue{watermark_id, *std::move(path), *pages};
+  return PeakWatermarkIo(identity, watermark_id, /*reset=*/false);
 }
 
 absl::Status SessionRegistry::ClosePeakWatermark(const std::string& identity,

@@ -386,6 +386,11 @@ class SessionRegistry final : public RemoteStockDrainer {
   // Unlinks watermark `it` from its session and the identity's count.
   void UnlinkWatermarkLocked(uint64_t watermark_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reset (`reset`, memory_peak_write()) or read (memory_peak_show())
+  // `identity`'s watermark through the engine, mu_ released.
+  absl::StatusOr<PeakWatermarkValue> PeakWatermarkIo(
+      const std::string& identity, uint64_t watermark_id, bool reset) const
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Watermark `watermark_id` of `identity`, or NOT_FOUND.
   absl::StatusOr<const Watermark*> FindWatermarkLocked(
       const std::string& identity, uint64_t watermark_id) const

@@ -23,9 +23,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "server/idempotency/sqlite_rows.h"
 
 namespace cgacct {
 namespace {
@@ -681,28 +681,6 @@ TEST_F(SqliteStateStoreTest, ASchemaOneStoreIsUpgradedKeepingItsRows) {
             "3\n");
 }
 
-// A schema-2 row's checksum, as schema 2 wrote it (sqlite_rows.cc's
-// RowChecksum over the table name and the fields, without oom_group).
-class V2Checksum {
- public:
-  explicit V2Checksum(absl::string_view table) { Bytes(table); }
-  V2Checksum& Int(uint64_t v) {
-    char bytes[8];
-    for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>(v >> (8 * i));
-    digest_ = StableDigest(absl::string_view(bytes, sizeof(bytes)), digest_);
-    return *this;
-  }
-  V2Checksum& Bytes(absl::string_view bytes) {
-    Int(bytes.size());
-    digest_ = StableDigest(bytes, digest_);
-    return *this;
-  }
-  int64_t value() const { return static_cast<int64_t>(digest_); }
-
- private:
-  uint64_t digest_ = StableDigest("");
-};
-
 // Issue 25: memory.oom.group joins the groups rows (schema 3). A schema-2
 // store (no oom_group column, checksums without it) is upgraded at its first
 // open as schema 1 is: every row kept, oom_group 0, nothing reported
@@ -720,14 +698,12 @@ TEST_F(SqliteStateStoreTest, ASchemaTwoStoreIsUpgradedKeepingItsRows) {
             .ok());
   }
   // Rewritten as cgacctd of schema 2 would have written it.
-  const int64_t a_sum = V2Checksum("groups")
-                            .Int(1).Bytes("/a").Int(9).Int(8).Int(1).Int(2)
-                            .value();
-  const int64_t b_sum = V2Checksum("groups")
-                            .Int(2).Bytes("/a/b").Int(5).Int(5).Int(0).Int(0)
-                            .value();
-  const int64_t meta_sum =
-      V2Checksum("meta").Bytes("schema_version").Bytes("2").value();
+  StoredGroup a{"/a", MakeLimits(9, 8, 1, 2), 1};
+  StoredGroup b{"/a/b", MakeLimits(5, 5, 0, 0), 2};
+  const int64_t a_sum = sqlite_rows::ToDb(sqlite_rows::GroupRowChecksum(a, 2));
+  const int64_t b_sum = sqlite_rows::ToDb(sqlite_rows::GroupRowChecksum(b, 2));
+  const int64_t meta_sum = sqlite_rows::ToDb(
+      sqlite_rows::MetaRowChecksum("schema_version", "2"));
   ASSERT_EQ(Sqlite(db, absl::StrCat(
                            "ALTER TABLE groups DROP COLUMN oom_group;"
                            "UPDATE groups SET checksum = ", a_sum,

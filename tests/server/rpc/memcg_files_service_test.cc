@@ -33,6 +33,7 @@
 #include "server/metrics/rpc_metrics.h"
 #include "server/rpc/accounting_service.h"
 #include "tests/server/in_process_server.h"
+#include "tests/server/wait_for.h"
 
 namespace cgacct {
 namespace {
@@ -40,6 +41,7 @@ namespace {
 namespace v1 = ::cgacct::v1;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using test_util::WaitFor;
 
 constexpr uint64_t kPage = 4096;
 constexpr char kTokenA[] = "token-of-tenant-a-0123456789";
@@ -138,26 +140,28 @@ class MemcgFilesServiceTest : public ::testing::Test {
     return response.session_id();
   }
 
+  // `pages` ANON pages charged (or uncharged) at `path`, in `session_id`'s
+  // name when given.
+  template <typename Request, typename Response, typename Rpc>
+  grpc::Status PageCall(Rpc rpc, const char* token, const std::string& path,
+                        uint64_t pages, const std::string& session_id) {
+    Request request;
+    request.set_path(path);
+    request.set_nr_pages(pages);
+    request.set_kind(v1::PAGE_KIND_ANON);
+    if (!session_id.empty()) request.set_session_id(session_id);
+    Response response;
+    return (stub_.get()->*rpc)(As(token).get(), request, &response);
+  }
   grpc::Status Charge(const char* token, const std::string& path,
                       uint64_t pages, const std::string& session_id = "") {
-    v1::ChargeRequest request;
-    request.set_path(path);
-    request.set_nr_pages(pages);
-    request.set_kind(v1::PAGE_KIND_ANON);
-    if (!session_id.empty()) request.set_session_id(session_id);
-    v1::ChargeResponse response;
-    return stub_->Charge(As(token).get(), request, &response);
+    return PageCall<v1::ChargeRequest, v1::ChargeResponse>(
+        &v1::Accounting::Stub::Charge, token, path, pages, session_id);
   }
-
   grpc::Status Uncharge(const char* token, const std::string& path,
                         uint64_t pages, const std::string& session_id = "") {
-    v1::UnchargeRequest request;
-    request.set_path(path);
-    request.set_nr_pages(pages);
-    request.set_kind(v1::PAGE_KIND_ANON);
-    if (!session_id.empty()) request.set_session_id(session_id);
-    v1::UnchargeResponse response;
-    return stub_->Uncharge(As(token).get(), request, &response);
+    return PageCall<v1::UnchargeRequest, v1::UnchargeResponse>(
+        &v1::Accounting::Stub::Uncharge, token, path, pages, session_id);
   }
 
   grpc::Status OpenPeak(const char* token, const std::string& path,
@@ -168,17 +172,21 @@ class MemcgFilesServiceTest : public ::testing::Test {
     request.set_session_id(session_id);
     return stub_->OpenPeakWatermark(As(token).get(), request, out);
   }
-  grpc::Status ReadPeak(const char* token, uint64_t id,
-                        v1::PeakWatermark* out) {
+  // ReadPeakWatermark, or (`reset`) ResetPeakWatermark.
+  grpc::Status PeakIo(bool reset, const char* token, uint64_t id,
+                      v1::PeakWatermark* out) {
     v1::PeakWatermarkRequest request;
     request.set_watermark_id(id);
-    return stub_->ReadPeakWatermark(As(token).get(), request, out);
+    return reset ? stub_->ResetPeakWatermark(As(token).get(), request, out)
+                 : stub_->ReadPeakWatermark(As(token).get(), request, out);
+  }
+  grpc::Status ReadPeak(const char* token, uint64_t id,
+                        v1::PeakWatermark* out) {
+    return PeakIo(false, token, id, out);
   }
   grpc::Status ResetPeak(const char* token, uint64_t id,
                          v1::PeakWatermark* out) {
-    v1::PeakWatermarkRequest request;
-    request.set_watermark_id(id);
-    return stub_->ResetPeakWatermark(As(token).get(), request, out);
+    return PeakIo(true, token, id, out);
   }
   grpc::Status ClosePeak(const char* token, uint64_t id) {
     v1::PeakWatermarkRequest request;
@@ -192,16 +200,6 @@ class MemcgFilesServiceTest : public ::testing::Test {
     const grpc::Status s = ReadPeak(token, id, &w);
     EXPECT_TRUE(s.ok()) << s.error_message();
     return w.peak_bytes() / kPage;
-  }
-
-  template <typename Done>
-  static bool WaitFor(absl::Duration limit, Done done) {
-    const absl::Time end = absl::Now() + limit;
-    while (!done()) {
-      if (absl::Now() > end) return false;
-      absl::SleepFor(absl::Milliseconds(5));
-    }
-    return true;
   }
 
   // Declared first: the engine's observer outlives the engine.
@@ -304,14 +302,11 @@ TEST_F(MemcgFilesServiceTest, PeakWatermarkBadInputsNameTheField) {
   s = OpenPeak(kTokenA, "/a/missing", sid, &w);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_THAT(s.error_message(), HasSubstr("/a/missing"));
-  for (bool read : {true, false}) {
-    auto call = [&](const char* token, uint64_t id, v1::PeakWatermark* out) {
-      return read ? ReadPeak(token, id, out) : ResetPeak(token, id, out);
-    };
-    s = call(kTokenA, 0, &w);
+  for (bool reset : {false, true}) {
+    s = PeakIo(reset, kTokenA, 0, &w);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
     EXPECT_THAT(s.error_message(), HasSubstr("watermark_id"));
-    s = call(kTokenA, 12345, &w);
+    s = PeakIo(reset, kTokenA, 12345, &w);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
     EXPECT_THAT(s.error_message(), HasSubstr("watermark_id 12345"));
   }
