@@ -56,12 +56,20 @@ class MemcgFilesServiceTest : public ::testing::Test {
  protected:
   void SetUp() override { Start(/*max_watermarks=*/4); }
 
-  void Start(uint32_t max_watermarks) {
+  // The engine's options of every test but those that change them.
+  EngineOptions TestEngineOptions() {
     EngineOptions options;
     options.nr_cpus = 2;
     options.page_size_bytes = kPage;
     options.charge_batch_pages = 1;  // no stock: usage = charges
     options.observer = &hub_;        // OOM group kills reach the sessions
+    return options;
+  }
+
+  void Start(uint32_t max_watermarks) {
+    Start(max_watermarks, TestEngineOptions());
+  }
+  void Start(uint32_t max_watermarks, const EngineOptions& options) {
     engine_ = std::move(*Engine::Create(options));
     AuthConfig config;
     config.tokens = *TokenTable::Parse(
@@ -495,32 +503,14 @@ TEST_F(MemcgFilesServiceTest, OomGroupKillEndsTheSessionsHoldingPagesInIt) {
 // everyone (configuration), the dying groups to admins only (load).
 TEST_F(MemcgFilesServiceTest, EngineInfoShowsTheAdditionsAndDyingGroups) {
   TearDown();
-  {
-    // Its own engine: the additions on, a fixed seed, localevents.
-    EngineOptions options;
-    options.nr_cpus = 2;
-    options.page_size_bytes = kPage;
-    options.stock_pool_buckets = 8;
-    options.stock_victim_sets = 2;
-    options.uncharge_refills_stock = true;
-    options.stock_eviction_seed = 12345;
-    options.memory_localevents = true;
-    engine_ = std::move(*Engine::Create(options));
-    AuthConfig config;
-    config.tokens = *TokenTable::Parse(absl::StrCat(
-        "a ", kTokenA, "\nops ", kTokenAdmin, "\n"));
-    config.policy = *AuthzPolicy::Parse("token:a rw /a\ntoken:ops admin\n");
-    authorizer_ = std::make_unique<Authorizer>(std::move(config), nullptr);
-    AccountingServiceOptions service_options;
-    service_options.authorizer = authorizer_.get();
-    service_options.sessions.max_peak_watermarks_per_identity = 77;
-    service_ = std::make_unique<AccountingService>(*engine_, metrics_,
-                                                   service_options);
-    InProcessServer started = StartInProcessServer(service_.get());
-    ASSERT_NE(started.server, nullptr);
-    server_ = std::move(started.server);
-    stub_ = std::move(started.stub);
-  }
+  // Its own engine: the additions on, a fixed seed, localevents.
+  EngineOptions options = TestEngineOptions();
+  options.stock_pool_buckets = 8;
+  options.stock_victim_sets = 2;
+  options.uncharge_refills_stock = true;
+  options.stock_eviction_seed = 12345;
+  options.memory_localevents = true;
+  Start(/*max_watermarks=*/77, options);
   // A dying group: deleted while its page is still charged.
   ASSERT_TRUE(Create("/a").ok());
   ASSERT_TRUE(Create("/a/d").ok());
