@@ -40,6 +40,9 @@ std::string CatText(const v1::GroupStats& stats, absl::string_view file) {
   if (file == "memory.peak") {
     return absl::StrCat(stats.memory_peak_bytes(), "\n");
   }
+  if (file == "memory.oom.group") {
+    return stats.limits().oom_group() ? "1\n" : "0\n";
+  }
   if (const std::optional<uint64_t> limit = LimitOf(stats.limits(), file)) {
     return cli::FormatSizeBytes(*limit) + "\n";
   }
@@ -59,6 +62,7 @@ std::string CatText(const v1::GroupStats& stats, absl::string_view file) {
 Json CatJson(const v1::GroupStats& stats, absl::string_view file) {
   if (file == "memory.current") return stats.memory_current_bytes();
   if (file == "memory.peak") return stats.memory_peak_bytes();
+  if (file == "memory.oom.group") return stats.limits().oom_group() ? 1 : 0;
   if (const std::optional<uint64_t> limit = LimitOf(stats.limits(), file)) {
     return LimitJson(*limit);
   }

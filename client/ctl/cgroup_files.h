@@ -23,9 +23,10 @@ using Json = nlohmann::ordered_json;
 
 // The cgroup v2 files `cat` knows, in the order `cgacctctl --help` lists.
 inline constexpr const char* kCatFiles[] = {
-    "memory.current", "memory.max",    "memory.high",
-    "memory.min",     "memory.low",    "memory.peak",
-    "memory.stat",    "memory.events", "memory.events.local"};
+    "memory.current",   "memory.max",    "memory.high",
+    "memory.min",       "memory.low",    "memory.peak",
+    "memory.oom.group", "memory.stat",   "memory.events",
+    "memory.events.local"};
 inline constexpr size_t kNrCatFiles = std::size(kCatFiles);
 
 // Whether `file` is one of kCatFiles.
@@ -35,7 +36,8 @@ bool IsCatFile(absl::string_view file);
 // file (lines ending in '\n').
 std::string CatText(const v1::GroupStats& stats, absl::string_view file);
 
-// The same as JSON: a number, "max" for an unlimited limit, an object of
+// The same as JSON: a number (memory.oom.group: 0 or 1), "max" for an
+// unlimited limit, an object of
 // name: count for memory.stat and the memory.events files.
 Json CatJson(const v1::GroupStats& stats, absl::string_view file);
 

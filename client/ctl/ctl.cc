@@ -114,6 +114,7 @@ int RunCommand(Ctl& ctl, const Invocation& inv) {
       {"reclaim", Reclaim},
       {"tree", Tree},
       {"top", Top},
+      {"peak", Peak},
       {"charge", ChargeOrUncharge},
       {"uncharge", ChargeOrUncharge},
   };

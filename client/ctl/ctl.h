@@ -105,6 +105,7 @@ int Cat(Ctl& ctl, const Invocation& inv);
 int Events(Ctl& ctl, const Invocation& inv);
 int Tree(Ctl& ctl, const Invocation& inv);
 int Top(Ctl& ctl, const Invocation& inv);
+int Peak(Ctl& ctl, const Invocation& inv);
 
 }  // namespace cgacct::ctl
 

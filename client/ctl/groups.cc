@@ -20,6 +20,7 @@ int PrintGroup(const Ctl& ctl, const v1::Group& group) {
     Line("memory.high", cli::FormatSizeBytes(group.limits().high_bytes()));
     Line("memory.min", cli::FormatSizeBytes(group.limits().min_bytes()));
     Line("memory.low", cli::FormatSizeBytes(group.limits().low_bytes()));
+    Line("memory.oom.group", group.limits().oom_group() ? 1 : 0);
   });
 }
 

@@ -23,7 +23,15 @@ int Info(Ctl& ctl, const Invocation& inv) {
     Line("flush_hold_budget_us", info.flush_hold_budget_us());
   }
   Line("nr_stock_slots", info.nr_stock_slots());
+  // The engine's opt-in additions (0: off, the kernel's behaviour) and the
+  // stock's eviction seed in use (replay a run with --stock_eviction_seed).
+  Line("stock_pool_buckets", info.stock_pool_buckets());
+  Line("stock_victim_sets", info.stock_victim_sets());
+  Line("uncharge_refills_stock", info.uncharge_refills_stock() ? 1 : 0);
+  Line("stock_eviction_seed", info.stock_eviction_seed());
+  Line("memory_localevents", info.memory_localevents() ? 1 : 0);
   Line("nr_groups", info.nr_groups());
+  Line("nr_dying_groups", info.nr_dying_groups());
   Line("flush_lock_hold_max_us", info.flush_lock_hold_max_us());
   Line("flush_lock_hold_max_cpus_walked",
        info.flush_lock_hold_max_cpus_walked());

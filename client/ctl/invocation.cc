@@ -39,11 +39,11 @@ ABSL_FLAG(bool, watch, false,
           "deleted or -n updates were printed");
 ABSL_FLAG(bool, local, false, "events: memory.events.local");
 ABSL_FLAG(int32_t, iterations, 0,
-          "top: refreshes, events --watch: updates, before exiting; 0: until "
-          "interrupted");
+          "top: refreshes, events --watch: updates, peak: reads, before "
+          "exiting; 0: until interrupted");
 ABSL_FLAG(int32_t, n, 0, "same as --iterations");
 ABSL_FLAG(absl::Duration, delay, absl::Seconds(1),
-          "top: time between refreshes");
+          "top: time between refreshes; peak: between reads");
 
 namespace cgacct::ctl {
 namespace {
@@ -54,14 +54,14 @@ absl::Status CheckArity(const std::string& c, size_t nr_args) {
   if (c == "info") {
     lo = hi = 0;
   } else if (c == "create" || c == "delete" || c == "ls" || c == "stat" ||
-             c == "events") {
+             c == "events" || c == "peak") {
     lo = hi = 1;
   } else if (c == "tree" || c == "top") {
     lo = 0;
     hi = 1;
   } else if (c == "set") {
     lo = 1;
-    hi = 5;  // PATH and up to the four limit files
+    hi = 6;  // PATH and up to the four limit files and memory.oom.group
   } else if (c == "cat") {
     lo = 2;
     hi = kNrCatFiles;
@@ -152,7 +152,7 @@ absl::Status ParseSetArgs(const std::vector<std::string>& args,
   }
   const v1::Limits& l = inv->limits;
   if (!l.has_max_bytes() && !l.has_high_bytes() && !l.has_min_bytes() &&
-      !l.has_low_bytes()) {
+      !l.has_low_bytes() && !l.has_oom_group()) {
     return absl::InvalidArgumentError(
         "set needs at least one FILE=VALUE (memory.max=50M)");
   }
@@ -248,6 +248,20 @@ absl::Status SetLimit(absl::string_view name, absl::string_view text,
       {"memory.min", &v1::Limits::has_min_bytes, &v1::Limits::set_min_bytes},
       {"memory.low", &v1::Limits::has_low_bytes, &v1::Limits::set_low_bytes},
   };
+  if (name == "memory.oom.group") {
+    // memory_oom_group_write(): 0 or 1, anything else is -EINVAL.
+    if (limits->has_oom_group()) {
+      return absl::InvalidArgumentError(
+          "memory.oom.group is given more than once");
+    }
+    const absl::string_view value = absl::StripAsciiWhitespace(text);
+    if (value != "0" && value != "1") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "memory.oom.group must be 0 or 1, got \"", text, "\""));
+    }
+    limits->set_oom_group(value == "1");
+    return absl::OkStatus();
+  }
   for (const File& f : kFiles) {
     if (name != f.name) continue;
     if ((limits->*f.has)()) {
@@ -265,7 +279,7 @@ absl::Status SetLimit(absl::string_view name, absl::string_view text,
   return absl::InvalidArgumentError(absl::StrCat(
       "\"", name,
       "\" is not a writable limit file (memory.max, memory.high, memory.min, "
-      "memory.low)"));
+      "memory.low, memory.oom.group)"));
 }
 
 std::optional<std::string> FlagUsageError(int argc, char** argv) {

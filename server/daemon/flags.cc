@@ -169,6 +169,10 @@ ABSL_FLAG(uint64_t, session_max_pages, uint64_t{1} << 20,
 ABSL_FLAG(uint32_t, max_sessions_per_identity, 1024,
           "open sessions per caller identity (>= 1); one more is "
           "RESOURCE_EXHAUSTED");
+ABSL_FLAG(uint32_t, max_peak_watermarks_per_identity, 1024,
+          "memory.peak watermarks (OpenPeakWatermark) one caller identity may "
+          "have open at once over all its sessions (>= 1); one more is "
+          "RESOURCE_EXHAUSTED");
 ABSL_FLAG(uint32_t, session_drain_wait_threads, 256,
           "threads on which charges at memory.max wait for sessions' drain "
           "answers (off gRPC's callback threads), 1..4096; that many wait "
@@ -286,6 +290,8 @@ absl::Status LimitsFromFlags(DaemonConfig* config) {
   sessions.max_pages = absl::GetFlag(FLAGS_session_max_pages);
   sessions.max_sessions_per_identity =
       absl::GetFlag(FLAGS_max_sessions_per_identity);
+  sessions.max_peak_watermarks_per_identity =
+      absl::GetFlag(FLAGS_max_peak_watermarks_per_identity);
   sessions.drain_timeout =
       absl::Milliseconds(absl::GetFlag(FLAGS_session_drain_timeout_ms));
   sessions.drain_wait_threads = static_cast<int>(std::min<uint32_t>(
@@ -372,6 +378,7 @@ void ParseDaemonFlags(int argc, char** argv) {
       "          [--uncharge_refills_stock] [--max_charge_pages=1048576]\n"
       "          [--max_streams_per_identity=256]\n"
       "          [--max_groups_per_identity=10000]\n"
+      "          [--max_peak_watermarks_per_identity=1024]\n"
       "          [--max_in_flight_per_identity=1024]\n"
       "          [--max_message_bytes=4194304]\n"
       "          [--max_concurrent_streams_per_connection=100]\n"

@@ -95,6 +95,13 @@ void EventsHub::OnReclaimDone(absl::Duration cycle, uint64_t scanned,
   if (next_ != nullptr) next_->OnReclaimDone(cycle, scanned, stolen, full_walk);
 }
 
+void EventsHub::OnOomGroupKill(uint64_t group_id, absl::string_view path) {
+  EngineObserver* const listener =
+      oom_group_kill_listener_.load(std::memory_order_acquire);
+  if (listener != nullptr) listener->OnOomGroupKill(group_id, path);
+  if (next_ != nullptr) next_->OnOomGroupKill(group_id, path);
+}
+
 bool EventsHub::HasWork() const {
   return stop_ || !changed_.empty() || !deleted_.empty() ||
          (shutting_down_ && !shutdown_done_);

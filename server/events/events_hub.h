@@ -80,6 +80,16 @@ class EventsHub final : public EngineObserver {
   // OnShutdown() has run. Idempotent.
   void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Where OnOomGroupKill() goes on to (memory.oom.group kills: the sessions'
+  // registry, SessionRegistry::oom_group_kill_observer(), installed by the
+  // service); null: nowhere. Called on the charge path under a group-tree
+  // reader slot, so `listener` must only queue. It must outlive every charge
+  // that may report a kill: set it back to null only once no charge runs
+  // (the gRPC server stopped). Thread-safe.
+  void SetOomGroupKillListener(EngineObserver* listener) {
+    oom_group_kill_listener_.store(listener, std::memory_order_release);
+  }
+
   // Watchers registered now (a gauge).
   int64_t nr_watchers() const {
     return nr_watchers_.load(std::memory_order_relaxed);
@@ -93,12 +103,16 @@ class EventsHub final : public EngineObserver {
                    int groups_folded) override;
   void OnReclaimDone(absl::Duration cycle, uint64_t scanned, uint64_t stolen,
                      bool full_walk) override;
+  // To the listener (SetOomGroupKillListener), if any; then to `next`.
+  void OnOomGroupKill(uint64_t group_id, absl::string_view path) override;
 
  private:
   void Run() ABSL_LOCKS_EXCLUDED(mu_);
   bool HasWork() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   EngineObserver* const next_;  // constant; may be null
+  // SetOomGroupKillListener(); atomic, no lock (read on the charge path).
+  std::atomic<EngineObserver*> oom_group_kill_listener_{nullptr};
 
   absl::Mutex mu_;
   absl::flat_hash_map<uint64_t, std::vector<Watcher*>> watchers_

@@ -32,7 +32,7 @@ CREATE TABLE IF NOT EXISTS groups (
   path TEXT NOT NULL UNIQUE,
   max_pages INTEGER NOT NULL, high_pages INTEGER NOT NULL,
   min_pages INTEGER NOT NULL, low_pages INTEGER NOT NULL,
-  checksum INTEGER NOT NULL);
+  checksum INTEGER NOT NULL, oom_group INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS requests (
   seq INTEGER PRIMARY KEY AUTOINCREMENT,
   identity BLOB NOT NULL, request_id BLOB NOT NULL, scope INTEGER NOT NULL,
@@ -53,7 +53,7 @@ CREATE INDEX IF NOT EXISTS requests_by_identity
 
 const char kInsertGroupSql[] =
     "INSERT INTO groups (generation, path, max_pages, high_pages, min_pages, "
-    "low_pages, checksum) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+    "low_pages, checksum, oom_group) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
 const char kInsertRequestSql[] =
     "INSERT OR REPLACE INTO requests (identity, request_id, scope, method, "
     "path, nr_pages, kind, cpu, code, message, answer_nr_pages, throttle_us, "
@@ -70,10 +70,13 @@ const char kLastGenerationSql[] =
 namespace {
 
 // The columns of a group and of a request, in ReadGroup's and ReadRequest's
-// order (schema 1 has them all; schema 2 adds checksums and the window).
+// order (schema 1 has them all but oom_group, which schema 3 adds (read as
+// 0 before it); schema 2 adds checksums and the window).
 constexpr const char kGroupColumns[] =
-    "generation, path, max_pages, high_pages, min_pages, low_pages";
-constexpr int kNrGroupColumns = 6;
+    "generation, path, max_pages, high_pages, min_pages, low_pages, oom_group";
+constexpr const char kGroupColumnsBefore3[] =
+    "generation, path, max_pages, high_pages, min_pages, low_pages, 0";
+constexpr int kNrGroupColumns = 7;
 constexpr const char kRequestColumns[] =
     "identity, request_id, scope, method, path, nr_pages, kind, cpu, code, "
     "message, answer_nr_pages, throttle_us, body, arrived, digest";
@@ -108,17 +111,6 @@ class RowChecksum {
   uint64_t digest_ = StableDigest("");
 };
 
-uint64_t ChecksumOf(const StoredGroup& g) {
-  return RowChecksum("groups")
-      .Int(g.generation)
-      .Bytes(g.path)
-      .Int(g.limits.max_pages)
-      .Int(g.limits.high_pages)
-      .Int(g.limits.min_pages)
-      .Int(g.limits.low_pages)
-      .value();
-}
-
 uint64_t ChecksumOf(const StoredRequest& r) {
   return RowChecksum("requests")
       .Bytes(r.identity)
@@ -139,9 +131,6 @@ uint64_t ChecksumOf(const StoredRequest& r) {
       .value();
 }
 
-uint64_t MetaChecksum(absl::string_view key, absl::string_view value) {
-  return RowChecksum("meta").Bytes(key).Bytes(value).value();
-}
 
 // Reads columns 0.. of `stmt` (kGroupColumns' order).
 StoredGroup ReadGroup(sqlite3_stmt* stmt) {
@@ -152,6 +141,7 @@ StoredGroup ReadGroup(sqlite3_stmt* stmt) {
   group.limits.high_pages = FromDb(sqlite3_column_int64(stmt, 3));
   group.limits.min_pages = FromDb(sqlite3_column_int64(stmt, 4));
   group.limits.low_pages = FromDb(sqlite3_column_int64(stmt, 5));
+  group.oom_group = sqlite3_column_int64(stmt, 6) != 0;
   return group;
 }
 
@@ -219,7 +209,7 @@ absl::Status Rename(const std::string& from, const std::string& to) {
   return absl::OkStatus();
 }
 
-// Writes `rows` into a new schema-2 database at `file` (journal_mode
+// Writes `rows` into a new schema-3 database at `file` (journal_mode
 // DELETE, synchronous FULL: complete and durable when this returns), with
 // `page_size_bytes`, `group_changes` and the last generation `last`.
 absl::Status WriteNewFile(const std::string& file, const Rows& rows,
@@ -279,6 +269,22 @@ absl::Status WriteNewFile(const std::string& file, const Rows& rows,
 
 }  // namespace
 
+uint64_t GroupRowChecksum(const StoredGroup& g, int version) {
+  RowChecksum sum("groups");
+  sum.Int(g.generation)
+      .Bytes(g.path)
+      .Int(g.limits.max_pages)
+      .Int(g.limits.high_pages)
+      .Int(g.limits.min_pages)
+      .Int(g.limits.low_pages);
+  if (version >= 3) sum.Int(g.oom_group ? 1 : 0);
+  return sum.value();
+}
+
+uint64_t MetaRowChecksum(absl::string_view key, absl::string_view value) {
+  return RowChecksum("meta").Bytes(key).Bytes(value).value();
+}
+
 void BindText(sqlite3_stmt* stmt, int col, absl::string_view text) {
   sqlite3_bind_text(stmt, col, text.data(), static_cast<int>(text.size()),
                     SQLITE_TRANSIENT);
@@ -291,7 +297,8 @@ void BindGroupRow(sqlite3_stmt* stmt, const StoredGroup& g) {
   sqlite3_bind_int64(stmt, 4, ToDb(g.limits.high_pages));
   sqlite3_bind_int64(stmt, 5, ToDb(g.limits.min_pages));
   sqlite3_bind_int64(stmt, 6, ToDb(g.limits.low_pages));
-  sqlite3_bind_int64(stmt, 7, ToDb(ChecksumOf(g)));
+  sqlite3_bind_int64(stmt, 7, ToDb(GroupRowChecksum(g, kSchemaVersion)));
+  sqlite3_bind_int64(stmt, 8, g.oom_group ? 1 : 0);
 }
 
 void BindRequestRow(sqlite3_stmt* stmt, const StoredRequest& r) {
@@ -319,7 +326,7 @@ void BindMetaRow(sqlite3_stmt* stmt, absl::string_view key,
                  absl::string_view value) {
   BindText(stmt, 1, key);
   BindText(stmt, 2, value);
-  sqlite3_bind_int64(stmt, 3, ToDb(MetaChecksum(key, value)));
+  sqlite3_bind_int64(stmt, 3, ToDb(MetaRowChecksum(key, value)));
 }
 
 std::string Describe(const StoredGroup& g) {
@@ -465,7 +472,7 @@ void ReadMeta(sqlite3* db, int version, Rows* rows) {
               std::string key = ColumnBlob(stmt, 0);
               std::string value = ColumnBlob(stmt, 1);
               if (checked && FromDb(sqlite3_column_int64(stmt, 2)) !=
-                                 MetaChecksum(key, value)) {
+                                 MetaRowChecksum(key, value)) {
                 rows->damaged.push_back(DamagedRow{
                     "meta", 0,
                     absl::StrCat("meta row \"", absl::CHexEscape(key), "\"")});
@@ -487,12 +494,15 @@ void ReadGroupsAndRequests(sqlite3* db, int version, Rows* rows) {
     sqlite3_finalize(stmt);
   }
   ReadTable(db, "groups",
-            absl::StrCat("SELECT ", kGroupColumns, checked ? ", checksum" : "",
+            absl::StrCat("SELECT ",
+                         version >= 3 ? kGroupColumns : kGroupColumnsBefore3,
+                         checked ? ", checksum" : "",
                          " FROM groups ORDER BY generation"),
             rows, [&](sqlite3_stmt* stmt) {
               StoredGroup g = ReadGroup(stmt);
-              if (checked && FromDb(sqlite3_column_int64(
-                                 stmt, kNrGroupColumns)) != ChecksumOf(g)) {
+              if (checked && FromDb(sqlite3_column_int64(stmt,
+                                                         kNrGroupColumns)) !=
+                                 GroupRowChecksum(g, version)) {
                 rows->damaged.push_back(
                     DamagedRow{"groups", ToDb(g.generation), Describe(g)});
                 return;

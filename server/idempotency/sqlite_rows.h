@@ -1,11 +1,11 @@
 // The database of SqliteStateStore (docs/DESIGN.md §4.12): its schema, each
 // row's checksum, and the work on a whole file: reading every row with its
 // check (Load(), and a rebuild), and a rebuild (a new file written from the
-// rows of an old one: the upgrade from schema 1, and --state_recover of a
-// file that fails SQLite's check).
+// rows of an old one: the upgrade from schemas 1 and 2, and --state_recover
+// of a file that fails SQLite's check).
 //
-// Schema 2: meta (key, value, checksum); groups (generation, path, four
-// limits in pages, checksum); requests (the StoredRequest fields, its
+// Schema 3: meta (key, value, checksum); groups (generation, path, four
+// limits in pages, checksum, memory.oom.group); requests (the StoredRequest fields, its
 // RequestWindow, its stored_bytes(), checksum). A row's checksum is a 64-bit
 // FNV-1a (StableDigest) over its table's name and its fields (integers as 8
 // little-endian bytes, strings after their length), so any one byte changed
@@ -34,10 +34,18 @@ namespace cgacct {
 namespace sqlite_rows {
 
 // 1: no checksums, one bound for both windows. 2: a checksum per row, the
-// windows apart, the acknowledged group changes counted in meta.
-inline constexpr int kSchemaVersion = 2;
+// windows apart, the acknowledged group changes counted in meta. 3: groups
+// keep memory.oom.group (column oom_group, covered by the row's checksum;
+// a schema-2 row's checksum does not cover it and reads it as 0).
+inline constexpr int kSchemaVersion = 3;
 
 extern const char kSchema[];
+
+// The checksum of a groups row as schema `version` writes and checks it
+// (from 3 on it covers oom_group; a schema-2 row's does not), and of a meta
+// row. For the store, and for tests that write an older schema's rows.
+uint64_t GroupRowChecksum(const StoredGroup& g, int version);
+uint64_t MetaRowChecksum(absl::string_view key, absl::string_view value);
 // Statements, bound by the Bind*Row functions below.
 extern const char kInsertGroupSql[];    // BindGroupRow
 extern const char kInsertRequestSql[];  // BindRequestRow (or replace)
@@ -134,7 +142,7 @@ void ReadGroupsAndRequests(sqlite3* db, int version, Rows* rows);
 std::vector<StoredGroup> TakeOrphans(std::vector<StoredGroup>& groups);
 
 // Replaces database `file` in `dir` (open on `src`, schema `version`) by a
-// schema-2 copy of the rows that can be read and pass their checksums (and
+// schema-3 copy of the rows that can be read and pass their checksums (and
 // are not orphans): written and synced to FILE.new, then the old file and
 // its WAL are moved to `aside` (or removed, when `aside` is empty: an
 // upgrade) and FILE.new takes its place. `page_size_bytes` stands in for an

@@ -498,10 +498,11 @@ absl::StatusOr<StateStore::Snapshot> SqliteStateStore::Load(
 }
 
 absl::StatusOr<uint64_t> SqliteStateStore::CreateGroup(absl::string_view path,
-                                                       const Limits& limits) {
+                                                       const Limits& limits,
+                                                       bool oom_group) {
   absl::MutexLock l(&mu_);
   if (absl::Status s = BeginGroupChangeLocked(); !s.ok()) return s;
-  StoredGroup group{std::string(path), limits, 0};
+  StoredGroup group{std::string(path), limits, 0, oom_group};
   absl::Status s = InsertGroupLocked(&group);
   if (absl::Status end = EndGroupChangeLocked(std::move(s)); !end.ok())
     return end;
@@ -531,20 +532,21 @@ absl::Status SqliteStateStore::InsertGroupLocked(StoredGroup* group) {
 }
 
 absl::Status SqliteStateStore::SetLimits(absl::string_view path,
-                                         const Limits& limits) {
+                                         const Limits& limits, bool oom_group) {
   absl::MutexLock l(&mu_);
   if (absl::Status s = BeginGroupChangeLocked(); !s.ok()) return s;
-  return EndGroupChangeLocked(UpdateLimitsLocked(path, limits));
+  return EndGroupChangeLocked(UpdateLimitsLocked(path, limits, oom_group));
 }
 
 absl::Status SqliteStateStore::UpdateLimitsLocked(absl::string_view path,
-                                                  const Limits& limits) {
+                                                  const Limits& limits,
+                                                  bool oom_group) {
   absl::StatusOr<sqlite3_stmt*> find = PrepareLocked(
       kGenerationOf, "SELECT generation FROM groups WHERE path = ?1");
   if (!find.ok()) return find.status();
   sqlite_rows::BindText(*find, 1, path);
   const int found = sqlite3_step(*find);
-  StoredGroup group{std::string(path), limits, 0};
+  StoredGroup group{std::string(path), limits, 0, oom_group};
   if (found == SQLITE_ROW)
     group.generation = FromDb(sqlite3_column_int64(*find, 0));
   sqlite3_reset(*find);
@@ -555,7 +557,8 @@ absl::Status SqliteStateStore::UpdateLimitsLocked(absl::string_view path,
   absl::StatusOr<sqlite3_stmt*> stmt = PrepareLocked(
       kUpdateLimits,
       "UPDATE groups SET max_pages = ?3, high_pages = ?4, min_pages = ?5, "
-      "low_pages = ?6, checksum = ?7 WHERE generation = ?1 AND path = ?2");
+      "low_pages = ?6, checksum = ?7, oom_group = ?8 WHERE generation = ?1 "
+      "AND path = ?2");
   if (!stmt.ok()) return stmt.status();
   sqlite_rows::BindGroupRow(*stmt, group);
   const int step = sqlite3_step(*stmt);

@@ -104,10 +104,11 @@ class SqliteStateStore final : public StateStore {
   absl::StatusOr<Snapshot> Load(int64_t requests_since_unix_ns) override
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<uint64_t> CreateGroup(absl::string_view path,
-                                       const Limits& limits) override
+                                       const Limits& limits,
+                                       bool oom_group) override
       ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status SetLimits(absl::string_view path, const Limits& limits) override
-      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status SetLimits(absl::string_view path, const Limits& limits,
+                         bool oom_group) override ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status DeleteGroup(absl::string_view path) override
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status PutRequest(const StoredRequest& request,
@@ -170,7 +171,8 @@ class SqliteStateStore final : public StateStore {
   // DeleteGroup.
   absl::Status InsertGroupLocked(StoredGroup* group)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status UpdateLimitsLocked(absl::string_view path, const Limits& limits)
+  absl::Status UpdateLimitsLocked(absl::string_view path, const Limits& limits,
+                                  bool oom_group)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status DeleteGroupRowLocked(absl::string_view path)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

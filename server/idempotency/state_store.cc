@@ -22,12 +22,13 @@ absl::StatusOr<StateStore::Snapshot> MemoryStateStore::Load(
 }
 
 absl::StatusOr<uint64_t> MemoryStateStore::CreateGroup(absl::string_view path,
-                                                       const Limits& limits) {
+                                                       const Limits& limits,
+                                                       bool oom_group) {
   absl::MutexLock l(&mu_);
   const uint64_t generation = next_generation_++;
   auto [it, inserted] =
       groups_.try_emplace(std::string(path), generation,
-                          StoredGroup{std::string(path), limits, generation});
+                          StoredGroup{std::string(path), limits, generation, oom_group});
   if (!inserted)
     return absl::AlreadyExistsError(
         absl::StrCat("state store: ", path, " is stored"));
@@ -35,13 +36,15 @@ absl::StatusOr<uint64_t> MemoryStateStore::CreateGroup(absl::string_view path,
 }
 
 absl::Status MemoryStateStore::SetLimits(absl::string_view path,
-                                         const Limits& limits) {
+                                         const Limits& limits,
+                                         bool oom_group) {
   absl::MutexLock l(&mu_);
   auto it = groups_.find(path);
   if (it == groups_.end())
     return absl::NotFoundError(
         absl::StrCat("state store: ", path, " is not stored"));
   it->second.second.limits = limits;
+  it->second.second.oom_group = oom_group;
   return absl::OkStatus();
 }
 

@@ -41,13 +41,15 @@
 
 namespace cgacct {
 
-// One group as stored: its path, its four limits (pages) and its generation,
-// a store-wide number that is never reused (a group deleted and created again
-// under the same path gets a new one), stable across restarts.
+// One group as stored: its path, its four limits (pages), its
+// memory.oom.group, and its generation, a store-wide number that is never
+// reused (a group deleted and created again under the same path gets a new
+// one), stable across restarts.
 struct StoredGroup {
   std::string path;
   Limits limits;
   uint64_t generation = 0;
+  bool oom_group = false;  // memory.oom.group (schema 3)
 };
 
 // The two persisted de-duplication windows (docs/DESIGN.md §4.4): each is
@@ -130,13 +132,16 @@ class StateStore {
   // Errors: the backend's (INTERNAL, DATA_LOSS for a corrupt store).
   virtual absl::StatusOr<Snapshot> Load(int64_t requests_since_unix_ns) = 0;
 
-  // Records a new group (the engine has created it); returns its generation.
-  // Errors: ALREADY_EXISTS if the path is stored; the backend's.
+  // Records a new group (the engine has created it) with its limits and
+  // memory.oom.group; returns its generation. Errors: ALREADY_EXISTS if the
+  // path is stored; the backend's.
   virtual absl::StatusOr<uint64_t> CreateGroup(absl::string_view path,
-                                               const Limits& limits) = 0;
-  // Replaces the stored limits of `path`. Errors: NOT_FOUND; the backend's.
-  virtual absl::Status SetLimits(absl::string_view path,
-                                 const Limits& limits) = 0;
+                                               const Limits& limits,
+                                               bool oom_group) = 0;
+  // Replaces the stored limits and memory.oom.group of `path`, in one
+  // write. Errors: NOT_FOUND; the backend's.
+  virtual absl::Status SetLimits(absl::string_view path, const Limits& limits,
+                                 bool oom_group) = 0;
   // Forgets `path`. Errors: NOT_FOUND; the backend's.
   virtual absl::Status DeleteGroup(absl::string_view path) = 0;
 
@@ -162,10 +167,11 @@ class MemoryStateStore final : public StateStore {
   absl::StatusOr<Snapshot> Load(int64_t requests_since_unix_ns) override
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<uint64_t> CreateGroup(absl::string_view path,
-                                       const Limits& limits) override
+                                       const Limits& limits,
+                                       bool oom_group) override
       ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status SetLimits(absl::string_view path, const Limits& limits) override
-      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status SetLimits(absl::string_view path, const Limits& limits,
+                         bool oom_group) override ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status DeleteGroup(absl::string_view path) override
       ABSL_LOCKS_EXCLUDED(mu_);
   // Keeps no requests (the in-memory window is the service's own).

@@ -39,6 +39,14 @@ const char* RpcMethodName(RpcMethod method) {
       return "GetSession";
     case RpcMethod::kSessionStream:
       return "SessionStream";
+    case RpcMethod::kOpenPeakWatermark:
+      return "OpenPeakWatermark";
+    case RpcMethod::kResetPeakWatermark:
+      return "ResetPeakWatermark";
+    case RpcMethod::kReadPeakWatermark:
+      return "ReadPeakWatermark";
+    case RpcMethod::kClosePeakWatermark:
+      return "ClosePeakWatermark";
   }
   return "unknown";
 }

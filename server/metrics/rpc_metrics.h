@@ -34,8 +34,12 @@ enum class RpcMethod : uint8_t {
   kCloseSession,
   kGetSession,
   kSessionStream,
+  kOpenPeakWatermark,
+  kResetPeakWatermark,
+  kReadPeakWatermark,
+  kClosePeakWatermark,
 };
-inline constexpr int kNrRpcMethods = 16;
+inline constexpr int kNrRpcMethods = 20;
 
 // "CreateGroup", ... (the proto method name).
 const char* RpcMethodName(RpcMethod method);

@@ -63,10 +63,13 @@ absl::StatusOr<RestoreReport> GroupOps::Restore(DedupTable& request_ids,
     update.min_pages = group.limits.min_pages;
     update.low_pages = group.limits.low_pages;
     absl::StatusOr<GroupInfo> created = engine_.CreateGroup(group.path, update);
-    if (!created.ok()) {
+    absl::Status oom_group = created.status();
+    if (created.ok() && group.oom_group)
+      oom_group = engine_.SetOomGroup(group.path, true);
+    if (!oom_group.ok()) {
       return absl::InternalError(
           absl::StrCat("restoring group ", group.path, " (generation ",
-                       group.generation, "): ", created.status().message()));
+                       group.generation, "): ", oom_group.message()));
     }
     absl::MutexLock g(&generations_mu_);
     generations_[created->id] = group.generation;
@@ -142,8 +145,15 @@ absl::Status GroupOps::Create(const CallContext& call,
   absl::StatusOr<GroupInfo> group = engine_.CreateGroup(
       request.path(), units_.LimitsFromProto(request.limits()));
   if (!group.ok()) return group.status();
+  // memory.oom.group is written after the group is online, as a file
+  // write after mkdir; the group is new, so nothing can have charged it.
+  const bool oom_group = request.limits().oom_group();
+  absl::Status oom_written = absl::OkStatus();
+  if (oom_group) oom_written = engine_.SetOomGroup(group->path, true);
   absl::StatusOr<uint64_t> generation =
-      store_.CreateGroup(group->path, group->limits);
+      !oom_written.ok() ? absl::StatusOr<uint64_t>(oom_written)
+                        : store_.CreateGroup(group->path, group->limits,
+                                             oom_group);
   if (!generation.ok()) {
     // Not acknowledged, so not kept: the group is new and has no children.
     (void)engine_.DeleteGroup(group->path);
@@ -160,6 +170,7 @@ absl::Status GroupOps::Create(const CallContext& call,
     ++created_[call.identity()];
   }
   units_.GroupToProto(*group, response);
+  response->mutable_limits()->set_oom_group(oom_group);
   return absl::OkStatus();
 }
 
@@ -175,7 +186,7 @@ absl::Status GroupOps::Delete(const CallContext& call,
   // exists, is not the root and has no children (under config_mu_ none is
   // created or deleted meanwhile). Otherwise the engine's own refusal
   // (NOT_FOUND, INVALID_ARGUMENT, FAILED_PRECONDITION) is the answer.
-  std::optional<Limits> forgotten;  // what the store held, once forgotten
+  std::optional<GroupStats> forgotten;  // what the store held, once forgotten
   if (handle.ok() && path != "/") {
     const absl::StatusOr<std::vector<std::string>> children =
         engine_.ListGroups(path, /*recursive=*/false);
@@ -188,7 +199,7 @@ absl::Status GroupOps::Delete(const CallContext& call,
         return absl::UnavailableError(
             absl::StrCat("group ", path, " not deleted: ", s.message()));
       }
-      if (s.ok()) forgotten = stats->limits;
+      if (s.ok()) forgotten = *stats;
     }
   }
   absl::StatusOr<uint64_t> reparented = engine_.DeleteGroup(path);
@@ -197,7 +208,7 @@ absl::Status GroupOps::Delete(const CallContext& call,
     // (under a new generation) so that the two still agree.
     if (forgotten.has_value()) {
       absl::StatusOr<uint64_t> generation =
-          store_.CreateGroup(path, *forgotten);
+          store_.CreateGroup(path, forgotten->limits, forgotten->oom_group);
       absl::MutexLock g(&generations_mu_);
       if (generation.ok()) generations_[handle->id()] = *generation;
     }
@@ -232,7 +243,14 @@ absl::Status GroupOps::SetLimits(const CallContext& call,
   absl::StatusOr<GroupInfo> group = engine_.SetLimits(
       request.path(), units_.LimitsFromProto(request.limits()));
   if (!group.ok()) return group.status();
-  const absl::Status s = store_.SetLimits(group->path, group->limits);
+  // memory.oom.group after the limits (each a file write of its own in the
+  // kernel); the group exists (config_mu_ keeps deletes out), so this write
+  // cannot fail.
+  const bool oom_group = request.limits().has_oom_group()
+                             ? request.limits().oom_group()
+                             : before.ok() && before->oom_group;
+  absl::Status s = engine_.SetOomGroup(group->path, oom_group);
+  if (s.ok()) s = store_.SetLimits(group->path, group->limits, oom_group);
   // NOT_FOUND: a group the store never had (made on the engine alone).
   if (!s.ok() && !absl::IsNotFound(s)) {
     if (before.ok()) {
@@ -242,6 +260,7 @@ absl::Status GroupOps::SetLimits(const CallContext& call,
       undo.min_pages = before->limits.min_pages;
       undo.low_pages = before->limits.low_pages;
       (void)engine_.SetLimits(group->path, undo);
+      (void)engine_.SetOomGroup(group->path, before->oom_group);
     }
     return absl::UnavailableError(absl::StrCat(
         "limits of ", group->path,
@@ -250,6 +269,7 @@ absl::Status GroupOps::SetLimits(const CallContext& call,
         s.message()));
   }
   units_.GroupToProto(*group, response);
+  response->mutable_limits()->set_oom_group(oom_group);
   return absl::OkStatus();
 }
 

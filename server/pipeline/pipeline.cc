@@ -330,6 +330,78 @@ absl::Status Pipeline::GetSession(CallContext& call,
   return sessions_->Get(call.identity(), request.session_id(), response);
 }
 
+void Pipeline::PeakToProto(const SessionRegistry::PeakWatermarkValue& value,
+                           v1::PeakWatermark* out) const {
+  out->set_watermark_id(value.watermark_id);
+  out->set_path(value.path);
+  // Pages never exceed page_counter_max(), so pages * page_size fits.
+  out->set_peak_bytes(value.pages * units_.page_size_bytes());
+}
+
+absl::Status Pipeline::OpenPeakWatermark(
+    CallContext& call, const v1::OpenPeakWatermarkRequest& request,
+    v1::PeakWatermark* response) {
+  if (absl::Status s = ValidateGroupPath(request.path()); !s.ok()) return s;
+  if (request.session_id().empty())
+    return absl::InvalidArgumentError(
+        "session_id is required: a peak watermark belongs to a session of "
+        "the caller and closes with it (OpenSession first)");
+  // Writing memory.peak: write access, as for a charge.
+  if (absl::Status s =
+          Authorize(authorizer_, call.caller(), Access::kWrite, request.path());
+      !s.ok())
+    return s;
+  absl::StatusOr<SessionRegistry::PeakWatermarkValue> opened =
+      sessions_->OpenPeakWatermark(call.identity(), request.session_id(),
+                                   request.path());
+  if (!opened.ok()) return opened.status();
+  PeakToProto(*opened, response);
+  return absl::OkStatus();
+}
+
+absl::Status Pipeline::PeakWatermarkIo(const CallContext& call,
+                                       uint64_t watermark_id, bool reset,
+                                       v1::PeakWatermark* response) {
+  // The caller's own watermark first (NOT_FOUND for anyone else's), then
+  // the access the file operation needs on its group, checked every time:
+  // a grant withdrawn by a reload stops the reads and writes.
+  absl::StatusOr<std::string> path =
+      sessions_->PeakWatermarkPath(call.identity(), watermark_id);
+  if (!path.ok()) return path.status();
+  if (absl::Status s = Authorize(authorizer_, call.caller(),
+                                 reset ? Access::kWrite : Access::kRead, *path);
+      !s.ok())
+    return s;
+  absl::StatusOr<SessionRegistry::PeakWatermarkValue> value =
+      reset ? sessions_->ResetPeakWatermark(call.identity(), watermark_id)
+            : sessions_->ReadPeakWatermark(call.identity(), watermark_id);
+  if (!value.ok()) return value.status();
+  PeakToProto(*value, response);
+  return absl::OkStatus();
+}
+
+absl::Status Pipeline::ResetPeakWatermark(
+    CallContext& call, const v1::PeakWatermarkRequest& request,
+    v1::PeakWatermark* response) {
+  return PeakWatermarkIo(call, request.watermark_id(), /*reset=*/true,
+                         response);
+}
+
+absl::Status Pipeline::ReadPeakWatermark(
+    CallContext& call, const v1::PeakWatermarkRequest& request,
+    v1::PeakWatermark* response) {
+  return PeakWatermarkIo(call, request.watermark_id(), /*reset=*/false,
+                         response);
+}
+
+absl::Status Pipeline::ClosePeakWatermark(
+    CallContext& call, const v1::PeakWatermarkRequest& request,
+    v1::ClosePeakWatermarkResponse*) {
+  // Closing a file needs no access to the group: the owner may always.
+  return sessions_->ClosePeakWatermark(call.identity(),
+                                       request.watermark_id());
+}
+
 absl::StatusOr<GroupHandle> Pipeline::ResolveWatch(
     CallContext& call, const v1::WatchEventsRequest& request) {
   if (absl::Status s = ValidateGroupPath(request.path()); !s.ok()) return s;

@@ -189,6 +189,22 @@ class Pipeline {
   absl::Status GetSession(CallContext& call,
                           const v1::GetSessionRequest& request,
                           v1::SessionInfo* response);
+  // memory.peak per open file (docs/DESIGN.md §4.17): validate (path,
+  // session_id / watermark_id) -> authorize (open, reset: write; read: read;
+  // close: the owner only) -> the session registry -> engine. Units in the
+  // answers: bytes.
+  absl::Status OpenPeakWatermark(CallContext& call,
+                                 const v1::OpenPeakWatermarkRequest& request,
+                                 v1::PeakWatermark* response);
+  absl::Status ResetPeakWatermark(CallContext& call,
+                                  const v1::PeakWatermarkRequest& request,
+                                  v1::PeakWatermark* response);
+  absl::Status ReadPeakWatermark(CallContext& call,
+                                 const v1::PeakWatermarkRequest& request,
+                                 v1::PeakWatermark* response);
+  absl::Status ClosePeakWatermark(CallContext& call,
+                                  const v1::PeakWatermarkRequest& request,
+                                  v1::ClosePeakWatermarkResponse* response);
   // WatchEvents' stages up to the subscription: validate -> authorize
   // (read) -> resolve. The group instance to watch.
   absl::StatusOr<GroupHandle> ResolveWatch(
@@ -216,6 +232,13 @@ class Pipeline {
   DrainWaitPool& drain_wait_pool() { return drain_wait_pool_; }
 
  private:
+  // ResetPeakWatermark (`reset`: a write through the file, write access) and
+  // ReadPeakWatermark (a read, read access).
+  absl::Status PeakWatermarkIo(const CallContext& call, uint64_t watermark_id,
+                               bool reset, v1::PeakWatermark* response);
+  // A peak watermark as the wire has it (pages -> bytes).
+  void PeakToProto(const SessionRegistry::PeakWatermarkValue& value,
+                   v1::PeakWatermark* out) const;
   // The stages a deferred charge's rerun passes first: CANCELLED if the
   // client cancelled, DEADLINE_EXCEEDED if the deadline passed while it was
   // queued (nobody waits for the answer: it is not run), else OK.

@@ -61,6 +61,7 @@ absl::Status ReadOps::GetStats(const CallContext& call,
   response->set_memory_current_bytes(stats->memory_current_pages * page_size);
   response->set_memory_peak_bytes(stats->memory_peak_pages * page_size);
   units_.LimitsToProto(stats->limits, response->mutable_limits());
+  response->mutable_limits()->set_oom_group(stats->oom_group);
   response->mutable_stat()->Reserve(static_cast<int>(stats->stat.size()));
   for (StatEntry& entry : stats->stat) {
     v1::StatEntry* out = response->add_stat();
@@ -108,8 +109,15 @@ void ReadOps::GetEngineInfo(const CallContext& call,
   // The engine's load (groups, flush work) is the admin's to see; a
   // tenant sees the configuration and the flushes of its own subtrees.
   const bool admin = call.caller().admin();
+  // The additions in force and the eviction seed drawn: configuration.
+  response->set_stock_pool_buckets(info.stock_pool_buckets);
+  response->set_stock_victim_sets(info.stock_victim_sets);
+  response->set_uncharge_refills_stock(info.uncharge_refills_stock);
+  response->set_stock_eviction_seed(info.stock_eviction_seed);
+  response->set_memory_localevents(info.memory_localevents);
   if (admin) {
     response->set_nr_groups(info.nr_groups);
+    response->set_nr_dying_groups(info.nr_dying_groups);
     response->set_flush_lock_hold_max_us(
         DurationToMicros(info.flush_lock_hold_max));
   }
@@ -162,6 +170,8 @@ void ReadOps::GetEngineInfo(const CallContext& call,
   response->set_session_max_ttl_ms(so.max_ttl_ms);
   response->set_session_max_pages(so.max_pages);
   response->set_max_sessions_per_identity(so.max_sessions_per_identity);
+  response->set_max_peak_watermarks_per_identity(
+      so.max_peak_watermarks_per_identity);
   response->set_session_drain_timeout_ms(
       static_cast<uint32_t>(absl::ToInt64Milliseconds(so.drain_timeout)));
 }

@@ -17,9 +17,17 @@ AccountingService::AccountingService(Engine& engine, RpcMetrics& rpc_metrics,
                                                grpc::ByteBuffer>* stream,
                  grpc::ServerCompletionQueue* cq, void* tag) {
             RequestSessionStream(context, stream, cq, cq, tag);
-          }) {}
+          }) {
+  if (events_hub_ != nullptr)
+    events_hub_->SetOomGroupKillListener(
+        &pipeline_.sessions().oom_group_kill_observer());
+}
 
-AccountingService::~AccountingService() { session_streams_.Stop(); }
+AccountingService::~AccountingService() {
+  session_streams_.Stop();
+  // No charge runs any more (the gRPC server is shut down first).
+  if (events_hub_ != nullptr) events_hub_->SetOomGroupKillListener(nullptr);
+}
 
 void AccountingService::RegisterOn(grpc::ServerBuilder& builder) {
   builder.RegisterService(this);
@@ -130,6 +138,38 @@ grpc::ServerUnaryReactor* AccountingService::GetSession(
     grpc::ByteBuffer* response) {
   return Unary(pipeline_, context, RpcMethod::kGetSession, Admission::kMessage,
                request, response, &Pipeline::GetSession);
+}
+
+grpc::ServerUnaryReactor* AccountingService::OpenPeakWatermark(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return Unary(pipeline_, context, RpcMethod::kOpenPeakWatermark,
+               Admission::kMessage, request, response,
+               &Pipeline::OpenPeakWatermark);
+}
+
+grpc::ServerUnaryReactor* AccountingService::ResetPeakWatermark(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return Unary(pipeline_, context, RpcMethod::kResetPeakWatermark,
+               Admission::kMessage, request, response,
+               &Pipeline::ResetPeakWatermark);
+}
+
+grpc::ServerUnaryReactor* AccountingService::ReadPeakWatermark(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return Unary(pipeline_, context, RpcMethod::kReadPeakWatermark,
+               Admission::kMessage, request, response,
+               &Pipeline::ReadPeakWatermark);
+}
+
+grpc::ServerUnaryReactor* AccountingService::ClosePeakWatermark(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return Unary(pipeline_, context, RpcMethod::kClosePeakWatermark,
+               Admission::kMessage, request, response,
+               &Pipeline::ClosePeakWatermark);
 }
 
 }  // namespace cgacct

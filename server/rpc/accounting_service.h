@@ -33,14 +33,21 @@ namespace cgacct {
 struct AccountingServiceOptions : PipelineOptions {
   // Where WatchEvents streams subscribe: the engine's observer (cgacctd
   // makes it wrap the metrics observer). Null: WatchEvents answers
-  // UNAVAILABLE. Not owned.
+  // UNAVAILABLE. The service also makes it pass memory.oom.group kills to
+  // the sessions (EventsHub::SetOomGroupKillListener) for its life: without
+  // a hub as the engine's observer, an OOM group kill ends no session. Not
+  // owned.
   EventsHub* events_hub = nullptr;
 };
 
 // Every method of cgacct.v1.Accounting as raw bytes: on the callback API,
 // but SessionStream on the async API (WithRawMethod_), served by
 // SessionStreams.
-using RawAccountingService = v1::Accounting::WithRawCallbackMethod_OpenSession<
+using RawAccountingService = v1::Accounting::WithRawCallbackMethod_OpenPeakWatermark<
+    v1::Accounting::WithRawCallbackMethod_ResetPeakWatermark<
+    v1::Accounting::WithRawCallbackMethod_ReadPeakWatermark<
+    v1::Accounting::WithRawCallbackMethod_ClosePeakWatermark<
+    v1::Accounting::WithRawCallbackMethod_OpenSession<
     v1::Accounting::WithRawCallbackMethod_CloseSession<
         v1::Accounting::WithRawCallbackMethod_GetSession<
             v1::Accounting::WithRawMethod_SessionStream<
@@ -59,7 +66,7 @@ using RawAccountingService = v1::Accounting::WithRawCallbackMethod_OpenSession<
                                                                 v1::Accounting::WithRawCallbackMethod_WatchEvents<
                                                                     v1::Accounting::WithRawCallbackMethod_GetEngineInfo<
                                                                         v1::Accounting::
-                                                                            Service>>>>>>>>>>>>>>>>;
+                                                                            Service>>>>>>>>>>>>>>>>>>>>;
 
 class AccountingService final : public RawAccountingService {
  public:
@@ -141,6 +148,18 @@ class AccountingService final : public RawAccountingService {
   grpc::ServerUnaryReactor* GetSession(grpc::CallbackServerContext* context,
                                        const grpc::ByteBuffer* request,
                                        grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* OpenPeakWatermark(
+      grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+      grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* ResetPeakWatermark(
+      grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+      grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* ReadPeakWatermark(
+      grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+      grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* ClosePeakWatermark(
+      grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+      grpc::ByteBuffer* response) override;
 
  private:
   Pipeline pipeline_;

@@ -82,6 +82,9 @@ absl::Status SessionOptions::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("session_drain_wait_threads ", drain_wait_threads,
                      " out of [1, 4096]"));
+  if (max_peak_watermarks_per_identity < 1)
+    return absl::InvalidArgumentError(
+        "max_peak_watermarks_per_identity must be >= 1");
   return absl::OkStatus();
 }
 
@@ -315,9 +318,30 @@ uint64_t SessionRegistry::UnchargeHolding(const RemoteStockReturn& h) {
   return r.ok() ? r->nr_pages : 0;
 }
 
+absl::Status SessionRegistry::EndStatus(const Session& s, EndReason reason) {
+  switch (reason) {
+    case EndReason::kClose:
+      return absl::OkStatus();
+    case EndReason::kExpire:
+      return absl::NotFoundError(
+          absl::StrCat("session_id ", QuoteId(s.id), " expired: no keepalive for ",
+                       s.ttl_ms, " ms; its pages were uncharged"));
+    case EndReason::kOomKill:
+      break;
+  }
+  // "session_id ..." NOT_FOUND, as an expiry: the session is gone (the
+  // client library opens a new one and rebuilds its books).
+  return absl::NotFoundError(absl::StrCat(
+      "session_id ", QuoteId(s.id), " was OOM-killed: an OOM in ",
+      QuotePath(s.oom_killed_by),
+      " killed the whole group (memory.oom.group), and this session held "
+      "pages in it; its pages were uncharged"));
+}
+
 uint64_t SessionRegistry::Finish(std::shared_ptr<Session> session,
                                  EndReason reason) {
   std::vector<RemoteStockReturn> holdings;
+  std::vector<std::pair<std::string, uint64_t>> watermarks;
   {
     absl::MutexLock l(&mu_);
     Session* s = session.get();
@@ -328,13 +352,9 @@ uint64_t SessionRegistry::Finish(std::shared_ptr<Session> session,
       per_identity_.erase(count);
     DropFromDrainsLocked(s);
     HearFromLocked(*s);  // no longer counted as silent
+    watermarks = TakeWatermarksLocked(*s);
     if (s->stream != nullptr) {
-      s->stream->End(reason == EndReason::kClose
-                         ? absl::OkStatus()
-                         : absl::NotFoundError(absl::StrCat(
-                               "session_id ", QuoteId(s->id),
-                               " expired: no keepalive for ", s->ttl_ms,
-                               " ms; its pages were uncharged")));
+      s->stream->End(EndStatus(*s, reason));
       s->stream = nullptr;
       attached_.fetch_sub(1, std::memory_order_relaxed);
     }
@@ -346,6 +366,9 @@ uint64_t SessionRegistry::Finish(std::shared_ptr<Session> session,
     s->holdings.clear();
     s->held = 0;
   }
+  // Its open memory.peak files close with it (gone with a deleted group).
+  for (const auto& [path, id] : watermarks)
+    engine_.ClosePeakWatermark(path, id).IgnoreError();
   uint64_t returned = 0;
   for (const RemoteStockReturn& h : holdings) returned += UnchargeHolding(h);
   // The uncharges went through the engine's per-CPU stock, which keeps up
@@ -359,12 +382,19 @@ uint64_t SessionRegistry::Finish(std::shared_ptr<Session> session,
     if (drained.insert(h.group.id()).second)
       engine_.DrainStock(h.group, h.path).IgnoreError();  // gone: nothing
   absl::MutexLock l(&mu_);
-  if (reason == EndReason::kClose) {
-    ++stats_.closed;
-    stats_.returned_pages_close += returned;
-  } else {
-    ++stats_.expired;
-    stats_.returned_pages_expire += returned;
+  switch (reason) {
+    case EndReason::kClose:
+      ++stats_.closed;
+      stats_.returned_pages_close += returned;
+      break;
+    case EndReason::kExpire:
+      ++stats_.expired;
+      stats_.returned_pages_expire += returned;
+      break;
+    case EndReason::kOomKill:
+      ++stats_.oom_killed;
+      stats_.returned_pages_oom_kill += returned;
+      break;
   }
   return returned;
 }
@@ -400,6 +430,7 @@ void SessionRegistry::ReaperLoop() {
     if (shut_down_) break;
     mu_.Unlock();
     ReapExpired();
+    RunOomGroupKills();
     mu_.Lock();
   }
 }
@@ -456,6 +487,11 @@ void SessionRegistry::OnGroupDeleted(uint64_t group_id,
           ? absl::StatusOr<GroupHandle>(absl::NotFoundError("root"))
           : engine_.ResolveGroup(parent_path);
   absl::MutexLock l(&mu_);
+  // Its open memory.peak files went with it (the engine closed them).
+  std::vector<uint64_t> gone;
+  for (const auto& [id, w] : watermarks_)
+    if (w.group_id == group_id) gone.push_back(id);
+  for (uint64_t id : gone) UnlinkWatermarkLocked(id);
   for (auto& [id, s] : sessions_) {
     for (int kind : {static_cast<int>(PageKind::kAnon),
                      static_cast<int>(PageKind::kFile)}) {
@@ -484,6 +520,7 @@ SessionStats SessionRegistry::stats() const {
   absl::MutexLock l(&mu_);
   SessionStats out = stats_;
   out.sessions = sessions_.size();
+  out.peak_watermarks = watermarks_.size();
   return out;
 }
 

@@ -35,6 +35,22 @@
 // its lease alive but never answers costs the others' refused charges
 // nothing after its first misses.
 //
+// memory.peak per open file (peak_watermarks.cc): a session owns the peak
+// watermarks its identity opened in its name (Engine::OpenPeakWatermark, the
+// kernel's memory_peak_write() on an open file), as a process owns its file
+// descriptors: they close with the session (close, expiry, OOM kill), with
+// their group (OnGroupDeleted), or on ClosePeakWatermark, and an identity
+// has at most max_peak_watermarks_per_identity open. Another identity naming
+// one gets NOT_FOUND.
+//
+// memory.oom.group (oom_group_kill.cc): the engine reports a group killed
+// whole by an OOM on the charge path (EngineObserver::OnOomGroupKill, under
+// a group-tree reader slot); OnOomGroupKill() only queues it (mu_, no engine
+// call), and the reaper thread then ends every session holding pages at or
+// below the group through Finish() (holdings uncharged, the stock drained,
+// the stream ended NOT_FOUND saying it was OOM-killed), then drains the
+// killed group's stock (drain_all_stock()).
+//
 // Thread safety: thread-safe. One mutex (mu_) guards every session; it is
 // never held across an engine call, nor across the drain wait (a CondVar
 // wait releases it). Lock order: mu_ -> a stream sink's own mutex.
@@ -61,6 +77,7 @@
 #include "engine/clock.h"
 #include "engine/engine.h"
 #include "engine/group_handle.h"
+#include "engine/observer.h"
 #include "engine/remote_stock.h"
 #include "engine/types.h"
 
@@ -94,7 +111,13 @@ struct SessionOptions {
   // max_threads, --session_drain_wait_threads): that many wait side by
   // side; more queue. 1..4096.
   int drain_wait_threads = 256;
-  // How often the reaper looks for expired sessions (at most this late).
+  // memory.peak watermarks (OpenPeakWatermark) one caller identity may have
+  // open at once, over all its sessions (--max_peak_watermarks_per_identity;
+  // the kernel's bound is the process's RLIMIT_NOFILE, 1024 by default); one
+  // more is RESOURCE_EXHAUSTED.
+  uint32_t max_peak_watermarks_per_identity = 1024;
+  // How often the reaper looks for expired sessions and queued OOM group
+  // kills (at most this late; a queued kill wakes it at once).
   absl::Duration reap_interval = absl::Milliseconds(25);
   // The clock leases run on (NowNs); null = the steady clock. Tests give a
   // ManualClock and call ReapExpired() after moving it. The drain wait
@@ -104,7 +127,7 @@ struct SessionOptions {
   // INVALID_ARGUMENT naming the first field out of range: min_ttl_ms >= 1,
   // min <= default <= max, max_pages >= 1, max_sessions_per_identity >= 1,
   // drain_timeout >= 0, silent_after_unanswered_drains >= 1,
-  // 1 <= drain_wait_threads <= 4096.
+  // 1 <= drain_wait_threads <= 4096, max_peak_watermarks_per_identity >= 1.
   absl::Status Validate() const;
 };
 
@@ -130,6 +153,10 @@ struct SessionStats {
   uint64_t expired = 0;                // by the reaper
   uint64_t returned_pages_close = 0;   // uncharged by closes
   uint64_t returned_pages_expire = 0;  // uncharged by expiries
+  uint64_t oom_killed = 0;  // ended by memory.oom.group kills
+  uint64_t returned_pages_oom_kill = 0;  // uncharged by those
+  uint64_t oom_group_kills = 0;  // group kills handled (OnOomGroupKill)
+  uint64_t peak_watermarks = 0;  // open now (a gauge)
   uint64_t drains = 0;                 // charges that asked sessions
   uint64_t drains_joined = 0;  // charges that waited for a drain in flight
   // Charges on a thread that may not wait (gRPC's) handed to a waiting
@@ -275,9 +302,71 @@ class SessionRegistry final : public RemoteStockDrainer {
   // every reap_interval; tests with a ManualClock call it directly.
   size_t ReapExpired() ABSL_LOCKS_EXCLUDED(mu_);
 
+  // --- memory.peak per open file (peak_watermarks.cc) ---
+  // A watermark as OpenPeakWatermark and ReadPeakWatermark answer it.
+  struct PeakWatermarkValue {
+    uint64_t watermark_id = 0;
+    std::string path;
+    uint64_t pages = 0;
+  };
+  // memory_peak_write() on a new open file of `path`'s memory.peak, owned
+  // by session `session_id` of `identity` (Engine::OpenPeakWatermark): the
+  // watermark starts at the group's usage; `pages` is its value right after
+  // (that usage, or more if charges came in between). The caller checked
+  // the path and the caller's write access. Errors: INVALID_ARGUMENT empty
+  // session_id; NOT_FOUND no such session of `identity` (or closing), or no
+  // such group (also one deleted meanwhile); RESOURCE_EXHAUSTED the
+  // identity has max_peak_watermarks_per_identity open (named).
+  absl::StatusOr<PeakWatermarkValue> OpenPeakWatermark(
+      const std::string& identity, absl::string_view session_id,
+      absl::string_view path) ABSL_LOCKS_EXCLUDED(mu_);
+  // The group path of `identity`'s open watermark `watermark_id` (for the
+  // caller's access check). Errors: INVALID_ARGUMENT watermark_id 0;
+  // NOT_FOUND not open, or not `identity`'s.
+  absl::StatusOr<std::string> PeakWatermarkPath(const std::string& identity,
+                                                uint64_t watermark_id) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // memory_peak_write() again on that file: `pages` is the usage it
+  // restarted at. Errors: as PeakWatermarkPath's; NOT_FOUND its group was
+  // deleted.
+  absl::StatusOr<PeakWatermarkValue> ResetPeakWatermark(
+      const std::string& identity, uint64_t watermark_id)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // memory_peak_show() through that file: `pages` is the highest usage
+  // since its last write. Errors: as ResetPeakWatermark's.
+  absl::StatusOr<PeakWatermarkValue> ReadPeakWatermark(
+      const std::string& identity, uint64_t watermark_id) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Closes it (peak_release()). Errors: as PeakWatermarkPath's.
+  absl::Status ClosePeakWatermark(const std::string& identity,
+                                  uint64_t watermark_id)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // --- memory.oom.group (oom_group_kill.cc) ---
+  // An OOM killed group `group_id` at `path` whole: queued for the reaper
+  // (RunOomGroupKills), which is woken. Called by the engine's observer on
+  // the charge path under a group-tree reader slot: takes mu_ only, calls
+  // nothing in the engine, never blocks on a session. Repeated kills of one
+  // group before the reaper runs are one.
+  void OnOomGroupKill(uint64_t group_id, absl::string_view path)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Runs the queued kills: every session (of any identity) holding pages
+  // at or below a killed group's path ends as CloseSession would (its ops
+  // in flight waited for, its holdings uncharged, its stock and
+  // watermarks gone), counted as oom_killed, its stream ended NOT_FOUND
+  // naming the group; then the killed group's per-CPU stock is drained.
+  // Returns the sessions ended. The reaper calls it; tests may too.
+  size_t RunOomGroupKills() ABSL_LOCKS_EXCLUDED(mu_);
+  // An EngineObserver whose OnOomGroupKill() is OnOomGroupKill() above (the
+  // rest ignored): what EventsHub::SetOomGroupKillListener() is given, so
+  // the observer's room needs no knowledge of sessions. Lives as long as
+  // the registry.
+  EngineObserver& oom_group_kill_observer() { return oom_forwarder_; }
+
  private:
   struct Drain;
-  enum class EndReason { kClose, kExpire };
+  struct Watermark;
+  enum class EndReason { kClose, kExpire, kOomKill };
 
   // Finds `session_id` of `identity`, not closing. NOT_FOUND otherwise.
   absl::StatusOr<std::shared_ptr<Session>> FindLocked(
@@ -288,6 +377,24 @@ class SessionRegistry final : public RemoteStockDrainer {
   // released). Returns the pages uncharged.
   uint64_t Finish(std::shared_ptr<Session> session, EndReason reason)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // The ending of a session's stream for `reason` (kClose: OK).
+  static absl::Status EndStatus(const Session& s, EndReason reason);
+  // Unlinks `session`'s watermarks (the engine's are closed by the caller,
+  // outside mu_); returns (path, id) of each.
+  std::vector<std::pair<std::string, uint64_t>> TakeWatermarksLocked(
+      Session& session) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Unlinks watermark `it` from its session and the identity's count.
+  void UnlinkWatermarkLocked(uint64_t watermark_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reset (`reset`, memory_peak_write()) or read (memory_peak_show())
+  // `identity`'s watermark through the engine, mu_ released.
+  absl::StatusOr<PeakWatermarkValue> PeakWatermarkIo(
+      const std::string& identity, uint64_t watermark_id, bool reset) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Watermark `watermark_id` of `identity`, or NOT_FOUND.
+  absl::StatusOr<const Watermark*> FindWatermarkLocked(
+      const std::string& identity, uint64_t watermark_id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Uncharges one holding through the engine (nearest live ancestor if the
   // group instance is gone). Returns pages uncharged.
   uint64_t UnchargeHolding(const RemoteStockReturn& holding)
@@ -340,9 +447,31 @@ class SessionRegistry final : public RemoteStockDrainer {
   // session, and on Shutdown() (the reaper).
   absl::CondVar cv_;
   SessionStats stats_ ABSL_GUARDED_BY(mu_);
+  // Open peak watermarks by engine watermark id, and how many each identity
+  // has open or being opened (its bound).
+  absl::flat_hash_map<uint64_t, Watermark> watermarks_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, uint32_t> watermarks_per_identity_
+      ABSL_GUARDED_BY(mu_);
+  // Groups killed whole by an OOM, not yet handled: path -> group id.
+  absl::flat_hash_map<std::string, uint64_t> oom_kills_ ABSL_GUARDED_BY(mu_);
   // Attached streams: the drain's fast path (0: return at once, one
   // relaxed load) reads it without mu_.
   std::atomic<int> attached_{0};
+  // oom_group_kill_observer(): constant, no state of its own.
+  class OomKillForwarder final : public EngineObserver {
+   public:
+    explicit OomKillForwarder(SessionRegistry& registry)
+        : registry_(registry) {}
+    void OnOomGroupKill(uint64_t group_id, absl::string_view path) override {
+      registry_.OnOomGroupKill(group_id, path);
+    }
+    void OnFlushLockHold(const FlushLockHold&) override {}
+    void OnFlushDone(absl::Duration, int, int) override {}
+
+   private:
+    SessionRegistry& registry_;
+  };
+  OomKillForwarder oom_forwarder_{*this};
   std::thread reaper_;
 };
 

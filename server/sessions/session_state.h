@@ -51,6 +51,20 @@ struct SessionRegistry::Session {
   // Silent, and a drain request is out to it: no other is sent until it
   // answers (a client that never reads must not pile requests up).
   bool silent_request_out = false;
+  // Engine ids of the peak watermarks it owns (SessionRegistry::
+  // watermarks_ has each).
+  absl::flat_hash_set<uint64_t> watermarks;
+  // Set when an OOM group kill ends it: the killed group's path.
+  std::string oom_killed_by;
+};
+
+// An open memory.peak watermark (SessionRegistry::OpenPeakWatermark), kept
+// in the registry's watermarks_: guarded by its mu_, as that map is.
+struct SessionRegistry::Watermark {
+  std::string identity;
+  std::string session_id;
+  std::string path;
+  uint64_t group_id = 0;  // the group instance it was opened on
 };
 
 // One DrainRemoteStock() call waiting for answers (on its caller's stack).

@@ -13,7 +13,8 @@ import sys
 METHODS = ["CreateGroup", "DeleteGroup", "ListGroups", "SetLimits", "Charge",
            "Uncharge", "ChargeBatch", "ChargeStream", "GetStats", "Reclaim",
            "WatchEvents", "GetEngineInfo", "OpenSession", "CloseSession",
-           "GetSession"]
+           "GetSession", "OpenPeakWatermark", "ResetPeakWatermark",
+           "ReadPeakWatermark", "ClosePeakWatermark"]
 ANON, FILE = 1, 2
 PAGE = 4096
 

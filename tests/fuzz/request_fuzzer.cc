@@ -139,6 +139,18 @@ const std::vector<Method>& Methods() {
        {S::INVALID_ARGUMENT, S::NOT_FOUND}},
       {"GetSession", Kind::kUnary, Parse<v1::GetSessionRequest>,
        {S::INVALID_ARGUMENT, S::NOT_FOUND}},
+      // memory.peak watermarks (§4.17): an open needs a session the input
+      // cannot know (NOT_FOUND), a watermark_id names none of the
+      // fuzzer's (nothing is ever opened).
+      {"OpenPeakWatermark", Kind::kUnary,
+       Parse<v1::OpenPeakWatermarkRequest>,
+       {S::INVALID_ARGUMENT, S::NOT_FOUND}},
+      {"ResetPeakWatermark", Kind::kUnary, Parse<v1::PeakWatermarkRequest>,
+       {S::INVALID_ARGUMENT, S::NOT_FOUND}},
+      {"ReadPeakWatermark", Kind::kUnary, Parse<v1::PeakWatermarkRequest>,
+       {S::INVALID_ARGUMENT, S::NOT_FOUND}},
+      {"ClosePeakWatermark", Kind::kUnary, Parse<v1::PeakWatermarkRequest>,
+       {S::INVALID_ARGUMENT, S::NOT_FOUND}},
   };
   return *methods;
 }

@@ -293,12 +293,9 @@ void MetricsCollector::CollectGroups(Families& out, uint64_t nr_groups) const {
                 : static_cast<double>(stats->limits.max_pages * page_size),
             {{"path", path}}));
         for (const MemoryEventField& field : kMemoryEventFields) {
-          // oom_group_kill and sock_throttled are always 0 here (no
-          // memory.oom.group, no socket memory): not exported.
-          if (field.value == &MemoryEvents::oom_group_kill ||
-              field.value == &MemoryEvents::sock_throttled) {
-            continue;
-          }
+          // sock_throttled is always 0 here (no socket memory): not
+          // exported. oom_group_kill is: memory.oom.group kills.
+          if (field.value == &MemoryEvents::sock_throttled) continue;
           events.metric.push_back(
               CounterMetric(static_cast<double>(stats->events.*field.value),
                             {{"event", field.name}, {"path", path}}));

@@ -140,7 +140,18 @@ class SessionMetrics final : public prometheus::Collectable {
         {counter(static_cast<double>(s.returned_pages_close),
                  {{"reason", "close"}}),
          counter(static_cast<double>(s.returned_pages_expire),
-                 {{"reason", "expire"}})});
+                 {{"reason", "expire"}}),
+         counter(static_cast<double>(s.returned_pages_oom_kill),
+                 {{"reason", "oom_kill"}})});
+    add("cgacct_sessions_oom_killed_total",
+        "Sessions ended because an OOM killed a group (memory.oom.group) "
+        "in which they held pages.",
+        MetricType::Counter, {counter(static_cast<double>(s.oom_killed))});
+    add("cgacct_peak_watermarks",
+        "memory.peak watermarks open now (OpenPeakWatermark, not yet "
+        "closed).",
+        MetricType::Gauge,
+        {GaugeMetric(static_cast<double>(s.peak_watermarks))});
     add("cgacct_session_drains_total",
         "Charges at memory.max that asked sessions to return their stock "
         "(drain_all_stock() over the network).",

@@ -140,7 +140,8 @@ TEST_F(CgacctctlTest, HelpHasTheCommandsAndTheExitStatusTable) {
   EXPECT_EQ(ctl.Wait(), 1);
   for (const char* text :
        {"cat PATH FILE", "set PATH memory.max=SIZE", "reclaim PATH SIZE",
-        "events PATH", "tree [PATH]", "top [PATH]", "exit status: 0 ok",
+        "events PATH", "tree [PATH]", "top [PATH]", "peak PATH",
+        "memory.oom.group", "exit status: 0 ok",
         "2 usage", "3 not found", "4 refused", "5 unavailable",
         "1 anything else", "--json", "--iterations", "--delay"}) {
     EXPECT_THAT(ctl.out, HasSubstr(text));
@@ -351,6 +352,73 @@ TEST_F(CgacctctlTest, EventsWatchPrintsEachUpdateAndEndsOnDelete) {
   Ok({"delete", "/watch"});
   EXPECT_EQ(text.Wait(), 3) << text.err;
   EXPECT_THAT(text.err, HasSubstr("deleted"));
+}
+
+// memory.peak through an open file (issue 25): `peak PATH` writes
+// memory.peak (its own watermark, starting at the current usage) and reads
+// it back every --delay; the group-wide memory.peak stays what it was.
+TEST_F(CgacctctlTest, PeakWritesMemoryPeakThenReadsItBack) {
+  Ok({"create", "/peak"});
+  Ok({"charge", "/peak", "256", "anon"});  // one batch of exactly 256
+  Ok({"uncharge", "/peak", "200", "anon"});
+  EXPECT_EQ(Ok({"cat", "/peak", "memory.peak"}), "1048576\n");  // 256 pages
+  // Usage is 56 pages: the new watermark starts there, and nothing charged
+  // since, so each read says 56 pages.
+  EXPECT_EQ(Ok({"peak", "/peak", "-n", "2", "--delay=20ms"}),
+            "229376\n229376\n");
+  EXPECT_EQ(Ok({"cat", "/peak", "memory.peak"}), "1048576\n");
+  // --json: one PeakWatermark per line.
+  const std::vector<std::string> lines =
+      Lines(Ok({"--json", "peak", "/peak", "-n", "1", "--delay=10ms"}));
+  ASSERT_EQ(lines.size(), 1u);
+  const Json json = Json::parse(lines[0]);
+  EXPECT_EQ(json["path"], "/peak");
+  EXPECT_EQ(json["peak_bytes"], "229376");
+  EXPECT_NE(json["watermark_id"], "0");
+  // A missing group is NOT_FOUND (3); PATH is required.
+  ExpectOneLineError(Run({"peak", "/peak/nope", "-n", "1", "--delay=1ms"}), 3,
+                     "NOT_FOUND");
+  ExpectUsageError(Run({"peak"}), "wrong number of arguments");
+}
+
+// memory.oom.group is written as the kernel's file is (0 or 1) and read
+// back by cat (and stat --json, with the limits).
+TEST_F(CgacctctlTest, OomGroupIsSetAndCat) {
+  Ok({"create", "/oomg"});
+  EXPECT_EQ(Ok({"cat", "/oomg", "memory.oom.group"}), "0\n");
+  const std::string set = Ok({"set", "/oomg", "memory.oom.group=1"});
+  EXPECT_THAT(set, HasSubstr("memory.oom.group 1\n"));
+  EXPECT_EQ(Ok({"cat", "/oomg", "memory.oom.group", "memory.max"}),
+            "1\nmax\n");
+  EXPECT_EQ(Json::parse(Ok({"--json", "cat", "/oomg", "memory.oom.group"}))
+                ["memory.oom.group"],
+            1);
+  EXPECT_EQ(Json::parse(Ok({"--json", "stat", "/oomg"}))["limits"]["oom_group"],
+            true);
+  Ok({"set", "/oomg", "memory.max=1M"});  // other limits leave it alone
+  EXPECT_EQ(Ok({"cat", "/oomg", "memory.oom.group"}), "1\n");
+  Ok({"set", "/oomg", "memory.oom.group=0"});
+  EXPECT_EQ(Ok({"cat", "/oomg", "memory.oom.group"}), "0\n");
+  ExpectUsageError(Run({"set", "/oomg", "memory.oom.group=2"}),
+                   "memory.oom.group must be 0 or 1");
+  ExpectOneLineError(Run({"set", "/", "memory.oom.group=1"}), 4,
+                     "INVALID_ARGUMENT");
+}
+
+// info shows the engine's opt-in additions (off: the kernel's defaults),
+// the eviction seed in use, memory_localevents and the dying groups.
+TEST_F(CgacctctlTest, InfoShowsTheAdditionsAndDyingGroups) {
+  const std::string info = Ok({"info"});
+  for (const char* line :
+       {"\nstock_pool_buckets 0\n", "\nstock_victim_sets 0\n",
+        "\nuncharge_refills_stock 0\n", "\nmemory_localevents 0\n",
+        "\nnr_dying_groups "}) {
+    EXPECT_THAT(info, HasSubstr(line));
+  }
+  EXPECT_TRUE(std::regex_search(info, std::regex("\nstock_eviction_seed [1-9]")))
+      << info;
+  const Json json = Json::parse(Ok({"--json", "info"}));
+  EXPECT_NE(json["stock_eviction_seed"], "0");
 }
 
 TEST_F(CgacctctlTest, JsonOnInfoAndLs) {

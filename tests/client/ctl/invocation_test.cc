@@ -74,7 +74,7 @@ TEST_F(InvocationTest, SetRefusals) {
             "set: expected FILE=VALUE (memory.max=50M), got \"memory.max\"");
   EXPECT_EQ(Error({"set", "/a", "memory.swap.max=1"}),
             "\"memory.swap.max\" is not a writable limit file (memory.max, "
-            "memory.high, memory.min, memory.low)");
+            "memory.high, memory.min, memory.low, memory.oom.group)");
   EXPECT_EQ(Error({"set", "/a", "memory.max=50MiB"}).rfind("memory.max: ", 0),
             0u);
 }

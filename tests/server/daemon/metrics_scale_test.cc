@@ -268,7 +268,7 @@ TEST(MetricsScaleTest, TenAndHundredThousandGroups) {
   body = ScrapeAndCheck(ports.metrics_port,
                         absl::StrCat(kLarge, " groups, ", cap_flag), dir);
   EXPECT_EQ(CountPrefix(body, "cgacct_group_memory_current_bytes{"), kCap);
-  EXPECT_EQ(CountPrefix(body, "cgacct_group_memory_events_total{"), 5 * kCap);
+  EXPECT_EQ(CountPrefix(body, "cgacct_group_memory_events_total{"), 6 * kCap);
   EXPECT_EQ(Value(body, "cgacct_group_series_dropped{reason=\"max_groups\"}"),
             kLarge + 2 - kCap);
   EXPECT_EQ(Value(body, "cgacct_group_series_dropped{reason=\"depth\"}"), 0);

@@ -20,11 +20,11 @@ using ::testing::HasSubstr;
 class RecordingStore final : public StateStore {
  public:
   absl::StatusOr<Snapshot> Load(int64_t) override { return Snapshot(); }
-  absl::StatusOr<uint64_t> CreateGroup(absl::string_view,
-                                       const Limits&) override {
+  absl::StatusOr<uint64_t> CreateGroup(absl::string_view, const Limits&,
+                                       bool) override {
     return 1;
   }
-  absl::Status SetLimits(absl::string_view, const Limits&) override {
+  absl::Status SetLimits(absl::string_view, const Limits&, bool) override {
     return absl::OkStatus();
   }
   absl::Status DeleteGroup(absl::string_view) override {

@@ -25,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "server/idempotency/sqlite_rows.h"
 
 namespace cgacct {
 namespace {
@@ -93,20 +94,20 @@ TEST_F(SqliteStateStoreTest, GroupsComeBackInCreationOrderWithTheirLimits) {
     std::unique_ptr<SqliteStateStore> store = Open();
     ASSERT_NE(store, nullptr);
     absl::StatusOr<uint64_t> a =
-        store->CreateGroup("/a", MakeLimits(9, 8, 1, 2));
+        store->CreateGroup("/a", MakeLimits(9, 8, 1, 2), /*oom_group=*/false);
     ASSERT_TRUE(a.ok());
     gen_a = *a;
-    ASSERT_TRUE(store->CreateGroup("/z", MakeLimits(1, 1, 0, 0)).ok());
-    ASSERT_TRUE(store->CreateGroup("/a/b", MakeLimits(5, 5, 0, 0)).ok());
-    EXPECT_EQ(store->CreateGroup("/z", MakeLimits(1, 1, 0, 0)).status().code(),
+    ASSERT_TRUE(store->CreateGroup("/z", MakeLimits(1, 1, 0, 0), /*oom_group=*/false).ok());
+    ASSERT_TRUE(store->CreateGroup("/a/b", MakeLimits(5, 5, 0, 0), /*oom_group=*/false).ok());
+    EXPECT_EQ(store->CreateGroup("/z", MakeLimits(1, 1, 0, 0), /*oom_group=*/false).status().code(),
               absl::StatusCode::kAlreadyExists);
-    ASSERT_TRUE(store->SetLimits("/a/b", MakeLimits(7, 6, 3, 4)).ok());
-    EXPECT_EQ(store->SetLimits("/nope", MakeLimits(1, 1, 1, 1)).code(),
+    ASSERT_TRUE(store->SetLimits("/a/b", MakeLimits(7, 6, 3, 4), /*oom_group=*/false).ok());
+    EXPECT_EQ(store->SetLimits("/nope", MakeLimits(1, 1, 1, 1), /*oom_group=*/false).code(),
               absl::StatusCode::kNotFound);
     ASSERT_TRUE(store->DeleteGroup("/z").ok());
     EXPECT_EQ(store->DeleteGroup("/z").code(), absl::StatusCode::kNotFound);
     // Re-created: a new generation, after /a/b in creation order.
-    ASSERT_TRUE(store->CreateGroup("/z", MakeLimits(2, 2, 0, 0)).ok());
+    ASSERT_TRUE(store->CreateGroup("/z", MakeLimits(2, 2, 0, 0), /*oom_group=*/false).ok());
   }
   std::unique_ptr<SqliteStateStore> store = Open();
   ASSERT_NE(store, nullptr);
@@ -427,11 +428,11 @@ TEST_F(SqliteStateStoreTest, AFlippedByteInAStoredLimitIsRefusedNamingTheRow) {
   constexpr uint64_t kMarked = 0x5a3c9e71;
   {
     std::unique_ptr<SqliteStateStore> store = Open();
-    ASSERT_TRUE(store->CreateGroup("/keep", MakeLimits(5, 5, 0, 0)).ok());
+    ASSERT_TRUE(store->CreateGroup("/keep", MakeLimits(5, 5, 0, 0), /*oom_group=*/false).ok());
     ASSERT_TRUE(
-        store->CreateGroup("/flip", MakeLimits(kMarked, kMarked - 1, 0, 0))
+        store->CreateGroup("/flip", MakeLimits(kMarked, kMarked - 1, 0, 0), /*oom_group=*/false)
             .ok());
-    ASSERT_TRUE(store->CreateGroup("/flip/child", MakeLimits(1, 1, 0, 0)).ok());
+    ASSERT_TRUE(store->CreateGroup("/flip/child", MakeLimits(1, 1, 0, 0), /*oom_group=*/false).ok());
   }  // closed: the WAL is checkpointed into the file
   const std::string db = dir_ + "/cgacct.db";
   std::string bytes = ReadBytes(db);
@@ -497,8 +498,8 @@ TEST_F(SqliteStateStoreTest, AnEditedRequestRowIsRefusedNamingTheEntry) {
 TEST_F(SqliteStateStoreTest, AGroupWhoseParentRowIsGoneIsRefused) {
   {
     std::unique_ptr<SqliteStateStore> store = Open();
-    ASSERT_TRUE(store->CreateGroup("/p", {}).ok());
-    ASSERT_TRUE(store->CreateGroup("/p/c", {}).ok());
+    ASSERT_TRUE(store->CreateGroup("/p", {}, /*oom_group=*/false).ok());
+    ASSERT_TRUE(store->CreateGroup("/p/c", {}, /*oom_group=*/false).ok());
   }
   ASSERT_EQ(Sqlite(dir_ + "/cgacct.db", "DELETE FROM groups WHERE path = '/p'"),
             "");
@@ -527,7 +528,7 @@ TEST_F(SqliteStateStoreTest, ALostWalIsRefusedSayingHowManyChangesAreMissing) {
       ASSERT_TRUE(store.ok()) << store.status();
       for (int i = 0; i < 30; ++i) {
         absl::StatusOr<uint64_t> g = (*store)->CreateGroup(
-            absl::StrCat("/g", i), MakeLimits(1, 1, 0, 0));
+            absl::StrCat("/g", i), MakeLimits(1, 1, 0, 0), /*oom_group=*/false);
         ASSERT_TRUE(g.ok()) << g.status();
         last_generation = *g;
       }
@@ -568,7 +569,7 @@ TEST_F(SqliteStateStoreTest, ALostWalIsRefusedSayingHowManyChangesAreMissing) {
                 ElementsAre(HasSubstr("acknowledged group changes were "
                                       "missing")));
     absl::StatusOr<uint64_t> next =
-        (*store)->CreateGroup("/after", MakeLimits(1, 1, 0, 0));
+        (*store)->CreateGroup("/after", MakeLimits(1, 1, 0, 0), /*oom_group=*/false);
     ASSERT_TRUE(next.ok()) << next.status();
     EXPECT_GT(*next, last_generation);
     store->reset();
@@ -587,8 +588,8 @@ TEST_F(SqliteStateStoreTest, AFileFailingSqlitesCheckIsRebuiltOnlyWhenAsked) {
   const std::string db = dir_ + "/cgacct.db";
   {
     std::unique_ptr<SqliteStateStore> store = Open();
-    ASSERT_TRUE(store->CreateGroup("/a", MakeLimits(9, 9, 0, 0)).ok());
-    ASSERT_TRUE(store->CreateGroup("/a/b", MakeLimits(8, 8, 0, 0)).ok());
+    ASSERT_TRUE(store->CreateGroup("/a", MakeLimits(9, 9, 0, 0), /*oom_group=*/false).ok());
+    ASSERT_TRUE(store->CreateGroup("/a/b", MakeLimits(8, 8, 0, 0), /*oom_group=*/false).ok());
     // Enough entries for the requests table to span pages.
     for (int i = 0; i < 200; ++i)
       ASSERT_TRUE(store
@@ -633,7 +634,7 @@ TEST_F(SqliteStateStoreTest, AFileFailingSqlitesCheckIsRebuiltOnlyWhenAsked) {
       0);
 }
 
-// A store written before row checksums (schema 1) is rewritten as schema 2
+// A store written before row checksums (schema 1) is rewritten as schema 3
 // at its first open, its rows kept and checksummed.
 TEST_F(SqliteStateStoreTest, ASchemaOneStoreIsUpgradedKeepingItsRows) {
   const std::string db = dir_ + "/cgacct.db";
@@ -672,12 +673,100 @@ TEST_F(SqliteStateStoreTest, ASchemaOneStoreIsUpgradedKeepingItsRows) {
   EXPECT_EQ(snap->requests[0].answer_nr_pages, 2u);
   EXPECT_TRUE(store->recovery_notes().empty());
   // Generations stay unique past the deleted ones (9 was handed out).
-  absl::StatusOr<uint64_t> next = store->CreateGroup("/new", {});
+  absl::StatusOr<uint64_t> next = store->CreateGroup("/new", {}, /*oom_group=*/false);
   ASSERT_TRUE(next.ok()) << next.status();
   EXPECT_EQ(*next, 10u);
   store.reset();
   EXPECT_EQ(Sqlite(db, "SELECT value FROM meta WHERE key = 'schema_version'"),
-            "2\n");
+            "3\n");
+}
+
+// Issue 25: memory.oom.group joins the groups rows (schema 3). A schema-2
+// store (no oom_group column, checksums without it) is upgraded at its first
+// open as schema 1 is: every row kept, oom_group 0, nothing reported
+// damaged; oom_group is then stored and comes back.
+TEST_F(SqliteStateStoreTest, ASchemaTwoStoreIsUpgradedKeepingItsRows) {
+  const std::string db = dir_ + "/cgacct.db";
+  {
+    std::unique_ptr<SqliteStateStore> store = Open();
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(
+        store->CreateGroup("/a", MakeLimits(9, 8, 1, 2), /*oom_group=*/false)
+            .ok());
+    ASSERT_TRUE(
+        store->CreateGroup("/a/b", MakeLimits(5, 5, 0, 0), /*oom_group=*/false)
+            .ok());
+  }
+  // Rewritten as cgacctd of schema 2 would have written it.
+  StoredGroup a{"/a", MakeLimits(9, 8, 1, 2), 1};
+  StoredGroup b{"/a/b", MakeLimits(5, 5, 0, 0), 2};
+  const int64_t a_sum = sqlite_rows::ToDb(sqlite_rows::GroupRowChecksum(a, 2));
+  const int64_t b_sum = sqlite_rows::ToDb(sqlite_rows::GroupRowChecksum(b, 2));
+  const int64_t meta_sum = sqlite_rows::ToDb(
+      sqlite_rows::MetaRowChecksum("schema_version", "2"));
+  ASSERT_EQ(Sqlite(db, absl::StrCat(
+                           "ALTER TABLE groups DROP COLUMN oom_group;"
+                           "UPDATE groups SET checksum = ", a_sum,
+                           " WHERE generation = 1;"
+                           "UPDATE groups SET checksum = ", b_sum,
+                           " WHERE generation = 2;"
+                           "UPDATE meta SET value = '2', checksum = ", meta_sum,
+                           " WHERE key = 'schema_version';")),
+            "");
+  {
+    std::unique_ptr<SqliteStateStore> store = Open();
+    ASSERT_NE(store, nullptr);
+    EXPECT_TRUE(store->recovery_notes().empty());
+    absl::StatusOr<StateStore::Snapshot> snap = store->Load(0);
+    ASSERT_TRUE(snap.ok()) << snap.status();
+    ASSERT_EQ(snap->groups.size(), 2u);
+    EXPECT_EQ(snap->groups[0].path, "/a");
+    EXPECT_EQ(snap->groups[0].limits.low_pages, 2u);
+    EXPECT_FALSE(snap->groups[0].oom_group);
+    EXPECT_EQ(snap->groups[1].path, "/a/b");
+    EXPECT_EQ(snap->groups[1].generation, 2u);
+    ASSERT_TRUE(
+        store->SetLimits("/a/b", MakeLimits(5, 5, 0, 0), /*oom_group=*/true)
+            .ok());
+  }
+  EXPECT_EQ(Sqlite(db, "SELECT value FROM meta WHERE key = 'schema_version'"),
+            "3\n");
+  std::unique_ptr<SqliteStateStore> store = Open();
+  ASSERT_NE(store, nullptr);
+  absl::StatusOr<StateStore::Snapshot> snap = store->Load(0);
+  ASSERT_TRUE(snap.ok()) << snap.status();
+  ASSERT_EQ(snap->groups.size(), 2u);
+  EXPECT_FALSE(snap->groups[0].oom_group);
+  EXPECT_TRUE(snap->groups[1].oom_group);
+  EXPECT_TRUE(store->recovery_notes().empty());
+}
+
+// A changed oom_group fails the row's checksum (it is covered).
+TEST_F(SqliteStateStoreTest, OomGroupIsCoveredByTheRowChecksum) {
+  const std::string db = dir_ + "/cgacct.db";
+  {
+    std::unique_ptr<SqliteStateStore> store = Open();
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(
+        store->CreateGroup("/a", MakeLimits(9, 8, 1, 2), /*oom_group=*/true)
+            .ok());
+  }
+  ASSERT_EQ(Sqlite(db, "UPDATE groups SET oom_group = 0;"), "");
+  {
+    std::unique_ptr<SqliteStateStore> store = Open();
+    ASSERT_NE(store, nullptr);
+    absl::StatusOr<StateStore::Snapshot> refused = store->Load(0);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kDataLoss);
+    EXPECT_THAT(refused.status().message(),
+                HasSubstr("groups row generation 1 (path \"/a\")"));
+  }
+  absl::StatusOr<std::unique_ptr<SqliteStateStore>> recovered =
+      OpenRecovering(dir_);
+  ASSERT_TRUE(recovered.ok()) << recovered.status();
+  absl::StatusOr<StateStore::Snapshot> snap = (*recovered)->Load(0);
+  ASSERT_TRUE(snap.ok()) << snap.status();
+  EXPECT_TRUE(snap->groups.empty());  // the damaged row is not restored
 }
 
 // Issue 22 item 9: nothing locked --state_dir. A second store on the same
@@ -704,7 +793,7 @@ TEST_F(SqliteStateStoreTest,
 TEST_F(SqliteStateStoreTest, AMissingOrDamagedAckedFileIsRefusedUnlessTold) {
   {
     std::unique_ptr<SqliteStateStore> store = Open();
-    ASSERT_TRUE(store->CreateGroup("/a", {}).ok());
+    ASSERT_TRUE(store->CreateGroup("/a", {}, /*oom_group=*/false).ok());
   }
   const std::string acked = dir_ + "/cgacct.acked";
   for (const bool missing : {true, false}) {
@@ -771,7 +860,7 @@ TEST_F(SqliteStateStoreTest, FailedWritesAreSaidAtMostOncePerInterval) {
   int groups_created = 0;
   absl::StatusOr<uint64_t> created;
   for (int i = 0; i < 200; ++i) {
-    created = (*store)->CreateGroup(absl::StrCat("/g", i), {});
+    created = (*store)->CreateGroup(absl::StrCat("/g", i), {}, /*oom_group=*/false);
     if (!created.ok()) break;
     ++groups_created;
   }
@@ -788,7 +877,7 @@ TEST_F(SqliteStateStoreTest, FailedWritesAreSaidAtMostOncePerInterval) {
                                        "answered, but a retry after a restart "
                                        "would be applied again")));
   // The disk has room again: writes work, nothing half-written shows.
-  ASSERT_TRUE((*store)->CreateGroup("/g", {}).ok());
+  ASSERT_TRUE((*store)->CreateGroup("/g", {}, /*oom_group=*/false).ok());
   store->reset();
   std::unique_ptr<SqliteStateStore> reopened = Open();
   absl::StatusOr<StateStore::Snapshot> snap = reopened->Load(0);

@@ -30,14 +30,15 @@ class FullDiskStore final : public StateStore {
     return store_.Load(since);
   }
   absl::StatusOr<uint64_t> CreateGroup(absl::string_view path,
-                                       const Limits& limits) override {
+                                       const Limits& limits,
+                                       bool oom_group) override {
     if (full) return Full();
-    return store_.CreateGroup(path, limits);
+    return store_.CreateGroup(path, limits, oom_group);
   }
-  absl::Status SetLimits(absl::string_view path,
-                         const Limits& limits) override {
+  absl::Status SetLimits(absl::string_view path, const Limits& limits,
+                         bool oom_group) override {
     if (full) return Full();
-    return store_.SetLimits(path, limits);
+    return store_.SetLimits(path, limits, oom_group);
   }
   absl::Status DeleteGroup(absl::string_view path) override {
     if (full) return Full();

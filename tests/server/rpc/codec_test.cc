@@ -403,6 +403,8 @@ TEST_F(RequestInputTest, UndecodableRequestIsInvalidArgumentNamingType) {
       {"OpenSession", "cgacct.v1.OpenSessionRequest"},
       {"CloseSession", "cgacct.v1.CloseSessionRequest"},
       {"GetSession", "cgacct.v1.GetSessionRequest"},
+      {"OpenPeakWatermark", "cgacct.v1.OpenPeakWatermarkRequest"},
+      {"ReadPeakWatermark", "cgacct.v1.PeakWatermarkRequest"},
   };
   // A tag whose varint never ends.
   const std::string garbage("\xff\xff\xff\xff", 4);

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -172,6 +173,45 @@ TEST_F(RestoreTest, GroupsAndLimitsSurviveUsageRestartsAtZero) {
   grpc::ClientContext context;
   EXPECT_EQ(stub_->GetStats(&context, gone, &unused).error_code(),
             grpc::StatusCode::NOT_FOUND);
+}
+
+// memory.oom.group is kept in the state store with the limits (issue 25):
+// set at create or by SetLimits, changed back, it comes back as it was.
+TEST_F(RestoreTest, OomGroupSurvivesARestart) {
+  auto set = [&](const std::string& path, std::optional<bool> oom_group,
+                 std::optional<uint64_t> max_bytes) {
+    v1::SetLimitsRequest request;
+    request.set_path(path);
+    if (oom_group.has_value())
+      request.mutable_limits()->set_oom_group(*oom_group);
+    if (max_bytes.has_value())
+      request.mutable_limits()->set_max_bytes(*max_bytes);
+    v1::Group group;
+    grpc::ClientContext context;
+    return stub_->SetLimits(&context, request, &group);
+  };
+  {
+    v1::CreateGroupRequest request;
+    request.set_path("/a");
+    request.mutable_limits()->set_oom_group(true);
+    v1::Group group;
+    grpc::ClientContext context;
+    ASSERT_TRUE(stub_->CreateGroup(&context, request, &group).ok());
+  }
+  ASSERT_TRUE(Create("/b", 10 * kPage).ok());
+  ASSERT_TRUE(Create("/c", 10 * kPage).ok());
+  ASSERT_TRUE(set("/b", true, std::nullopt).ok());
+  ASSERT_TRUE(set("/a", std::nullopt, 50 * kPage).ok());  // oom_group kept
+  Restart();
+  EXPECT_TRUE(Stats("/a").limits().oom_group());
+  EXPECT_EQ(Stats("/a").limits().max_bytes(), 50 * kPage);
+  EXPECT_TRUE(Stats("/b").limits().oom_group());
+  EXPECT_FALSE(Stats("/c").limits().oom_group());
+  ASSERT_TRUE(set("/b", false, std::nullopt).ok());
+  Restart();
+  EXPECT_FALSE(Stats("/b").limits().oom_group());
+  EXPECT_EQ(Stats("/b").limits().max_bytes(), 10 * kPage);
+  EXPECT_TRUE(Stats("/a").limits().oom_group());
 }
 
 TEST_F(RestoreTest, RequestIdAnsweredBeforeARestartIsReplayedAfterIt) {

@@ -41,6 +41,7 @@
 #include "server/metrics/rpc_metrics.h"
 #include "server/rpc/accounting_service.h"
 #include "server/sessions/session_registry.h"
+#include "tests/server/wait_for.h"
 
 extern char** environ;
 
@@ -49,6 +50,7 @@ namespace {
 
 namespace v1 = ::cgacct::v1;
 using ::testing::HasSubstr;
+using test_util::WaitFor;
 
 constexpr uint64_t kPage = 4096;
 constexpr int kCpus = 4;
@@ -222,17 +224,6 @@ class SessionsTest : public ::testing::Test {
 
   std::string Metrics() {
     return SerializeMetrics(*MakeSessionMetrics(service_->sessions()));
-  }
-
-  // Waits (up to `limit`) until `done()`; returns whether it became true.
-  template <typename Done>
-  static bool WaitFor(absl::Duration limit, Done done) {
-    const absl::Time end = absl::Now() + limit;
-    while (!done()) {
-      if (absl::Now() > end) return false;
-      absl::SleepFor(absl::Milliseconds(5));
-    }
-    return true;
   }
 
   // /d (max 128 pages) with /d/c, `holder` below it, and /e (no limit);

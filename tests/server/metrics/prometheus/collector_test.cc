@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -132,9 +133,11 @@ TEST_F(GroupSeriesTest, CurrentMaxAndEventsPerGroup) {
                         "cgacct_group_memory_events_total{event=\"oom\","
                         "path=\"/b\"}"),
             0);
-  // The kinds that can happen here, each present for every group; the two
-  // that are always 0 (oom_group_kill, sock_throttled) are not exported.
-  for (const char* kind : {"low", "high", "max", "oom", "oom_kill"}) {
+  // The kinds that can happen here, each present for every group
+  // (oom_group_kill too, since memory.oom.group); sock_throttled, always 0
+  // (no socket memory), is not exported.
+  for (const char* kind :
+       {"low", "high", "max", "oom", "oom_kill", "oom_group_kill"}) {
     EXPECT_GE(
         SeriesValue(text, absl::StrCat("cgacct_group_memory_events_total{event="
                                        "\"",
@@ -148,12 +151,37 @@ TEST_F(GroupSeriesTest, CurrentMaxAndEventsPerGroup) {
   // Depth 3 covers all 6 groups.
   EXPECT_EQ(CountSeries(text, "cgacct_group_memory_current_bytes"), 6);
   EXPECT_EQ(CountSeries(text, "cgacct_group_memory_max_bytes"), 6);
-  EXPECT_EQ(CountSeries(text, "cgacct_group_memory_events_total"), 6 * 5);
+  EXPECT_EQ(CountSeries(text, "cgacct_group_memory_events_total"), 6 * 6);
   EXPECT_EQ(SeriesValue(text, "cgacct_group_series_dropped{reason=\"depth\"}"),
             0);
   EXPECT_EQ(
       SeriesValue(text, "cgacct_group_series_dropped{reason=\"max_groups\"}"),
       0);
+}
+
+// memory.oom.group kills are exported (issue 25: the series skipped
+// oom_group_kill while the engine had no memory.oom.group): counted on the
+// killed group, and in its ancestors' hierarchical counts.
+TEST_F(GroupSeriesTest, OomGroupKillsAreExported) {
+  ASSERT_TRUE(engine_->SetOomGroup("/a", true).ok());
+  ASSERT_TRUE(engine_->Charge("/a/x", 8, PageKind::kAnon).ok());
+  const absl::Status oom = engine_->Charge("/a/x", 1, PageKind::kAnon).status();
+  ASSERT_EQ(OomGroupKillPath(oom), std::optional<std::string>("/a"));
+  MetricsOptions options;
+  options.group_depth = 3;
+  const std::string text = Scrape(options);
+  EXPECT_EQ(SeriesValue(text,
+                        "cgacct_group_memory_events_total{event=\"oom_group_"
+                        "kill\",path=\"/a\"}"),
+            1);
+  EXPECT_EQ(SeriesValue(text,
+                        "cgacct_group_memory_events_total{event=\"oom_group_"
+                        "kill\",path=\"/a/x\"}"),
+            0);
+  EXPECT_EQ(SeriesValue(text,
+                        "cgacct_group_memory_events_total{event=\"oom_group_"
+                        "kill\",path=\"/b\"}"),
+            0);
 }
 
 TEST_F(GroupSeriesTest, DepthLeavesDeeperGroupsOutAndCountsThem) {
