@@ -228,6 +228,10 @@ absl::Status MemoryController::TryChargeMemcg(Group* g, uint64_t nr_pages,
   uint64_t batch = std::max<uint64_t>(stock_.batch_pages(), take);
   int retries = kMaxReclaimRetries;
   bool drained = false;
+  // Pages the last network drain gave back (see below), and how many more
+  // rounds of it this charge may ask for.
+  uint64_t remote_returned = 0;
+  int remote_rounds = kMaxReclaimRetries;
   Group* over = nullptr;
   for (;;) {
     if (stock_.Consume(cpu, memory, take)) return absl::OkStatus();
@@ -278,12 +282,28 @@ absl::Status MemoryController::TryChargeMemcg(Group* g, uint64_t nr_pages,
       // engine/remote_stock.h): only if the local drain left no room; what
       // they give back is uncharged.
       if (over->memory().Margin() < nr_pages &&
-          !DrainRemoteStock(over, nr_pages, cpu)) {
+          !DrainRemoteStock(over, nr_pages, cpu, &remote_returned)) {
         // A thread that may not wait (RemoteDrainDeferral): its caller
         // runs the charge again where it may; nothing charged, no OOM.
         return RemoteDrainDeferredError(ShortPath(over->path()));
       }
       drained = true;
+      continue;
+    }
+    // The network drain gave pages back, yet the charge still does not
+    // fit: a concurrent charge took the room they made (the pages are
+    // uncharged, then this charge retries; a client's batch can take them
+    // in between, the window being a network round trip wide). Pages coming
+    // back are progress, as reclaim's are: ask again, at most
+    // kMaxReclaimRetries rounds. The kernel drains once per charge; its
+    // per-CPU stocks refill in nanoseconds, not across a network, and this
+    // drain has no kernel counterpart (README's kernel table).
+    if (remote_returned > 0 && remote_rounds > 0 &&
+        over->memory().Margin() < nr_pages) {
+      --remote_rounds;
+      remote_returned = 0;
+      if (!DrainRemoteStock(over, nr_pages, cpu, &remote_returned))
+        return RemoteDrainDeferredError(ShortPath(over->path()));
       continue;
     }
     // Progress on a small charge does not consume a retry.
@@ -323,7 +343,8 @@ absl::Status MemoryController::TryChargeMemcg(Group* g, uint64_t nr_pages,
 }
 
 bool MemoryController::DrainRemoteStock(Group* over, uint64_t nr_pages,
-                                        int cpu) {
+                                        int cpu, uint64_t* uncharged_out) {
+  if (uncharged_out != nullptr) *uncharged_out = 0;
   RemoteStockDrainer* const drainer =
       remote_drainer_.load(std::memory_order_acquire);
   if (drainer == nullptr) return true;
@@ -352,6 +373,7 @@ bool MemoryController::DrainRemoteStock(Group* over, uint64_t nr_pages,
   if (uncharged > 0 && uncharge_refills_stock_)
     stock_.DrainAll(&over->memory(), /*wait=*/true);
   if (!returned.empty()) drainer->RemoteStockReturned(over->id(), over->path());
+  if (uncharged_out != nullptr) *uncharged_out = uncharged;
   return true;
 }
 

@@ -187,11 +187,13 @@ class MemoryController {
   void MemcgMemoryEvent(Group* g, MemoryEvent event, int cpu);
   // drain_all_stock() over the network: asks the remote drainer (if any)
   // for the pages clients hold at or below `over` and uncharges what they
-  // give back (into `cpu`'s stock, like any uncharge), drains them from the
-  // stocks to the counters and tells the drainer (RemoteStockReturned).
-  // Returns false, having asked nobody, if the drainer would wait and the
-  // thread may not (RemoteDrainDeferral::Scope); true otherwise.
-  bool DrainRemoteStock(Group* over, uint64_t nr_pages, int cpu)
+  // give back, drains them from the stocks to the counters (with
+  // uncharge_refills_stock) and tells the drainer (RemoteStockReturned).
+  // *uncharged (may be null): the pages given back and uncharged. Returns
+  // false, having asked nobody, if the drainer would wait and the thread
+  // may not (RemoteDrainDeferral::Scope); true otherwise.
+  bool DrainRemoteStock(Group* over, uint64_t nr_pages, int cpu,
+                        uint64_t* uncharged = nullptr)
       ABSL_SHARED_LOCKS_REQUIRED(tree_.lock());
   void UpdateStats(Group* g, int cpu, PageKind kind, int64_t nr_pages);
   uint64_t ReclaimPages(Group* over, uint64_t nr_pages, int cpu)

@@ -16,6 +16,7 @@
 //   held_mu_                held_: pages the session holds per (group, kind)
 //                           as far as this process knows (application's +
 //                           stock)
+//   seen_mu                 the session's successful Charge answers read
 //   SessionLink stream_mu   the attached SessionStream (writes are
 //                           serialised on it)
 // No lock is held across an RPC except rpc_mu_ (reader) and stream_mu
@@ -70,6 +71,17 @@ struct Client::Impl : internal::SessionLink::Handler {
   mutable absl::Mutex held_mu;
   std::map<HeldKey, uint64_t> held ABSL_GUARDED_BY(held_mu);
 
+  // Successful Charge answers read (and their batches stocked) in session
+  // generation seen_gen: a drain request says how many charges the server
+  // had applied (charges_applied); fewer read means refills in flight to
+  // the stock, which the drain waits for (WaitForRefills).
+  absl::Mutex seen_mu;
+  uint64_t seen_gen ABSL_GUARDED_BY(seen_mu) = 0;
+  uint64_t charges_seen ABSL_GUARDED_BY(seen_mu) = 0;
+  // ReturnPages calls under way: stock going back by Uncharge RPCs, on the
+  // network, in neither the stock nor the server's counters yet.
+  int returns_in_flight ABSL_GUARDED_BY(seen_mu) = 0;
+
   // Statistics: relaxed.
   std::atomic<uint64_t> drains{0}, drained_pages{0}, reopened{0}, reconciles{0};
 
@@ -96,10 +108,60 @@ struct Client::Impl : internal::SessionLink::Handler {
     h = delta < 0 && static_cast<uint64_t>(-delta) > h ? 0 : h + delta;
   }
 
+  // A successful Charge answer of session generation `gen` was read (and
+  // its batch stocked).
+  void SawCharge(uint64_t gen) ABSL_LOCKS_EXCLUDED(seen_mu) {
+    absl::MutexLock l(&seen_mu);
+    if (gen != seen_gen) {
+      seen_gen = gen;
+      charges_seen = 0;
+    }
+    ++charges_seen;
+  }
+
+  // How long a drain waits for refills in flight (see WaitForRefills):
+  // their answers are already on the wire, a round trip at most; well
+  // inside the server's --session_drain_timeout_ms (20 ms by default).
+  static constexpr absl::Duration kRefillWait = absl::Milliseconds(5);
+
+  // Before a drain takes the stock: waits, at most kRefillWait, until this
+  // client has read the `applied` successful Charge answers the server had
+  // sent in session generation `gen`, so the batches they carry are in the
+  // stock and go back with the drain, and until no ReturnPages is under way
+  // (those pages reach the server's counters before the drain's answer). Where the kernel's drain work cannot
+  // run between a CPU's charge and its refill_stock() (both are inside its
+  // local lock), a client's Charge answer is on the network between the
+  // two: without this, a drain found the stock empty, the charge at max
+  // failed, and the batch landed in the stock a moment later. An answer
+  // that never comes (its call failed after the server applied it; the
+  // books are reconciled later) is counted as read once the wait ends, so
+  // it delays one drain only.
+  void WaitForRefills(uint64_t gen, uint64_t applied)
+      ABSL_LOCKS_EXCLUDED(seen_mu) {
+    absl::MutexLock l(&seen_mu);
+    auto all_read = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(seen_mu) {
+      return seen_gen == gen && charges_seen >= applied &&
+             returns_in_flight == 0;
+    };
+    if (all_read()) return;
+    seen_mu.AwaitWithTimeout(absl::Condition(&all_read), kRefillWait);
+    if (seen_gen != gen) {
+      seen_gen = gen;
+      charges_seen = 0;
+    }
+    charges_seen = std::max(charges_seen, applied);
+  }
+
   // Gives `pages` back to the server with Uncharge RPCs (caller holds
-  // rpc_mu as reader); on failure puts them back into slot 0.
+  // rpc_mu as reader); on failure puts them back into slot 0. Counted in
+  // returns_in_flight meanwhile (a drain waits for it: WaitForRefills).
   grpc::Status ReturnPages(const std::string& sid,
                            const std::vector<Returned>& pages) {
+    if (pages.empty()) return grpc::Status::OK;
+    {
+      absl::MutexLock l(&seen_mu);
+      ++returns_in_flight;
+    }
     grpc::Status first;
     for (const Returned& r : pages) {
       grpc::Status s = rpcs.Uncharge(sid, r.path, r.nr_pages, r.kind);
@@ -110,6 +172,8 @@ struct Client::Impl : internal::SessionLink::Handler {
       if (first.ok()) first = s;
       stock.PutBack(r);
     }
+    absl::MutexLock l(&seen_mu);
+    --returns_in_flight;
     return first;
   }
 
@@ -135,12 +199,14 @@ struct Client::Impl : internal::SessionLink::Handler {
       held.clear();
     }
     link.Replace(opened);
+    const uint64_t new_gen = link.Session().second;
     reopened.fetch_add(1, std::memory_order_relaxed);
     Emit(Event::Type::kSessionReopened, "", 0);
     for (auto& [k, n] : app) {
       grpc::Status cs =
           rpcs.Charge(opened.session_id(), k.first, n, k.second, nullptr);
       if (cs.ok()) {
+        SawCharge(new_gen);
         AddHeld(k.first, k.second, static_cast<int64_t>(n));
       } else {
         Emit(Event::Type::kRechargeFailed, k.first, n, cs);
@@ -162,7 +228,7 @@ struct Client::Impl : internal::SessionLink::Handler {
   // fails). Runs with no charge-path RPC in flight.
   grpc::Status Reconcile() ABSL_LOCKS_EXCLUDED(rpc_mu) {
     absl::WriterMutexLock w(&rpc_mu);
-    const std::string sid = link.Session().first;
+    const auto [sid, gen] = link.Session();
     v1::SessionInfo info;
     grpc::Status s = rpcs.GetSession(sid, &info);
     if (SessionGone(s)) return grpc::Status::OK;  // Reopen rebuilds them
@@ -179,6 +245,7 @@ struct Client::Impl : internal::SessionLink::Handler {
         if (phantom == 0) continue;
         s = rpcs.Charge(sid, k.first, phantom, k.second, nullptr);
         if (s.ok()) {
+          SawCharge(gen);
           AddHeld(k.first, k.second, static_cast<int64_t>(phantom));
         } else {
           if (first.ok()) first = s;
@@ -223,6 +290,9 @@ struct Client::Impl : internal::SessionLink::Handler {
 
   void HandleDrainLocked(const v1::SessionServerMessage& msg)
       ABSL_SHARED_LOCKS_REQUIRED(rpc_mu) {
+    // The session cannot change under rpc_mu (reader).
+    if (msg.charges_applied() > 0)
+      WaitForRefills(link.Session().second, msg.charges_applied());
     std::vector<Returned> taken = stock.Take(msg.drain_path());
     uint64_t total = 0;
     for (const Returned& r : taken) total += r.nr_pages;
@@ -347,6 +417,7 @@ ChargeResult Client::Impl::ChargeRemote(std::string_view group,
           stock.Refill(group, k, charged - nr_pages, &excess);
         }
         if (!excess.empty()) ReturnPages(sid, excess);
+        SawCharge(gen);
       }
     }
     if (s.ok()) {

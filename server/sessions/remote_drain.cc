@@ -82,6 +82,7 @@ std::vector<RemoteStockReturn> SessionRegistry::DrainRemoteStock(
     }
     message.set_expires_in_ms(static_cast<uint64_t>(
         std::max<int64_t>(0, s->deadline_ms - NowMs())));
+    message.set_charges_applied(s->charges_applied);
     if (silent) {
       // Asked, not waited for: its answer comes back as a late one
       // (uncharged by the answering thread) and ends the silence.

@@ -300,6 +300,7 @@ void SessionRegistry::EndOp(const Op& op, bool applied,
       const uint64_t held = std::min(charged_pages, op.nr_pages);
       h.nr_pages += held;
       s.held += held;
+      ++s.charges_applied;
     }
   } else if (!applied) {
     h.nr_pages += op.nr_pages;

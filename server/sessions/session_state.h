@@ -41,6 +41,10 @@ struct SessionRegistry::Session {
   int in_flight = 0;        // ops between BeginOp and EndOp
   uint64_t held = 0;        // sum of holdings
   uint64_t reserved = 0;    // charges in flight
+  // Charges applied in its name (EndOp, applied): sent with each drain
+  // request (SessionServerMessage.charges_applied) so the client can wait
+  // for the answers still in flight to it before taking its stock.
+  uint64_t charges_applied = 0;
   // (group id, kind) -> holding.
   absl::flat_hash_map<std::pair<uint64_t, int>, Holding> holdings;
   SessionStreamSink* stream = nullptr;

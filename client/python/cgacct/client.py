@@ -58,6 +58,10 @@ _U64_MAX = (1 << 64) - 1
 # the same slot and group doubles its batch (up to stock_cap); one later than
 # _SLOW_MISS_S halves it (down to batch).
 _FAST_MISS_S = 0.1
+# How long a drain waits for Charge answers still in flight to the stock
+# (SessionServerMessage.charges_applied): a round trip at most, well inside
+# the server's --session_drain_timeout_ms (20 ms by default).
+_REFILL_WAIT_S = 0.005
 _SLOW_MISS_S = 1.0
 # Channel defaults, so that the channel is back within a lease after an
 # outage: the reconnect backoff 100 ms after the first failed connection,
@@ -350,6 +354,12 @@ class Client:
         self._held_mu = threading.Lock()
         self._held = collections.Counter()
         self._unaccounted = collections.Counter()
+        # Successful Charge answers read (their batches stocked) in session
+        # generation _seen_gen; see _wait_for_refills.
+        self._seen_cv = threading.Condition(threading.Lock())
+        self._seen_gen = 0
+        self._charges_seen = 0
+        self._returns_in_flight = 0  # _return_pages calls under way
 
         # Slots: every slot ever made (drain, resume and close walk them) and
         # those whose thread ended (reused). Guarded by _slots_mu.
@@ -458,6 +468,7 @@ class Client:
                         self._held[key] += nr_pages
                     returns = self._refill(slot, key, charged - nr_pages)
                 done = True
+                self._saw_charge(gen)
                 lost_gen, _ = self._return_pages(session_id, gen, slot, returns)
             except _SessionLost:
                 lost_gen = gen
@@ -686,6 +697,18 @@ class Client:
         lost_gen is `gen` if the session turned out to be gone (the caller
         resumes; its pages went with it), else None. Caller is inside the
         gate (shared)."""
+        if not returns:
+            return None, 0
+        with self._seen_cv:
+            self._returns_in_flight += 1
+        try:
+            return self._return_pages_counted(session_id, gen, slot, returns)
+        finally:
+            with self._seen_cv:
+                self._returns_in_flight -= 1
+                self._seen_cv.notify_all()
+
+    def _return_pages_counted(self, session_id, gen, slot, returns):
         returned = 0
         for i, (key, n) in enumerate(returns):
             try:
@@ -714,6 +737,33 @@ class Client:
         slot.batch[key] = b
         slot.last_miss[key] = now
         return b
+
+    def _saw_charge(self, gen):
+        """A successful Charge answer of session generation gen was read
+        and its batch stocked."""
+        with self._seen_cv:
+            if gen != self._seen_gen:
+                self._seen_gen, self._charges_seen = gen, 0
+            self._charges_seen += 1
+            self._seen_cv.notify_all()
+
+    def _wait_for_refills(self, gen, applied):
+        """Before a drain takes the stock: waits, at most _REFILL_WAIT_S,
+        until this client has read the `applied` successful Charge answers
+        the server had sent in session generation gen, so the batches they
+        carry are in the stock and go back with the drain, and until no
+        _return_pages is under way (its pages reach the server first; the kernel's
+        drain work cannot run between a CPU's charge and its refill_stock();
+        a client's answer is on the network between the two). An answer
+        that never comes counts as read once the wait ends."""
+        with self._seen_cv:
+            self._seen_cv.wait_for(
+                lambda: (self._seen_gen == gen and self._charges_seen >= applied
+                         and self._returns_in_flight == 0),
+                timeout=_REFILL_WAIT_S)
+            if self._seen_gen != gen:
+                self._seen_gen, self._charges_seen = gen, 0
+            self._charges_seen = max(self._charges_seen, applied)
 
     def _take_stock(self, root, gen):
         """Empties every slot's stock for groups at or below `root` while
@@ -871,6 +921,7 @@ class Client:
                     continue
                 try:
                     self._charge_rpc(session_id, key, n)
+                    self._saw_charge(self._current()[1])
                 except (Error, _SessionLost) as e:
                     self._count("recharge_failed_pages", n)
                     with self._held_mu:
@@ -956,6 +1007,8 @@ class Client:
 
     def _answer_drain(self, q, msg, gen):
         root = msg.drain_path.encode("utf-8") if isinstance(msg.drain_path, str) else msg.drain_path
+        if msg.charges_applied:
+            self._wait_for_refills(gen, msg.charges_applied)
         taken = self._take_stock(root, gen)
         answer = pb.SessionClientMessage(drain_id=msg.drain_id)
         for (path, kind), n in sorted(taken.items()):

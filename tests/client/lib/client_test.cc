@@ -654,6 +654,7 @@ TEST(ClientLibTest, ConcurrentClientsAtMaxNeverFailWhileStockCouldServe) {
   }
   std::atomic<int> failed{0};
   std::atomic<int> arrived{0};  // clients that finished charging, all rounds
+  std::atomic<int> uncharged{0};  // clients that uncharged, all rounds
   std::string first_error;
   absl::Mutex mu;
   std::vector<std::thread> threads;
@@ -676,6 +677,11 @@ TEST(ClientLibTest, ConcurrentClientsAtMaxNeverFailWhileStockCouldServe) {
         arrived.fetch_add(1);
         while (arrived.load() < 4 * (round + 1)) std::this_thread::yield();
         EXPECT_TRUE(c.Uncharge("/c", 100).ok());
+        // Nobody starts the next round before everyone's uncharge: a
+        // client still holding its 100 pages (in use, not stock) when the
+        // others' charges reach the max is a true OOM, the kernel's too.
+        uncharged.fetch_add(1);
+        while (uncharged.load() < 4 * (round + 1)) std::this_thread::yield();
       }
     });
   }
