@@ -217,7 +217,22 @@ class SqliteStateStore final : public StateStore {
   sqlite3* const db_ ABSL_PT_GUARDED_BY(mu_);
   StateDirLock lock_ ABSL_GUARDED_BY(mu_);  // held until destruction
   AckedChangesFile acked_ ABSL_GUARDED_BY(mu_);
-  static constexpr int kNrStatements = 12;
+  // Cached statement slots (PrepareLocked).
+  enum Statement : int {
+    kLastGeneration,
+    kInsertGroup,
+    kGenerationOf,
+    kUpdateLimits,
+    kDeleteGroup,
+    kPutMeta,
+    kPutRequest,
+    kExpireOld,
+    kExpireOverCapacity,
+    kWindowBytes,
+    kOldestOfWindow,
+    kExpireUpTo,
+    kNrStatements,
+  };
   sqlite3_stmt* statements_[kNrStatements] ABSL_GUARDED_BY(mu_) = {};
   int sync_full_ ABSL_GUARDED_BY(mu_) = -1;  // -1 unknown, 0 NORMAL, 1 FULL
   // Group changes committed (meta "group_changes").
