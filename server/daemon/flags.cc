@@ -136,7 +136,8 @@ ABSL_FLAG(uint32_t, max_streams_per_identity,
 ABSL_FLAG(uint32_t, max_groups_per_identity,
           cgacct::kDefaultMaxGroupsPerIdentity,
           "groups a caller that is not admin may have created and not "
-          "deleted (since start); one more is RESOURCE_EXHAUSTED; 0 = no "
+          "deleted (across restarts with --state_dir); one more is "
+          "RESOURCE_EXHAUSTED; 0 = no "
           "bound");
 ABSL_FLAG(uint32_t, max_in_flight_per_identity,
           cgacct::kDefaultMaxInFlightPerIdentity,

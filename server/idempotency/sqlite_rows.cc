@@ -32,7 +32,8 @@ CREATE TABLE IF NOT EXISTS groups (
   path TEXT NOT NULL UNIQUE,
   max_pages INTEGER NOT NULL, high_pages INTEGER NOT NULL,
   min_pages INTEGER NOT NULL, low_pages INTEGER NOT NULL,
-  checksum INTEGER NOT NULL, oom_group INTEGER NOT NULL DEFAULT 0);
+  checksum INTEGER NOT NULL, oom_group INTEGER NOT NULL DEFAULT 0,
+  creator BLOB NOT NULL DEFAULT x'');
 CREATE TABLE IF NOT EXISTS requests (
   seq INTEGER PRIMARY KEY AUTOINCREMENT,
   identity BLOB NOT NULL, request_id BLOB NOT NULL, scope INTEGER NOT NULL,
@@ -53,7 +54,8 @@ CREATE INDEX IF NOT EXISTS requests_by_identity
 
 const char kInsertGroupSql[] =
     "INSERT INTO groups (generation, path, max_pages, high_pages, min_pages, "
-    "low_pages, checksum, oom_group) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
+    "low_pages, checksum, oom_group, creator) VALUES (?1, ?2, ?3, ?4, ?5, ?6, "
+    "?7, ?8, ?9)";
 const char kInsertRequestSql[] =
     "INSERT OR REPLACE INTO requests (identity, request_id, scope, method, "
     "path, nr_pages, kind, cpu, code, message, answer_nr_pages, throttle_us, "
@@ -71,12 +73,17 @@ namespace {
 
 // The columns of a group and of a request, in ReadGroup's and ReadRequest's
 // order (schema 1 has them all but oom_group, which schema 3 adds (read as
-// 0 before it); schema 2 adds checksums and the window).
+// 0 before it), and creator, which schema 4 adds (read as empty before it);
+// schema 2 adds checksums and the window).
 constexpr const char kGroupColumns[] =
-    "generation, path, max_pages, high_pages, min_pages, low_pages, oom_group";
+    "generation, path, max_pages, high_pages, min_pages, low_pages, "
+    "oom_group, creator";
+constexpr const char kGroupColumnsBefore4[] =
+    "generation, path, max_pages, high_pages, min_pages, low_pages, "
+    "oom_group, x''";
 constexpr const char kGroupColumnsBefore3[] =
-    "generation, path, max_pages, high_pages, min_pages, low_pages, 0";
-constexpr int kNrGroupColumns = 7;
+    "generation, path, max_pages, high_pages, min_pages, low_pages, 0, x''";
+constexpr int kNrGroupColumns = 8;
 constexpr const char kRequestColumns[] =
     "identity, request_id, scope, method, path, nr_pages, kind, cpu, code, "
     "message, answer_nr_pages, throttle_us, body, arrived, digest";
@@ -142,6 +149,7 @@ StoredGroup ReadGroup(sqlite3_stmt* stmt) {
   group.limits.min_pages = FromDb(sqlite3_column_int64(stmt, 4));
   group.limits.low_pages = FromDb(sqlite3_column_int64(stmt, 5));
   group.oom_group = sqlite3_column_int64(stmt, 6) != 0;
+  group.creator = ColumnBlob(stmt, 7);
   return group;
 }
 
@@ -278,6 +286,7 @@ uint64_t GroupRowChecksum(const StoredGroup& g, int version) {
       .Int(g.limits.min_pages)
       .Int(g.limits.low_pages);
   if (version >= 3) sum.Int(g.oom_group ? 1 : 0);
+  if (version >= 4) sum.Bytes(g.creator);
   return sum.value();
 }
 
@@ -299,6 +308,7 @@ void BindGroupRow(sqlite3_stmt* stmt, const StoredGroup& g) {
   sqlite3_bind_int64(stmt, 6, ToDb(g.limits.low_pages));
   sqlite3_bind_int64(stmt, 7, ToDb(GroupRowChecksum(g, kSchemaVersion)));
   sqlite3_bind_int64(stmt, 8, g.oom_group ? 1 : 0);
+  BindBlob(stmt, 9, g.creator);
 }
 
 void BindRequestRow(sqlite3_stmt* stmt, const StoredRequest& r) {
@@ -495,7 +505,9 @@ void ReadGroupsAndRequests(sqlite3* db, int version, Rows* rows) {
   }
   ReadTable(db, "groups",
             absl::StrCat("SELECT ",
-                         version >= 3 ? kGroupColumns : kGroupColumnsBefore3,
+                         version >= 4   ? kGroupColumns
+                         : version >= 3 ? kGroupColumnsBefore4
+                                        : kGroupColumnsBefore3,
                          checked ? ", checksum" : "",
                          " FROM groups ORDER BY generation"),
             rows, [&](sqlite3_stmt* stmt) {

@@ -36,8 +36,11 @@ namespace sqlite_rows {
 // 1: no checksums, one bound for both windows. 2: a checksum per row, the
 // windows apart, the acknowledged group changes counted in meta. 3: groups
 // keep memory.oom.group (column oom_group, covered by the row's checksum;
-// a schema-2 row's checksum does not cover it and reads it as 0).
-inline constexpr int kSchemaVersion = 3;
+// a schema-2 row's checksum does not cover it and reads it as 0). 4:
+// groups keep their creator (column creator: the identity a tenant's
+// --max_groups_per_identity counts it against, empty for an admin's;
+// covered by the checksum; rows before 4 read it as empty).
+inline constexpr int kSchemaVersion = 4;
 
 extern const char kSchema[];
 

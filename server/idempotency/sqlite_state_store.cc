@@ -219,10 +219,12 @@ absl::StatusOr<StateStore::Snapshot> SqliteStateStore::Load(
 
 absl::StatusOr<uint64_t> SqliteStateStore::CreateGroup(absl::string_view path,
                                                        const Limits& limits,
-                                                       bool oom_group) {
+                                                       bool oom_group,
+                                                       absl::string_view creator) {
   absl::MutexLock l(&mu_);
   if (absl::Status s = BeginGroupChangeLocked(); !s.ok()) return s;
-  StoredGroup group{std::string(path), limits, 0, oom_group};
+  StoredGroup group{std::string(path), limits, 0, oom_group,
+                    std::string(creator)};
   absl::Status s = InsertGroupLocked(&group);
   if (absl::Status end = EndGroupChangeLocked(std::move(s)); !end.ok())
     return end;
@@ -262,13 +264,20 @@ absl::Status SqliteStateStore::UpdateLimitsLocked(absl::string_view path,
                                                   const Limits& limits,
                                                   bool oom_group) {
   absl::StatusOr<sqlite3_stmt*> find = PrepareLocked(
-      kGenerationOf, "SELECT generation FROM groups WHERE path = ?1");
+      kGenerationOf,
+      "SELECT generation, creator FROM groups WHERE path = ?1");
   if (!find.ok()) return find.status();
   sqlite_rows::BindText(*find, 1, path);
   const int found = sqlite3_step(*find);
-  StoredGroup group{std::string(path), limits, 0, oom_group};
-  if (found == SQLITE_ROW)
+  // The creator stays (the row's checksum covers it).
+  StoredGroup group{std::string(path), limits, 0, oom_group, std::string()};
+  if (found == SQLITE_ROW) {
     group.generation = FromDb(sqlite3_column_int64(*find, 0));
+    const void* creator = sqlite3_column_blob(*find, 1);
+    if (creator != nullptr)
+      group.creator.assign(static_cast<const char*>(creator),
+                           static_cast<size_t>(sqlite3_column_bytes(*find, 1)));
+  }
   sqlite3_reset(*find);
   if (found == SQLITE_DONE)
     return absl::NotFoundError(

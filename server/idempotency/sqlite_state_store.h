@@ -103,9 +103,10 @@ class SqliteStateStore final : public StateStore {
   // then deleted).
   absl::StatusOr<Snapshot> Load(int64_t requests_since_unix_ns) override
       ABSL_LOCKS_EXCLUDED(mu_);
+  using StateStore::CreateGroup;
   absl::StatusOr<uint64_t> CreateGroup(absl::string_view path,
-                                       const Limits& limits,
-                                       bool oom_group) override
+                                       const Limits& limits, bool oom_group,
+                                       absl::string_view creator) override
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status SetLimits(absl::string_view path, const Limits& limits,
                          bool oom_group) override ABSL_LOCKS_EXCLUDED(mu_);

@@ -23,12 +23,14 @@ absl::StatusOr<StateStore::Snapshot> MemoryStateStore::Load(
 
 absl::StatusOr<uint64_t> MemoryStateStore::CreateGroup(absl::string_view path,
                                                        const Limits& limits,
-                                                       bool oom_group) {
+                                                       bool oom_group,
+                                                       absl::string_view creator) {
   absl::MutexLock l(&mu_);
   const uint64_t generation = next_generation_++;
-  auto [it, inserted] =
-      groups_.try_emplace(std::string(path), generation,
-                          StoredGroup{std::string(path), limits, generation, oom_group});
+  auto [it, inserted] = groups_.try_emplace(
+      std::string(path), generation,
+      StoredGroup{std::string(path), limits, generation, oom_group,
+                  std::string(creator)});
   if (!inserted)
     return absl::AlreadyExistsError(
         absl::StrCat("state store: ", path, " is stored"));

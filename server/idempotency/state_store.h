@@ -50,6 +50,10 @@ struct StoredGroup {
   Limits limits;
   uint64_t generation = 0;
   bool oom_group = false;  // memory.oom.group (schema 3)
+  // The tenant identity that created it, counted against its
+  // --max_groups_per_identity; empty for an admin's (schema 4; empty for
+  // groups stored before it).
+  std::string creator;
 };
 
 // The two persisted de-duplication windows (docs/DESIGN.md §4.4): each is
@@ -132,12 +136,19 @@ class StateStore {
   // Errors: the backend's (INTERNAL, DATA_LOSS for a corrupt store).
   virtual absl::StatusOr<Snapshot> Load(int64_t requests_since_unix_ns) = 0;
 
-  // Records a new group (the engine has created it) with its limits and
-  // memory.oom.group; returns its generation. Errors: ALREADY_EXISTS if the
-  // path is stored; the backend's.
+  // Records a new group (the engine has created it) with its limits,
+  // memory.oom.group and creator (StoredGroup::creator; empty: an admin's);
+  // returns its generation. Errors: ALREADY_EXISTS if the path is stored;
+  // the backend's.
   virtual absl::StatusOr<uint64_t> CreateGroup(absl::string_view path,
                                                const Limits& limits,
-                                               bool oom_group) = 0;
+                                               bool oom_group,
+                                               absl::string_view creator) = 0;
+  // An admin's group (no creator).
+  absl::StatusOr<uint64_t> CreateGroup(absl::string_view path,
+                                       const Limits& limits, bool oom_group) {
+    return CreateGroup(path, limits, oom_group, absl::string_view());
+  }
   // Replaces the stored limits and memory.oom.group of `path`, in one
   // write. Errors: NOT_FOUND; the backend's.
   virtual absl::Status SetLimits(absl::string_view path, const Limits& limits,
@@ -166,9 +177,10 @@ class MemoryStateStore final : public StateStore {
  public:
   absl::StatusOr<Snapshot> Load(int64_t requests_since_unix_ns) override
       ABSL_LOCKS_EXCLUDED(mu_);
+  using StateStore::CreateGroup;
   absl::StatusOr<uint64_t> CreateGroup(absl::string_view path,
-                                       const Limits& limits,
-                                       bool oom_group) override
+                                       const Limits& limits, bool oom_group,
+                                       absl::string_view creator) override
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status SetLimits(absl::string_view path, const Limits& limits,
                          bool oom_group) override ABSL_LOCKS_EXCLUDED(mu_);

@@ -71,8 +71,15 @@ absl::StatusOr<RestoreReport> GroupOps::Restore(DedupTable& request_ids,
           absl::StrCat("restoring group ", group.path, " (generation ",
                        group.generation, "): ", oom_group.message()));
     }
-    absl::MutexLock g(&generations_mu_);
-    generations_[created->id] = group.generation;
+    {
+      absl::MutexLock g(&generations_mu_);
+      generations_[created->id] = group.generation;
+    }
+    // A tenant's groups count against its bound across restarts.
+    if (!group.creator.empty()) {
+      creators_[created->id] = group.creator;
+      ++created_[group.creator];
+    }
     ++report.groups;
   }
   report.requests =
@@ -153,7 +160,8 @@ absl::Status GroupOps::Create(const CallContext& call,
   absl::StatusOr<uint64_t> generation =
       !oom_written.ok() ? absl::StatusOr<uint64_t>(oom_written)
                         : store_.CreateGroup(group->path, group->limits,
-                                             oom_group);
+                                             oom_group,
+                                             tenant ? call.identity() : "");
   if (!generation.ok()) {
     // Not acknowledged, so not kept: the group is new and has no children.
     (void)engine_.DeleteGroup(group->path);
@@ -207,8 +215,10 @@ absl::Status GroupOps::Delete(const CallContext& call,
     // Not expected after the checks above; the store takes the group back
     // (under a new generation) so that the two still agree.
     if (forgotten.has_value()) {
-      absl::StatusOr<uint64_t> generation =
-          store_.CreateGroup(path, forgotten->limits, forgotten->oom_group);
+      const auto creator = creators_.find(handle->id());
+      absl::StatusOr<uint64_t> generation = store_.CreateGroup(
+          path, forgotten->limits, forgotten->oom_group,
+          creator == creators_.end() ? "" : creator->second);
       absl::MutexLock g(&generations_mu_);
       if (generation.ok()) generations_[handle->id()] = *generation;
     }

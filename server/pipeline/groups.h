@@ -60,8 +60,9 @@ class GroupOps {
   GroupOps& operator=(const GroupOps&) = delete;
 
   // Re-creates the store's groups (creation order, stored limits; usage 0)
-  // in the engine and reloads the two de-duplication windows (entries
-  // younger than their window). Call once, before serving, on an engine
+  // in the engine with their creators' counts (--max_groups_per_identity)
+  // and reloads the two de-duplication windows (entries younger than their
+  // window). Call once, before serving, on an engine
   // with only the root. Errors: the store's (INTERNAL, DATA_LOSS, ...);
   // INTERNAL naming the path if the engine refuses a stored group.
   absl::StatusOr<RestoreReport> Restore(DedupTable& request_ids,
@@ -106,8 +107,8 @@ class GroupOps {
   uint64_t GenerationOf(uint64_t group_id) const
       ABSL_LOCKS_EXCLUDED(generations_mu_);
 
-  // Groups `identity` created that still exist (since this process started:
-  // creators are not stored, so groups restored from the state store count
+  // Groups `identity` created that still exist, restored ones included (the
+  // store keeps each group's creator; groups stored before schema 4 count
   // for nobody).
   uint32_t GroupsOf(absl::string_view identity) const
       ABSL_LOCKS_EXCLUDED(config_mu_);

@@ -21,7 +21,7 @@ class RecordingStore final : public StateStore {
  public:
   absl::StatusOr<Snapshot> Load(int64_t) override { return Snapshot(); }
   absl::StatusOr<uint64_t> CreateGroup(absl::string_view, const Limits&,
-                                       bool) override {
+                                       bool, absl::string_view) override {
     return 1;
   }
   absl::Status SetLimits(absl::string_view, const Limits&, bool) override {

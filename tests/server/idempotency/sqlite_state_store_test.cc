@@ -634,8 +634,8 @@ TEST_F(SqliteStateStoreTest, AFileFailingSqlitesCheckIsRebuiltOnlyWhenAsked) {
       0);
 }
 
-// A store written before row checksums (schema 1) is rewritten as schema 3
-// at its first open, its rows kept and checksummed.
+// A store written before row checksums (schema 1) is rewritten as the
+// current schema at its first open, its rows kept and checksummed.
 TEST_F(SqliteStateStoreTest, ASchemaOneStoreIsUpgradedKeepingItsRows) {
   const std::string db = dir_ + "/cgacct.db";
   ASSERT_EQ(
@@ -678,7 +678,7 @@ TEST_F(SqliteStateStoreTest, ASchemaOneStoreIsUpgradedKeepingItsRows) {
   EXPECT_EQ(*next, 10u);
   store.reset();
   EXPECT_EQ(Sqlite(db, "SELECT value FROM meta WHERE key = 'schema_version'"),
-            "3\n");
+            absl::StrCat(sqlite_rows::kSchemaVersion, "\n"));
 }
 
 // Issue 25: memory.oom.group joins the groups rows (schema 3). A schema-2
@@ -698,14 +698,15 @@ TEST_F(SqliteStateStoreTest, ASchemaTwoStoreIsUpgradedKeepingItsRows) {
             .ok());
   }
   // Rewritten as cgacctd of schema 2 would have written it.
-  StoredGroup a{"/a", MakeLimits(9, 8, 1, 2), 1};
-  StoredGroup b{"/a/b", MakeLimits(5, 5, 0, 0), 2};
+  StoredGroup a{"/a", MakeLimits(9, 8, 1, 2), 1, false, ""};
+  StoredGroup b{"/a/b", MakeLimits(5, 5, 0, 0), 2, false, ""};
   const int64_t a_sum = sqlite_rows::ToDb(sqlite_rows::GroupRowChecksum(a, 2));
   const int64_t b_sum = sqlite_rows::ToDb(sqlite_rows::GroupRowChecksum(b, 2));
   const int64_t meta_sum = sqlite_rows::ToDb(
       sqlite_rows::MetaRowChecksum("schema_version", "2"));
   ASSERT_EQ(Sqlite(db, absl::StrCat(
                            "ALTER TABLE groups DROP COLUMN oom_group;"
+                           "ALTER TABLE groups DROP COLUMN creator;"
                            "UPDATE groups SET checksum = ", a_sum,
                            " WHERE generation = 1;"
                            "UPDATE groups SET checksum = ", b_sum,
@@ -730,7 +731,7 @@ TEST_F(SqliteStateStoreTest, ASchemaTwoStoreIsUpgradedKeepingItsRows) {
             .ok());
   }
   EXPECT_EQ(Sqlite(db, "SELECT value FROM meta WHERE key = 'schema_version'"),
-            "3\n");
+            absl::StrCat(sqlite_rows::kSchemaVersion, "\n"));
   std::unique_ptr<SqliteStateStore> store = Open();
   ASSERT_NE(store, nullptr);
   absl::StatusOr<StateStore::Snapshot> snap = store->Load(0);
@@ -739,6 +740,85 @@ TEST_F(SqliteStateStoreTest, ASchemaTwoStoreIsUpgradedKeepingItsRows) {
   EXPECT_FALSE(snap->groups[0].oom_group);
   EXPECT_TRUE(snap->groups[1].oom_group);
   EXPECT_TRUE(store->recovery_notes().empty());
+}
+
+// Issue 22 item 6: a group's creator is stored (schema 4), so a tenant's
+// --max_groups_per_identity count survives a restart; SetLimits keeps it.
+// A schema-3 store (no creator column) is upgraded at its first open, every
+// row kept, its groups created by nobody (they count for no tenant).
+TEST_F(SqliteStateStoreTest, ACreatorIsStoredAndASchemaThreeStoreUpgraded) {
+  const std::string db = dir_ + "/cgacct.db";
+  {
+    std::unique_ptr<SqliteStateStore> store = Open();
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(store->CreateGroup("/t", MakeLimits(9, 9, 0, 0), false).ok());
+    ASSERT_TRUE(store
+                    ->CreateGroup("/t/a", MakeLimits(5, 5, 0, 0), true,
+                                  "uri:spiffe://t/a")
+                    .ok());
+    ASSERT_TRUE(
+        store->SetLimits("/t/a", MakeLimits(6, 6, 0, 0), /*oom_group=*/true)
+            .ok());
+  }
+  {
+    std::unique_ptr<SqliteStateStore> store = Open();
+    ASSERT_NE(store, nullptr);
+    absl::StatusOr<StateStore::Snapshot> snap = store->Load(0);
+    ASSERT_TRUE(snap.ok()) << snap.status();
+    ASSERT_EQ(snap->groups.size(), 2u);
+    EXPECT_EQ(snap->groups[0].creator, "");
+    EXPECT_EQ(snap->groups[1].creator, "uri:spiffe://t/a");
+    EXPECT_EQ(snap->groups[1].limits.max_pages, 6u);
+    EXPECT_TRUE(store->recovery_notes().empty());
+  }
+  // Rewritten as cgacctd of schema 3 would have written it.
+  StoredGroup t{"/t", MakeLimits(9, 9, 0, 0), 1, false, ""};
+  StoredGroup a{"/t/a", MakeLimits(6, 6, 0, 0), 2, true, ""};
+  ASSERT_EQ(
+      Sqlite(db,
+             absl::StrCat(
+                 "ALTER TABLE groups DROP COLUMN creator;"
+                 "UPDATE groups SET checksum = ",
+                 sqlite_rows::ToDb(sqlite_rows::GroupRowChecksum(t, 3)),
+                 " WHERE generation = 1;"
+                 "UPDATE groups SET checksum = ",
+                 sqlite_rows::ToDb(sqlite_rows::GroupRowChecksum(a, 3)),
+                 " WHERE generation = 2;"
+                 "UPDATE meta SET value = '3', checksum = ",
+                 sqlite_rows::ToDb(
+                     sqlite_rows::MetaRowChecksum("schema_version", "3")),
+                 " WHERE key = 'schema_version';")),
+      "");
+  std::unique_ptr<SqliteStateStore> store = Open();
+  ASSERT_NE(store, nullptr);
+  EXPECT_TRUE(store->recovery_notes().empty());
+  absl::StatusOr<StateStore::Snapshot> snap = store->Load(0);
+  ASSERT_TRUE(snap.ok()) << snap.status();
+  ASSERT_EQ(snap->groups.size(), 2u);
+  EXPECT_EQ(snap->groups[1].path, "/t/a");
+  EXPECT_TRUE(snap->groups[1].oom_group);
+  EXPECT_EQ(snap->groups[1].creator, "");
+  store.reset();
+  EXPECT_EQ(Sqlite(db, "SELECT value FROM meta WHERE key = 'schema_version'"),
+            "4\n");
+}
+
+// A changed creator fails the row's checksum (it is covered): a tenant
+// cannot be given another's groups, nor its bound reset, by editing a row.
+TEST_F(SqliteStateStoreTest, TheCreatorIsCoveredByTheRowChecksum) {
+  const std::string db = dir_ + "/cgacct.db";
+  {
+    std::unique_ptr<SqliteStateStore> store = Open();
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(store->CreateGroup("/a", {}, false, "token:a").ok());
+  }
+  ASSERT_EQ(Sqlite(db, "UPDATE groups SET creator = CAST('token:b' AS BLOB);"),
+            "");
+  std::unique_ptr<SqliteStateStore> store = Open();
+  ASSERT_NE(store, nullptr);
+  absl::StatusOr<StateStore::Snapshot> refused = store->Load(0);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kDataLoss);
 }
 
 // A changed oom_group fails the row's checksum (it is covered).

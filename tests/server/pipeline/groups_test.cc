@@ -29,11 +29,12 @@ class FullDiskStore final : public StateStore {
   absl::StatusOr<Snapshot> Load(int64_t since) override {
     return store_.Load(since);
   }
+  using StateStore::CreateGroup;
   absl::StatusOr<uint64_t> CreateGroup(absl::string_view path,
-                                       const Limits& limits,
-                                       bool oom_group) override {
+                                       const Limits& limits, bool oom_group,
+                                       absl::string_view creator) override {
     if (full) return Full();
-    return store_.CreateGroup(path, limits, oom_group);
+    return store_.CreateGroup(path, limits, oom_group, creator);
   }
   absl::Status SetLimits(absl::string_view path, const Limits& limits,
                          bool oom_group) override {

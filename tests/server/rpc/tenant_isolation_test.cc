@@ -17,6 +17,7 @@
 #include "cgacct/v1/accounting.grpc.pb.h"
 #include "engine/engine.h"
 #include "server/auth/authorizer.h"
+#include "server/idempotency/state_store.h"
 #include "server/metrics/rpc_metrics.h"
 #include "server/rpc/accounting_service.h"
 #include "tests/server/in_process_server.h"
@@ -34,6 +35,18 @@ constexpr char kTokenAdmin[] = "token-of-the-admin-0123456789";
 class TenantIsolationTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    Start();
+    ASSERT_TRUE(Create(kTokenAdmin, "/a").ok());
+    ASSERT_TRUE(Create(kTokenAdmin, "/b").ok());
+  }
+  // A new engine and service over the same state store, restored from it,
+  // as cgacctd restarting on its --state_dir.
+  void Restart() {
+    TearDown();
+    Start(/*restore=*/true);
+  }
+  void Start(bool restore = false) {
+    service_.reset();  // before what it uses
     EngineOptions options;
     options.nr_cpus = 2;
     options.charge_batch_pages = 1;  // no stock: usage = charges
@@ -49,14 +62,16 @@ class TenantIsolationTest : public ::testing::Test {
     service_options.dedup.capacity = 8;
     service_options.batch_dedup.capacity = 8;
     service_options.max_groups_per_identity = 3;
+    service_options.store = &store_;
     service_ = std::make_unique<AccountingService>(*engine_, metrics_,
                                                    service_options);
+    if (restore) {
+      ASSERT_TRUE(service_->Restore().ok());
+    }
     InProcessServer started = StartInProcessServer(service_.get());
     ASSERT_NE(started.server, nullptr);
     server_ = std::move(started.server);
     stub_ = std::move(started.stub);
-    ASSERT_TRUE(Create(kTokenAdmin, "/a").ok());
-    ASSERT_TRUE(Create(kTokenAdmin, "/b").ok());
   }
   void TearDown() override {
     server_->Shutdown();
@@ -114,6 +129,7 @@ class TenantIsolationTest : public ::testing::Test {
   }
 
   RpcMetrics metrics_;
+  MemoryStateStore store_;  // outlives every service: the --state_dir
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<Authorizer> authorizer_;
   std::unique_ptr<AccountingService> service_;
@@ -161,6 +177,29 @@ TEST_F(TenantIsolationTest, ATenantHasAtMostItsBoundOfGroups) {
     EXPECT_TRUE(Create(kTokenAdmin, absl::StrCat("/b/ops", i)).ok());
   // A deleted group gives its creator room back, whoever deleted it.
   ASSERT_TRUE(Delete(kTokenAdmin, "/a/g0").ok());
+  EXPECT_TRUE(Create(kTokenA, "/a/g3").ok());
+}
+
+// The bound holds across a restart: the store keeps each group's creator
+// (schema 4). Before, a restarted cgacctd counted nothing, so a tenant
+// restarting it (or waiting for a deploy) got another full allowance.
+TEST_F(TenantIsolationTest, ATenantsBoundSurvivesARestart) {
+  for (int i = 0; i < 3; ++i)
+    ASSERT_TRUE(Create(kTokenA, absl::StrCat("/a/g", i)).ok()) << i;
+  ASSERT_TRUE(Create(kTokenB, "/b/g0").ok());
+  Restart();
+  ASSERT_TRUE(engine_->ResolveGroup("/a/g2").ok());
+  grpc::Status refused = Create(kTokenA, "/a/g3");
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(refused.error_message(),
+              HasSubstr("identity \"token:a\" has 3 groups, at most 3"));
+  // B's count came back as its own (1 of 3); the admin's groups count for
+  // nobody; a delete after the restart still gives the creator room back.
+  EXPECT_TRUE(Create(kTokenB, "/b/g1").ok());
+  EXPECT_TRUE(Create(kTokenB, "/b/g2").ok());
+  EXPECT_EQ(Create(kTokenB, "/b/g3").error_code(),
+            grpc::StatusCode::RESOURCE_EXHAUSTED);
+  ASSERT_TRUE(Delete(kTokenA, "/a/g1").ok());
   EXPECT_TRUE(Create(kTokenA, "/a/g3").ok());
 }
 
