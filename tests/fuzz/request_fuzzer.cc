@@ -408,7 +408,8 @@ class Env {
     if (code == StatusCode::INVALID_ARGUMENT) {
       static constexpr const char* kFields[] = {
           "path", "nr_pages", "kind", "cpu", "flush", "nr_bytes", "ops",
-          "request_id", "page_token", "session_id", "ttl_ms", "client_name"};
+          "request_id", "page_token", "session_id", "ttl_ms", "client_name",
+          "watermark_id"};
       bool named = false;
       for (const char* f : kFields)
         named = named || absl::StrContains(status.error_message(), f);
