@@ -91,6 +91,7 @@ auto PageOps::InSession(const std::string& identity,
     return session_op.status();
   }
   auto result = apply(group);
+  if (op.charge && result.ok()) sessions_.ChargeApplied(*session_op);
   // A charge holds what it charged (a batch may have dropped to less).
   sessions_.EndOp(*session_op, result.ok(),
                   op.charge && result.ok() ? result->nr_pages : reserve_pages);

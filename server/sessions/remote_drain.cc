@@ -82,7 +82,8 @@ std::vector<RemoteStockReturn> SessionRegistry::DrainRemoteStock(
     }
     message.set_expires_in_ms(static_cast<uint64_t>(
         std::max<int64_t>(0, s->deadline_ms - NowMs())));
-    message.set_charges_applied(s->charges_applied);
+    message.set_charges_applied(
+        s->charges_applied.load(std::memory_order_relaxed));
     if (silent) {
       // Asked, not waited for: its answer comes back as a late one
       // (uncharged by the answering thread) and ends the silence.

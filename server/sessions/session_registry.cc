@@ -300,13 +300,16 @@ void SessionRegistry::EndOp(const Op& op, bool applied,
       const uint64_t held = std::min(charged_pages, op.nr_pages);
       h.nr_pages += held;
       s.held += held;
-      ++s.charges_applied;
     }
   } else if (!applied) {
     h.nr_pages += op.nr_pages;
     s.held += op.nr_pages;
   }
   if (--s.in_flight == 0 && s.closing) cv_.SignalAll();
+}
+
+void SessionRegistry::ChargeApplied(const Op& op) {
+  op.session->charges_applied.fetch_add(1, std::memory_order_relaxed);
 }
 
 uint64_t SessionRegistry::UnchargeHolding(const RemoteStockReturn& h) {

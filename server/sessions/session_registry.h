@@ -237,6 +237,10 @@ class SessionRegistry final : public RemoteStockDrainer {
   // released); an uncharge not applied is given back.
   void EndOp(const Op& op, bool applied, uint64_t charged_pages)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Right after the engine applied a charge `op` (before EndOp): counts it
+  // in the session's charges_applied (sent with drain requests) without
+  // mu_, which a drain holds while it sends.
+  void ChargeApplied(const Op& op);
   void EndOp(const Op& op, bool applied) ABSL_LOCKS_EXCLUDED(mu_) {
     EndOp(op, applied, op.nr_pages);
   }

@@ -8,6 +8,7 @@
 #ifndef CGACCT_SERVER_SESSIONS_SESSION_STATE_H_
 #define CGACCT_SERVER_SESSIONS_SESSION_STATE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -41,10 +42,14 @@ struct SessionRegistry::Session {
   int in_flight = 0;        // ops between BeginOp and EndOp
   uint64_t held = 0;        // sum of holdings
   uint64_t reserved = 0;    // charges in flight
-  // Charges applied in its name (EndOp, applied): sent with each drain
-  // request (SessionServerMessage.charges_applied) so the client can wait
-  // for the answers still in flight to it before taking its stock.
-  uint64_t charges_applied = 0;
+  // Charges the engine applied in its name (ChargeApplied, right after the
+  // engine call, before EndOp takes mu_): sent with each drain request
+  // (SessionServerMessage.charges_applied) so the client can wait for the
+  // answers still in flight to it before taking its stock. Atomic, not
+  // under mu_: a drain sending under mu_ must count a charge whose EndOp
+  // is waiting for that very lock. Relaxed: read under mu_ after the
+  // charge's usage was seen by the charge that drains.
+  std::atomic<uint64_t> charges_applied{0};
   // (group id, kind) -> holding.
   absl::flat_hash_map<std::pair<uint64_t, int>, Holding> holdings;
   SessionStreamSink* stream = nullptr;
