@@ -231,7 +231,7 @@ absl::Status MemoryController::TryChargeMemcg(Group* g, uint64_t nr_pages,
   // Pages the last network drain gave back (see below), and how many more
   // rounds of it this charge may ask for.
   uint64_t remote_returned = 0;
-  int remote_rounds = kMaxReclaimRetries;
+  int remote_rounds = kMaxRemoteDrainRounds;
   Group* over = nullptr;
   for (;;) {
     if (stock_.Consume(cpu, memory, take)) return absl::OkStatus();
@@ -295,7 +295,9 @@ absl::Status MemoryController::TryChargeMemcg(Group* g, uint64_t nr_pages,
     // uncharged, then this charge retries; a client's batch can take them
     // in between, the window being a network round trip wide). Pages coming
     // back are progress, as reclaim's are: ask again, at most
-    // kMaxReclaimRetries rounds. The kernel drains once per charge; its
+    // kMaxRemoteDrainRounds more rounds (each may wait up to the drainer's
+    // bound: a client trickling a page per answer must not hold a charge
+    // for many bounds). The kernel drains once per charge; its
     // per-CPU stocks refill in nanoseconds, not across a network, and this
     // drain has no kernel counterpart (README's kernel table).
     if (remote_returned > 0 && remote_rounds > 0 &&

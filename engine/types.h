@@ -22,6 +22,11 @@ inline constexpr uint32_t kChargeBatchPages = 64;
 inline constexpr int kNrStockSlots = 7;
 // MAX_RECLAIM_RETRIES (mm/memcontrol.c).
 inline constexpr int kMaxReclaimRetries = 16;
+// No kernel counterpart: how many more times one charge asks the remote
+// drainer (drain_all_stock() over the network, engine/remote_stock.h) after
+// a drain that gave pages back but left no room (MemoryController::
+// TryChargeMemcg). The kernel drains once per charge.
+inline constexpr int kMaxRemoteDrainRounds = 2;
 // 1 << PAGE_ALLOC_COSTLY_ORDER (include/linux/mmzone.h, order 3): the largest
 // charge, in pages, that is not "costly". A costly charge that fails does not
 // OOM (mem_cgroup_oom() returns early), and reclaim progress does not spare

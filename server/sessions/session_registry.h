@@ -30,8 +30,9 @@
 // this registry's mutex, never a reader slot, while a charge waits for it).
 // An answer arriving after the wait is uncharged by the answering thread.
 // A session that lets silent_after_unanswered_drains requests in a row time
-// out is silent: still asked (one request at a time), never waited for,
-// until it answers or attaches a new stream; so a tenant whose client keeps
+// out, or answers them later than half the bound, is silent: still asked
+// (one request at a time), never waited for, until it answers promptly or
+// attaches a new stream; so a tenant whose client keeps
 // its lease alive but never answers costs the others' refused charges
 // nothing after its first misses.
 //
@@ -100,9 +101,10 @@ struct SessionOptions {
   // return their stock (--session_drain_timeout_ms).
   absl::Duration drain_timeout = absl::Milliseconds(20);
   // A session that left this many drain requests in a row unanswered
-  // within drain_timeout is silent: charges stop waiting for it (it is
-  // still asked, one request at a time, and its answer, however late,
-  // returns its pages and ends the silence; so does a new stream). Without
+  // within drain_timeout, or answered later than drain_timeout / 2, is
+  // silent: charges stop waiting for it (it is still asked, one request at
+  // a time; its answers return its pages, and a prompt one ends the
+  // silence; so does a new stream). Without
   // this, one tenant's session that kept its lease alive and never
   // answered made every refused charge under a shared limit wait the whole
   // bound, for ever. >= 1.
@@ -169,6 +171,9 @@ struct SessionStats {
   // Sent to a silent session (SessionOptions::silent_after_unanswered_
   // drains): no charge waited for the answer.
   uint64_t drain_requests_not_awaited = 0;
+  // Answers later than half the bound after their request (a step towards
+  // silent; also counted answered or late as they came).
+  uint64_t drain_answers_slow = 0;
   uint64_t sessions_silent = 0;  // silent now (a gauge)
   uint64_t sessions_silenced = 0;  // times a session became silent
   uint64_t drain_returned_pages = 0;
@@ -412,8 +417,12 @@ class SessionRegistry final : public RemoteStockDrainer {
   // `s` left SessionOptions::silent_after_unanswered_drains requests in a
   // row unanswered: charges do not wait for it.
   bool SilentLocked(const Session& s) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // `s` answered a drain, attached a new stream or ended: not silent.
+  // `s` answered a drain promptly, attached a new stream or ended: not
+  // silent.
   void HearFromLocked(Session& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `s` let a drain request time out, or answered it slowly (later than
+  // half the bound): one step towards silent.
+  void StrikeLocked(Session& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A drain in flight for a group at, above or below `over_path`.
   bool OverlapsDrainLocked(absl::string_view over_path) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

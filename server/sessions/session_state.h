@@ -16,6 +16,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/time/time.h"
 #include "engine/group_handle.h"
 #include "engine/remote_stock.h"
 #include "engine/types.h"
@@ -60,6 +61,9 @@ struct SessionRegistry::Session {
   // Silent, and a drain request is out to it: no other is sent until it
   // answers (a client that never reads must not pile requests up).
   bool silent_request_out = false;
+  // When the last drain request went out to it: an answer later than half
+  // the bound after it is slow (DrainAnswer), a step towards silent.
+  absl::Time last_request_at = absl::InfinitePast();
   // Engine ids of the peak watermarks it owns (SessionRegistry::
   // watermarks_ has each).
   absl::flat_hash_set<uint64_t> watermarks;

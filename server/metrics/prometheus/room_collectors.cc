@@ -179,10 +179,16 @@ class SessionMetrics final : public prometheus::Collectable {
                  {{"result", "unneeded"}}),
          counter(static_cast<double>(s.drain_requests_not_awaited),
                  {{"result", "not_awaited"}})});
+    add("cgacct_session_drain_answers_slow_total",
+        "Drain answers that came later than half of "
+        "--session_drain_timeout_ms after their request: each is a step "
+        "towards silent, as a request left unanswered is.",
+        MetricType::Counter,
+        {counter(static_cast<double>(s.drain_answers_slow))});
     add("cgacct_sessions_silent",
-        "Sessions that left 2 drain requests in a row unanswered: charges "
-        "no longer wait for them until they answer one or attach a new "
-        "stream.",
+        "Sessions that left 2 drain requests in a row unanswered or "
+        "answered slowly: charges no longer wait for them until they answer "
+        "one promptly or attach a new stream.",
         MetricType::Gauge,
         {GaugeMetric(static_cast<double>(s.sessions_silent))});
     add("cgacct_sessions_silenced_total",

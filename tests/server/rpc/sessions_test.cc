@@ -979,6 +979,46 @@ TEST_F(SessionsTest, ASilentSessionStopsDelayingOthersAfterTwoMisses) {
   EXPECT_THAT(Metrics(), HasSubstr("cgacct_sessions_silent 0"));
 }
 
+// Issue 22's attack round: a session that answers every drain request, but
+// just inside the bound (here 150 ms of 200), is silenced as one that never
+// answers is: an answer later than half the bound counts as a miss. Before,
+// it reset the count each time, and every refused charge of another tenant
+// under the shared max waited for it (20.9 ms per charge at the 20 ms
+// default, measured by the attack round).
+TEST_F(SessionsTest, ASessionAnsweringLateIsSilencedToo) {
+  constexpr absl::Duration kBound = absl::Milliseconds(200);
+  StartWithDrainTimeout(kBound);
+  const std::string id = SessionHoldingMostOfD("/d/t");
+  DrainResponder late(stub_.get(), id, "/d/t", /*pages=*/0, /*answer=*/true,
+                      /*answer_after=*/absl::Milliseconds(150));
+  std::vector<absl::Duration> took;
+  for (int i = 0; i < 8; ++i) {
+    const absl::Time start = absl::Now();
+    EXPECT_EQ(Charge("/d/c", 8, "").error_code(),
+              grpc::StatusCode::RESOURCE_EXHAUSTED);
+    took.push_back(absl::Now() - start);
+  }
+  std::printf("refused charges at max with a late session, bound %s:",
+              absl::FormatDuration(kBound).c_str());
+  for (absl::Duration d : took)
+    std::printf(" %s", absl::FormatDuration(d).c_str());
+  std::printf("\n");
+  // The first two waited for its answers (150 ms), the rest for nobody.
+  EXPECT_GE(took[0], absl::Milliseconds(140));
+  EXPECT_GE(took[1], absl::Milliseconds(140));
+  for (size_t i = 2; i < took.size(); ++i) EXPECT_LT(took[i], kBound / 4) << i;
+  const std::string metrics = Metrics();
+  EXPECT_THAT(metrics, HasSubstr("cgacct_sessions_silent 1"));
+  EXPECT_THAT(metrics, HasSubstr("cgacct_sessions_silenced_total 1"));
+  EXPECT_THAT(metrics,
+              HasSubstr("cgacct_session_drain_requests_total{result="
+                        "\"timeout\"} 0"));
+  EXPECT_EQ(Stats("/d").events().oom(), 8u);
+  ASSERT_TRUE(Close(id).ok());
+  EXPECT_TRUE(late.Finish().ok());
+  EXPECT_THAT(Metrics(), HasSubstr("cgacct_session_drain_answers_slow_total"));
+}
+
 // The charge waiting for drain answers holds a group-tree reader slot; a
 // CreateGroup arriving meanwhile waits for that slot as writer (and, while
 // it waits, holds the slots before it, blocking readers there). The answer
