@@ -306,6 +306,9 @@ void Daemon::Reload() {
     return;
   }
   authorizer_->Reload(std::move(reloaded->tokens), std::move(reloaded->policy));
+  // Open WatchEvents streams check their caller's access again now, not at
+  // their group's next event (a revoked tenant's stream ends at once).
+  events_hub_.NotifyAll();
   std::fprintf(stderr, "cgacctd: SIGHUP: tokens and policy reloaded\n");
 }
 

@@ -663,6 +663,59 @@ TEST(CgacctdAuthTest, MtlsTokensPolicyAndSighupReload) {
                                              "reloaded"));
 }
 
+// A revoked tenant's open WatchEvents stream ends at the SIGHUP that revokes
+// it, not at its group's next event (issue 22's attack round: the stream
+// was still open 20 s after the reload, with no event on the group).
+TEST(CgacctdAuthTest, SighupEndsARevokedTenantsWatchEventsAtOnce) {
+  test_util::TestCerts certs;
+  ASSERT_TRUE(certs.ok());
+  const std::string tokens = certs.Path("tokens");
+  const std::string policy = certs.Path("policy");
+  WriteFile(tokens,
+            "a a-token-0123456789abcdef\nops ops-token-0123456789abcdef\n");
+  WriteFile(policy, "token:a rw /a\ntoken:ops admin\n");
+  Daemon daemon({"--listen=127.0.0.1:0", "--tokens_file=" + tokens,
+                 "--authz_policy=" + policy});
+  const std::string line = daemon.ReadStdoutLine(kTimeout);
+  const int port = PortOf(line);
+  ASSERT_GT(port, 0) << line;
+  auto stub = cgacct::v1::Accounting::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
+  auto context = [](const std::string& token) {
+    auto c = std::make_unique<grpc::ClientContext>();
+    c->set_deadline(std::chrono::system_clock::now() +
+                    std::chrono::seconds(30));
+    c->AddMetadata("authorization", "Bearer " + token);
+    return c;
+  };
+  {
+    cgacct::v1::CreateGroupRequest request;
+    request.set_path("/a");
+    cgacct::v1::Group group;
+    auto c = context("ops-token-0123456789abcdef");
+    ASSERT_TRUE(stub->CreateGroup(c.get(), request, &group).ok());
+  }
+  auto watch_context = context("a-token-0123456789abcdef");
+  cgacct::v1::WatchEventsRequest request;
+  request.set_path("/a");
+  auto reader = stub->WatchEvents(watch_context.get(), request);
+  cgacct::v1::EventsUpdate update;
+  ASSERT_TRUE(reader->Read(&update));  // the current counts
+  WriteFile(policy, "token:ops admin\n");
+  const auto revoked_at = std::chrono::steady_clock::now();
+  daemon.Signal(SIGHUP);
+  // No event happens on /a: only the reload can end the stream.
+  while (reader->Read(&update)) {
+  }
+  const grpc::Status ended = reader->Finish();
+  const auto took = std::chrono::steady_clock::now() - revoked_at;
+  EXPECT_EQ(ended.error_code(), grpc::StatusCode::PERMISSION_DENIED)
+      << ended.error_message();
+  EXPECT_LT(took, std::chrono::seconds(5));
+  daemon.Signal(SIGINT);
+  EXPECT_EQ(daemon.WaitExit(kTimeout), 0) << daemon.ReadStderr();
+}
+
 // /metrics of a server with access control: loopback only, or a token.
 TEST(CgacctdAuthTest, MetricsOffLoopbackNeedsAToken) {
   test_util::TestCerts certs;
