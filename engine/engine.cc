@@ -67,6 +67,9 @@ absl::StatusOr<UnchargeResult> Engine::Uncharge(absl::string_view path,
 absl::StatusOr<GroupHandle> Engine::ResolveGroup(absl::string_view path) const {
   return impl_->memcg.tree().Resolve(path);
 }
+std::vector<uint64_t> Engine::DyingGroupIds() const {
+  return impl_->memcg.tree().DyingGroupIds();
+}
 absl::StatusOr<ChargeResult> Engine::Charge(GroupHandle group,
                                             uint64_t nr_pages, PageKind kind,
                                             std::optional<int> cpu) {

@@ -190,6 +190,12 @@ class Engine {
   // Errors: INVALID_ARGUMENT bad path; NOT_FOUND no such group.
   absl::StatusOr<GroupHandle> ResolveGroup(absl::string_view path) const;
 
+  // The ids (GroupInfo::id) of the groups DeleteGroup took offline that
+  // pages are still charged to (the kernel's dying memcgs; one that holds
+  // none any more, freed at the next CreateGroup or DeleteGroup, is not
+  // listed), oldest first. O(dying groups); thread-safe.
+  std::vector<uint64_t> DyingGroupIds() const;
+
   // Charge(path, ...) on a resolved group: same semantics, results and
   // errors, except NOT_FOUND means the handle's group was deleted (or the
   // handle is empty). Thread-safe; the fast path (a charge the CPU's stock

@@ -205,6 +205,18 @@ void GroupTree::Remove(Group* group) {
   nr_dying_groups_.fetch_sub(1, std::memory_order_relaxed);
 }
 
+std::vector<uint64_t> GroupTree::DyingGroupIds() const {
+  PercpuReaderLock l(&lock_, CurrentCpu(nr_cpus_));
+  std::vector<uint64_t> out;
+  out.reserve(dying_.size());
+  for (const std::unique_ptr<Group>& g : dying_) {
+    // Holding nothing: freed at the next CreateGroup or DeleteGroup.
+    if (g->memory().Read() == 0 && !g->has_children()) continue;
+    out.push_back(g->id());
+  }
+  return out;
+}
+
 std::vector<Group*> GroupTree::DyingGroups() const {
   std::vector<Group*> out;
   out.reserve(dying_.size());

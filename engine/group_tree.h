@@ -81,6 +81,9 @@ class GroupTree {
     return HandleNotFound(handle);
   }
 
+  // Engine::DyingGroupIds(): the ids of the offline groups not yet freed.
+  // Takes a reader slot.
+  std::vector<uint64_t> DyingGroupIds() const;
   // Engine::ResolveGroup(): the handle of the group at `path`.
   absl::StatusOr<GroupHandle> Resolve(absl::string_view path) const
       ABSL_LOCKS_EXCLUDED(lock_);

@@ -47,6 +47,21 @@ uint32_t GroupOps::GroupsOf(absl::string_view identity) const {
   return it == created_.end() ? 0 : it->second;
 }
 
+void GroupOps::ForgetFreedDyingLocked() {
+  if (dying_creators_.empty()) return;
+  const std::vector<uint64_t> ids = engine_.DyingGroupIds();
+  const absl::flat_hash_set<uint64_t> dying(ids.begin(), ids.end());
+  for (auto it = dying_creators_.begin(); it != dying_creators_.end();) {
+    if (dying.contains(it->first)) {
+      ++it;
+      continue;
+    }
+    auto count = created_.find(it->second);
+    if (count != created_.end() && --count->second == 0) created_.erase(count);
+    dying_creators_.erase(it++);
+  }
+}
+
 absl::StatusOr<RestoreReport> GroupOps::Restore(DedupTable& request_ids,
                                                 DedupTable& batch_keys) {
   RestoreReport report;
@@ -143,10 +158,20 @@ absl::Status GroupOps::Create(const CallContext& call,
   if (tenant && max_groups_per_identity_ != 0) {
     auto it = created_.find(call.identity());
     if (it != created_.end() && it->second >= max_groups_per_identity_) {
+      // At the bound: the dying groups freed since no longer count.
+      ForgetFreedDyingLocked();
+      it = created_.find(call.identity());
+    }
+    if (it != created_.end() && it->second >= max_groups_per_identity_) {
+      uint32_t dying = 0;
+      for (const auto& [id, identity] : dying_creators_)
+        dying += identity == call.identity() ? 1 : 0;
       return absl::ResourceExhaustedError(absl::StrCat(
           "identity \"", call.identity(), "\" has ", it->second,
           " groups, at most ", max_groups_per_identity_,
-          " (--max_groups_per_identity); delete one first"));
+          " (--max_groups_per_identity), ", dying,
+          " of them deleted but still charged (dying); delete one, or "
+          "uncharge what a deleted one still holds, first"));
     }
   }
   absl::StatusOr<GroupInfo> group = engine_.CreateGroup(
@@ -229,10 +254,20 @@ absl::Status GroupOps::Delete(const CallContext& call,
       absl::MutexLock g(&generations_mu_);
       generations_.erase(handle->id());
     }
-    // The creator's count goes down, whoever deletes it.
+    // The creator's count goes down, whoever deletes it, once the engine
+    // frees the group: a group deleted with pages still charged stays in
+    // the engine, dying (the kernel's dying memcg), until they are
+    // uncharged, and counts until then (ForgetFreedDyingLocked). Otherwise
+    // create, charge, delete, repeated, left any number of groups in the
+    // engine within the bound.
     if (auto creator = creators_.find(handle->id()); creator != creators_.end()) {
-      auto count = created_.find(creator->second);
-      if (count != created_.end() && --count->second == 0) created_.erase(count);
+      if (*reparented > 0) {
+        dying_creators_[handle->id()] = creator->second;
+      } else {
+        auto count = created_.find(creator->second);
+        if (count != created_.end() && --count->second == 0)
+          created_.erase(count);
+      }
       creators_.erase(creator);
     }
     // The engine gave the group's pages to its parent: so do the sessions.

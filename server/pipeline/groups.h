@@ -20,6 +20,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -109,7 +110,8 @@ class GroupOps {
 
   // Groups `identity` created that still exist, restored ones included (the
   // store keeps each group's creator; groups stored before schema 4 count
-  // for nobody).
+  // for nobody), and deleted ones the engine still holds, dying (counted
+  // until a create at the bound finds them freed).
   uint32_t GroupsOf(absl::string_view identity) const
       ABSL_LOCKS_EXCLUDED(config_mu_);
 
@@ -137,6 +139,12 @@ class GroupOps {
       ABSL_GUARDED_BY(config_mu_);
   absl::flat_hash_map<std::string, uint32_t> created_
       ABSL_GUARDED_BY(config_mu_);
+  // Engine id -> creator of the tenants' groups deleted with pages still
+  // charged (dying in the engine): counted in created_ until freed.
+  absl::flat_hash_map<uint64_t, std::string> dying_creators_
+      ABSL_GUARDED_BY(config_mu_);
+  // Drops from created_ the dying groups the engine has freed since.
+  void ForgetFreedDyingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(config_mu_);
   // Engine group id -> the group's store generation.
   mutable absl::Mutex generations_mu_;
   absl::flat_hash_map<uint64_t, uint64_t> generations_
