@@ -144,6 +144,11 @@ ABSL_FLAG(uint32_t, max_in_flight_per_identity,
           "concurrent in-flight messages (unary calls, stream requests not "
           "yet answered) per caller identity; more are shed with "
           "RESOURCE_EXHAUSTED; 0 = no limit");
+ABSL_FLAG(uint64_t, max_in_flight_bytes_per_identity,
+          cgacct::kDefaultMaxInFlightBytesPerIdentity,
+          "encoded bytes of a caller identity's in-flight messages; a message "
+          "that would pass it is shed with RESOURCE_EXHAUSTED (one alone is "
+          "always admitted); 0 = no limit");
 ABSL_FLAG(uint32_t, max_message_bytes, 4u << 20,
           "largest gRPC request or response message in bytes, 4096 .. "
           "2147483647 (gRPC answers RESOURCE_EXHAUSTED above it)");
@@ -281,6 +286,8 @@ absl::Status LimitsFromFlags(DaemonConfig* config) {
       absl::GetFlag(FLAGS_max_streams_per_identity);
   service.limits.max_in_flight_per_identity =
       absl::GetFlag(FLAGS_max_in_flight_per_identity);
+  service.limits.max_in_flight_bytes_per_identity =
+      absl::GetFlag(FLAGS_max_in_flight_bytes_per_identity);
   service.transport.max_message_bytes = max_message_bytes;
   service.transport.max_concurrent_streams_per_connection =
       streams_per_connection;
@@ -381,6 +388,7 @@ void ParseDaemonFlags(int argc, char** argv) {
       "          [--max_groups_per_identity=10000]\n"
       "          [--max_peak_watermarks_per_identity=1024]\n"
       "          [--max_in_flight_per_identity=1024]\n"
+      "          [--max_in_flight_bytes_per_identity=67108864]\n"
       "          [--max_message_bytes=4194304]\n"
       "          [--max_concurrent_streams_per_connection=100]\n"
       "          [--memory_trim_interval=1s]\n"

@@ -65,6 +65,8 @@ const char* ShedReasonName(ShedReason reason) {
       return "streams_per_identity";
     case ShedReason::kInFlightPerIdentity:
       return "in_flight_per_identity";
+    case ShedReason::kInFlightBytesPerIdentity:
+      return "in_flight_bytes_per_identity";
   }
   return "unknown";
 }

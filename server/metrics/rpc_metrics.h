@@ -52,9 +52,11 @@ std::string StatusCodeName(int code);
 enum class ShedReason : uint8_t {
   kStreamsPerIdentity,
   kInFlightPerIdentity,
+  kInFlightBytesPerIdentity,
 };
-inline constexpr int kNrShedReasons = 2;
-// "streams_per_identity", "in_flight_per_identity".
+inline constexpr int kNrShedReasons = 3;
+// "streams_per_identity", "in_flight_per_identity",
+// "in_flight_bytes_per_identity".
 const char* ShedReasonName(ShedReason reason);
 
 // Per-method, per-code handled counts and per-method handling latency of the

@@ -16,7 +16,12 @@
 //    waits), and a ChargeStream request from the moment it is read until its
 //    response has been written, so a client that does not read its responses
 //    holds its permits. A stream holds at most two (docs/DESIGN.md §4.6).
-//    GetEngineInfo is never shed (readiness probes use it).
+//    GetEngineInfo is never shed (readiness probes use it);
+//  - in-flight bytes: the encoded size of those messages. A tenant's large
+//    requests (a ChargeBatch may be 4 MiB on the wire, several times that
+//    decoded) are bounded in bytes, not only in number: 1024 of them are
+//    4 GiB. A message is admitted when the identity holds no bytes, so one
+//    larger than the bound still gets through, alone.
 //
 // The identity is the caller's (Caller::identity(), server/auth/
 // authorizer.h): "" for anonymous callers, who share the anonymous
@@ -55,6 +60,8 @@ std::optional<ShedReason> ShedReasonOf(const absl::Status& status);
 // Defaults of the flags of the same names (docs/DESIGN.md §6.1).
 inline constexpr uint32_t kDefaultMaxStreamsPerIdentity = 256;
 inline constexpr uint32_t kDefaultMaxInFlightPerIdentity = 1024;
+inline constexpr uint64_t kDefaultMaxInFlightBytesPerIdentity = uint64_t{64}
+                                                                << 20;
 
 class CallLimiter {
  public:
@@ -64,6 +71,9 @@ class CallLimiter {
     // Concurrent in-flight messages per identity (see the file comment);
     // 0 = no limit.
     uint32_t max_in_flight_per_identity = kDefaultMaxInFlightPerIdentity;
+    // Encoded bytes of those messages per identity; 0 = no limit.
+    uint64_t max_in_flight_bytes_per_identity =
+        kDefaultMaxInFlightBytesPerIdentity;
   };
 
   enum class Kind : uint8_t { kStream, kInFlight };
@@ -84,26 +94,34 @@ class CallLimiter {
 
    private:
     friend class CallLimiter;
-    Permit(CallLimiter* limiter, std::string identity, Kind kind)
-        : limiter_(limiter), identity_(std::move(identity)), kind_(kind) {}
+    Permit(CallLimiter* limiter, std::string identity, Kind kind,
+           uint64_t bytes)
+        : limiter_(limiter),
+          identity_(std::move(identity)),
+          kind_(kind),
+          bytes_(bytes) {}
 
     CallLimiter* limiter_ = nullptr;
     std::string identity_;
     Kind kind_ = Kind::kInFlight;
+    uint64_t bytes_ = 0;  // in-flight bytes it holds
   };
 
   explicit CallLimiter(Options options) : options_(options) {}
   CallLimiter(const CallLimiter&) = delete;
   CallLimiter& operator=(const CallLimiter&) = delete;
 
-  // Admits one more stream / in-flight message of `identity`, or returns
-  // RESOURCE_EXHAUSTED ("cgacctd is shedding load: ...") carrying the
-  // ShedReason (ShedReasonOf()). Outstanding Permits must be gone before the
-  // limiter is destroyed.
-  absl::StatusOr<Permit> Acquire(Kind kind, absl::string_view identity);
+  // Admits one more stream / in-flight message of `identity` (a message of
+  // `message_bytes` encoded bytes), or returns RESOURCE_EXHAUSTED ("cgacctd
+  // is shedding load: ...") carrying the ShedReason (ShedReasonOf()).
+  // Outstanding Permits must be gone before the limiter is destroyed.
+  absl::StatusOr<Permit> Acquire(Kind kind, absl::string_view identity,
+                                 uint64_t message_bytes = 0);
 
   // Units held now by `identity` (tests, metrics).
   uint32_t InUse(Kind kind, absl::string_view identity) const;
+  // In-flight message bytes held now by `identity` (tests).
+  uint64_t BytesInUse(absl::string_view identity) const;
 
   const Options& options() const { return options_; }
 
@@ -111,8 +129,9 @@ class CallLimiter {
   struct Counts {
     uint32_t streams = 0;
     uint32_t in_flight = 0;
+    uint64_t in_flight_bytes = 0;
   };
-  void Give(Kind kind, const std::string& identity);
+  void Give(Kind kind, const std::string& identity, uint64_t bytes);
 
   const Options options_;
   mutable absl::Mutex mu_;

@@ -106,7 +106,8 @@ absl::Status Pipeline::RecheckWatch(CallContext& call,
   return Authorize(authorizer_, call.caller(), Access::kRead, path);
 }
 
-absl::Status Pipeline::Admit(CallContext& call, Admission admission) {
+absl::Status Pipeline::Admit(CallContext& call, Admission admission,
+                             uint64_t message_bytes) {
   if (admission == Admission::kProbe) {
     call.admitted = true;
     return absl::OkStatus();
@@ -125,7 +126,7 @@ absl::Status Pipeline::Admit(CallContext& call, Admission admission) {
   absl::StatusOr<CallLimiter::Permit> permit =
       admission == Admission::kStream
           ? limiter_.Acquire(CallLimiter::Kind::kStream, call.identity())
-          : AdmitMessage(call);
+          : AdmitMessage(call, message_bytes);
   if (!permit.ok()) {
     if (admission == Admission::kStream) {
       if (std::optional<ShedReason> reason = ShedReasonOf(permit.status()))
@@ -139,9 +140,9 @@ absl::Status Pipeline::Admit(CallContext& call, Admission admission) {
 }
 
 absl::StatusOr<CallLimiter::Permit> Pipeline::AdmitMessage(
-    const CallContext& call) {
-  absl::StatusOr<CallLimiter::Permit> permit =
-      limiter_.Acquire(CallLimiter::Kind::kInFlight, call.identity());
+    const CallContext& call, uint64_t message_bytes) {
+  absl::StatusOr<CallLimiter::Permit> permit = limiter_.Acquire(
+      CallLimiter::Kind::kInFlight, call.identity(), message_bytes);
   if (!permit.ok()) {
     if (std::optional<ShedReason> reason = ShedReasonOf(permit.status()))
       rpc_metrics_.RecordShed(*reason);

@@ -129,11 +129,16 @@ class Pipeline {
   // Admission: UNAVAILABLE after BeginShutdown(), DEADLINE_EXCEEDED past
   // the deadline, RESOURCE_EXHAUSTED over the caller's limit (shed:
   // ShedReasonOf() says why; counted). Sets call.permit and call.admitted.
-  absl::Status Admit(CallContext& call, Admission admission);
-  // One message of an admitted stream (a ChargeStream request): an
-  // in-flight permit of the stream's caller, or RESOURCE_EXHAUSTED (shed,
-  // counted). The stream checks shutdown and its deadline itself.
-  absl::StatusOr<CallLimiter::Permit> AdmitMessage(const CallContext& call);
+  // `message_bytes`: a unary call's encoded request size (counted against
+  // --max_in_flight_bytes_per_identity).
+  absl::Status Admit(CallContext& call, Admission admission,
+                     uint64_t message_bytes = 0);
+  // One message of an admitted stream (a ChargeStream request of
+  // `message_bytes` encoded bytes): an in-flight permit of the stream's
+  // caller, or RESOURCE_EXHAUSTED (shed, counted). The stream checks
+  // shutdown and its deadline itself.
+  absl::StatusOr<CallLimiter::Permit> AdmitMessage(const CallContext& call,
+                                                   uint64_t message_bytes);
   // A stream's caller after access control was reloaded: when the
   // Authorizer's generation moved since `call` was authenticated, its
   // credentials are authenticated again against the new configuration

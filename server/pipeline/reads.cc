@@ -127,6 +127,8 @@ void ReadOps::GetEngineInfo(const CallContext& call,
       limiter_.options().max_streams_per_identity);
   response->set_max_in_flight_per_identity(
       limiter_.options().max_in_flight_per_identity);
+  response->set_max_in_flight_bytes_per_identity(
+      limiter_.options().max_in_flight_bytes_per_identity);
   response->set_max_message_bytes(transport_.max_message_bytes);
   response->set_max_concurrent_streams_per_connection(
       transport_.max_concurrent_streams_per_connection);

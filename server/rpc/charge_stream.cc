@@ -148,7 +148,7 @@ class ChargeStreamReactor final
     refused = pipeline_.Reauthenticate(call_, &reauthenticated);
     if (reauthenticated && refused.ok()) runner_->SetCaller(call_.caller());
     absl::StatusOr<CallLimiter::Permit> admitted =
-        refused.ok() ? pipeline_.AdmitMessage(call_)
+        refused.ok() ? pipeline_.AdmitMessage(call_, request_bytes_.Length())
                      : absl::StatusOr<CallLimiter::Permit>(refused);
     if (admitted.ok()) {
       permit = *std::move(admitted);

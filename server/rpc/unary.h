@@ -44,7 +44,7 @@ template <typename Request>
 absl::Status Prologue(Pipeline& pipeline, CallContext& call,
                       Admission admission, const grpc::ByteBuffer& bytes,
                       Request* request) {
-  absl::Status status = pipeline.Admit(call, admission);
+  absl::Status status = pipeline.Admit(call, admission, bytes.Length());
   if (status.ok()) status = pipeline.Authenticate(call);
   // A call reset before its request arrived (an HTTP/2 rapid-reset flood)
   // gets here with no message: INVALID_ARGUMENT "... carried no request

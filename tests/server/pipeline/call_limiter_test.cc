@@ -54,6 +54,43 @@ TEST(CallLimiterTest, AdmitsUpToTheLimitPerIdentityThenSheds) {
   EXPECT_EQ(limiter.InUse(Kind::kStream, ""), 1u);  // the temporary went
 }
 
+// Issue 22's attack round (row 11a): 200 concurrent 4 MB ChargeBatches of
+// one tenant, within its 1024 messages, took cgacctd from 57 to 877 MB. The
+// bytes of an identity's in-flight messages are bounded too: a message that
+// would pass the bound is shed (one alone always passes), other identities
+// are unaffected, and a permit's bytes come back with it.
+TEST(CallLimiterTest, InFlightBytesAreBoundedPerIdentity) {
+  CallLimiter::Options options;
+  options.max_in_flight_bytes_per_identity = 10 << 20;
+  CallLimiter limiter(options);
+  std::vector<CallLimiter::Permit> held;
+  for (int i = 0; i < 2; ++i) {
+    absl::StatusOr<CallLimiter::Permit> p =
+        limiter.Acquire(Kind::kInFlight, "a", 4 << 20);
+    ASSERT_TRUE(p.ok()) << i;
+    held.push_back(*std::move(p));
+  }
+  EXPECT_EQ(limiter.BytesInUse("a"), uint64_t{8} << 20);
+  absl::StatusOr<CallLimiter::Permit> third =
+      limiter.Acquire(Kind::kInFlight, "a", 4 << 20);
+  ASSERT_FALSE(third.ok());
+  EXPECT_EQ(ShedReasonOf(third.status()),
+            ShedReason::kInFlightBytesPerIdentity);
+  EXPECT_THAT(third.status().message(),
+              HasSubstr("--max_in_flight_bytes_per_identity"));
+  EXPECT_EQ(limiter.InUse(Kind::kInFlight, "a"), 2u);  // nothing taken
+  // Small messages still fit; another identity has its own bytes.
+  EXPECT_TRUE(limiter.Acquire(Kind::kInFlight, "a", 1 << 20).ok());
+  EXPECT_TRUE(limiter.Acquire(Kind::kInFlight, "b", 9 << 20).ok());
+  held.pop_back();
+  EXPECT_EQ(limiter.BytesInUse("a"), uint64_t{4} << 20);
+  EXPECT_TRUE(limiter.Acquire(Kind::kInFlight, "a", 4 << 20).ok());
+  held.clear();
+  EXPECT_EQ(limiter.BytesInUse("a"), 0u);
+  // One message larger than the bound, alone, is admitted.
+  EXPECT_TRUE(limiter.Acquire(Kind::kInFlight, "a", 16 << 20).ok());
+}
+
 TEST(CallLimiterTest, ZeroMeansNoLimit) {
   CallLimiter::Options options;
   options.max_streams_per_identity = 0;
