@@ -290,17 +290,18 @@ absl::Status MemoryController::TryChargeMemcg(Group* g, uint64_t nr_pages,
       drained = true;
       continue;
     }
-    // The network drain gave pages back, yet the charge still does not
-    // fit: a concurrent charge took the room they made (the pages are
-    // uncharged, then this charge retries; a client's batch can take them
-    // in between, the window being a network round trip wide). Pages coming
-    // back are progress, as reclaim's are: ask again, at most
-    // kMaxRemoteDrainRounds more rounds (each may wait up to the drainer's
-    // bound: a client trickling a page per answer must not hold a charge
-    // for many bounds). The kernel drains once per charge; its
-    // per-CPU stocks refill in nanoseconds, not across a network, and this
-    // drain has no kernel counterpart (README's kernel table).
-    if (remote_returned > 0 && remote_rounds > 0 &&
+    // The network drain gave back enough for this charge, yet it still
+    // does not fit: a concurrent charge took the room they made (the pages
+    // are uncharged, then this charge retries; a client's batch can take
+    // them in between, the window being a network round trip wide). Ask
+    // again, at most kMaxRemoteDrainRounds more rounds (each may wait up to
+    // the drainer's bound). Not when less came back than the charge needs:
+    // a client trickling a page per answer (then charging it again) would
+    // otherwise hold every refused charge for several of its answers. The
+    // kernel drains once per charge; its per-CPU stocks refill in
+    // nanoseconds, not across a network, and this drain has no kernel
+    // counterpart (README's kernel table).
+    if (remote_returned >= nr_pages && remote_rounds > 0 &&
         over->memory().Margin() < nr_pages) {
       --remote_rounds;
       remote_returned = 0;

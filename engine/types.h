@@ -24,8 +24,9 @@ inline constexpr int kNrStockSlots = 7;
 inline constexpr int kMaxReclaimRetries = 16;
 // No kernel counterpart: how many more times one charge asks the remote
 // drainer (drain_all_stock() over the network, engine/remote_stock.h) after
-// a drain that gave pages back but left no room (MemoryController::
-// TryChargeMemcg). The kernel drains once per charge.
+// a drain that gave back what the charge needs but left no room (a
+// concurrent charge took it; MemoryController::TryChargeMemcg). The kernel
+// drains once per charge.
 inline constexpr int kMaxRemoteDrainRounds = 2;
 // 1 << PAGE_ALLOC_COSTLY_ORDER (include/linux/mmzone.h, order 3): the largest
 // charge, in pages, that is not "costly". A costly charge that fails does not
