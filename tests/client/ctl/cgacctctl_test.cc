@@ -139,7 +139,8 @@ TEST_F(CgacctctlTest, HelpHasTheCommandsAndTheExitStatusTable) {
   Ctl ctl({"--help"});
   EXPECT_EQ(ctl.Wait(), 1);
   for (const char* text :
-       {"cat PATH FILE", "set PATH memory.max=SIZE", "reclaim PATH SIZE",
+       {"cat PATH FILE", "set PATH FILE=VALUE", "memory.max=SIZE",
+        "reclaim PATH SIZE",
         "events PATH", "tree [PATH]", "top [PATH]", "peak PATH",
         "memory.oom.group", "exit status: 0 ok",
         "2 usage", "3 not found", "4 refused", "5 unavailable",
