@@ -112,11 +112,17 @@ struct Client::Impl : internal::SessionLink::Handler {
   // its batch stocked).
   void SawCharge(uint64_t gen) ABSL_LOCKS_EXCLUDED(seen_mu) {
     absl::MutexLock l(&seen_mu);
+    ++ChargesSeenLocked(gen);
+  }
+
+  // charges_seen for generation `gen` (a new generation counts from 0).
+  uint64_t& ChargesSeenLocked(uint64_t gen)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(seen_mu) {
     if (gen != seen_gen) {
       seen_gen = gen;
       charges_seen = 0;
     }
-    ++charges_seen;
+    return charges_seen;
   }
 
   // How long a drain waits for refills in flight (see WaitForRefills):
@@ -128,10 +134,10 @@ struct Client::Impl : internal::SessionLink::Handler {
   // client has read the `applied` successful Charge answers the server had
   // sent in session generation `gen`, so the batches they carry are in the
   // stock and go back with the drain, and until no ReturnPages is under way
-  // (those pages reach the server's counters before the drain's answer). Where the kernel's drain work cannot
-  // run between a CPU's charge and its refill_stock() (both are inside its
-  // local lock), a client's Charge answer is on the network between the
-  // two: without this, a drain found the stock empty, the charge at max
+  // (those pages reach the server's counters before the drain's answer).
+  // Where the kernel's drain work cannot run between a CPU's charge and its
+  // refill_stock() (both are inside its local lock), a client's Charge
+  // answer is on the network between the two: without this, a drain found the stock empty, the charge at max
   // failed, and the batch landed in the stock a moment later. An answer
   // that never comes (its call failed after the server applied it; the
   // books are reconciled later) is counted as read once the wait ends, so
@@ -145,11 +151,8 @@ struct Client::Impl : internal::SessionLink::Handler {
     };
     if (all_read()) return;
     seen_mu.AwaitWithTimeout(absl::Condition(&all_read), kRefillWait);
-    if (seen_gen != gen) {
-      seen_gen = gen;
-      charges_seen = 0;
-    }
-    charges_seen = std::max(charges_seen, applied);
+    uint64_t& seen = ChargesSeenLocked(gen);
+    seen = std::max(seen, applied);
   }
 
   // Gives `pages` back to the server with Uncharge RPCs (caller holds

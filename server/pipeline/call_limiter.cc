@@ -59,14 +59,14 @@ absl::StatusOr<CallLimiter::Permit> CallLimiter::Acquire(
     Counts& counts = counts_[identity];
     uint32_t& used = stream ? counts.streams : counts.in_flight;
     bytes_held = counts.in_flight_bytes;
+    // One message alone always passes (bytes_held == 0).
     over_bytes = bytes_limit != 0 && bytes_held != 0 &&
-                 bytes > bytes_limit - std::min(bytes_held, bytes_limit);
+                 bytes_held + bytes > bytes_limit;
     if ((limit == 0 || used < limit) && !over_bytes) {
       ++used;
       counts.in_flight_bytes += bytes;
       return Permit(this, std::string(identity), kind, bytes);
     }
-    if (counts.streams == 0 && counts.in_flight == 0) counts_.erase(identity);
   }
   const ShedReason reason = stream ? ShedReason::kStreamsPerIdentity
                             : over_bytes

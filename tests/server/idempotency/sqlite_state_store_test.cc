@@ -199,6 +199,29 @@ std::string Sqlite(const std::string& file, const std::string& sql) {
   return out;
 }
 
+// SQL that turns a store of the current schema holding `groups` (matched by
+// generation) into what a cgacctd of schema `version` (2 or 3) wrote: the
+// columns added since dropped, each row's checksum and schema_version as
+// that schema computed them.
+std::string AsWrittenBySchemaSql(int version,
+                                 const std::vector<StoredGroup>& groups) {
+  std::string sql;
+  if (version < 3) sql += "ALTER TABLE groups DROP COLUMN oom_group;";
+  if (version < 4) sql += "ALTER TABLE groups DROP COLUMN creator;";
+  for (const StoredGroup& g : groups) {
+    absl::StrAppend(
+        &sql, "UPDATE groups SET checksum = ",
+        sqlite_rows::ToDb(sqlite_rows::GroupRowChecksum(g, version)),
+        " WHERE generation = ", g.generation, ";");
+  }
+  const std::string v = absl::StrCat(version);
+  absl::StrAppend(
+      &sql, "UPDATE meta SET value = '", v, "', checksum = ",
+      sqlite_rows::ToDb(sqlite_rows::MetaRowChecksum("schema_version", v)),
+      " WHERE key = 'schema_version';");
+  return sql;
+}
+
 int64_t FileBytes(const std::string& path) {
   struct stat st;
   return stat(path.c_str(), &st) == 0 ? static_cast<int64_t>(st.st_size) : 0;
@@ -698,21 +721,9 @@ TEST_F(SqliteStateStoreTest, ASchemaTwoStoreIsUpgradedKeepingItsRows) {
             .ok());
   }
   // Rewritten as cgacctd of schema 2 would have written it.
-  StoredGroup a{"/a", MakeLimits(9, 8, 1, 2), 1, false, ""};
-  StoredGroup b{"/a/b", MakeLimits(5, 5, 0, 0), 2, false, ""};
-  const int64_t a_sum = sqlite_rows::ToDb(sqlite_rows::GroupRowChecksum(a, 2));
-  const int64_t b_sum = sqlite_rows::ToDb(sqlite_rows::GroupRowChecksum(b, 2));
-  const int64_t meta_sum = sqlite_rows::ToDb(
-      sqlite_rows::MetaRowChecksum("schema_version", "2"));
-  ASSERT_EQ(Sqlite(db, absl::StrCat(
-                           "ALTER TABLE groups DROP COLUMN oom_group;"
-                           "ALTER TABLE groups DROP COLUMN creator;"
-                           "UPDATE groups SET checksum = ", a_sum,
-                           " WHERE generation = 1;"
-                           "UPDATE groups SET checksum = ", b_sum,
-                           " WHERE generation = 2;"
-                           "UPDATE meta SET value = '2', checksum = ", meta_sum,
-                           " WHERE key = 'schema_version';")),
+  ASSERT_EQ(Sqlite(db, AsWrittenBySchemaSql(
+                           2, {{"/a", MakeLimits(9, 8, 1, 2), 1, false, ""},
+                               {"/a/b", MakeLimits(5, 5, 0, 0), 2, false, ""}})),
             "");
   {
     std::unique_ptr<SqliteStateStore> store = Open();
@@ -772,23 +783,10 @@ TEST_F(SqliteStateStoreTest, ACreatorIsStoredAndASchemaThreeStoreUpgraded) {
     EXPECT_TRUE(store->recovery_notes().empty());
   }
   // Rewritten as cgacctd of schema 3 would have written it.
-  StoredGroup t{"/t", MakeLimits(9, 9, 0, 0), 1, false, ""};
-  StoredGroup a{"/t/a", MakeLimits(6, 6, 0, 0), 2, true, ""};
-  ASSERT_EQ(
-      Sqlite(db,
-             absl::StrCat(
-                 "ALTER TABLE groups DROP COLUMN creator;"
-                 "UPDATE groups SET checksum = ",
-                 sqlite_rows::ToDb(sqlite_rows::GroupRowChecksum(t, 3)),
-                 " WHERE generation = 1;"
-                 "UPDATE groups SET checksum = ",
-                 sqlite_rows::ToDb(sqlite_rows::GroupRowChecksum(a, 3)),
-                 " WHERE generation = 2;"
-                 "UPDATE meta SET value = '3', checksum = ",
-                 sqlite_rows::ToDb(
-                     sqlite_rows::MetaRowChecksum("schema_version", "3")),
-                 " WHERE key = 'schema_version';")),
-      "");
+  ASSERT_EQ(Sqlite(db, AsWrittenBySchemaSql(
+                           3, {{"/t", MakeLimits(9, 9, 0, 0), 1, false, ""},
+                               {"/t/a", MakeLimits(6, 6, 0, 0), 2, true, ""}})),
+            "");
   std::unique_ptr<SqliteStateStore> store = Open();
   ASSERT_NE(store, nullptr);
   EXPECT_TRUE(store->recovery_notes().empty());
