@@ -155,12 +155,17 @@ Group* MemCgroupIter(Group* root, Group* prev, ReclaimCookie* cookie) {
     // On start, join the current round; stop when another walker has
     // completed the round this walker joined.
     const int64_t generation = iter.generation.load();
-    if (prev == nullptr) {
-      cookie->generation = generation;
-    } else if (cookie->generation != generation) {
+    if (prev != nullptr && cookie->generation != generation) {
+      cookie->whole_round = false;
       return nullptr;
     }
     Group* pos = iter.position.load();
+    if (prev == nullptr) {
+      cookie->generation = generation;
+      cookie->whole_round = pos == nullptr;  // the round starts at the root
+    } else if (pos != prev) {
+      cookie->whole_round = false;  // another walker took a step
+    }
     Group* next = NextDescendantPre(pos, root);
     // The cursor may have moved since it was read: restart rather than
     // reclaim from the same group twice ("mm: restart if multiple
@@ -245,6 +250,9 @@ struct Reclaimer::ScanControl {
   bool memcg_full_walk = false;    // no shared cursor: walk the whole subtree
   bool memcg_low_reclaim = false;  // the low-breaching pass
   bool memcg_low_skipped = false;  // a group was spared for its low
+  // The last walk found a FILE page in a group it did not skip for its
+  // protection (not in the kernel; see DoTryToFreePages()).
+  bool walk_saw_reclaimable = false;
 };
 
 Reclaimer::Reclaimer(Rstat* rstat, EngineObserver* observer, const Clock& clock,
@@ -277,20 +285,35 @@ uint64_t Reclaimer::TryToFreeMemCgroupPages(Group* target, uint64_t nr_pages,
 uint64_t Reclaimer::DoTryToFreePages(ScanControl& sc) {
   const int initial_priority = sc.priority;
   for (;;) {
+    // Not in the kernel: a walk that saw every group of the subtree and
+    // found no FILE page outside the groups it spared for their protection
+    // ends this pass's priority loop. Lower priorities scan lru_size >>
+    // priority of the same lists, which are empty, and spare the same
+    // groups (a pass's memcg_low_reclaim is fixed), so they would reclaim
+    // nothing either; only a racing charge of FILE pages could differ, and
+    // the caller's next retry sees it. Without this, a charge refused at a
+    // max whose subtree holds N groups and no cache walked N groups 13
+    // times per pass, 2-3 passes per cycle, 17 cycles per charge: one
+    // tenant's 10,000 empty groups cost each of its refused charges ~60 ms
+    // of the server's CPU (issue 22's attack round).
+    bool saw_whole_subtree = false;
     do {
-      ShrinkNodeMemcgs(sc);
+      saw_whole_subtree = ShrinkNodeMemcgs(sc);
       if (sc.nr_reclaimed >= sc.nr_to_reclaim) break;
+      if (saw_whole_subtree && !sc.walk_saw_reclaimable) break;
     } while (--sc.priority >= 0);
 
     if (sc.nr_reclaimed > 0) return sc.nr_reclaimed;
 
     // Partial walks share the cursor with every concurrent reclaimer of the
     // target, so under contention one of them may see too few groups: one
-    // full walk before giving up avoids a premature OOM.
+    // full walk before giving up avoids a premature OOM. Not needed when the
+    // last partial walk saw every group itself (not in the kernel: the full
+    // walk would visit the same groups and find the same nothing).
     if (!sc.memcg_full_walk) {
       sc.priority = initial_priority;
       sc.memcg_full_walk = true;
-      continue;
+      if (!saw_whole_subtree || sc.walk_saw_reclaimable) continue;
     }
     // (No active list: the skipped_deactivate/force_deactivate rung never
     // applies.)
@@ -307,10 +330,11 @@ uint64_t Reclaimer::DoTryToFreePages(ScanControl& sc) {
   }
 }
 
-void Reclaimer::ShrinkNodeMemcgs(ScanControl& sc) {
+bool Reclaimer::ShrinkNodeMemcgs(ScanControl& sc) {
   Group* const target = sc.target;
   ReclaimCookie cookie;
   ReclaimCookie* partial = sc.memcg_full_walk ? nullptr : &cookie;
+  sc.walk_saw_reclaimable = false;
   for (Group* memcg = MemCgroupIter(target, nullptr, partial); memcg != nullptr;
        memcg = MemCgroupIter(target, memcg, partial)) {
     CalculateProtection(target, memcg, recursive_protection_);
@@ -328,8 +352,10 @@ void Reclaimer::ShrinkNodeMemcgs(ScanControl& sc) {
     // A partial walk stops as soon as the goal is met; the cursor stays on
     // this group for the next walker (mem_cgroup_iter_break() has no
     // reference to drop).
-    if (partial != nullptr && sc.nr_reclaimed >= sc.nr_to_reclaim) break;
+    if (partial != nullptr && sc.nr_reclaimed >= sc.nr_to_reclaim)
+      return false;
   }
+  return partial == nullptr || cookie.whole_round;
 }
 
 void Reclaimer::ShrinkLruvec(Group* memcg, ScanControl& sc) {
@@ -344,6 +370,7 @@ void Reclaimer::ShrinkLruvec(Group* memcg, ScanControl& sc) {
       ApplyProportionalProtection(lru_size, min, low, memcg->memory().Read(),
                                   sc.memcg_low_reclaim, &sc.memcg_low_skipped);
   if (lru_size == 0) return;
+  sc.walk_saw_reclaimable = true;
   scan >>= sc.priority;
   // A deleted group's remaining cache is scraped out: at least
   // min(lru_size, SWAP_CLUSTER_MAX) at every priority.

@@ -139,6 +139,11 @@ Group* NextDescendantPre(const Group* pos, const Group* root);
 // mem_cgroup_reclaim_cookie: a walker's round.
 struct ReclaimCookie {
   int64_t generation = 0;
+  // Not in the kernel: true while this walker has taken every step of its
+  // round, from the round's start at the root, with no other walker moving
+  // the cursor between its steps; a walk that ends (null) with it still true
+  // saw every group of the subtree, as a full walk would.
+  bool whole_round = false;
 };
 
 // mem_cgroup_iter(): the next group of a reclaim walk rooted at `root`.
@@ -149,8 +154,9 @@ struct ReclaimCookie {
 // completed by someone else gets null; a lost compare-and-swap on the cursor
 // restarts the step instead of handing a group out twice; the walker that
 // reaches the end bumps the generation, and a walker that just started
-// begins a new round at the root so it sees at least one group. Lock-free;
-// caller holds a tree reader slot.
+// begins a new round at the root so it sees at least one group. Keeps
+// cookie->whole_round (see ReclaimCookie). Lock-free; caller holds a tree
+// reader slot.
 Group* MemCgroupIter(Group* root, Group* prev, ReclaimCookie* cookie);
 
 // invalidate_reclaim_iterators() (mem_cgroup_css_released()): moves every
@@ -247,7 +253,10 @@ class Reclaimer {
   struct ScanControl;
 
   uint64_t DoTryToFreePages(ScanControl& sc);
-  void ShrinkNodeMemcgs(ScanControl& sc);
+  // shrink_node_memcgs(): one walk of sc.target's subtree. Returns true if
+  // the walk saw every group of it (a full walk, or a partial walk that had
+  // the whole round to itself) and did not stop early at the goal.
+  bool ShrinkNodeMemcgs(ScanControl& sc);
   void ShrinkLruvec(Group* memcg, ScanControl& sc);
 
   // Constant after construction.

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "engine/clock.h"
 #include "engine/engine.h"
 #include "engine/group.h"
 #include "engine/group_tree.h"
@@ -151,6 +152,13 @@ class Tree {
     InvalidateReclaimIterators(g);
     tree_.Remove(g);
   }
+  // Charges nr_pages of `kind` to g's page_counter hierarchy and its counts.
+  void Charge(Group* g, PageKind kind, uint64_t nr_pages) {
+    g->memory().Charge(nr_pages);
+    g->Charged(kind, nr_pages);
+  }
+  Rstat* rstat() { return &rstat_; }
+  PercpuRwLock* lock() const { return tree_.lock(); }
 
  private:
   Rstat rstat_;
@@ -210,6 +218,109 @@ TEST(MemCgroupIterTest, PartialWalksShareTheCursorAcrossWalkers) {
   ReclaimCookie w4;
   EXPECT_EQ(PathOf(MemCgroupIter(p, nullptr, &w4)), "/p");
   EXPECT_EQ(w4.generation, 1);
+}
+
+TEST(MemCgroupIterTest, AWalkerAloneFromTheRootSawTheWholeRound) {
+  Tree t;
+  Group* p = t.Add("/p");
+  t.Add("/p/a");
+  t.Add("/p/b");
+  ReclaimCookie w1;
+  int seen = 0;
+  for (Group* g = MemCgroupIter(p, nullptr, &w1); g != nullptr;
+       g = MemCgroupIter(p, g, &w1))
+    ++seen;
+  EXPECT_EQ(seen, 3);
+  EXPECT_TRUE(w1.whole_round);
+  // The next walker starts the next round at the root, alone: whole too.
+  ReclaimCookie w2;
+  Group* g = MemCgroupIter(p, nullptr, &w2);
+  EXPECT_EQ(PathOf(g), "/p");
+  EXPECT_TRUE(w2.whole_round);
+  // Another walker takes a step in between: w2 no longer saw everything.
+  ReclaimCookie w3;
+  Group* g3 = MemCgroupIter(p, nullptr, &w3);
+  EXPECT_EQ(PathOf(g3), "/p/a");
+  EXPECT_FALSE(w3.whole_round);  // joined mid-round
+  while (g != nullptr) g = MemCgroupIter(p, g, &w2);
+  EXPECT_FALSE(w2.whole_round);
+  // A walker whose round someone else completed did not see it whole.
+  ReclaimCookie w4;
+  Group* g4 = MemCgroupIter(p, nullptr, &w4);  // a new round, at the root
+  ASSERT_TRUE(w4.whole_round);
+  ReclaimCookie w5;
+  for (Group* x = MemCgroupIter(p, nullptr, &w5); x != nullptr;
+       x = MemCgroupIter(p, x, &w5)) {
+  }
+  EXPECT_EQ(MemCgroupIter(p, g4, &w4), nullptr);
+  EXPECT_FALSE(w4.whole_round);
+}
+
+// A cycle with nothing to reclaim: one walk of the subtree where the kernel
+// walks it at 13 priorities, then once more in full (issue 22, row 11g).
+TEST(ReclaimerTest, NothingReclaimableEndsTheCycleAfterOneWholeWalk) {
+  Tree t;
+  Group* p = t.Add("/p");
+  for (int i = 0; i < 100; ++i) t.Add(absl::StrCat("/p/c", i));
+  Group* busy = t.Add("/p/busy");
+  t.Charge(busy, PageKind::kAnon, 500);  // nothing reclaimable
+  ManualClock clock;
+  int low_events = 0;
+  Reclaimer reclaimer(t.rstat(), nullptr, clock, false, false,
+                      [&](Group*, MemoryEvent e, int) {
+                        if (e == MemoryEvent::kLow) ++low_events;
+                      });
+  PercpuReaderLock l(t.lock(), 0);
+  const int64_t gen0 = p->reclaim_iter().generation.load();
+  EXPECT_EQ(reclaimer.TryToFreeMemCgroupPages(p, 32, ReclaimMode::kDirect, 0),
+            0u);
+  // One partial walk from the root completed one round (the old ladder: 13
+  // rounds, then a full walk).
+  EXPECT_EQ(p->reclaim_iter().generation.load() - gen0, 1);
+  EXPECT_EQ(low_events, 0);
+  // Again: the cursor is back at the start, one round again.
+  EXPECT_EQ(reclaimer.TryToFreeMemCgroupPages(p, 32, ReclaimMode::kDirect, 0),
+            0u);
+  EXPECT_EQ(p->reclaim_iter().generation.load() - gen0, 2);
+}
+
+// The shortcut needs an empty list everywhere: a few FILE pages that only a
+// low priority scans (10 >> 12 == 0) are still found and taken.
+TEST(ReclaimerTest, ASmallListIsStillReachedAtALowPriority) {
+  Tree t;
+  Group* p = t.Add("/p");
+  for (int i = 0; i < 50; ++i) t.Add(absl::StrCat("/p/c", i));
+  Group* cache = t.Add("/p/cache");
+  t.Charge(cache, PageKind::kFile, 10);
+  ManualClock clock;
+  Reclaimer reclaimer(t.rstat(), nullptr, clock, false, false,
+                      [](Group*, MemoryEvent, int) {});
+  PercpuReaderLock l(t.lock(), 0);
+  EXPECT_EQ(reclaimer.TryToFreeMemCgroupPages(p, 32, ReclaimMode::kDirect, 0),
+            10u);
+  EXPECT_EQ(cache->nr_pages(PageKind::kFile), 0u);
+  EXPECT_EQ(p->memory().Read(), 0u);
+}
+
+// Spared for memory.low in the first pass, breached in the low pass: the
+// shortcut ends the first pass's priorities, not the ladder.
+TEST(ReclaimerTest, ALowProtectedCacheIsBreachedAfterTheShortcut) {
+  Tree t;
+  Group* p = t.Add("/p");
+  for (int i = 0; i < 20; ++i) t.Add(absl::StrCat("/p/c", i));
+  Group* cache = t.Add("/p/cache");
+  cache->memory().SetLow(1000);
+  t.Charge(cache, PageKind::kFile, 100);
+  ManualClock clock;
+  std::vector<std::string> low_events;
+  Reclaimer reclaimer(t.rstat(), nullptr, clock, false, false,
+                      [&](Group* g, MemoryEvent e, int) {
+                        if (e == MemoryEvent::kLow) low_events.push_back(g->path());
+                      });
+  PercpuReaderLock l(t.lock(), 0);
+  EXPECT_GE(reclaimer.TryToFreeMemCgroupPages(p, 32, ReclaimMode::kDirect, 0),
+            32u);
+  EXPECT_THAT(low_events, ::testing::Contains("/p/cache"));
 }
 
 TEST(MemCgroupIterTest, AWalkerJoiningAtTheEndStartsANewRound) {
