@@ -274,6 +274,10 @@ void Daemon::PrintStartLine() const {
                     config_.auth.policy.has_value() ? " (policy)" : "");
   }
   if (!config_.serve_reflection) absl::StrAppend(&security, ", no reflection");
+  if (config_.metrics_group_series_withheld) {
+    absl::StrAppend(&security,
+                    ", no per-group metrics without --metrics_token_file");
+  }
   if (health_server_ != nullptr) {
     absl::StrAppend(&security, ", health on ", HostOf(config_.health_listen),
                     ":", health_port_);

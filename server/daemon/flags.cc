@@ -117,10 +117,13 @@ ABSL_FLAG(std::string, reflection, "off",
           "gRPC server reflection (v1alpha) on --listen: off (the default), "
           "on, or auto (on unless access control is on); never on "
           "--health_listen");
-ABSL_FLAG(int, metrics_group_depth, 3,
+ABSL_FLAG(int, metrics_group_depth, -1,
           "export per-group series (memory.current, memory.max, "
           "memory.events) for groups at most this many path segments deep "
-          "(\"/\" = 0); 0 = off");
+          "(\"/\" = 0); 0 = off; -1 (the default) = 3, or 0 when access "
+          "control is on and /metrics has no --metrics_token_file (the "
+          "series name every tenant's groups, and an open /metrics answers "
+          "anyone who can reach it)");
 ABSL_FLAG(uint64_t, metrics_max_groups, 10000,
           "most groups with per-group series per scrape (the shallowest "
           "first); the rest are counted in cgacct_group_series_dropped");
@@ -256,9 +259,9 @@ absl::Status EngineFromFlags(DaemonConfig* config) {
 // `config`.
 absl::Status LimitsFromFlags(DaemonConfig* config) {
   const int group_depth = absl::GetFlag(FLAGS_metrics_group_depth);
-  if (group_depth < 0) {
-    return Usage(
-        absl::StrCat("--metrics_group_depth=", group_depth, " must be >= 0"));
+  if (group_depth < -1) {
+    return Usage(absl::StrCat("--metrics_group_depth=", group_depth,
+                              " must be >= 0, or -1 (the default)"));
   }
   config->metrics.group_depth = group_depth;
   config->metrics.max_groups = absl::GetFlag(FLAGS_metrics_max_groups);
@@ -351,6 +354,17 @@ absl::Status SecurityFromFlags(DaemonConfig* config) {
                                 TokenTable::kMinTokenBytes, " bytes"));
     }
   }
+  // The default depth: per-group series name every tenant's groups, so a
+  // server with access control exports them only behind the token (issue
+  // 22's attack round: a co-located tenant read every other tenant's paths
+  // and usage from the loopback /metrics). An explicit depth is kept.
+  if (config->metrics.group_depth < 0) {
+    config->metrics_group_series_withheld =
+        config->access_control && config->metrics_token.empty() &&
+        !config->metrics_listen.empty();
+    config->metrics.group_depth =
+        config->metrics_group_series_withheld ? 0 : kDefaultMetricsGroupDepth;
+  }
   if (!insecure && !config->metrics_listen.empty() &&
       config->metrics_token.empty() && (tls || config->access_control) &&
       !IsLoopbackListenAddress(config->metrics_listen)) {
@@ -379,7 +393,7 @@ void ParseDaemonFlags(int argc, char** argv) {
       "          [--flush_preempt_model=none|full]\n"
       "          [--flush_hold_budget=0] [--periodic_flush_interval=2s]\n"
       "          [--page_size=4096]\n"
-      "          [--metrics_group_depth=3] [--metrics_max_groups=10000]\n"
+      "          [--metrics_group_depth=-1] [--metrics_max_groups=10000]\n"
       "          [--memory_recursiveprot] [--memory_localevents]\n"
       "          [--charge_batch_pages=64] [--stock_eviction_seed=0]\n"
       "          [--stock_pool_buckets=0] [--stock_victim_sets=0]\n"

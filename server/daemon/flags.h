@@ -48,6 +48,9 @@ struct DaemonConfig {
   // A client CA, a token table or a policy: every call authenticates.
   bool access_control = false;
   std::string metrics_token;  // empty: /metrics without basic auth
+  // --metrics_group_depth left at its default on a server with access
+  // control and no metrics token: no per-group series (said at start).
+  bool metrics_group_series_withheld = false;
   bool serve_reflection = true;
   MetricsOptions metrics;
   // Everything but the pointers (store, authorizer, hub, clock), which the

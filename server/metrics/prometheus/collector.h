@@ -19,13 +19,18 @@
 
 namespace cgacct {
 
+// Per-group series down to this depth unless --metrics_group_depth says
+// otherwise.
+inline constexpr int kDefaultMetricsGroupDepth = 3;
+
 struct MetricsOptions {
   // Per-group series (cgacct_group_memory_current_bytes,
   // cgacct_group_memory_max_bytes, cgacct_group_memory_events_total) are
   // exported for groups with at most this many path segments ("/" has 0,
   // "/a" 1, "/a/b" 2). 0 turns them off; otherwise "/" is always included.
-  // --metrics_group_depth.
-  int group_depth = 3;
+  // --metrics_group_depth (resolved: its default -1 is
+  // kDefaultMetricsGroupDepth or 0, server/daemon/flags.cc).
+  int group_depth = kDefaultMetricsGroupDepth;
   // At most this many groups get per-group series per scrape (a cardinality
   // bound even for a wide tree): the shallowest first, then in path order
   // within a level. Groups left out are counted in

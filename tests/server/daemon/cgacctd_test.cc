@@ -750,8 +750,56 @@ TEST(CgacctdAuthTest, MetricsOffLoopbackNeedsAToken) {
           absl::Base64Escape("prometheus:scrape-token-0123456789") + "\r\n");
   EXPECT_THAT(ok, StartsWith("HTTP/1.1 200"));
   EXPECT_THAT(ok, HasSubstr("cgacct_auth_failures_total"));
+  // Behind the token, the per-group series are on by default.
+  EXPECT_THAT(ok, HasSubstr("cgacct_group_memory_current_bytes{path=\"/\"}"));
   daemon.Signal(SIGTERM);
   EXPECT_EQ(daemon.WaitExit(kTimeout), 0) << daemon.ReadStderr();
+}
+
+// Issue 22's attack round (row 4b): a co-located tenant read every other
+// tenant's group paths and usage from the loopback /metrics of a server
+// with access control. Without a metrics token the default is no
+// per-group series (the start line says so); an explicit
+// --metrics_group_depth is kept.
+TEST(CgacctdAuthTest, OpenMetricsOfAServerWithAccessControlNameNoGroups) {
+  test_util::TestCerts certs;
+  ASSERT_TRUE(certs.ok());
+  const std::string tokens = certs.Path("tokens");
+  WriteFile(tokens, "ops a-token-0123456789abcdef\n");
+  for (const bool explicit_depth : {false, true}) {
+    std::vector<std::string> args = {"--listen=127.0.0.1:0",
+                                     "--metrics_listen=127.0.0.1:0",
+                                     "--tokens_file=" + tokens};
+    if (explicit_depth) args.push_back("--metrics_group_depth=3");
+    Daemon daemon(args);
+    const std::string line = daemon.ReadStdoutLine(kTimeout);
+    const int port = PortOf(line);
+    const int metrics_port = MetricsPortOf(line);
+    ASSERT_GT(metrics_port, 0) << line;
+    auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", port),
+                                       grpc::InsecureChannelCredentials());
+    auto stub = v1::Accounting::NewStub(channel);
+    grpc::ClientContext context;
+    context.AddMetadata("authorization", "Bearer a-token-0123456789abcdef");
+    v1::CreateGroupRequest create;
+    create.set_path("/tenant-b");
+    v1::Group created;
+    ASSERT_TRUE(stub->CreateGroup(&context, create, &created).ok());
+    const std::string body = test_util::HttpGet(metrics_port, "/metrics");
+    EXPECT_THAT(body, StartsWith("HTTP/1.1 200"));
+    EXPECT_THAT(body, HasSubstr("cgacct_groups "));  // the global gauges stay
+    if (explicit_depth) {
+      EXPECT_THAT(line, Not(HasSubstr("no per-group metrics")));
+      EXPECT_THAT(body, HasSubstr("path=\"/tenant-b\""));
+    } else {
+      EXPECT_THAT(line,
+                  HasSubstr("no per-group metrics without --metrics_token_file"));
+      EXPECT_THAT(body, Not(HasSubstr("/tenant-b")));
+      EXPECT_THAT(body, Not(HasSubstr("cgacct_group_memory_current_bytes{")));
+    }
+    daemon.Signal(SIGTERM);
+    EXPECT_EQ(daemon.WaitExit(kTimeout), 0) << daemon.ReadStderr();
+  }
 }
 
 }  // namespace
