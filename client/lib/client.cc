@@ -85,6 +85,23 @@ struct Client::Impl : internal::SessionLink::Handler {
   // Statistics: relaxed.
   std::atomic<uint64_t> drains{0}, drained_pages{0}, reopened{0}, reconciles{0};
 
+  // Set when the server's drain took the stock (before the take), cleared
+  // by the next charge that refilled it: meanwhile Uncharge() sends what
+  // the application frees back to the server instead of stocking it. A
+  // drain answer that returned less than asked tells the server this
+  // client's stock there is empty, and the server stops waiting for its
+  // answers until it refills (docs/DESIGN.md §4.14): pages stocked from
+  // frees in between would be stock the server does not wait for. Relaxed:
+  // a free racing the flag goes either way, and the server's next drain
+  // request still asks for it.
+  std::atomic<bool> stock_held_off{false};
+  // Drain answers given so far (bumped before the take). A refill whose
+  // Charge RPC overlapped one may have been applied before the server read
+  // that answer as "stock empty": its extra pages go back to the server
+  // instead of into the stock (ChargeRemote), so the stock the server does
+  // not wait for stays empty.
+  std::atomic<uint64_t> drain_epoch{0};
+
   // Last: destroyed (its threads stopped) before what they use.
   internal::SessionLink link;
 
@@ -296,6 +313,8 @@ struct Client::Impl : internal::SessionLink::Handler {
     // The session cannot change under rpc_mu (reader).
     if (msg.charges_applied() > 0)
       WaitForRefills(link.Session().second, msg.charges_applied());
+    stock_held_off.store(true, std::memory_order_relaxed);
+    drain_epoch.fetch_add(1, std::memory_order_relaxed);
     std::vector<Returned> taken = stock.Take(msg.drain_path());
     uint64_t total = 0;
     for (const Returned& r : taken) total += r.nr_pages;
@@ -411,13 +430,18 @@ ChargeResult Client::Impl::ChargeRemote(std::string_view group,
       std::string sid;
       std::tie(sid, gen) = link.Session();
       uint64_t charged = nr_pages;
+      const uint64_t epoch = drain_epoch.load(std::memory_order_relaxed);
       s = rpcs.Charge(sid, group, nr_pages, k, &throttle, want, &charged);
       if (s.ok()) {
         // A server that predates batch_pages charged nr_pages.
         charged = std::clamp(charged, nr_pages, want);
         AddHeld(std::string(group), k, static_cast<int64_t>(charged));
         if (charged > nr_pages) {
-          stock.Refill(group, k, charged - nr_pages, &excess);
+          // Into the stock unless a drain answered while this charge was
+          // on the network (then back to the server).
+          stock.RefillIfNoDrainSince(group, k, charged - nr_pages,
+                                     drain_epoch, epoch, &stock_held_off,
+                                     &excess);
         }
         if (!excess.empty()) ReturnPages(sid, excess);
         SawCharge(gen);
@@ -458,7 +482,8 @@ grpc::Status Client::Uncharge(std::string_view group, uint64_t nr_pages,
                         "cgacct::client: Uncharge: nr_pages must be > 0");
   const int k = static_cast<int>(kind);
   std::vector<Returned> excess;
-  m.stock.Refill(group, k, nr_pages, &excess);
+  // After a drain, until the next refill: back to the server.
+  m.stock.RefillUnlessHeldOff(group, k, nr_pages, m.stock_held_off, &excess);
   if (excess.empty()) return grpc::Status::OK;
   uint64_t gen;
   grpc::Status s;

@@ -15,6 +15,7 @@
 
 #include <sched.h>
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -148,6 +149,54 @@ class Stock {
                                            std::vector<Returned>* excess) {
     Slot& slot = MySlot();
     SlotLock l(&slot.mu);
+    for (StockEntry& e : slot.entries) {
+      if (e.kind != kind || e.path != group) continue;
+      AddToEntry(slot, e, nr_pages, excess);
+      return;
+    }
+    RefillNewEntry(slot, group, kind, nr_pages, excess);
+  }
+
+  // Refill() unless `held_off` is set, read under the slot's lock: then
+  // all `nr_pages` go to *excess (back to the server). A drain sets its
+  // flag before Take() locks the slots, so pages freed while it takes the
+  // stock either are taken with it or go back to the server; none is left
+  // in a stock the drain's answer said was empty.
+  void RefillUnlessHeldOff(std::string_view group, int kind, uint64_t nr_pages,
+                           const std::atomic<bool>& held_off,
+                           std::vector<Returned>* excess) {
+    Slot& slot = MySlot();
+    SlotLock l(&slot.mu);
+    if (ABSL_PREDICT_FALSE(held_off.load(std::memory_order_relaxed))) {
+      excess->push_back({std::string(group), kind, nr_pages});
+      return;
+    }
+    for (StockEntry& e : slot.entries) {
+      if (e.kind != kind || e.path != group) continue;
+      AddToEntry(slot, e, nr_pages, excess);
+      return;
+    }
+    RefillNewEntry(slot, group, kind, nr_pages, excess);
+  }
+
+  // A refill charged by the server (a Charge's batch beyond what the
+  // caller asked for): Refill() and clears `held_off` if `drain_epoch` still
+  // reads `epoch` under the slot's lock; else a drain answered while the
+  // charge was on the network, and all `nr_pages` go to *excess. Same
+  // ordering as RefillUnlessHeldOff(): the drain bumps the epoch before
+  // Take() locks the slots.
+  void RefillIfNoDrainSince(std::string_view group, int kind,
+                            uint64_t nr_pages,
+                            const std::atomic<uint64_t>& drain_epoch,
+                            uint64_t epoch, std::atomic<bool>* held_off,
+                            std::vector<Returned>* excess) {
+    Slot& slot = MySlot();
+    SlotLock l(&slot.mu);
+    if (drain_epoch.load(std::memory_order_relaxed) != epoch) {
+      excess->push_back({std::string(group), kind, nr_pages});
+      return;
+    }
+    held_off->store(false, std::memory_order_relaxed);
     for (StockEntry& e : slot.entries) {
       if (e.kind != kind || e.path != group) continue;
       AddToEntry(slot, e, nr_pages, excess);

@@ -8,6 +8,7 @@
 #include "engine/group_path.h"
 #include "engine/remote_stock.h"
 #include "server/common/wire.h"
+#include "server/sessions/charger_scope.h"
 
 namespace cgacct {
 namespace {
@@ -269,6 +270,7 @@ absl::Status BatchRunner::ApplyToEngine(GroupHandle handle, const PageOp& op,
                                         v1::OpResult* result,
                                         bool* session_refused) {
   Engine& engine = deps_.engine;
+  const ChargerScope charger(caller_.identity());  // for the network drain
   if (op.charge) {
     auto charge = [&](const GroupHandle& group) {
       return engine.Charge(group, op.nr_pages, op.kind, op.cpu);

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/remote_stock.h"
 #include "server/common/wire.h"
+#include "server/sessions/charger_scope.h"
 
 namespace cgacct {
 namespace {
@@ -62,6 +63,7 @@ PageOps::PageOps(Engine& engine, GroupOps& groups, SessionRegistry& sessions,
 
 PageAnswer PageOps::ApplyToEngine(const std::string& identity, const PageOp& op,
                                   const GroupHandle* handle) {
+  const ChargerScope charger(identity);  // for the network drain
   if (op.charge) {
     auto charge = [&](const GroupHandle& group) {
       return op.batch_pages > op.nr_pages

@@ -94,7 +94,9 @@ auto PageOps::InSession(const std::string& identity,
   if (op.charge && result.ok()) sessions_.ChargeApplied(*session_op);
   // A charge holds what it charged (a batch may have dropped to less).
   sessions_.EndOp(*session_op, result.ok(),
-                  op.charge && result.ok() ? result->nr_pages : reserve_pages);
+                  op.charge && result.ok() ? result->nr_pages : reserve_pages,
+                  /*refilled=*/op.charge && result.ok() &&
+                      result->nr_pages > op.nr_pages);
   return result;
 }
 

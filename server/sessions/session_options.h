@@ -105,6 +105,10 @@ struct SessionStats {
   // Answers later than half the bound after their request (a step towards
   // silent; also counted answered or late as they came).
   uint64_t drain_answers_slow = 0;
+  // Answers that returned less than their request asked: the session's
+  // stock there is then known empty and charges stop waiting for it until
+  // it refills (Session::stock_empty_below).
+  uint64_t drain_answers_short = 0;
   uint64_t sessions_silent = 0;  // silent now (a gauge)
   uint64_t sessions_silenced = 0;  // times a session became silent
   uint64_t drain_returned_pages = 0;

@@ -284,7 +284,7 @@ absl::StatusOr<SessionRegistry::Op> SessionRegistry::BeginOp(
 }
 
 void SessionRegistry::EndOp(const Op& op, bool applied,
-                            uint64_t charged_pages) {
+                            uint64_t charged_pages, bool refilled) {
   absl::MutexLock l(&mu_);
   Session& s = *op.session;
   Holding& h =
@@ -300,6 +300,10 @@ void SessionRegistry::EndOp(const Op& op, bool applied,
       const uint64_t held = std::min(charged_pages, op.nr_pages);
       h.nr_pages += held;
       s.held += held;
+      if (refilled) {
+        ++s.refills;
+        s.stock_empty_below.reset();
+      }
     }
   } else if (!applied) {
     h.nr_pages += op.nr_pages;
@@ -459,6 +463,7 @@ absl::StatusOr<uint64_t> SessionRegistry::Attach(const std::string& identity,
   s.stream = sink;
   s.deadline_ms = NowMs() + s.ttl_ms;
   HearFromLocked(s);  // a new stream: ask it as any other
+  s.stock_empty_below.reset();
   return uint64_t{s.ttl_ms};
 }
 

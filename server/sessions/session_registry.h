@@ -32,9 +32,9 @@
 // A session that lets silent_after_unanswered_drains requests in a row time
 // out, or answers them later than half the bound, is silent: still asked
 // (one request at a time), never waited for, until it answers promptly or
-// attaches a new stream; so a tenant whose client keeps
-// its lease alive but never answers costs the others' refused charges
-// nothing after its first misses.
+// attaches a new stream. One that answered with less than asked (its stock
+// empty) is not waited for by other tenants' charges until it refills
+// (charger_scope.h).
 //
 // memory.peak per open file (peak_watermarks.cc): a session owns the peak
 // watermarks its identity opened in its name (Engine::OpenPeakWatermark, the
@@ -119,8 +119,7 @@ class SessionRegistry final : public RemoteStockDrainer {
   absl::Status Get(const std::string& identity, absl::string_view session_id,
                    cgacct::v1::SessionInfo* out) const ABSL_LOCKS_EXCLUDED(mu_);
 
-  // A session's state (defined in session_registry.cc).
-  struct Session;
+  struct Session;  // session_state.h
   // One charge or uncharge in a session's name, between BeginOp and EndOp.
   struct Op {
     std::shared_ptr<Session> session;
@@ -145,12 +144,12 @@ class SessionRegistry final : public RemoteStockDrainer {
   // After the engine call: `applied` says whether it succeeded. A charge
   // applied becomes a holding of `charged_pages` (at most op.nr_pages: a
   // batch that dropped to what was needed; the rest of the reservation is
-  // released); an uncharge not applied is given back.
-  void EndOp(const Op& op, bool applied, uint64_t charged_pages)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // released); an uncharge not applied is given back. `refilled`: it
+  // charged more than asked (Session::stock_empty_below).
+  void EndOp(const Op& op, bool applied, uint64_t charged_pages,
+             bool refilled = false) ABSL_LOCKS_EXCLUDED(mu_);
   // Right after the engine applied a charge `op` (before EndOp): counts it
-  // in the session's charges_applied (sent with drain requests) without
-  // mu_, which a drain holds while it sends.
+  // in charges_applied without mu_ (a drain holds it while it sends).
   void ChargeApplied(const Op& op);
   void EndOp(const Op& op, bool applied) ABSL_LOCKS_EXCLUDED(mu_) {
     EndOp(op, applied, op.nr_pages);
@@ -320,14 +319,16 @@ class SessionRegistry final : public RemoteStockDrainer {
   // a drain for that group asks it.
   bool DrainableLocked(const Session& s, absl::string_view over_path) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // `s` left SessionOptions::silent_after_unanswered_drains requests in a
-  // row unanswered: charges do not wait for it.
+  // `s` missed silent_after_unanswered_drains requests in a row: silent.
   bool SilentLocked(const Session& s) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // `s` answered a drain promptly, attached a new stream or ended: not
-  // silent.
+  // The charge on this thread (ChargerScope), limited at `over_path`,
+  // waits for `s`'s drain answers (Session::stock_empty_below).
+  bool AwaitedLocked(const Session& s, absl::string_view over_path) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `s` answered promptly, attached a new stream or ended: not silent.
   void HearFromLocked(Session& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // `s` let a drain request time out, or answered it slowly (later than
-  // half the bound): one step towards silent.
+  // `s` let a drain request time out or answered it later than half the
+  // bound: one step towards silent.
   void StrikeLocked(Session& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A drain in flight for a group at, above or below `over_path`.
   bool OverlapsDrainLocked(absl::string_view over_path) const

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -58,9 +59,32 @@ struct SessionRegistry::Session {
   // SessionOptions::silent_after_unanswered_drains (charges do not wait for
   // it). Reset by any drain answer and by a new stream.
   uint32_t unanswered_drains = 0;
-  // Silent, and a drain request is out to it: no other is sent until it
-  // answers (a client that never reads must not pile requests up).
+  // A drain request nobody waits for is out to it (it is silent, or its
+  // stock is known empty): no other is sent until it answers (a client
+  // that never reads must not pile requests up).
   bool silent_request_out = false;
+  // What the last drain request asked of it (the room the charge needed)
+  // and for which group's subtree.
+  uint64_t asked_pages = 0;
+  std::string asked_path;
+  // Set when it answered a drain request with less than asked: the client
+  // gave all its stock at or below this path (the client libraries take
+  // every page there, and until their next refill send what their
+  // application frees back to the server instead of stocking it). Charges
+  // limited at or below it stop waiting for its answers (it is still
+  // asked, as a silent session is, and its answers return its pages), as
+  // the kernel's drain_all_stock() skips a CPU whose stock holds no pages.
+  // Cleared by a charge in its name that charged more than it asked for
+  // (a refill of its stock), by an answer that returned what was asked,
+  // and by a new stream.
+  std::optional<std::string> stock_empty_below;
+  // Refills applied in its name (charges that charged more than asked),
+  // and their count when the last drain request went out: a short answer
+  // means an empty stock only if none was applied since (a refill the
+  // client sent after its answer can reach the server first: the answer
+  // and the Charge travel on different streams).
+  uint64_t refills = 0;
+  uint64_t refills_at_request = 0;
   // When the last drain request went out to it: an answer later than half
   // the bound after it is slow (DrainAnswer), a step towards silent.
   absl::Time last_request_at = absl::InfinitePast();

@@ -20,6 +20,11 @@
 //     group's memory.max while clients hold stock of it, the server asks on
 //     the stream; the stream thread gives up every slot's stock of groups
 //     at or below the drain path at once and answers with what it returned.
+//     Until the next Charge that refills a slot, Uncharge() then sends what
+//     it frees back to the server instead of stocking it (and a refill
+//     whose RPC overlapped the answer returns its surplus): the server
+//     takes an answer with less than it asked as an empty stock, which
+//     other tenants' charges stop waiting for (docs/DESIGN.md §4.14).
 //
 // Where it differs from the kernel: the stock is keyed by (group, kind),
 // since the server keeps a session's holdings per page kind; the batch
@@ -184,7 +189,8 @@ class Client {
   // Uncharges `nr_pages` pages of `kind` the application charged to `group`
   // through this Client (refill_stock()): they go to the calling CPU's
   // stock, and what the slot holds above max_batch_pages goes back to the
-  // server in one Uncharge RPC. Uncharging more than was charged is not
+  // server in one Uncharge RPC (all of them after a server drain took the
+  // stock, until the next refilling Charge). Uncharging more than was charged is not
   // caught on the stock path (the kernel's page_counter only warns); the
   // server refuses it (FAILED_PRECONDITION) once it reaches it.
   grpc::Status Uncharge(std::string_view group, uint64_t nr_pages,

@@ -306,6 +306,13 @@ class Client:
             raise ValueError("retries: must be an integer >= 0, got %r" % (retries,))
         self._batch = batch
         self._stock_cap = stock_cap
+        # Set when a drain took the stock, cleared by the next charge that
+        # refills it; meanwhile uncharge() returns frees to the server
+        # (the server takes a short drain answer as an empty stock).
+        self._stock_held_off = False
+        # Drain answers given so far: a refill whose Charge overlapped one
+        # returns its extra pages instead of stocking them (see charge()).
+        self._drain_epoch = 0
         self._stock_groups = stock_groups
         self._on_event = on_event
         self._throttle = throttle
@@ -459,6 +466,7 @@ class Client:
                 # else exactly nr_pages through reclaim and the drains (as
                 # try_charge_memcg() drops its batch before reclaiming), so
                 # a group at its max costs one drain wait, not two.
+                epoch = self._drain_epoch
                 resp = self._charge_rpc(session_id, key, nr_pages, want)
                 charged = min(max(resp.nr_pages, nr_pages), want)
                 with slot.lock:
@@ -466,7 +474,15 @@ class Client:
                         slot.batch[key] = self._batch  # the batch did not fit
                     with self._held_mu:
                         self._held[key] += nr_pages
-                    returns = self._refill(slot, key, charged - nr_pages)
+                    if charged > nr_pages and self._drain_epoch != epoch:
+                        # A drain answered while this charge was on the
+                        # network: the server may read that answer as an
+                        # empty stock, so the extra pages go back.
+                        returns = [(key, charged - nr_pages)]
+                    else:
+                        if charged > nr_pages:
+                            self._stock_held_off = False
+                        returns = self._refill(slot, key, charged - nr_pages)
                 done = True
                 self._saw_charge(gen)
                 lost_gen, _ = self._return_pages(session_id, gen, slot, returns)
@@ -493,7 +509,10 @@ class Client:
         client charged. Refills the calling thread's stock slot up to
         stock_cap and uncharges the rest on the server (with the pages of
         the slot's least recently used group when it already stocks
-        stock_groups others).
+        stock_groups others); after a server drain took the stock, and
+        until a charge refills it, uncharges them all on the server (the
+        server takes a drain answer with less than asked as an empty
+        stock).
         Returns the pages this call returned to the server (0 when the stock
         took them all). Raises Error: FAILED_PRECONDITION (naming nr_pages)
         when the application holds fewer than nr_pages of (path, kind)
@@ -527,7 +546,14 @@ class Client:
                         self._unaccounted[key] -= lost
                         if not self._unaccounted[key]:
                             del self._unaccounted[key]
-                returns = self._refill(slot, key, nr_pages - lost)
+                if self._stock_held_off:
+                    # A drain took the stock and no charge has refilled it
+                    # since: the server takes this client's stock there as
+                    # empty and does not wait for its drain answers, so
+                    # frees go back to the server, not into the stock.
+                    returns = [(key, nr_pages - lost)] if nr_pages > lost else []
+                else:
+                    returns = self._refill(slot, key, nr_pages - lost)
             lost_gen, returned = self._return_pages(session_id, gen, slot, returns)
         finally:
             self._gate.leave_shared()
@@ -1009,6 +1035,10 @@ class Client:
         root = msg.drain_path.encode("utf-8") if isinstance(msg.drain_path, str) else msg.drain_path
         if msg.charges_applied:
             self._wait_for_refills(gen, msg.charges_applied)
+        # Until the next charge that refills the stock, what the
+        # application frees goes back to the server (see uncharge()).
+        self._stock_held_off = True
+        self._drain_epoch += 1
         taken = self._take_stock(root, gen)
         answer = pb.SessionClientMessage(drain_id=msg.drain_id)
         for (path, kind), n in sorted(taken.items()):

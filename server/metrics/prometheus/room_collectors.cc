@@ -185,6 +185,12 @@ class SessionMetrics final : public prometheus::Collectable {
         "towards silent, as a request left unanswered is.",
         MetricType::Counter,
         {counter(static_cast<double>(s.drain_answers_slow))});
+    add("cgacct_session_drain_answers_short_total",
+        "Drain answers that returned fewer pages than their request asked: "
+        "the session's stock is then known empty, and charges do not wait "
+        "for its answers until it holds more pages than before that answer.",
+        MetricType::Counter,
+        {counter(static_cast<double>(s.drain_answers_short))});
     add("cgacct_sessions_silent",
         "Sessions that left 2 drain requests in a row unanswered or "
         "answered slowly: charges no longer wait for them until they answer "

@@ -11,9 +11,13 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "cgacct/v1/accounting.grpc.pb.h"
 #include "engine/engine.h"
 #include "server/auth/authorizer.h"
@@ -55,7 +59,8 @@ class TenantIsolationTest : public ::testing::Test {
     config.tokens = *TokenTable::Parse(absl::StrCat(
         "a ", kTokenA, "\nb ", kTokenB, "\nops ", kTokenAdmin, "\n"));
     config.policy = *AuthzPolicy::Parse(
-        "token:a rw /a\ntoken:b rw /b\ntoken:ops admin\n");
+        "token:a rw /a\ntoken:b rw /b\ntoken:ops admin\n"
+        "token:a rw /s/a\ntoken:b rw /s/b\n");
     authorizer_ = std::make_unique<Authorizer>(std::move(config), nullptr);
     AccountingServiceOptions service_options;
     service_options.authorizer = authorizer_.get();
@@ -63,6 +68,8 @@ class TenantIsolationTest : public ::testing::Test {
     service_options.batch_dedup.capacity = 8;
     service_options.max_groups_per_identity = 3;
     service_options.store = &store_;
+    // Wide enough for the timings of the drain test on a loaded machine.
+    service_options.sessions.drain_timeout = absl::Milliseconds(400);
     service_ = std::make_unique<AccountingService>(*engine_, metrics_,
                                                    service_options);
     if (restore) {
@@ -236,6 +243,106 @@ TEST_F(TenantIsolationTest, ATenantsBoundSurvivesARestart) {
             grpc::StatusCode::RESOURCE_EXHAUSTED);
   ASSERT_TRUE(Delete(kTokenA, "/a/g1").ok());
   EXPECT_TRUE(Create(kTokenA, "/a/g3").ok());
+}
+
+// Issue 22's attack round (row 9a, its variant): tenant A's client
+// answered every drain request promptly (inside half the bound) with less
+// than asked (a page, charged again; or nothing), and each refused charge
+// of tenant B under their shared max waited for that answer, for ever (6.2
+// and 7.6 ms per charge with 5 ms answers, against 0.1 ms). A short answer
+// means the client gave all its stock there: B's charges stop waiting for
+// A's session until it refills (a charge that charged more than it asked);
+// A's own charges still wait for it.
+TEST_F(TenantIsolationTest, AnotherTenantsEmptyStockIsNotWaitedFor) {
+  v1::CreateGroupRequest shared;
+  shared.set_path("/s");
+  shared.mutable_limits()->set_max_bytes(128 * 4096);
+  v1::Group group;
+  ASSERT_TRUE(stub_->CreateGroup(As(kTokenAdmin).get(), shared, &group).ok());
+  ASSERT_TRUE(Create(kTokenAdmin, "/s/a").ok());
+  ASSERT_TRUE(Create(kTokenAdmin, "/s/b").ok());
+  v1::OpenSessionResponse opened;
+  ASSERT_TRUE(stub_
+                  ->OpenSession(As(kTokenA).get(), v1::OpenSessionRequest(),
+                                &opened)
+                  .ok());
+  const std::string id = opened.session_id();
+  auto charge = [&](const char* token, const std::string& path,
+                    uint64_t nr_pages, uint64_t batch_pages,
+                    const std::string& session_id, uint64_t* charged) {
+    v1::ChargeRequest request;
+    request.set_path(path);
+    request.set_nr_pages(nr_pages);
+    if (batch_pages > 0) request.set_batch_pages(batch_pages);
+    request.set_kind(v1::PAGE_KIND_ANON);
+    if (!session_id.empty()) request.set_session_id(session_id);
+    v1::ChargeResponse response;
+    grpc::Status s = stub_->Charge(As(token).get(), request, &response);
+    if (charged != nullptr) *charged = response.nr_pages();
+    return s;
+  };
+  {
+    const grpc::Status s = charge(kTokenA, "/s/a", 120, 0, id, nullptr);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  // A's client: every drain request answered after 150 ms with one page.
+  grpc::ClientContext stream_context;
+  stream_context.AddMetadata("authorization",
+                             absl::StrCat("Bearer ", kTokenA));
+  auto stream = stub_->SessionStream(&stream_context);
+  v1::SessionClientMessage attach;
+  attach.set_attach_session_id(id);
+  ASSERT_TRUE(stream->Write(attach));
+  v1::SessionServerMessage first;
+  ASSERT_TRUE(stream->Read(&first));
+  std::thread responder([&] {
+    v1::SessionServerMessage m;
+    while (stream->Read(&m)) {
+      if (m.drain_id() == 0) continue;
+      absl::SleepFor(absl::Milliseconds(150));
+      v1::SessionClientMessage back;
+      back.set_drain_id(m.drain_id());
+      v1::SessionHolding* h = back.add_returned();
+      h->set_path("/s/a");
+      h->set_kind(v1::PAGE_KIND_ANON);
+      h->set_nr_pages(1);
+      stream->Write(back);
+    }
+  });
+  // B's charge of 16 pages with 8 free: refused after A's answer.
+  auto timed = [&](const char* token, const std::string& path) {
+    const absl::Time start = absl::Now();
+    EXPECT_EQ(charge(token, path, 16, 0, "", nullptr).error_code(),
+              grpc::StatusCode::RESOURCE_EXHAUSTED);
+    return absl::Now() - start;
+  };
+  EXPECT_GE(timed(kTokenB, "/s/b"), absl::Milliseconds(140));
+  // A's answer gave less than asked: B's charges no longer wait for it.
+  std::vector<absl::Duration> took;
+  for (int i = 0; i < 5; ++i) took.push_back(timed(kTokenB, "/s/b"));
+  for (size_t i = 0; i < took.size(); ++i)
+    EXPECT_LT(took[i], absl::Milliseconds(100)) << i << ": waited for A";
+  // A's own refused charge still waits for A's session.
+  EXPECT_GE(timed(kTokenA, "/s/a"), absl::Milliseconds(140));
+  // A refills its stock (1 page asked, a batch of 3 charged): B's next
+  // refused charge waits for A's answer again. Wait for the answers in
+  // flight first (each returns a page).
+  absl::SleepFor(absl::Milliseconds(400));
+  uint64_t charged = 0;
+  ASSERT_TRUE(charge(kTokenA, "/s/a", 1, 3, id, &charged).ok());
+  ASSERT_EQ(charged, 3u);
+  // /s full again (exactly, no refill), then B's charge waits for A.
+  const uint64_t room = 128 - Usage("/s");
+  if (room > 0) {
+    ASSERT_TRUE(charge(kTokenA, "/s/a", room, 0, id, nullptr).ok());
+  }
+  EXPECT_GE(timed(kTokenB, "/s/b"), absl::Milliseconds(140));
+  v1::CloseSessionRequest close;
+  close.set_session_id(id);
+  v1::CloseSessionResponse closed;
+  ASSERT_TRUE(stub_->CloseSession(As(kTokenA).get(), close, &closed).ok());
+  responder.join();
+  stream->Finish();
 }
 
 }  // namespace
