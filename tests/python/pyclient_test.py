@@ -431,6 +431,12 @@ threading.Event().wait()
         drained = [e for e in events if e.type == "drained"]
         self.assertEqual(len(drained), 1)
         self.assertEqual((drained[0].group, drained[0].nr_pages), (b"/drain", 63))
+        # After the drain took its stock, and until a charge refills it,
+        # what the application frees goes back to the server (the server
+        # takes a drain answer with less than asked as an empty stock).
+        self.assertEqual(a.uncharge("/drain/x", 1), 1)
+        self.assertEqual(a.stocked(), 0)
+        self.assertEqual(self.current_pages("/drain"), 191)
 
     def test_a_stopped_client_delays_a_charge_at_max_by_the_bound(self):
         # A client process holding stock is stopped (SIGSTOP): it cannot

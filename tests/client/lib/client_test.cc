@@ -633,8 +633,32 @@ TEST(ClientLibTest, DrainReturnsStockBeforeACharge) {
   // try_charge() counts MEMCG_MAX before drain_all_stock()) and no OOM.
   EXPECT_EQ(server.Stats("/d").events().max(), 1u);
   EXPECT_EQ(server.Stats("/d").events().oom(), 0u);
-  // The library clients go on: their next charge refills from the server.
+  // After the drain took its stock, and until a charge refills it, what a
+  // client frees goes back to the server, not into its stock (the server
+  // takes a drain answer with less than asked as an empty stock:
+  // docs/DESIGN.md §4.14).
+  ASSERT_TRUE(clients[0]->Uncharge("/d", 1).ok());
+  EXPECT_EQ(clients[0]->stocked_pages(), 0u);
+  EXPECT_EQ(server.CurrentPages("/d"), 152u);
+  // The library clients go on: their next charge is exact (47 free: the
+  // 64-page batch does not fit), so the stock is still held off...
   for (auto& c : clients) ASSERT_TRUE(c->Charge("/d", 1).ok());
+  ASSERT_TRUE(clients[1]->Uncharge("/d", 1).ok());
+  EXPECT_EQ(clients[1]->stocked_pages(), 0u);
+  // ...until a charge refills it: with room for a batch, the surplus is
+  // stocked, and so are pages freed after it.
+  ASSERT_TRUE(server.stub != nullptr);
+  v1::UnchargeRequest free_room;
+  free_room.set_path("/d");
+  free_room.set_nr_pages(150);
+  free_room.set_kind(v1::PAGE_KIND_ANON);
+  v1::UnchargeResponse freed;
+  grpc::ClientContext free_context;
+  ASSERT_TRUE(server.stub->Uncharge(&free_context, free_room, &freed).ok());
+  ASSERT_TRUE(clients[2]->Charge("/d", 1).ok());
+  EXPECT_EQ(clients[2]->stocked_pages(), 63u);
+  ASSERT_TRUE(clients[2]->Uncharge("/d", 1).ok());
+  EXPECT_EQ(clients[2]->stocked_pages(), 64u);
   for (auto& c : clients) ASSERT_TRUE(c->Close().ok());
 }
 
