@@ -463,7 +463,9 @@ absl::StatusOr<uint64_t> SessionRegistry::Attach(const std::string& identity,
   s.stream = sink;
   s.deadline_ms = NowMs() + s.ttl_ms;
   HearFromLocked(s);  // a new stream: ask it as any other
-  s.stock_empty_below.reset();
+  // Not stock_empty_below: the client's stock does not change with its
+  // stream (the libraries hold it off until a refill), and a client that
+  // reattached after each short answer would be waited for each time.
   return uint64_t{s.ttl_ms};
 }
 

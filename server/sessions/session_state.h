@@ -75,8 +75,8 @@ struct SessionRegistry::Session {
   // asked, as a silent session is, and its answers return its pages), as
   // the kernel's drain_all_stock() skips a CPU whose stock holds no pages.
   // Cleared by a charge in its name that charged more than it asked for
-  // (a refill of its stock), by an answer that returned what was asked,
-  // and by a new stream.
+  // (a refill of its stock) and by an answer that returned what was asked;
+  // not by a new stream (its stock did not change with it).
   std::optional<std::string> stock_empty_below;
   // Refills applied in its name (charges that charged more than asked),
   // and their count when the last drain request went out: a short answer

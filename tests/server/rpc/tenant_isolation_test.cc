@@ -286,29 +286,38 @@ TEST_F(TenantIsolationTest, AnotherTenantsEmptyStockIsNotWaitedFor) {
     ASSERT_TRUE(s.ok()) << s.error_message();
   }
   // A's client: every drain request answered after 150 ms with one page.
-  grpc::ClientContext stream_context;
-  stream_context.AddMetadata("authorization",
-                             absl::StrCat("Bearer ", kTokenA));
-  auto stream = stub_->SessionStream(&stream_context);
-  v1::SessionClientMessage attach;
-  attach.set_attach_session_id(id);
-  ASSERT_TRUE(stream->Write(attach));
-  v1::SessionServerMessage first;
-  ASSERT_TRUE(stream->Read(&first));
-  std::thread responder([&] {
-    v1::SessionServerMessage m;
-    while (stream->Read(&m)) {
-      if (m.drain_id() == 0) continue;
-      absl::SleepFor(absl::Milliseconds(150));
-      v1::SessionClientMessage back;
-      back.set_drain_id(m.drain_id());
-      v1::SessionHolding* h = back.add_returned();
-      h->set_path("/s/a");
-      h->set_kind(v1::PAGE_KIND_ANON);
-      h->set_nr_pages(1);
-      stream->Write(back);
-    }
-  });
+  struct Responder {
+    grpc::ClientContext context;
+    std::unique_ptr<grpc::ClientReaderWriter<v1::SessionClientMessage,
+                                             v1::SessionServerMessage>>
+        stream;
+    std::thread thread;
+  };
+  auto respond = [&](Responder* r) {
+    r->context.AddMetadata("authorization", absl::StrCat("Bearer ", kTokenA));
+    r->stream = stub_->SessionStream(&r->context);
+    v1::SessionClientMessage attach;
+    attach.set_attach_session_id(id);
+    ASSERT_TRUE(r->stream->Write(attach));
+    v1::SessionServerMessage first;
+    ASSERT_TRUE(r->stream->Read(&first));
+    r->thread = std::thread([r] {
+      v1::SessionServerMessage m;
+      while (r->stream->Read(&m)) {
+        if (m.drain_id() == 0) continue;
+        absl::SleepFor(absl::Milliseconds(150));
+        v1::SessionClientMessage back;
+        back.set_drain_id(m.drain_id());
+        v1::SessionHolding* h = back.add_returned();
+        h->set_path("/s/a");
+        h->set_kind(v1::PAGE_KIND_ANON);
+        h->set_nr_pages(1);
+        r->stream->Write(back);
+      }
+    });
+  };
+  Responder first_stream;
+  respond(&first_stream);
   // B's charge of 16 pages with 8 free: refused after A's answer.
   auto timed = [&](const char* token, const std::string& path) {
     const absl::Time start = absl::Now();
@@ -322,6 +331,15 @@ TEST_F(TenantIsolationTest, AnotherTenantsEmptyStockIsNotWaitedFor) {
   for (int i = 0; i < 5; ++i) took.push_back(timed(kTokenB, "/s/b"));
   for (size_t i = 0; i < took.size(); ++i)
     EXPECT_LT(took[i], absl::Milliseconds(100)) << i << ": waited for A";
+  // A new stream (the old one ends ABORTED, replaced) does not make its
+  // stock count again: the client's stock did not change with its stream.
+  absl::SleepFor(absl::Milliseconds(300));  // the unawaited answer is back
+  Responder second_stream;
+  respond(&second_stream);
+  first_stream.thread.join();
+  first_stream.stream->Finish();
+  EXPECT_LT(timed(kTokenB, "/s/b"), absl::Milliseconds(100))
+      << "waited for A after it reattached";
   // A's own refused charge still waits for A's session.
   EXPECT_GE(timed(kTokenA, "/s/a"), absl::Milliseconds(140));
   // A refills its stock (1 page asked, a batch of 3 charged): B's next
@@ -341,8 +359,8 @@ TEST_F(TenantIsolationTest, AnotherTenantsEmptyStockIsNotWaitedFor) {
   close.set_session_id(id);
   v1::CloseSessionResponse closed;
   ASSERT_TRUE(stub_->CloseSession(As(kTokenA).get(), close, &closed).ok());
-  responder.join();
-  stream->Finish();
+  second_stream.thread.join();
+  second_stream.stream->Finish();
 }
 
 }  // namespace
