@@ -278,6 +278,11 @@ void Daemon::PrintStartLine() const {
     absl::StrAppend(&security,
                     ", no per-group metrics without --metrics_token_file");
   }
+  if (config_.metrics_group_series_open) {
+    absl::StrAppend(&security,
+                    ", per-group metrics open to local users (no "
+                    "--metrics_token_file)");
+  }
   if (health_server_ != nullptr) {
     absl::StrAppend(&security, ", health on ", HostOf(config_.health_listen),
                     ":", health_port_);

@@ -358,12 +358,17 @@ absl::Status SecurityFromFlags(DaemonConfig* config) {
   // server with access control exports them only behind the token (issue
   // 22's attack round: a co-located tenant read every other tenant's paths
   // and usage from the loopback /metrics). An explicit depth is kept.
+  const bool open_metrics = config->access_control &&
+                            config->metrics_token.empty() &&
+                            !config->metrics_listen.empty();
   if (config->metrics.group_depth < 0) {
-    config->metrics_group_series_withheld =
-        config->access_control && config->metrics_token.empty() &&
-        !config->metrics_listen.empty();
+    config->metrics_group_series_withheld = open_metrics;
     config->metrics.group_depth =
-        config->metrics_group_series_withheld ? 0 : kDefaultMetricsGroupDepth;
+        open_metrics ? 0 : kDefaultMetricsGroupDepth;
+  } else {
+    // The operator's choice, said at start.
+    config->metrics_group_series_open =
+        open_metrics && config->metrics.group_depth > 0;
   }
   if (!insecure && !config->metrics_listen.empty() &&
       config->metrics_token.empty() && (tls || config->access_control) &&

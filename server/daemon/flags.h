@@ -51,6 +51,8 @@ struct DaemonConfig {
   // --metrics_group_depth left at its default on a server with access
   // control and no metrics token: no per-group series (said at start).
   bool metrics_group_series_withheld = false;
+  // An explicit --metrics_group_depth on such a server: said at start.
+  bool metrics_group_series_open = false;
   bool serve_reflection = true;
   MetricsOptions metrics;
   // Everything but the pointers (store, authorizer, hub, clock), which the

@@ -790,6 +790,7 @@ TEST(CgacctdAuthTest, OpenMetricsOfAServerWithAccessControlNameNoGroups) {
     EXPECT_THAT(body, HasSubstr("cgacct_groups "));  // the global gauges stay
     if (explicit_depth) {
       EXPECT_THAT(line, Not(HasSubstr("no per-group metrics")));
+      EXPECT_THAT(line, HasSubstr("per-group metrics open to local users"));
       EXPECT_THAT(body, HasSubstr("path=\"/tenant-b\""));
     } else {
       EXPECT_THAT(line,
