@@ -17,7 +17,8 @@ ABSL_FLAG(std::string, tls_server_name, "",
           "name to check cgacctd's certificate against (default: the "
           "target's host)");
 ABSL_FLAG(std::string, token_file, "",
-          "file holding a bearer token sent with every call (TLS only)");
+          "file holding a bearer token sent with every call (over TLS, or "
+          "in plaintext to a loopback target)");
 
 namespace cgacct::cli {
 
@@ -37,9 +38,23 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target,
   grpc::ChannelArguments args;
   if (own_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   const std::string ca = absl::GetFlag(FLAGS_tls_ca);
-  if (ca.empty()) {
+  const std::string token_file = absl::GetFlag(FLAGS_token_file);
+  if (ca.empty() && token_file.empty()) {
     return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(),
                                      args);
+  }
+  if (ca.empty()) {
+    // A token without TLS: gRPC sends call credentials in plaintext only
+    // over a local connection (LOCAL_TCP: a loopback target), which is
+    // where cgacctd accepts plaintext with --tokens_file.
+    const std::string token(
+        absl::StripAsciiWhitespace(ReadFileOrEmpty(token_file)));
+    return grpc::CreateCustomChannel(
+        target,
+        grpc::CompositeChannelCredentials(
+            grpc::experimental::LocalCredentials(LOCAL_TCP),
+            grpc::AccessTokenCredentials(token)),
+        args);
   }
   grpc::SslCredentialsOptions ssl;
   ssl.pem_root_certs = ReadFileOrEmpty(ca);
@@ -51,7 +66,6 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target,
   const std::string name = absl::GetFlag(FLAGS_tls_server_name);
   if (!name.empty()) args.SetSslTargetNameOverride(name);
   std::shared_ptr<grpc::ChannelCredentials> creds = grpc::SslCredentials(ssl);
-  const std::string token_file = absl::GetFlag(FLAGS_token_file);
   if (!token_file.empty()) {
     const std::string token(
         absl::StripAsciiWhitespace(ReadFileOrEmpty(token_file)));

@@ -22,8 +22,9 @@ namespace cgacct::cli {
 // cgacctctl and cgacct-load) say otherwise: --tls_ca=PEM turns TLS on
 // (server verified against that CA bundle; --tls_server_name overrides the
 // name checked), --tls_cert/--tls_key present a client certificate (mTLS),
-// --token_file sends "authorization: Bearer TOKEN" (TLS only: gRPC never
-// sends call credentials in plaintext). A flag file that cannot be read
+// --token_file sends "authorization: Bearer TOKEN" (over TLS, or without
+// --tls_ca over a local connection: gRPC's LOCAL_TCP credentials, which
+// only connect to a loopback target). A flag file that cannot be read
 // makes the calls fail UNAVAILABLE/UNAUTHENTICATED with gRPC's message.
 // With `own_connection`, the channel gets a private subchannel
 // pool and therefore its own TCP connection; otherwise gRPC shares one

@@ -69,18 +69,23 @@ void SessionRegistry::DrainAnswer(
       }
     }
     // Less than asked: the client gave all the stock it had at or below
-    // the drain's path (a well-behaved one keeps none back). Not waited for
-    // there again until it refills its stock (a charge that charged more
-    // than it asked for): a client returning nothing, or a page per answer
-    // and charging it again, at once or just inside half the bound, would
-    // otherwise cost every refused charge under a shared limit its answer
-    // time, for ever (issue 22's attack round: 6.2 and 7.6 ms per charge
-    // with 5 ms answers, against 0.1 ms).
-    if (returned_pages < s.asked_pages && s.refills == s.refills_at_request) {
-      s.stock_empty_below = s.asked_path;
-      ++stats_.drain_answers_short;
-    } else {
-      s.stock_empty_below.reset();
+    // the drain's group (a well-behaved one keeps none back). Not waited
+    // for there by other tenants' charges until it refills its stock (a
+    // charge that charged more than it asked for): a client returning
+    // nothing, or a page per answer and charging it again, at once or just
+    // inside half the bound, would otherwise cost every refused charge of
+    // the others under a shared limit its answer time, for ever (issue
+    // 22's attack round: 6.2 and 7.6 ms per charge with 5 ms answers).
+    // Judged against its own request.
+    if (auto ait = s.asked.find(drain_id); ait != s.asked.end()) {
+      const Session::AskedRequest request = std::move(ait->second);
+      s.asked.erase(ait);
+      if (returned_pages >= request.nr_pages) {
+        s.stock_empty_below.clear();
+      } else if (s.refills == request.refills) {
+        ++stats_.drain_answers_short;
+        MarkStockEmptyLocked(s, request.path);
+      }
     }
     if (drain != nullptr && drain->pending.erase(&s) > 0) {
       ++stats_.drain_requests_answered;
@@ -123,9 +128,15 @@ std::vector<RemoteStockReturn> SessionRegistry::DrainRemoteStock(
     } else {
       drain.pending.insert(s.get());
     }
-    s->asked_pages = nr_pages;
-    s->asked_path = std::string(over_path);
-    s->refills_at_request = s->refills;
+    if (s->asked.size() >= Session::kMaxAskedRequests) {
+      // Drop the oldest (drain ids only grow).
+      auto oldest = s->asked.begin();
+      for (auto it = s->asked.begin(); it != s->asked.end(); ++it)
+        if (it->first < oldest->first) oldest = it;
+      s->asked.erase(oldest);
+    }
+    s->asked[drain.id] = Session::AskedRequest{nr_pages, std::string(over_path),
+                                               s->refills};
     s->last_request_at = absl::Now();
     s->stream->Send(message);
   }
@@ -233,15 +244,30 @@ bool SessionRegistry::SilentLocked(const Session& s) const {
 bool SessionRegistry::AwaitedLocked(const Session& s,
                                     absl::string_view over_path) const {
   if (SilentLocked(s)) return false;
-  if (!s.stock_empty_below.has_value() ||
-      !PathAtOrBelow(over_path, *s.stock_empty_below))
-    return true;
+  bool known_empty = false;
+  for (const std::string& path : s.stock_empty_below)
+    known_empty = known_empty || PathAtOrBelow(over_path, path);
+  if (!known_empty) return true;
   // Known empty: another tenant's charge does not wait for it; its own
   // tenant's do, as before (a cooperating client's stock can refill in
   // ways the server cannot see: ClientLibTest.ConcurrentClientsAtMax...
   // saw 1 false OOM in 90 runs when no charge waited for it).
   const std::string* charger = ChargerScope::Current();
   return charger == nullptr || *charger == s.identity;
+}
+
+void SessionRegistry::MarkStockEmptyLocked(Session& s,
+                                           const std::string& path) {
+  for (const std::string& p : s.stock_empty_below)
+    if (PathAtOrBelow(path, p)) return;  // already covered
+  // Groups below the new one are covered by it.
+  s.stock_empty_below.erase(
+      std::remove_if(s.stock_empty_below.begin(), s.stock_empty_below.end(),
+                     [&](const std::string& p) { return PathAtOrBelow(p, path); }),
+      s.stock_empty_below.end());
+  if (s.stock_empty_below.size() >= Session::kMaxAskedRequests)
+    s.stock_empty_below.erase(s.stock_empty_below.begin());
+  s.stock_empty_below.push_back(path);
 }
 
 void SessionRegistry::StrikeLocked(Session& s) {

@@ -302,7 +302,7 @@ void SessionRegistry::EndOp(const Op& op, bool applied,
       s.held += held;
       if (refilled) {
         ++s.refills;
-        s.stock_empty_below.reset();
+        s.stock_empty_below.clear();
       }
     }
   } else if (!applied) {

@@ -21,8 +21,7 @@
 // nothing leaks and no holding goes negative.
 //
 // drain_all_stock() over the network (engine/remote_stock.h; implemented in
-// remote_drain.cc): the registry
-// is the engine's RemoteStockDrainer. A charge failing at a group's max asks
+// remote_drain.cc): the registry is the engine's RemoteStockDrainer. A charge failing at a group's max asks
 // every attached session holding pages at or below that group, on its
 // SessionStream, to return its stock, and waits at most drain_timeout for the
 // answers; the pages returned are uncharged by the engine for the waiting
@@ -148,8 +147,7 @@ class SessionRegistry final : public RemoteStockDrainer {
   // charged more than asked (Session::stock_empty_below).
   void EndOp(const Op& op, bool applied, uint64_t charged_pages,
              bool refilled = false) ABSL_LOCKS_EXCLUDED(mu_);
-  // Right after the engine applied a charge `op` (before EndOp): counts it
-  // in charges_applied without mu_ (a drain holds it while it sends).
+  // Right after the engine applied charge `op`, before EndOp (no mu_).
   void ChargeApplied(const Op& op);
   void EndOp(const Op& op, bool applied) ABSL_LOCKS_EXCLUDED(mu_) {
     EndOp(op, applied, op.nr_pages);
@@ -260,8 +258,7 @@ class SessionRegistry final : public RemoteStockDrainer {
   // An OOM killed group `group_id` at `path` whole: queued for the reaper
   // (RunOomGroupKills), which is woken. Called by the engine's observer on
   // the charge path under a group-tree reader slot: takes mu_ only, calls
-  // nothing in the engine, never blocks on a session. Repeated kills of one
-  // group before the reaper runs are one.
+  // nothing in the engine, never blocks. Repeated kills before it run: one.
   void OnOomGroupKill(uint64_t group_id, absl::string_view path)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Runs the queued kills: every session (of any identity) holding pages
@@ -325,11 +322,14 @@ class SessionRegistry final : public RemoteStockDrainer {
   // waits for `s`'s drain answers (Session::stock_empty_below).
   bool AwaitedLocked(const Session& s, absl::string_view over_path) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // `s` answered promptly, attached a new stream or ended: not silent.
-  void HearFromLocked(Session& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void HearFromLocked(Session& s)  // answered promptly, new stream or ended
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `s` let a drain request time out or answered it later than half the
   // bound: one step towards silent.
   void StrikeLocked(Session& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `s` answered a request for `path` short: its stock there is empty.
+  void MarkStockEmptyLocked(Session& s, const std::string& path)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A drain in flight for a group at, above or below `over_path`.
   bool OverlapsDrainLocked(absl::string_view over_path) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

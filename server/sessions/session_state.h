@@ -10,7 +10,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -63,28 +62,38 @@ struct SessionRegistry::Session {
   // stock is known empty): no other is sent until it answers (a client
   // that never reads must not pile requests up).
   bool silent_request_out = false;
-  // What the last drain request asked of it (the room the charge needed)
-  // and for which group's subtree.
-  uint64_t asked_pages = 0;
-  std::string asked_path;
-  // Set when it answered a drain request with less than asked: the client
-  // gave all its stock at or below this path (the client libraries take
-  // every page there, and until their next refill send what their
-  // application frees back to the server instead of stocking it). Charges
-  // limited at or below it stop waiting for its answers (it is still
-  // asked, as a silent session is, and its answers return its pages), as
-  // the kernel's drain_all_stock() skips a CPU whose stock holds no pages.
-  // Cleared by a charge in its name that charged more than it asked for
-  // (a refill of its stock) and by an answer that returned what was asked;
-  // not by a new stream (its stock did not change with it).
-  std::optional<std::string> stock_empty_below;
-  // Refills applied in its name (charges that charged more than asked),
-  // and their count when the last drain request went out: a short answer
-  // means an empty stock only if none was applied since (a refill the
-  // client sent after its answer can reach the server first: the answer
-  // and the Charge travel on different streams).
+  // Drain requests out to it, by drain_id: what each asked (the room its
+  // charge needed), for which group's subtree, and the refills applied in
+  // its name when it went out. An answer is judged against its own request
+  // (a later request, e.g. for a child group, must not change what an
+  // earlier answer means). At most kMaxAskedRequests, the oldest dropped
+  // (an answer to a dropped one counts for nothing here).
+  struct AskedRequest {
+    uint64_t nr_pages = 0;
+    std::string path;
+    uint64_t refills = 0;
+  };
+  static constexpr size_t kMaxAskedRequests = 8;
+  absl::flat_hash_map<uint64_t, AskedRequest> asked;
+  // Where its stock is known empty: it answered a drain request with less
+  // than asked, so the client gave all its stock at or below that group
+  // (the client libraries take every page there, and until their next
+  // refill send what their application frees back to the server instead of
+  // stocking it). Another identity's charges limited at or below one of
+  // these stop waiting for its answers (it is still asked, as a silent
+  // session is, and its answers return its pages), as the kernel's
+  // drain_all_stock() skips a CPU whose stock holds no pages. At most
+  // kMaxAskedRequests groups, none below another. Cleared by a charge in
+  // its name that charged more than it asked for (a refill of its stock)
+  // and by an answer that returned what was asked; not by a new stream
+  // (its stock did not change with it), nor by a request for another group.
+  std::vector<std::string> stock_empty_below;
+  // Refills applied in its name (charges that charged more than asked): a
+  // short answer means an empty stock only if none was applied after its
+  // request went out (a refill the client sent after its answer can reach
+  // the server first: the answer and the Charge travel on different
+  // streams).
   uint64_t refills = 0;
-  uint64_t refills_at_request = 0;
   // When the last drain request went out to it: an answer later than half
   // the bound after it is slow (DrainAnswer), a step towards silent.
   absl::Time last_request_at = absl::InfinitePast();

@@ -7,11 +7,14 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <fstream>
 #include <regex>
 #include <string>
 #include <thread>
@@ -260,6 +263,43 @@ TEST_F(CgacctctlTest, EventsRefusalsAndNotFound) {
   ExpectOneLineError(Run({"tree", "/nope"}), 3, "NOT_FOUND");
   // A bad path is the server's INVALID_ARGUMENT: refused.
   ExpectOneLineError(Run({"create", "no-slash"}), 4, "INVALID_ARGUMENT");
+}
+
+// A plaintext loopback server with --tokens_file (as the README's tour
+// allows): --token_file without --tls_ca is sent over a local connection.
+// Before, it was read only with TLS, and the call failed UNAUTHENTICATED.
+TEST(CgacctctlTokenTest, ATokenReachesAPlaintextLoopbackServer) {
+  char dir_template[] = "/tmp/cgacctctl_token_XXXXXX";
+  ASSERT_NE(mkdtemp(dir_template), nullptr);
+  const std::string dir = dir_template;
+  const std::string tokens = dir + "/tokens";
+  const std::string token = dir + "/ops.token";
+  {
+    std::ofstream(tokens) << "ops 0123456789abcdef0123456789abcdef\n";
+    std::ofstream(token) << "0123456789abcdef0123456789abcdef\n";
+  }
+  test_util::Daemon daemon({"--listen=127.0.0.1:0", "--metrics_listen=",
+                            "--cpus=2", "--tokens_file=" + tokens});
+  const std::string line = daemon.ReadStdoutLine(kTimeout);
+  static const std::regex kPort(R"(listening on 127\.0\.0\.1:(\d+))");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(line, m, kPort)) << line;
+  const std::string target = absl::StrCat("--target=127.0.0.1:", m[1].str());
+  {
+    Ctl ctl({target, "--token_file=" + token, "create", "/with-token"});
+    EXPECT_EQ(ctl.Wait(), 0) << ctl.err;
+    EXPECT_THAT(ctl.out, HasSubstr("path /with-token"));
+  }
+  {
+    Ctl ctl({target, "create", "/without"});
+    EXPECT_EQ(ctl.Wait(), 4) << ctl.err;
+    EXPECT_THAT(ctl.err, HasSubstr("UNAUTHENTICATED"));
+  }
+  daemon.Signal(SIGTERM);
+  EXPECT_EQ(daemon.WaitExit(kTimeout), 0);
+  std::remove(tokens.c_str());
+  std::remove(token.c_str());
+  rmdir(dir.c_str());
 }
 
 TEST_F(CgacctctlTest, UnreachableServerIsUnavailable) {

@@ -340,6 +340,21 @@ TEST_F(TenantIsolationTest, AnotherTenantsEmptyStockIsNotWaitedFor) {
   first_stream.stream->Finish();
   EXPECT_LT(timed(kTokenB, "/s/b"), absl::Milliseconds(100))
       << "waited for A after it reattached";
+  // A request for a group below /s (A's own refused charge at its child
+  // /s/a/x, whose answer is short too) leaves what A's answer for /s meant.
+  v1::CreateGroupRequest child;
+  child.set_path("/s/a/x");
+  child.mutable_limits()->set_max_bytes(1 * 4096);
+  ASSERT_TRUE(stub_->CreateGroup(As(kTokenAdmin).get(), child, &group).ok());
+  ASSERT_TRUE(charge(kTokenA, "/s/a/x", 1, 0, id, nullptr).ok());
+  {
+    const absl::Time start = absl::Now();
+    EXPECT_EQ(charge(kTokenA, "/s/a/x", 2, 0, "", nullptr).error_code(),
+              grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_GE(absl::Now() - start, absl::Milliseconds(140));  // its own
+  }
+  EXPECT_LT(timed(kTokenB, "/s/b"), absl::Milliseconds(100))
+      << "waited for A after a request for its child group";
   // A's own refused charge still waits for A's session.
   EXPECT_GE(timed(kTokenA, "/s/a"), absl::Milliseconds(140));
   // A refills its stock (1 page asked, a batch of 3 charged): B's next
