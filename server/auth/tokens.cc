@@ -28,7 +28,7 @@ absl::StatusOr<TokenTable> TokenTable::Parse(absl::string_view text) {
     if (words.size() != 2) {
       return absl::InvalidArgumentError(
           absl::StrCat("line ", line.number, ": ", words.size(),
-                       " words (want \"IDENTITY TOKEN\")"));
+                       " words (want \"NAME TOKEN\")"));
     }
     if (!auth_internal::IsWord(words[0]) || !auth_internal::IsWord(words[1])) {
       return absl::InvalidArgumentError(

@@ -14,8 +14,9 @@
 
 namespace cgacct {
 
-// One "IDENTITY TOKEN" per line ('#' comments, blank lines ignored). Tokens
-// are at least kMinTokenBytes printable non-space ASCII bytes and unique.
+// One "NAME TOKEN" per line, the caller then token:NAME ('#' comments,
+// blank lines ignored). Tokens are at least kMinTokenBytes printable
+// non-space ASCII bytes and unique.
 // Lookups compare against every token in constant time per token (no early
 // exit on the first differing byte, nor on a match). Messages never quote a
 // token.

@@ -100,8 +100,8 @@ ABSL_FLAG(bool, require_client_cert, false,
 ABSL_FLAG(absl::Duration, tls_refresh_interval, absl::Seconds(10),
           "how often the TLS files are re-read (>= 1s)");
 ABSL_FLAG(std::string, tokens_file, "",
-          "bearer tokens, one 'IDENTITY TOKEN' per line (>= 16-byte "
-          "tokens); re-read on SIGHUP");
+          "bearer tokens, one 'NAME TOKEN' per line (>= 16-byte tokens; "
+          "the caller is then token:NAME); re-read on SIGHUP");
 ABSL_FLAG(std::string, authz_policy, "",
           "authorization policy, one 'IDENTITY admin|ro PATH|rw PATH' per "
           "line; empty = every authenticated caller is admin; re-read on "
