@@ -149,12 +149,7 @@ class Stock {
                                            std::vector<Returned>* excess) {
     Slot& slot = MySlot();
     SlotLock l(&slot.mu);
-    for (StockEntry& e : slot.entries) {
-      if (e.kind != kind || e.path != group) continue;
-      AddToEntry(slot, e, nr_pages, excess);
-      return;
-    }
-    RefillNewEntry(slot, group, kind, nr_pages, excess);
+    RefillLocked(slot, group, kind, nr_pages, excess);
   }
 
   // Refill() unless `held_off` is set, read under the slot's lock: then
@@ -171,12 +166,7 @@ class Stock {
       excess->push_back({std::string(group), kind, nr_pages});
       return;
     }
-    for (StockEntry& e : slot.entries) {
-      if (e.kind != kind || e.path != group) continue;
-      AddToEntry(slot, e, nr_pages, excess);
-      return;
-    }
-    RefillNewEntry(slot, group, kind, nr_pages, excess);
+    RefillLocked(slot, group, kind, nr_pages, excess);
   }
 
   // A refill charged by the server (a Charge's batch beyond what the
@@ -197,12 +187,7 @@ class Stock {
       return;
     }
     held_off->store(false, std::memory_order_relaxed);
-    for (StockEntry& e : slot.entries) {
-      if (e.kind != kind || e.path != group) continue;
-      AddToEntry(slot, e, nr_pages, excess);
-      return;
-    }
-    RefillNewEntry(slot, group, kind, nr_pages, excess);
+    RefillLocked(slot, group, kind, nr_pages, excess);
   }
 
   // Takes every slot's stock of groups at or below `subtree` out of the
@@ -228,6 +213,19 @@ class Stock {
  private:
   // What a slot keeps of one entry: max_batch_pages, 0 without batching.
   uint64_t cap() const { return batch_pages_ == 0 ? 0 : max_batch_pages_; }
+
+  // The body of Refill() on `slot`, whose lock the caller holds: the
+  // existing entry inline, a new one out of line.
+  ABSL_ATTRIBUTE_ALWAYS_INLINE void RefillLocked(
+      Slot& slot, std::string_view group, int kind, uint64_t nr_pages,
+      std::vector<Returned>* excess) ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu) {
+    for (StockEntry& e : slot.entries) {
+      if (e.kind != kind || e.path != group) continue;
+      AddToEntry(slot, e, nr_pages, excess);
+      return;
+    }
+    RefillNewEntry(slot, group, kind, nr_pages, excess);
+  }
 
   // Adds `nr_pages` to `e` of `slot`, the part above cap() to *excess.
   void AddToEntry(Slot& slot, StockEntry& e, uint64_t nr_pages,

@@ -244,9 +244,11 @@ bool SessionRegistry::SilentLocked(const Session& s) const {
 bool SessionRegistry::AwaitedLocked(const Session& s,
                                     absl::string_view over_path) const {
   if (SilentLocked(s)) return false;
-  bool known_empty = false;
-  for (const std::string& path : s.stock_empty_below)
-    known_empty = known_empty || PathAtOrBelow(over_path, path);
+  const bool known_empty =
+      std::any_of(s.stock_empty_below.begin(), s.stock_empty_below.end(),
+                  [&](const std::string& path) {
+                    return PathAtOrBelow(over_path, path);
+                  });
   if (!known_empty) return true;
   // Known empty: another tenant's charge does not wait for it; its own
   // tenant's do, as before (a cooperating client's stock can refill in
