@@ -109,6 +109,10 @@ struct SessionStats {
   // stock there is then known empty and charges stop waiting for it until
   // it refills (Session::stock_empty_below).
   uint64_t drain_answers_short = 0;
+  // Waits of a charge for another identity's sessions that did not cover
+  // it: each cools that identity (its sessions are not waited for by other
+  // identities' charges for 100 ms, doubling to 6.4 s).
+  uint64_t drain_identity_cooldowns = 0;
   uint64_t sessions_silent = 0;  // silent now (a gauge)
   uint64_t sessions_silenced = 0;  // times a session became silent
   uint64_t drain_returned_pages = 0;

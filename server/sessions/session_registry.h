@@ -276,6 +276,7 @@ class SessionRegistry final : public RemoteStockDrainer {
 
  private:
   struct Drain;
+  struct DrainCooldown;
   struct Watermark;
   enum class EndReason { kClose, kExpire, kOomKill };
 
@@ -330,8 +331,17 @@ class SessionRegistry final : public RemoteStockDrainer {
   // `s` answered a request for `path` short: its stock there is empty.
   void MarkStockEmptyLocked(Session& s, const std::string& path)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A drain in flight for a group at, above or below `over_path`.
-  bool OverlapsDrainLocked(absl::string_view over_path) const
+  // After `drain`'s wait: when it did not cover its charge, every identity
+  // its wait was for is cooled for the waiters of other identities
+  // (drain_cooldowns_); when it did, those that returned pages are forgiven.
+  void JudgeWaitLocked(const Drain& drain) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Other identities' charges do not wait for `identity`'s sessions now.
+  bool CooledLocked(const std::string& identity) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A drain in flight for a group at, above or below `over_path` that waits
+  // for a session the charge on this thread would wait for (AwaitedLocked).
+  // With `join`, that charge's identity is added to its waiters.
+  bool OverlapsAwaitedDrainLocked(absl::string_view over_path, bool join)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Returned pages not yet uncharged (unsettled_) for such a group.
   bool OverlapsUnsettledLocked(absl::string_view over_path) const
@@ -357,6 +367,17 @@ class SessionRegistry final : public RemoteStockDrainer {
       ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, uint32_t> per_identity_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, Drain*> drains_ ABSL_GUARDED_BY(mu_);
+  // Identities cooled for other identities' charges (JudgeWaitLocked): a
+  // wait for an identity's sessions that did not cover the charge cools it
+  // for kDrainCooldownBase, doubling with each such wait up to
+  // kDrainCooldownMax, back to the base after a wait it covered or
+  // 2 x kDrainCooldownMax without one. Entries expire (pruned past
+  // kMaxDrainCooldowns).
+  absl::flat_hash_map<std::string, DrainCooldown> drain_cooldowns_
+      ABSL_GUARDED_BY(mu_);
+  static constexpr absl::Duration kDrainCooldownBase = absl::Milliseconds(100);
+  static constexpr int kDrainCooldownMaxLevel = 6;  // 6.4 s
+  static constexpr size_t kMaxDrainCooldowns = 1024;
   uint64_t next_drain_id_ ABSL_GUARDED_BY(mu_) = 0;
   // Limiting group path -> drains that returned pages the engine has not
   // yet reported uncharged (RemoteStockReturned).

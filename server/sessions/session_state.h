@@ -117,9 +117,27 @@ struct SessionRegistry::Watermark {
 struct SessionRegistry::Drain {
   uint64_t id = 0;
   std::string over_path;
+  uint64_t nr_pages = 0;  // the room its charge needs
   absl::flat_hash_set<Session*> pending;
   std::vector<RemoteStockReturn> returned;
   uint64_t returned_pages = 0;  // the sum of `returned`
+  // Identities of the sessions it waits for (pending when it started).
+  absl::flat_hash_set<std::string> awaited_identities;
+  // Pages returned, by the answering session's identity.
+  absl::flat_hash_map<std::string, uint64_t> returned_by_identity;
+  // Identities of the charges waiting on it: its own charge's and those of
+  // the charges that joined it (none for a charge without a ChargerScope).
+  absl::flat_hash_set<std::string> waiters;
+};
+
+// An identity whose sessions made another identity's charge wait for
+// nothing (SessionRegistry::JudgeWaitLocked): until `until`, other
+// identities' charges do not wait for its sessions. Guarded by the
+// registry's mu_, as its map drain_cooldowns_ is.
+struct SessionRegistry::DrainCooldown {
+  absl::Time until = absl::InfinitePast();
+  absl::Time last_cooled = absl::InfinitePast();
+  int level = 0;  // the cool-down is kDrainCooldownBase << level
 };
 
 }  // namespace cgacct

@@ -191,6 +191,14 @@ class SessionMetrics final : public prometheus::Collectable {
         "for its answers until it holds more pages than before that answer.",
         MetricType::Counter,
         {counter(static_cast<double>(s.drain_answers_short))});
+    add("cgacct_session_drain_identity_cooldowns_total",
+        "Waits of a charge for another identity's sessions whose answers did "
+        "not cover it: each cools that identity, whose sessions other "
+        "identities' charges then do not wait for (100 ms, doubling with "
+        "each such wait up to 6.4 s; still asked, their pages still "
+        "returned).",
+        MetricType::Counter,
+        {counter(static_cast<double>(s.drain_identity_cooldowns))});
     add("cgacct_sessions_silent",
         "Sessions that left 2 drain requests in a row unanswered or "
         "answered slowly: charges no longer wait for them until they answer "

@@ -378,5 +378,144 @@ TEST_F(TenantIsolationTest, AnotherTenantsEmptyStockIsNotWaitedFor) {
   second_stream.stream->Finish();
 }
 
+// Issue 22's re-attack on the empty-stock rule: three ways A's client
+// still made each refused charge of B under their shared max wait for A's
+// answer (6.8, 7 and 20 ms per charge with 5 ms answers, against 0.2 ms):
+// (1) refilling its stock inside B's wait (so its empty answer is not
+// short), (2) a fresh session charged a page as each wait begins, (3) A's
+// own refused charges at the shared max, whose drains (waiting for A's
+// sessions) B's charges joined. Now a wait of B for A's sessions that did
+// not cover B's charge cools identity A: B's charges wait for none of A's
+// sessions, nor join drains that wait only for them, for 100 ms, doubling
+// with each such wait.
+TEST_F(TenantIsolationTest, AnotherTenantWhoseAnswersBringNothingIsNotWaitedFor) {
+  v1::CreateGroupRequest shared;
+  shared.set_path("/s");
+  shared.mutable_limits()->set_max_bytes(128 * 4096);
+  v1::Group group;
+  ASSERT_TRUE(stub_->CreateGroup(As(kTokenAdmin).get(), shared, &group).ok());
+  ASSERT_TRUE(Create(kTokenAdmin, "/s/a").ok());
+  ASSERT_TRUE(Create(kTokenAdmin, "/s/b").ok());
+  auto open = [&] {
+    v1::OpenSessionResponse opened;
+    EXPECT_TRUE(stub_
+                    ->OpenSession(As(kTokenA).get(), v1::OpenSessionRequest(),
+                                  &opened)
+                    .ok());
+    return opened.session_id();
+  };
+  auto charge = [&](const char* token, const std::string& path,
+                    uint64_t nr_pages, uint64_t batch_pages,
+                    const std::string& session_id, uint64_t* charged) {
+    v1::ChargeRequest request;
+    request.set_path(path);
+    request.set_nr_pages(nr_pages);
+    if (batch_pages > 0) request.set_batch_pages(batch_pages);
+    request.set_kind(v1::PAGE_KIND_ANON);
+    if (!session_id.empty()) request.set_session_id(session_id);
+    v1::ChargeResponse response;
+    grpc::Status s = stub_->Charge(As(token).get(), request, &response);
+    if (charged != nullptr) *charged = response.nr_pages();
+    return s;
+  };
+  const std::string first = open();
+  ASSERT_TRUE(charge(kTokenA, "/s/a", 100, 0, first, nullptr).ok());
+  // A's client: on each drain request it refills its stock at once
+  // (uncharges 8 pages, then charges 1 with a batch of 8: 8 charged, a
+  // refill), then answers with nothing 150 ms later.
+  struct Responder {
+    grpc::ClientContext context;
+    std::unique_ptr<grpc::ClientReaderWriter<v1::SessionClientMessage,
+                                             v1::SessionServerMessage>>
+        stream;
+    std::thread thread;
+    std::atomic<int> refills{0};
+  };
+  auto respond = [&](Responder* r, const std::string& id) {
+    r->context.AddMetadata("authorization", absl::StrCat("Bearer ", kTokenA));
+    r->stream = stub_->SessionStream(&r->context);
+    v1::SessionClientMessage attach;
+    attach.set_attach_session_id(id);
+    ASSERT_TRUE(r->stream->Write(attach));
+    v1::SessionServerMessage hello;
+    ASSERT_TRUE(r->stream->Read(&hello));
+    r->thread = std::thread([this, r, id, &charge] {
+      v1::SessionServerMessage m;
+      while (r->stream->Read(&m)) {
+        if (m.drain_id() == 0) continue;
+        v1::UnchargeRequest uncharge;
+        uncharge.set_path("/s/a");
+        uncharge.set_nr_pages(8);
+        uncharge.set_kind(v1::PAGE_KIND_ANON);
+        uncharge.set_session_id(id);
+        v1::UnchargeResponse uncharged;
+        if (stub_->Uncharge(As(kTokenA).get(), uncharge, &uncharged).ok()) {
+          uint64_t charged = 0;
+          if (charge(kTokenA, "/s/a", 1, 8, id, &charged).ok() && charged > 1)
+            ++r->refills;
+        }
+        absl::SleepFor(absl::Milliseconds(150));
+        v1::SessionClientMessage back;
+        back.set_drain_id(m.drain_id());
+        r->stream->Write(back);
+      }
+    });
+  };
+  Responder first_stream;
+  respond(&first_stream, first);
+  // B fills /s but for 8 pages; its charges of 16 are refused.
+  ASSERT_TRUE(charge(kTokenB, "/s/b", 128 - 8 - Usage("/s"), 0, "", nullptr).ok());
+  auto timed = [&](const char* token, const std::string& path) {
+    const absl::Time start = absl::Now();
+    EXPECT_EQ(charge(token, path, 16, 0, "", nullptr).error_code(),
+              grpc::StatusCode::RESOURCE_EXHAUSTED);
+    return absl::Now() - start;
+  };
+  // The first waits for A's (refilled, empty) answer: nothing came back.
+  EXPECT_GE(timed(kTokenB, "/s/b"), absl::Milliseconds(140));
+  EXPECT_GE(first_stream.refills.load(), 1) << "the trick's refill failed";
+  EXPECT_EQ(service_->sessions().stats().drain_answers_short, 0u)
+      << "the empty answer counted as short: not the trick";
+  EXPECT_EQ(service_->sessions().stats().drain_identity_cooldowns, 1u);
+  // (1) A is cooled: B's next charge does not wait for it, although A
+  // refilled again.
+  EXPECT_LT(timed(kTokenB, "/s/b"), absl::Milliseconds(100))
+      << "waited for A's refilled session";
+  // (2) Nor for a fresh session of A's, holding pages, never asked before.
+  const std::string fresh = open();
+  ASSERT_TRUE(charge(kTokenA, "/s/a", 1, 0, fresh, nullptr).ok());
+  Responder fresh_stream;
+  respond(&fresh_stream, fresh);
+  EXPECT_LT(timed(kTokenB, "/s/b"), absl::Milliseconds(100))
+      << "waited for A's fresh session";
+  // (3) A's own refused charge at /s waits for A's sessions (its own); B's
+  // charge meanwhile does not join that drain.
+  std::thread a_charge([&] {
+    const absl::Time start = absl::Now();
+    EXPECT_FALSE(charge(kTokenA, "/s/a", 64, 0, "", nullptr).ok());
+    EXPECT_GE(absl::Now() - start, absl::Milliseconds(140)) << "A's own";
+  });
+  absl::SleepFor(absl::Milliseconds(30));
+  EXPECT_LT(timed(kTokenB, "/s/b"), absl::Milliseconds(100))
+      << "joined A's own drain";
+  a_charge.join();
+  // The cool-down ends: B's charge waits for A again (and, nothing coming
+  // back, cools it for twice as long).
+  absl::SleepFor(absl::Milliseconds(500));
+  EXPECT_GE(timed(kTokenB, "/s/b"), absl::Milliseconds(140));
+  EXPECT_EQ(service_->sessions().stats().drain_identity_cooldowns, 2u);
+  EXPECT_LT(timed(kTokenB, "/s/b"), absl::Milliseconds(100));
+  for (const std::string& id : {first, fresh}) {
+    v1::CloseSessionRequest close;
+    close.set_session_id(id);
+    v1::CloseSessionResponse closed;
+    ASSERT_TRUE(stub_->CloseSession(As(kTokenA).get(), close, &closed).ok());
+  }
+  first_stream.thread.join();
+  first_stream.stream->Finish();
+  fresh_stream.thread.join();
+  fresh_stream.stream->Finish();
+}
+
 }  // namespace
 }  // namespace cgacct
