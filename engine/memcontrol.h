@@ -131,6 +131,9 @@ class MemoryController {
     std::atomic<uint64_t> charges_rejected{0};
     std::atomic<uint64_t> uncharges{0};
     std::atomic<uint64_t> oom_events{0};
+    // FILE charges: bumped (release) after the pages are on the group's
+    // FILE count; FileChargeEpoch() sums them.
+    std::atomic<uint64_t> file_charges{0};
   };
 
   // The checks every Charge/Uncharge runs before taking the tree lock: the
@@ -196,8 +199,13 @@ class MemoryController {
                         uint64_t* uncharged = nullptr)
       ABSL_SHARED_LOCKS_REQUIRED(tree_.lock());
   void UpdateStats(Group* g, int cpu, PageKind kind, int64_t nr_pages);
-  uint64_t ReclaimPages(Group* over, uint64_t nr_pages, int cpu)
+  // *groups_without_file (may be null): Reclaimer::TryToFreeMemCgroupPages'.
+  uint64_t ReclaimPages(Group* over, uint64_t nr_pages, int cpu,
+                        uint64_t* groups_without_file = nullptr)
       ABSL_SHARED_LOCKS_REQUIRED(tree_.lock());
+  // The FILE charges so far, all CPU slots (acquire): unchanged between two
+  // reads, no FILE page was added to any group in between.
+  uint64_t FileChargeEpoch() const;
 
   // Stores the present limits, clamped to PAGE_COUNTER_MAX. Caller
   // serialises setters: the writer side of the tree lock, or limits_mu_.

@@ -253,6 +253,13 @@ struct Reclaimer::ScanControl {
   // The last walk found a FILE page in a group it did not skip for its
   // protection (not in the kernel; see DoTryToFreePages()).
   bool walk_saw_reclaimable = false;
+  // The last walk saw a FILE page anywhere (protected groups too), and the
+  // groups it saw.
+  bool walk_saw_file = false;
+  uint64_t walk_groups = 0;
+  // Groups of a walk of this cycle that saw the whole subtree and no FILE
+  // page in it (0: none did).
+  uint64_t groups_without_file = 0;
 };
 
 Reclaimer::Reclaimer(Rstat* rstat, EngineObserver* observer, const Clock& clock,
@@ -266,7 +273,8 @@ Reclaimer::Reclaimer(Rstat* rstat, EngineObserver* observer, const Clock& clock,
       raise_event_(std::move(raise_event)) {}
 
 uint64_t Reclaimer::TryToFreeMemCgroupPages(Group* target, uint64_t nr_pages,
-                                            ReclaimMode mode, int cpu) {
+                                            ReclaimMode mode, int cpu,
+                                            uint64_t* groups_without_file) {
   const int64_t start_ns = clock_.NowNs();
   ScanControl sc;
   sc.target = target;
@@ -276,6 +284,8 @@ uint64_t Reclaimer::TryToFreeMemCgroupPages(Group* target, uint64_t nr_pages,
   sc.priority = kDefPriority;
   sc.memcg_full_walk = memcg_full_walk_;
   const uint64_t reclaimed = DoTryToFreePages(sc);
+  if (groups_without_file != nullptr)
+    *groups_without_file = reclaimed == 0 ? sc.groups_without_file : 0;
   if (observer_ != nullptr)
     observer_->OnReclaimDone(absl::Nanoseconds(clock_.NowNs() - start_ns),
                              sc.nr_scanned, reclaimed, sc.memcg_full_walk);
@@ -335,8 +345,12 @@ bool Reclaimer::ShrinkNodeMemcgs(ScanControl& sc) {
   ReclaimCookie cookie;
   ReclaimCookie* partial = sc.memcg_full_walk ? nullptr : &cookie;
   sc.walk_saw_reclaimable = false;
+  sc.walk_saw_file = false;
+  sc.walk_groups = 0;
   for (Group* memcg = MemCgroupIter(target, nullptr, partial); memcg != nullptr;
        memcg = MemCgroupIter(target, memcg, partial)) {
+    ++sc.walk_groups;
+    if (memcg->nr_pages(PageKind::kFile) > 0) sc.walk_saw_file = true;
     CalculateProtection(target, memcg, recursive_protection_);
     if (BelowMin(target, memcg)) continue;  // hard protection
     if (BelowLow(target, memcg)) {
@@ -355,7 +369,9 @@ bool Reclaimer::ShrinkNodeMemcgs(ScanControl& sc) {
     if (partial != nullptr && sc.nr_reclaimed >= sc.nr_to_reclaim)
       return false;
   }
-  return partial == nullptr || cookie.whole_round;
+  const bool whole = partial == nullptr || cookie.whole_round;
+  if (whole && !sc.walk_saw_file) sc.groups_without_file = sc.walk_groups;
+  return whole;
 }
 
 void Reclaimer::ShrinkLruvec(Group* memcg, ScanControl& sc) {

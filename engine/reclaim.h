@@ -217,9 +217,14 @@ class Reclaimer {
   // chunk per group). One call is one reclaim cycle, reported to the
   // observer. Never fails; 0 means nothing could be reclaimed even after the
   // full-walk and low-breaching passes. `cpu` is the caller's CPU slot (for
-  // stats).
+  // stats). *groups_without_file (may be null): the number of groups a walk
+  // of this cycle saw when it saw the whole subtree and not one FILE page in
+  // it (protected groups included), else 0 (not in the kernel: lets a
+  // refused charge skip its next cycles while no FILE page was charged,
+  // MemoryController::TryChargeMemcg).
   uint64_t TryToFreeMemCgroupPages(Group* target, uint64_t nr_pages,
-                                   ReclaimMode mode, int cpu);
+                                   ReclaimMode mode, int cpu,
+                                   uint64_t* groups_without_file = nullptr);
 
   // memory_reclaim() (memory.reclaim): proactive reclaim of nr_pages from
   // `memcg`'s subtree in batches of (remaining) / 4 (reclaim raises each to

@@ -1,6 +1,13 @@
 #include "engine/engine.h"
 
 #include "engine/percpu.h"
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -529,6 +536,67 @@ TEST(EngineInfoTest, ReportsPolicyNameAndLongestHolds) {
   ASSERT_FALSE(info.longest_flush_holds.empty());
   EXPECT_EQ(info.longest_flush_holds[0].hold, info.flush_lock_hold_max);
   EXPECT_LE(info.longest_flush_holds[0].cpus_walked, 2);
+}
+
+// Counts reclaim cycles; `during_first` runs inside the first one.
+class ReclaimCycleCounter final : public EngineObserver {
+ public:
+  void OnFlushLockHold(const FlushLockHold&) override {}
+  void OnFlushDone(absl::Duration, int, int) override {}
+  void OnReclaimDone(absl::Duration, uint64_t, uint64_t, bool) override {
+    if (cycles.fetch_add(1) == 0 && during_first) during_first();
+  }
+  std::atomic<int> cycles{0};
+  std::function<void()> during_first;
+};
+
+// Issue 22's re-attack, row 11g: a refused charge at a max whose subtree
+// holds many groups and no FILE page walked them in each of its 17 reclaim
+// cycles. A cycle that saw the whole subtree without a FILE page now stands
+// for the next ones until a FILE page is charged somewhere; every retry
+// still raises its `max` event.
+TEST(RefusedChargeTest, WalksAFileFreeSubtreeOnce) {
+  ReclaimCycleCounter counter;
+  EngineOptions options;
+  options.nr_cpus = 2;
+  options.observer = &counter;
+  std::unique_ptr<Engine> engine = std::move(*Engine::Create(options));
+  LimitsUpdate max64;
+  max64.max_pages = 64;
+  ASSERT_TRUE(engine->CreateGroup("/p", max64).ok());
+  ASSERT_TRUE(engine->CreateGroup("/q", LimitsUpdate()).ok());
+  for (int i = 0; i < 50; ++i)
+    ASSERT_TRUE(engine->CreateGroup(absl::StrCat("/p/c", i), LimitsUpdate()).ok());
+  ASSERT_TRUE(engine->Charge("/p/c0", 64, PageKind::kAnon, 0).ok());
+  GroupHandle p = *engine->ResolveGroup("/p");
+  const uint64_t max_events0 = engine->GetEvents(p)->events.max;
+  absl::StatusOr<ChargeResult> refused =
+      engine->Charge("/p/c1", 1, PageKind::kAnon, 0);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(counter.cycles.load(), 1);
+  // try_charge_memcg()'s `max` events: the first try, the retry after
+  // drain_all_stock(), then MAX_RECLAIM_RETRIES more.
+  EXPECT_EQ(engine->GetEvents(p)->events.max - max_events0,
+            static_cast<uint64_t>(kMaxReclaimRetries + 2));
+  // A FILE page charged (elsewhere, from another CPU slot) while the first
+  // cycle runs: the next retry walks again, then stands for the rest.
+  counter.cycles = 0;
+  counter.during_first = [&] {
+    std::thread other([&] {
+      EXPECT_TRUE(engine->Charge("/q", 1, PageKind::kFile, 1).ok());
+    });
+    other.join();
+  };
+  EXPECT_FALSE(engine->Charge("/p/c1", 1, PageKind::kAnon, 0).ok());
+  EXPECT_EQ(counter.cycles.load(), 2);
+  // FILE pages in the subtree: every retry walks (and here reclaims them).
+  counter.during_first = nullptr;
+  ASSERT_TRUE(engine->Uncharge("/p/c0", 8, PageKind::kAnon, 0).ok());
+  ASSERT_TRUE(engine->Charge("/p/c2", 8, PageKind::kFile, 0).ok());
+  counter.cycles = 0;
+  EXPECT_TRUE(engine->Charge("/p/c1", 8, PageKind::kAnon, 0).ok());
+  EXPECT_GE(counter.cycles.load(), 1);
+  EXPECT_EQ(engine->GetStats("/p")->memory_current_pages, 64u);
 }
 
 }  // namespace
