@@ -224,6 +224,12 @@ int Daemon::StartServers() {
   builder.SetMaxSendMessageSize(static_cast<int>(config_.max_message_bytes));
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
                              static_cast<int>(config_.streams_per_connection));
+  // A request is read only once its call is admitted (server/rpc/unary.h);
+  // until then its stream's HTTP/2 window is what it may send. The BDP probe
+  // grew the windows: with it, one tenant's 400 waiting 4 MB requests were
+  // buffered whole (1.86 GB), without it 165 MB.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 65535);
   builder.AddListeningPort(config_.listen, credentials_, &port_);
   service_->RegisterOn(builder);  // + SessionStream's completion queue
   std::vector<

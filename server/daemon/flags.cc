@@ -1,6 +1,7 @@
 // cgacctd's flags and their checks (server/daemon/flags.h).
 #include "server/daemon/flags.h"
 
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <string>
@@ -292,6 +293,17 @@ absl::Status LimitsFromFlags(DaemonConfig* config) {
   service.limits.max_in_flight_bytes_per_identity =
       absl::GetFlag(FLAGS_max_in_flight_bytes_per_identity);
   service.transport.max_message_bytes = max_message_bytes;
+  // Requests of one identity read at once (server/rpc/unary.h): as many
+  // largest messages as its in-flight bytes hold, each costing about four
+  // times its size while handled; no bound without one.
+  const uint64_t bytes_bound = service.limits.max_in_flight_bytes_per_identity;
+  service.limits.max_reads_per_identity =
+      bytes_bound == 0
+          ? 0
+          : static_cast<uint32_t>(std::min<uint64_t>(
+                UINT32_MAX,
+                std::max<uint64_t>(
+                    1, bytes_bound / (uint64_t{4} * max_message_bytes))));
   service.transport.max_concurrent_streams_per_connection =
       streams_per_connection;
   SessionOptions& sessions = service.sessions;

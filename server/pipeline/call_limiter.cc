@@ -72,6 +72,36 @@ absl::StatusOr<CallLimiter::Permit> CallLimiter::Acquire(
                             : over_bytes
                                 ? ShedReason::kInFlightBytesPerIdentity
                                 : ShedReason::kInFlightPerIdentity;
+  return Shed(reason, identity, bytes_held, bytes);
+}
+
+absl::Status CallLimiter::AddBytes(Permit& permit, uint64_t message_bytes) {
+  if (permit.limiter_ == nullptr || message_bytes == 0) return absl::OkStatus();
+  const uint64_t bytes_limit = options_.max_in_flight_bytes_per_identity;
+  uint64_t bytes_held = 0;
+  {
+    absl::MutexLock l(&mu_);
+    Counts& counts = counts_[permit.identity_];
+    bytes_held = counts.in_flight_bytes;
+    // One message alone always passes (bytes_held == 0).
+    if (bytes_limit == 0 || bytes_held == 0 ||
+        bytes_held + message_bytes <= bytes_limit) {
+      counts.in_flight_bytes += message_bytes;
+      permit.bytes_ += message_bytes;
+      return absl::OkStatus();
+    }
+  }
+  return Shed(ShedReason::kInFlightBytesPerIdentity, permit.identity_,
+              bytes_held, message_bytes);
+}
+
+absl::Status CallLimiter::Shed(ShedReason reason, absl::string_view identity,
+                               uint64_t bytes_held, uint64_t bytes) const {
+  const bool stream = reason == ShedReason::kStreamsPerIdentity;
+  const bool over_bytes = reason == ShedReason::kInFlightBytesPerIdentity;
+  const uint32_t limit = stream ? options_.max_streams_per_identity
+                                : options_.max_in_flight_per_identity;
+  const uint64_t bytes_limit = options_.max_in_flight_bytes_per_identity;
   const std::string who =
       identity.empty()
           ? std::string("the anonymous identity")
@@ -82,7 +112,9 @@ absl::StatusOr<CallLimiter::Permit> CallLimiter::Acquire(
                             "close one or retry later")
       : over_bytes
           ? absl::StrCat(" has ", bytes_held, " bytes of messages in flight; ",
-                         bytes, " more would pass ", bytes_limit,
+                         bytes == 0 ? std::string("that is past ")
+                                    : absl::StrCat(bytes, " more would pass "),
+                         bytes_limit,
                          " (--max_in_flight_bytes_per_identity); retry later "
                          "with backoff")
           : absl::StrCat(" already has ", limit,
@@ -105,6 +137,64 @@ void CallLimiter::Give(Kind kind, const std::string& identity,
   if (used > 0) --used;
   it->second.in_flight_bytes -= std::min(it->second.in_flight_bytes, bytes);
   if (it->second.streams == 0 && it->second.in_flight == 0) counts_.erase(it);
+}
+
+uint64_t CallLimiter::BeginRead(absl::string_view identity,
+                                std::function<void()> start) {
+  absl::MutexLock l(&mu_);
+  Reads& reads = reads_[identity];
+  if (options_.max_reads_per_identity == 0 ||
+      reads.pending < options_.max_reads_per_identity) {
+    ++reads.pending;
+    return 0;
+  }
+  const uint64_t ticket = ++next_read_ticket_;
+  reads.waiting.emplace_back(ticket, std::move(start));
+  return ticket;
+}
+
+void CallLimiter::EndRead(absl::string_view identity) {
+  std::function<void()> next;
+  {
+    absl::MutexLock l(&mu_);
+    auto it = reads_.find(identity);
+    if (it == reads_.end()) return;  // unreachable: a read was begun
+    Reads& reads = it->second;
+    if (!reads.waiting.empty()) {
+      // The slot passes to the first waiting read: pending is unchanged.
+      next = std::move(reads.waiting.front().second);
+      reads.waiting.pop_front();
+    } else {
+      if (reads.pending > 0) --reads.pending;
+      if (reads.pending == 0) reads_.erase(it);
+    }
+  }
+  if (next) next();  // outside the lock: it starts a gRPC read
+}
+
+bool CallLimiter::CancelRead(absl::string_view identity, uint64_t ticket) {
+  absl::MutexLock l(&mu_);
+  auto it = reads_.find(identity);
+  if (it == reads_.end()) return false;
+  auto& waiting = it->second.waiting;
+  for (auto w = waiting.begin(); w != waiting.end(); ++w) {
+    if (w->first != ticket) continue;
+    waiting.erase(w);
+    return true;
+  }
+  return false;
+}
+
+uint32_t CallLimiter::ReadsInUse(absl::string_view identity) const {
+  absl::MutexLock l(&mu_);
+  auto it = reads_.find(identity);
+  return it == reads_.end() ? 0 : it->second.pending;
+}
+
+size_t CallLimiter::ReadsWaiting(absl::string_view identity) const {
+  absl::MutexLock l(&mu_);
+  auto it = reads_.find(identity);
+  return it == reads_.end() ? 0 : it->second.waiting.size();
 }
 
 uint64_t CallLimiter::BytesInUse(absl::string_view identity) const {

@@ -34,6 +34,8 @@
 #define CGACCT_SERVER_PIPELINE_CALL_LIMITER_H_
 
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -62,6 +64,7 @@ inline constexpr uint32_t kDefaultMaxStreamsPerIdentity = 256;
 inline constexpr uint32_t kDefaultMaxInFlightPerIdentity = 1024;
 inline constexpr uint64_t kDefaultMaxInFlightBytesPerIdentity = uint64_t{64}
                                                                 << 20;
+inline constexpr uint32_t kDefaultMaxReadsPerIdentity = 4;
 
 class CallLimiter {
  public:
@@ -74,6 +77,12 @@ class CallLimiter {
     // Encoded bytes of those messages per identity; 0 = no limit.
     uint64_t max_in_flight_bytes_per_identity =
         kDefaultMaxInFlightBytesPerIdentity;
+    // Requests being read at once per identity (BeginRead); 0 = no limit.
+    // cgacctd sets max_in_flight_bytes_per_identity / (4 x
+    // --max_message_bytes), at least 1 (4 by default): a request being
+    // handled costs about four times its encoded size (its bytes, the
+    // parsed message, the answer and its bytes).
+    uint32_t max_reads_per_identity = kDefaultMaxReadsPerIdentity;
   };
 
   enum class Kind : uint8_t { kStream, kInFlight };
@@ -91,6 +100,8 @@ class CallLimiter {
     ~Permit() { Release(); }
 
     void Release();
+    // It holds a unit (not empty, not released).
+    bool held() const { return limiter_ != nullptr; }
 
    private:
     friend class CallLimiter;
@@ -117,6 +128,30 @@ class CallLimiter {
   // Outstanding Permits must be gone before the limiter is destroyed.
   absl::StatusOr<Permit> Acquire(Kind kind, absl::string_view identity,
                                  uint64_t message_bytes = 0);
+  // Adds `message_bytes` to an in-flight permit admitted before its message
+  // was read (a unary call, server/rpc/unary.h), by the rule Acquire
+  // applies: RESOURCE_EXHAUSTED (shed, nothing added) when the identity
+  // already holds bytes and these would pass the bound. An empty permit (a
+  // call never shed) takes nothing.
+  absl::Status AddBytes(Permit& permit, uint64_t message_bytes);
+
+  // Reads of unary requests. gRPC buffers a request before any handler
+  // runs, up to --max_message_bytes, for every stream whose read is
+  // pending: one tenant's 200 concurrent 4 MiB requests held ~1 GB before
+  // (issue 22's attack round, row 11a). So a unary call reads its request
+  // only once admitted and authenticated, and an identity has at most
+  // max_reads_per_identity reads pending; a call past that waits (its
+  // stream buffers at most HTTP/2's initial window) for one of them to end,
+  // in arrival order, not shed. BeginRead returns 0 if `start` may run now
+  // (the caller runs it), else a ticket: `start` then runs on the thread of
+  // the EndRead that frees the slot, unless CancelRead(ticket) removed it
+  // first (true). Each read started ends with one EndRead.
+  uint64_t BeginRead(absl::string_view identity, std::function<void()> start);
+  void EndRead(absl::string_view identity);
+  bool CancelRead(absl::string_view identity, uint64_t ticket);
+  // Reads pending and waiting of `identity` (tests).
+  uint32_t ReadsInUse(absl::string_view identity) const;
+  size_t ReadsWaiting(absl::string_view identity) const;
 
   // Units held now by `identity` (tests, metrics).
   uint32_t InUse(Kind kind, absl::string_view identity) const;
@@ -131,13 +166,24 @@ class CallLimiter {
     uint32_t in_flight = 0;
     uint64_t in_flight_bytes = 0;
   };
+  struct Reads {
+    uint32_t pending = 0;
+    std::deque<std::pair<uint64_t, std::function<void()>>> waiting;
+  };
   void Give(Kind kind, const std::string& identity, uint64_t bytes);
+  // The shed status of `identity` for `reason` (`held`, `bytes`: the
+  // in-flight bytes held and asked for).
+  absl::Status Shed(ShedReason reason, absl::string_view identity,
+                    uint64_t held, uint64_t bytes) const;
 
   const Options options_;
   mutable absl::Mutex mu_;
   // Identities holding at least one unit; an entry goes when both reach 0,
   // so the map is bounded by the calls in progress.
   absl::flat_hash_map<std::string, Counts> counts_ ABSL_GUARDED_BY(mu_);
+  // Identities with a read pending or waiting (an entry goes when neither).
+  absl::flat_hash_map<std::string, Reads> reads_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_read_ticket_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace cgacct

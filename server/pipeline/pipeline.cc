@@ -106,13 +106,7 @@ absl::Status Pipeline::RecheckWatch(CallContext& call,
   return Authorize(authorizer_, call.caller(), Access::kRead, path);
 }
 
-absl::Status Pipeline::Admit(CallContext& call, Admission admission,
-                             uint64_t message_bytes) {
-  if (admission == Admission::kProbe) {
-    call.admitted = true;
-    return absl::OkStatus();
-  }
-  // Shutdown and the deadline first: nothing changes for such a call.
+absl::Status Pipeline::ShutdownOrDeadline(const CallContext& call) const {
   if (shutting_down()) {
     return absl::UnavailableError(
         "cgacctd is shutting down; nothing was applied: retry (with the same "
@@ -123,6 +117,17 @@ absl::Status Pipeline::Admit(CallContext& call, Admission admission,
         "the call's deadline passed before it was handled; nothing was "
         "applied");
   }
+  return absl::OkStatus();
+}
+
+absl::Status Pipeline::Admit(CallContext& call, Admission admission,
+                             uint64_t message_bytes) {
+  if (admission == Admission::kProbe) {
+    call.admitted = true;
+    return absl::OkStatus();
+  }
+  // Shutdown and the deadline first: nothing changes for such a call.
+  if (absl::Status s = ShutdownOrDeadline(call); !s.ok()) return s;
   absl::StatusOr<CallLimiter::Permit> permit =
       admission == Admission::kStream
           ? limiter_.Acquire(CallLimiter::Kind::kStream, call.identity())
@@ -137,6 +142,17 @@ absl::Status Pipeline::Admit(CallContext& call, Admission admission,
   call.permit = *std::move(permit);
   call.admitted = true;
   return absl::OkStatus();
+}
+
+absl::Status Pipeline::AdmitBytes(CallContext& call, uint64_t message_bytes) {
+  if (!call.permit.held()) return absl::OkStatus();  // a probe
+  if (absl::Status s = ShutdownOrDeadline(call); !s.ok()) return s;
+  absl::Status status = limiter_.AddBytes(call.permit, message_bytes);
+  if (!status.ok()) {
+    if (std::optional<ShedReason> reason = ShedReasonOf(status))
+      rpc_metrics_.RecordShed(*reason);
+  }
+  return status;
 }
 
 absl::StatusOr<CallLimiter::Permit> Pipeline::AdmitMessage(

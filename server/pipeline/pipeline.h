@@ -139,6 +139,16 @@ class Pipeline {
   // shutdown and its deadline itself.
   absl::StatusOr<CallLimiter::Permit> AdmitMessage(const CallContext& call,
                                                    uint64_t message_bytes);
+  // A unary call admitted before its request was read (Admit with 0
+  // bytes, server/rpc/unary.h), once it is read: UNAVAILABLE after
+  // BeginShutdown(), DEADLINE_EXCEEDED past the deadline (the read may have
+  // waited), else its request's `message_bytes` added to its permit, or
+  // RESOURCE_EXHAUSTED over --max_in_flight_bytes_per_identity (shed,
+  // counted). A call admitted as a probe passes.
+  absl::Status AdmitBytes(CallContext& call, uint64_t message_bytes);
+  // UNAVAILABLE after BeginShutdown(), DEADLINE_EXCEEDED past the call's
+  // deadline, else OK.
+  absl::Status ShutdownOrDeadline(const CallContext& call) const;
   // A stream's caller after access control was reloaded: when the
   // Authorizer's generation moved since `call` was authenticated, its
   // credentials are authenticated again against the new configuration

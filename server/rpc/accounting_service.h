@@ -3,7 +3,8 @@
 // (server/pipeline/pipeline.h), which it owns.
 //
 // Every method reads its request as raw bytes (the generated
-// WithRawCallbackMethod_*): bytes that are not a valid request are
+// WithRawCallbackMethod_*; the unary ones re-registered as streamed unary,
+// server/rpc/unary.h): bytes that are not a valid request are
 // INVALID_ARGUMENT "request is not a valid cgacct.v1.<type>: <why>", nothing
 // applied (server/rpc/codec.h). The method names and descriptors are the
 // service's, so the wire, reflection and generated clients are unchanged.
@@ -27,6 +28,7 @@
 #include "server/pipeline/pipeline.h"
 #include "server/rpc/charge_stream.h"
 #include "server/rpc/session_stream.h"
+#include "server/rpc/unary.h"
 
 namespace cgacct {
 
@@ -103,7 +105,10 @@ class AccountingService final : public RawAccountingService {
   CallLimiter& limiter() { return pipeline_.limiter(); }
 
   // cgacct.v1.Accounting. Requests and responses are the typed messages of
-  // the same names, as raw bytes.
+  // the same names, as raw bytes. With access control the unary methods are
+  // re-registered in the constructor as streamed unary (UnaryCall,
+  // server/rpc/unary.h), and these are not called; WatchEvents always is
+  // (server/rpc/watch_events.h).
   grpc::ServerUnaryReactor* CreateGroup(grpc::CallbackServerContext* context,
                                         const grpc::ByteBuffer* request,
                                         grpc::ByteBuffer* response) override;
@@ -125,17 +130,12 @@ class AccountingService final : public RawAccountingService {
   grpc::ServerUnaryReactor* ChargeBatch(grpc::CallbackServerContext* context,
                                         const grpc::ByteBuffer* request,
                                         grpc::ByteBuffer* response) override;
-  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* ChargeStream(
-      grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* context,
                                      const grpc::ByteBuffer* request,
                                      grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Reclaim(grpc::CallbackServerContext* context,
                                     const grpc::ByteBuffer* request,
                                     grpc::ByteBuffer* response) override;
-  grpc::ServerWriteReactor<grpc::ByteBuffer>* WatchEvents(
-      grpc::CallbackServerContext* context,
-      const grpc::ByteBuffer* request) override;
   grpc::ServerUnaryReactor* GetEngineInfo(grpc::CallbackServerContext* context,
                                           const grpc::ByteBuffer* request,
                                           grpc::ByteBuffer* response) override;
@@ -160,8 +160,15 @@ class AccountingService final : public RawAccountingService {
   grpc::ServerUnaryReactor* ClosePeakWatermark(
       grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
       grpc::ByteBuffer* response) override;
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* ChargeStream(
+      grpc::CallbackServerContext* context) override;
 
  private:
+  // Serves unary method `name` as gRPC's streamed unary (UnaryCall).
+  template <typename Request, typename Response, typename Run>
+  void ServeUnary(const char* name, RpcMethod method, Admission admission,
+                  typename UnaryCall<Request, Response, Run>::Body body);
+
   Pipeline pipeline_;
   EventsHub* const events_hub_;  // may be null
   ChargeStreams charge_streams_;

@@ -1,24 +1,47 @@
-// The one adapter of the unary methods of cgacct.v1.Accounting, from raw
+// The adapters of the unary methods of cgacct.v1.Accounting, from raw
 // bytes on gRPC's callback API to the pipeline and back (docs/DESIGN.md
-// §2.4): every unary call passes
+// §2.4). Every unary call passes
 //
 //   BeginCall (caller authenticated once) -> Admit -> Authenticate
 //   -> decode (ParseRequest) -> the pipeline's body -> encode -> EndCall
 //   (recorded once) -> the status converted once -> Finish
 //
+// in one of two ways:
+//  - Unary / DeferrableUnary, gRPC's unary path, on a server without access
+//    control (every caller one identity): gRPC reads the whole request (up
+//    to --max_message_bytes) before the handler runs;
+//  - UnaryCall, with access control: the method is registered as gRPC's
+//    "streamed unary" (the server side of a unary method served as a bidi
+//    stream of one read and one write, grpc::Service::MarkMethodStreamed;
+//    the wire and every client are unchanged), and the request is read only
+//    after the call is admitted and authenticated, with at most
+//    --max_in_flight_bytes_per_identity / (4 x --max_message_bytes) (4)
+//    requests of one identity being read at once (CallLimiter::BeginRead; a call past
+//    that waits for a slot, its stream holding at most HTTP/2's initial
+//    window). On gRPC's unary path one tenant's 200 concurrent 4 MiB
+//    requests held ~1 GB that no per-identity bound saw, and an
+//    unauthenticated caller's requests were read before they were refused
+//    (issue 22's attack round, rows 11a and 12). It costs an extra batch per
+//    call (tests/bench/RESULTS.md, "Unary calls read after admission").
+//
 // A deferrable body (Charge, ChargeBatch) runs inside a
 // RemoteDrainDeferral::Scope; when it comes back IsRemoteDrainDeferred()
-// the call, its request, its response as it left it and its run state move
-// to a DrainWaitPool thread, which runs the body again (it may wait there)
-// and finishes the call.
+// the call moves to a DrainWaitPool thread, which runs the body again (it
+// may wait there) and finishes the call.
 //
 // Thread safety: the functions are thread-safe; one call's state is used by
-// one thread at a time.
+// one thread at a time (gRPC runs a reactor's callbacks one at a time; a
+// read-slot hand-over or a deferral passes the call to another thread, and
+// the first does not touch it again).
 #ifndef CGACCT_SERVER_RPC_UNARY_H_
 #define CGACCT_SERVER_RPC_UNARY_H_
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <type_traits>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -30,6 +53,7 @@
 #include "server/rpc/status.h"
 
 namespace cgacct {
+
 namespace rpc_internal {
 
 // Ends `call` in the pipeline with `status` (recorded once, permit given
@@ -110,6 +134,161 @@ grpc::ServerUnaryReactor* DeferrableUnary(
   if (status.ok()) status = SerializeResponse(response, response_bytes);
   return rpc_internal::FinishUnary(pipeline, context, call, status);
 }
+
+
+// The Run of a body that is never deferred.
+struct NoRun {};
+
+// One request read through its caller's read slots (CallLimiter::
+// BeginRead), for a bidi reactor that reads one message: Begin() once the
+// call is admitted and authenticated, End() first thing in OnReadDone(),
+// Cancel() in OnCancel(). Thread safety: as the reactor's callbacks.
+class SlotRead {
+ public:
+  // Starts `reactor`'s read into `*into` now, or when one of `identity`'s
+  // reads ends (on that thread; gRPC holds a read started before the
+  // reactor is bound until it is).
+  template <typename Reactor>
+  void Begin(CallLimiter& limiter, std::string identity, Reactor* reactor,
+             grpc::ByteBuffer* into) {
+    identity_ = std::move(identity);
+    const uint64_t ticket = limiter.BeginRead(
+        identity_, [reactor, into] { reactor->StartRead(into); });
+    ticket_.store(ticket, std::memory_order_release);
+    if (ticket == 0) reactor->StartRead(into);
+  }
+  // The read ended (OnReadDone): its slot goes to the next waiting read.
+  void End(CallLimiter& limiter) { limiter.EndRead(identity_); }
+  // The call was cancelled: true if it was still waiting for a slot (it
+  // will never read; the reactor answers it now), false if its read started
+  // (OnReadDone ends it) or it never began one.
+  bool Cancel(CallLimiter& limiter) {
+    const uint64_t ticket = ticket_.load(std::memory_order_acquire);
+    return ticket != 0 && limiter.CancelRead(identity_, ticket);
+  }
+
+ private:
+  std::string identity_;  // the caller's
+  // The ticket while it waited for a slot (0: it did not wait).
+  std::atomic<uint64_t> ticket_{0};
+};
+
+// Why a call that was admitted ends before its request was read (the read
+// failed, or it was cancelled while waiting for a read slot): its deadline
+// passed (DEADLINE_EXCEEDED), the client cancelled it (CANCELLED), or, the
+// call still live, the client half-closed without a message (OK: the
+// caller's decoding then says INVALID_ARGUMENT "... carried no request
+// message").
+inline absl::Status UnreadStatus(const CallContext& call,
+                                 grpc::CallbackServerContext* context) {
+  if (call.DeadlinePassed()) {
+    return absl::DeadlineExceededError(
+        "the call's deadline passed before its request was read; nothing was "
+        "applied");
+  }
+  if (context->IsCancelled()) {
+    return absl::CancelledError(
+        "the call was cancelled before its request was read; nothing was "
+        "applied");
+  }
+  return absl::OkStatus();
+}
+
+// One unary call of a method whose body is `body(pipeline, call, request,
+// response, run)`. Created by gRPC's bidi handler for the method; deletes
+// itself when gRPC is done with it.
+template <typename Request, typename Response, typename Run = NoRun>
+class UnaryCall final
+    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+ public:
+  using Body = absl::Status (*)(Pipeline&, CallContext&, const Request&,
+                                Response*, Run*);
+  static constexpr bool kDeferrable = !std::is_same_v<Run, NoRun>;
+
+  UnaryCall(Pipeline& pipeline, grpc::CallbackServerContext* context,
+            RpcMethod method, Admission admission, Body body)
+      : pipeline_(pipeline),
+        context_(context),
+        body_(body),
+        call_(BeginCall(pipeline, method, *context)) {
+    absl::Status status = pipeline_.Admit(call_, admission, 0);
+    if (status.ok()) status = pipeline_.Authenticate(call_);
+    if (!status.ok()) {
+      Answer(status);
+      return;
+    }
+    read_.Begin(pipeline_.limiter(), call_.identity(), this, &request_bytes_);
+  }
+
+  void OnReadDone(bool ok) override {
+    read_.End(pipeline_.limiter());
+    // Not ok: the client half-closed without a message, or the call was
+    // cancelled (an HTTP/2 rapid-reset flood): INVALID_ARGUMENT "... carried
+    // no request message" (counted, answered to nobody if cancelled).
+    if (!ok) request_bytes_.Clear();
+    absl::Status status =
+        ok ? pipeline_.AdmitBytes(call_, request_bytes_.Length())
+           : UnreadStatus(call_, context_);
+    if (status.ok()) status = ParseRequest(request_bytes_, &request_);
+    request_bytes_.Clear();
+    if (!status.ok()) {
+      Answer(status);
+      return;
+    }
+    if constexpr (kDeferrable) {
+      {
+        RemoteDrainDeferral::Scope no_wait;  // a gRPC callback thread
+        status = body_(pipeline_, call_, request_, &response_, &run_);
+      }
+      if (ABSL_PREDICT_FALSE(IsRemoteDrainDeferred(status))) {
+        pipeline_.drain_wait_pool().Run([this] {
+          Answer(body_(pipeline_, call_, request_, &response_, &run_));
+        });
+        return;
+      }
+    } else {
+      status = body_(pipeline_, call_, request_, &response_, &run_);
+    }
+    Answer(status);
+  }
+
+  // Cancelled (the deadline, the client, shutdown) while waiting for a read
+  // slot: answered here, as it will never read. Otherwise the read, pending
+  // or done, ends the call.
+  void OnCancel() override {
+    if (read_.Cancel(pipeline_.limiter())) {
+      absl::Status status = UnreadStatus(call_, context_);
+      Answer(status.ok() ? absl::CancelledError("cancelled") : status);
+    }
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  // Ends the call in the pipeline with `status` (recorded once, permit
+  // given back), converts it once and finishes: with the response when OK.
+  void Answer(absl::Status status) {
+    if (status.ok()) status = SerializeResponse(response_, &response_bytes_);
+    const grpc::Status answer = AnswerStatus(context_, status);
+    pipeline_.EndCall(call_, status);
+    if (answer.ok()) {
+      StartWriteAndFinish(&response_bytes_, grpc::WriteOptions(), answer);
+    } else {
+      Finish(answer);
+    }
+  }
+
+  Pipeline& pipeline_;
+  grpc::CallbackServerContext* const context_;
+  const Body body_;
+  CallContext call_;
+  SlotRead read_;
+  grpc::ByteBuffer request_bytes_;
+  grpc::ByteBuffer response_bytes_;
+  Request request_;
+  Response response_;
+  Run run_;
+};
 
 }  // namespace cgacct
 

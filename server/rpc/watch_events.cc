@@ -7,9 +7,15 @@
 // only sets the flag; when the write completes the reactor reads the latest
 // counts and writes again if they differ from what it sent. So a slow reader
 // gets the newest counts and never a backlog, and the memory of a stream is
-// constant whatever the event rate.
+// constant whatever the event rate. The method is registered as a bidi
+// stream on the server (grpc::Service::MarkMethodStreamed; the wire and
+// clients are unchanged), so its request is read once the call is admitted
+// and authenticated, through the caller's read slots, as a unary call's
+// (server/rpc/unary.h): gRPC's server-streaming path read it first.
 #include "server/rpc/watch_events.h"
 
+#include <atomic>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <utility>
@@ -23,6 +29,7 @@
 #include "server/rpc/peer.h"
 #include "server/rpc/refused_reactors.h"
 #include "server/rpc/status.h"
+#include "server/rpc/unary.h"
 
 namespace cgacct {
 namespace {
@@ -35,23 +42,60 @@ bool SameEvents(const MemoryEvents& a, const MemoryEvents& b) {
 }
 
 class WatchEventsReactor final
-    : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
+    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
       public EventsHub::Watcher {
  public:
-  // `call`: admitted (a stream permit), authenticated; `group` resolved.
-  WatchEventsReactor(Pipeline& pipeline, EventsHub& hub, CallContext call,
-                     GroupHandle group, std::string path)
+  // The stages before the request: admission (a stream permit, shutdown,
+  // the deadline) and authentication; then the read, through a read slot
+  // of the caller's (CallLimiter::BeginRead).
+  WatchEventsReactor(Pipeline& pipeline, EventsHub* hub,
+                     grpc::CallbackServerContext* context)
       : pipeline_(pipeline),
         hub_(hub),
-        call_(std::move(call)),
-        group_(group),
-        path_(std::move(path)) {}
+        context_(context),
+        call_(BeginCall(pipeline, RpcMethod::kWatchEvents, *context)) {
+    absl::Status status = pipeline_.Admit(call_, Admission::kStream);
+    if (status.ok()) status = pipeline_.Authenticate(call_);
+    if (!status.ok()) {
+      // A shed stream's trailer (cgacct-shed) goes on the context here, on
+      // the thread that owns the call; EndStream converts the status again.
+      (void)AnswerStatus(context_, status);
+      EndStream(std::move(status));
+      return;
+    }
+    read_.Begin(pipeline_.limiter(), call_.identity(), this, &request_bytes_);
+  }
 
-  // Subscribes, then sends the current counts. Called once, right after
-  // construction, before the reactor is returned to gRPC.
-  void Start() {
+  // The request: decoding, validation, read access, the group resolved;
+  // then the subscription and the current counts.
+  void OnReadDone(bool ok) override {
+    read_.End(pipeline_.limiter());
+    if (!ok) request_bytes_.Clear();
+    v1::WatchEventsRequest request;
+    // The read may have waited: shutdown and the deadline again.
+    absl::Status status = ok ? pipeline_.ShutdownOrDeadline(call_)
+                             : UnreadStatus(call_, context_);
+    if (status.ok()) status = ParseRequest(request_bytes_, &request);
+    request_bytes_.Clear();
+    absl::StatusOr<GroupHandle> group =
+        status.ok() ? pipeline_.ResolveWatch(call_, request)
+                    : absl::StatusOr<GroupHandle>(status);
+    if (group.ok() && hub_ == nullptr)
+      group = absl::UnavailableError(
+          "WatchEvents is not served by this server (no events hub)");
+    if (!group.ok()) {
+      EndStream(group.status());
+      return;
+    }
+    {
+      absl::MutexLock l(&mu_);
+      if (finish_called_) return;  // cancelled meanwhile
+      group_ = *group;
+      path_ = request.path();
+      subscribed_ = true;
+    }
     // OnDone() unsubscribes whether or not this succeeded (idempotent).
-    if (!hub_.Subscribe(group_.id(), this)) {
+    if (!hub_->Subscribe(group_.id(), this)) {
       EndStream(absl::UnavailableError("server shutting down"));
       return;
     }
@@ -95,15 +139,23 @@ class WatchEventsReactor final
     if (again) SendLatest();
   }
   void OnCancel() override {
-    EndStream(absl::CancelledError("cancelled by the client"));
+    // Waiting for a read slot: it will never read.
+    read_.Cancel(pipeline_.limiter());
+    // Its deadline, or the client.
+    absl::Status status = call_.DeadlinePassed()
+                              ? UnreadStatus(call_, context_)
+                              : absl::CancelledError("cancelled by the client");
+    EndStream(std::move(status));
   }
   void OnDone() override {
-    hub_.Unsubscribe(group_.id(), this);
     absl::Status status;
+    bool subscribed;
     {
       absl::MutexLock l(&mu_);
       status = final_;
+      subscribed = subscribed_;
     }
+    if (subscribed) hub_->Unsubscribe(group_.id(), this);
     pipeline_.EndCall(call_, status);
     delete this;
   }
@@ -172,7 +224,7 @@ class WatchEventsReactor final
   }
 
   // The status to Finish() with, exactly once (nullopt if already taken),
-  // converted once.
+  // converted once (AnswerStatus: a shed stream's trailer too).
   std::optional<grpc::Status> TakeFinishLocked(absl::Status status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (finish_called_) return std::nullopt;
@@ -183,19 +235,25 @@ class WatchEventsReactor final
   }
 
   Pipeline& pipeline_;
-  EventsHub& hub_;
+  EventsHub* const hub_;  // null: refused once the request is read
+  grpc::CallbackServerContext* const context_;
   // Holds the caller's stream permit (--max_streams_per_identity), given
   // back by EndCall in OnDone(). Touched by OnEventsChanged (the hub's
   // notifier thread) and OnDone, which runs after Unsubscribe() waited for
   // any callback: never at once.
   CallContext call_;
-  const GroupHandle group_;
-  const std::string path_;
+  SlotRead read_;
+  grpc::ByteBuffer request_bytes_;  // OnReadDone's until it is parsed
+  // Set once by OnReadDone before the subscription (under mu_, which the
+  // hub's callbacks and OnDone take after it).
+  GroupHandle group_;
+  std::string path_;
 
   absl::Mutex mu_;
   bool write_in_flight_ ABSL_GUARDED_BY(mu_) = false;
   bool changed_ ABSL_GUARDED_BY(mu_) = false;  // a change during the write
   bool finish_called_ ABSL_GUARDED_BY(mu_) = false;
+  bool subscribed_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<absl::Status> pending_finish_ ABSL_GUARDED_BY(mu_);
   bool sent_any_ ABSL_GUARDED_BY(mu_) = false;
   GroupEvents sent_ ABSL_GUARDED_BY(mu_);  // the counts last written
@@ -208,32 +266,9 @@ class WatchEventsReactor final
 
 }  // namespace
 
-grpc::ServerWriteReactor<grpc::ByteBuffer>* StartWatchEvents(
-    Pipeline& pipeline, EventsHub* hub, grpc::CallbackServerContext* context,
-    const grpc::ByteBuffer* request_bytes) {
-  // The stages every call passes: admission (a stream permit, shutdown,
-  // the deadline), authentication, decoding, validation, authorization,
-  // resolution; then the subscription.
-  CallContext call = BeginCall(pipeline, RpcMethod::kWatchEvents, *context);
-  v1::WatchEventsRequest request;
-  absl::Status status = pipeline.Admit(call, Admission::kStream);
-  if (status.ok()) status = pipeline.Authenticate(call);
-  if (status.ok()) status = ParseRequest(*request_bytes, &request);
-  absl::StatusOr<GroupHandle> group = status.ok()
-                                          ? pipeline.ResolveWatch(call, request)
-                                          : absl::StatusOr<GroupHandle>(status);
-  if (group.ok() && hub == nullptr)
-    group = absl::UnavailableError(
-        "WatchEvents is not served by this server (no events hub)");
-  if (!group.ok()) {
-    const grpc::Status answer = AnswerStatus(context, group.status());
-    pipeline.EndCall(call, group.status());
-    return new RefusedWriteReactor(answer);
-  }
-  auto* reactor = new WatchEventsReactor(pipeline, *hub, std::move(call),
-                                         *group, request.path());
-  reactor->Start();
-  return reactor;
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* StartWatchEvents(
+    Pipeline& pipeline, EventsHub* hub, grpc::CallbackServerContext* context) {
+  return new WatchEventsReactor(pipeline, hub, context);
 }
 
 }  // namespace cgacct

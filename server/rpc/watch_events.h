@@ -14,18 +14,19 @@
 
 namespace cgacct {
 
-// A WatchEvents call of `context` (its request: a cgacct.v1.
-// WatchEventsRequest as raw bytes). It passes the stages of every call
-// (admission with a stream permit, shutdown and the deadline;
-// authentication; decoding; validation; read access; the group resolved),
-// then subscribes to `hub`. Ends NOT_FOUND when the group is deleted (the
+// A WatchEvents call of `context`, registered as a bidi stream on the
+// server (the client sends one cgacct.v1.WatchEventsRequest as raw bytes
+// and half-closes, as for a server stream). It passes the stages of every
+// call (admission with a stream permit, shutdown and the deadline;
+// authentication; the request read through one of the caller's read
+// slots; decoding; validation; read access; the group resolved), then
+// subscribes to `hub`. Ends NOT_FOUND when the group is deleted (the
 // stream follows the group instance it subscribed to, even if the path is
 // created again), CANCELLED when the client cancels, UNAVAILABLE when the
 // server shuts down; refused before it starts with the stage's status, or
 // UNAVAILABLE when `hub` is null.
-grpc::ServerWriteReactor<grpc::ByteBuffer>* StartWatchEvents(
-    Pipeline& pipeline, EventsHub* hub, grpc::CallbackServerContext* context,
-    const grpc::ByteBuffer* request_bytes);
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* StartWatchEvents(
+    Pipeline& pipeline, EventsHub* hub, grpc::CallbackServerContext* context);
 
 }  // namespace cgacct
 

@@ -121,5 +121,72 @@ TEST(ShedReasonOfTest, OnlyTheLimitersRefusalsCarryAReason) {
   EXPECT_EQ(ShedReasonOf(limiter.Acquire(Kind::kInFlight, "a").status()),
             ShedReason::kInFlightPerIdentity);
 }
+
+// A unary call admitted before its request is read adds the bytes once it
+// is: by Acquire's rule (one message alone passes; past the bound, shed and
+// nothing added).
+TEST(CallLimiterTest, BytesAddedAfterTheReadFollowAcquiresRule) {
+  CallLimiter::Options options;
+  options.max_in_flight_bytes_per_identity = 100;
+  CallLimiter limiter(options);
+  CallLimiter::Permit first = *limiter.Acquire(Kind::kInFlight, "a");
+  CallLimiter::Permit second = *limiter.Acquire(Kind::kInFlight, "a");
+  EXPECT_TRUE(limiter.AddBytes(first, 150).ok());  // alone: passes
+  EXPECT_EQ(limiter.BytesInUse("a"), 150u);
+  // A call admitted now is shed before its read: the identity is past it.
+  EXPECT_EQ(ShedReasonOf(limiter.Acquire(Kind::kInFlight, "a").status()),
+            ShedReason::kInFlightBytesPerIdentity);
+  const absl::Status shed = limiter.AddBytes(second, 10);
+  EXPECT_EQ(ShedReasonOf(shed), ShedReason::kInFlightBytesPerIdentity);
+  EXPECT_EQ(limiter.BytesInUse("a"), 150u);
+  EXPECT_TRUE(limiter.AddBytes(second, 0).ok());
+  first.Release();
+  EXPECT_TRUE(limiter.AddBytes(second, 90).ok());
+  EXPECT_EQ(limiter.BytesInUse("a"), 90u);
+  second.Release();
+  EXPECT_EQ(limiter.BytesInUse("a"), 0u);
+  CallLimiter::Permit empty;
+  EXPECT_TRUE(limiter.AddBytes(empty, 1000).ok());  // a probe: nothing held
+}
+
+// Issue 22's attack round, row 11a: reads of an identity's requests are
+// bounded; past the bound they wait in order (not shed) and start as reads
+// end; a cancelled waiter never starts; other identities are not affected.
+TEST(CallLimiterTest, ReadsPastTheBoundWaitInOrder) {
+  CallLimiter::Options options;
+  options.max_reads_per_identity = 2;
+  CallLimiter limiter(options);
+  std::vector<int> started;
+  EXPECT_EQ(limiter.BeginRead("a", [&] { started.push_back(1); }), 0u);
+  EXPECT_EQ(limiter.BeginRead("a", [&] { started.push_back(2); }), 0u);
+  const uint64_t third = limiter.BeginRead("a", [&] { started.push_back(3); });
+  const uint64_t fourth = limiter.BeginRead("a", [&] { started.push_back(4); });
+  const uint64_t fifth = limiter.BeginRead("a", [&] { started.push_back(5); });
+  EXPECT_NE(third, 0u);
+  EXPECT_NE(fourth, 0u);
+  EXPECT_EQ(limiter.ReadsInUse("a"), 2u);
+  EXPECT_EQ(limiter.ReadsWaiting("a"), 3u);
+  // Another identity has its own slots.
+  EXPECT_EQ(limiter.BeginRead("b", [] {}), 0u);
+  limiter.EndRead("b");
+  EXPECT_TRUE(limiter.CancelRead("a", fourth));
+  EXPECT_FALSE(limiter.CancelRead("a", fourth));  // once
+  limiter.EndRead("a");  // the slot passes to the third
+  EXPECT_EQ(started, std::vector<int>({3}));
+  EXPECT_EQ(limiter.ReadsInUse("a"), 2u);
+  limiter.EndRead("a");  // to the fifth (the fourth was cancelled)
+  EXPECT_EQ(started, std::vector<int>({3, 5}));
+  EXPECT_FALSE(limiter.CancelRead("a", fifth));  // already started
+  limiter.EndRead("a");
+  limiter.EndRead("a");
+  EXPECT_EQ(limiter.ReadsInUse("a"), 0u);
+  EXPECT_EQ(limiter.ReadsWaiting("a"), 0u);
+  // No bound: every read starts at once.
+  CallLimiter::Options unbounded;
+  unbounded.max_reads_per_identity = 0;
+  CallLimiter free_limiter(unbounded);
+  for (int i = 0; i < 100; ++i)
+    EXPECT_EQ(free_limiter.BeginRead("a", [] {}), 0u);
+}
 }  // namespace
 }  // namespace cgacct
