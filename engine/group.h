@@ -140,6 +140,20 @@ class Group {
   // only H ANON pages".
   absl::Status AnonUnderflow(uint64_t nr_pages, uint64_t held) const;
 
+  // --- reclaim: a subtree known to hold no FILE page --------------------
+
+  // The engine's FILE charge count (MemoryController::FileChargeEpoch())
+  // read before a reclaim walk that saw this group's whole subtree without
+  // one FILE page; kNoFileFreeEpoch if none did. While the count is still
+  // that, a reclaim of this subtree would find nothing. Lock-free.
+  static constexpr uint64_t kNoFileFreeEpoch = ~uint64_t{0};
+  uint64_t file_free_epoch() const {
+    return file_free_epoch_.load(std::memory_order_relaxed);
+  }
+  void set_file_free_epoch(uint64_t epoch) {
+    file_free_epoch_.store(epoch, std::memory_order_relaxed);
+  }
+
   // --- memory.oom.group -------------------------------------------------
 
   // memory.oom.group (memcg->oom_group): at an OOM, the whole group is
@@ -214,6 +228,7 @@ class Group {
   MemcgReclaimIter reclaim_iter_;
 
   std::atomic<bool> oom_group_{false};
+  std::atomic<uint64_t> file_free_epoch_{kNoFileFreeEpoch};
 
   // memory.peak's registered per-file watermarks (the kernel's
   // memcg->memory_peaks list of struct cgroup_of_peak, under

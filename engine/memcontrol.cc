@@ -241,18 +241,6 @@ absl::Status MemoryController::TryChargeMemcg(Group* g, uint64_t nr_pages,
   uint64_t remote_returned = 0;
   int remote_rounds = kMaxRemoteDrainRounds;
   Group* over = nullptr;
-  // A reclaim cycle of this charge that saw all of `file_free_over`'s
-  // subtree without one FILE page, and the FILE charges before it began:
-  // while no FILE page is charged anywhere, the next cycles at that group
-  // would find the same nothing, so they are skipped (their `max` events
-  // are still raised). Not in the kernel, whose retries each walk again;
-  // only worth a sum over the CPU slots when the walk saw more groups than
-  // there are slots. Without it a tenant's 10,000 empty groups cost each
-  // of its refused charges 17 walks of them (1.2 ms), and its threads
-  // refusing in a loop slowed other tenants' charges 0.9 -> 16-24 ms
-  // (issue 22's re-attack, row 11g).
-  Group* file_free_over = nullptr;
-  uint64_t file_free_epoch = 0;
   for (;;) {
     if (stock_.Consume(cpu, memory, take)) return absl::OkStatus();
     // The stock's pool: pages this group parked from another CPU's slot.
@@ -289,15 +277,25 @@ absl::Status MemoryController::TryChargeMemcg(Group* g, uint64_t nr_pages,
     uint64_t reclaimed = 0;
     if (!at_drain) {
       MemcgMemoryEvent(over, MemoryEvent::kMax, cpu);
-      if (over != file_free_over || FileChargeEpoch() != file_free_epoch) {
-        file_free_over = nullptr;
-        const uint64_t epoch = FileChargeEpoch();
+      // A reclaim cycle (this charge's or another's) that saw all of
+      // `over`'s subtree without one FILE page, and the FILE charges before
+      // it began (Group::file_free_epoch): while no FILE page is charged
+      // anywhere, a cycle at that group would find the same nothing, so it
+      // is skipped (its `max` event is still raised). Not in the kernel,
+      // whose retries each walk again; recorded only when the walk saw more
+      // groups than there are CPU slots (else the sum costs more than the
+      // walk). Without it a tenant's 10,000 empty groups cost each of its
+      // refused charges 17 walks of them (1.2 ms), and, shared across
+      // charges, its six threads refusing at once each walked them still
+      // (partial walks on the shared cursor, then the full-walk rung): 0.7-
+      // 1.6 ms a refusal, other tenants' charges 1.1 -> 5.8 ms (issue 22's
+      // re-attacks, row 11g).
+      const uint64_t epoch = FileChargeEpoch();
+      if (over->file_free_epoch() != epoch) {
         uint64_t groups_without_file = 0;
         reclaimed = ReclaimPages(over, nr_pages, cpu, &groups_without_file);
-        if (groups_without_file > static_cast<uint64_t>(nr_cpus_)) {
-          file_free_over = over;
-          file_free_epoch = epoch;
-        }
+        if (groups_without_file > static_cast<uint64_t>(nr_cpus_))
+          over->set_file_free_epoch(epoch);
       }
       if (over->memory().Margin() >= nr_pages) continue;
     }

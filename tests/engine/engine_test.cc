@@ -550,11 +550,12 @@ class ReclaimCycleCounter final : public EngineObserver {
   std::function<void()> during_first;
 };
 
-// Issue 22's re-attack, row 11g: a refused charge at a max whose subtree
+// Issue 22's re-attacks, row 11g: a refused charge at a max whose subtree
 // holds many groups and no FILE page walked them in each of its 17 reclaim
-// cycles. A cycle that saw the whole subtree without a FILE page now stands
-// for the next ones until a FILE page is charged somewhere; every retry
-// still raises its `max` event.
+// cycles, and every refusal did so again. A cycle that saw the whole
+// subtree without a FILE page now stands for later cycles at that group,
+// this charge's and others', until a FILE page is charged somewhere; every
+// retry still raises its `max` event.
 TEST(RefusedChargeTest, WalksAFileFreeSubtreeOnce) {
   ReclaimCycleCounter counter;
   EngineOptions options;
@@ -578,8 +579,18 @@ TEST(RefusedChargeTest, WalksAFileFreeSubtreeOnce) {
   // drain_all_stock(), then MAX_RECLAIM_RETRIES more.
   EXPECT_EQ(engine->GetEvents(p)->events.max - max_events0,
             static_cast<uint64_t>(kMaxReclaimRetries + 2));
-  // A FILE page charged (elsewhere, from another CPU slot) while the first
-  // cycle runs: the next retry walks again, then stands for the rest.
+  // The walk is remembered at the group: the next refusal there walks
+  // nothing while no FILE page was charged anywhere.
+  counter.cycles = 0;
+  EXPECT_FALSE(engine->Charge("/p/c1", 1, PageKind::kAnon, 0).ok());
+  EXPECT_EQ(counter.cycles.load(), 0);
+  // A FILE page charged elsewhere: the next refusal walks again, once.
+  ASSERT_TRUE(engine->Charge("/q", 1, PageKind::kFile, 1).ok());
+  EXPECT_FALSE(engine->Charge("/p/c1", 1, PageKind::kAnon, 0).ok());
+  EXPECT_EQ(counter.cycles.load(), 1);
+  // A FILE page charged (from another CPU slot) while the first cycle
+  // runs: the next retry walks again, then stands for the rest.
+  ASSERT_TRUE(engine->Charge("/q", 1, PageKind::kFile, 1).ok());
   counter.cycles = 0;
   counter.during_first = [&] {
     std::thread other([&] {
