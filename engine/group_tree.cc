@@ -43,6 +43,10 @@ absl::Status GroupTree::HandleNotFound(GroupHandle handle) {
                    ": no such group (deleted, or an empty handle)"));
 }
 
+GroupHandle GroupTree::HandleOf(const Group& group) {
+  return GroupHandle(group.handle_slot_, group.id());
+}
+
 absl::StatusOr<GroupHandle> GroupTree::Resolve(absl::string_view path) const {
   PercpuReaderLock l(&lock_, CurrentCpu(nr_cpus_));
   absl::StatusOr<Group*> g = Find(path);

@@ -81,6 +81,9 @@ class GroupTree {
     return HandleNotFound(handle);
   }
 
+  // The handle of `group` (live or not: a handle to an offline group finds
+  // nothing).
+  static GroupHandle HandleOf(const Group& group);
   // Engine::DyingGroupIds(): the ids of the offline groups not yet freed.
   // Takes a reader slot.
   std::vector<uint64_t> DyingGroupIds() const;

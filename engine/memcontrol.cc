@@ -21,6 +21,14 @@ void Bump(std::atomic<uint64_t>& counter) {
   counter.fetch_add(1, std::memory_order_relaxed);
 }
 
+// A charge whose group was deleted while it waited for clients' stock (the
+// tree's slot given up for the network wait, DrainRemoteStock).
+absl::Status ChargingGroupGoneError() {
+  return absl::NotFoundError(
+      "path: the group was deleted while this charge waited for clients to "
+      "return stock; nothing was charged");
+}
+
 // mem_cgroup_from_counter(): the group whose memory counter is `counter`,
 // found among `g` and its ancestors (page_counter_try_charge() fails at one
 // of them). Only the charge path's failure branch asks.
@@ -308,11 +316,17 @@ absl::Status MemoryController::TryChargeMemcg(Group* g, uint64_t nr_pages,
       // Then the stocks clients hold across the network (sessions,
       // engine/remote_stock.h): only if the local drain left no room; what
       // they give back is uncharged.
-      if (over->memory().Margin() < nr_pages &&
-          !DrainRemoteStock(over, nr_pages, cpu, &remote_returned)) {
+      if (over->memory().Margin() < nr_pages) {
+        const RemoteDrain drain =
+            DrainRemoteStock(g, over, nr_pages, cpu, &remote_returned);
         // A thread that may not wait (RemoteDrainDeferral): its caller
         // runs the charge again where it may; nothing charged, no OOM.
-        return RemoteDrainDeferredError(ShortPath(over->path()));
+        if (drain == RemoteDrain::kDeferred)
+          return RemoteDrainDeferredError(ShortPath(over->path()));
+        if (drain == RemoteDrain::kChargingGroupGone)
+          return ChargingGroupGoneError();
+        // kLimitingGroupGone: `over` is not used again before the next
+        // try names the limiting group anew.
       }
       drained = true;
       continue;
@@ -332,8 +346,12 @@ absl::Status MemoryController::TryChargeMemcg(Group* g, uint64_t nr_pages,
         over->memory().Margin() < nr_pages) {
       --remote_rounds;
       remote_returned = 0;
-      if (!DrainRemoteStock(over, nr_pages, cpu, &remote_returned))
+      const RemoteDrain drain =
+          DrainRemoteStock(g, over, nr_pages, cpu, &remote_returned);
+      if (drain == RemoteDrain::kDeferred)
         return RemoteDrainDeferredError(ShortPath(over->path()));
+      if (drain == RemoteDrain::kChargingGroupGone)
+        return ChargingGroupGoneError();
       continue;
     }
     // Progress on a small charge does not consume a retry.
@@ -372,15 +390,18 @@ absl::Status MemoryController::TryChargeMemcg(Group* g, uint64_t nr_pages,
   return status;
 }
 
-bool MemoryController::DrainRemoteStock(Group* over, uint64_t nr_pages,
-                                        int cpu, uint64_t* uncharged_out) {
+// The reader slot is given up around the network wait, which clang's
+// analysis cannot follow (the caller's scoped lock still holds it after).
+MemoryController::RemoteDrain MemoryController::DrainRemoteStock(
+    Group* g, Group* over, uint64_t nr_pages, int cpu,
+    uint64_t* uncharged_out) ABSL_NO_THREAD_SAFETY_ANALYSIS {
   if (uncharged_out != nullptr) *uncharged_out = 0;
   RemoteStockDrainer* const drainer =
       remote_drainer_.load(std::memory_order_acquire);
-  if (drainer == nullptr) return true;
+  if (drainer == nullptr) return RemoteDrain::kDone;
   if (RemoteDrainDeferral::Active() &&
       drainer->RemoteDrainWouldWait(over->id(), over->path()))
-    return false;
+    return RemoteDrain::kDeferred;
   uint64_t uncharged = 0;
   // The room the charge needs at the limiting group: more than nr_pages
   // when usage is above a lowered max.
@@ -388,8 +409,32 @@ bool MemoryController::DrainRemoteStock(Group* over, uint64_t nr_pages,
   const uint64_t max = over->memory().max();
   const uint64_t needed =
       usage + nr_pages > max ? usage + nr_pages - max : nr_pages;
+  // The wait is for clients across the network (up to the drainer's bound):
+  // holding the slot through it made a CreateGroup or DeleteGroup, waiting
+  // for it as writer, stall every call on the slots it already held (issue
+  // 22's re-attack, row 9b: another tenant's GetStats 0.5 -> 9-10 ms while
+  // a tenant's own charges waited on its own slow-answering sessions). So
+  // the slot is given up, and what the charge holds is found again after.
+  const uint64_t over_id = over->id();
+  const std::string over_path(over->path());
+  const GroupHandle g_handle = GroupTree::HandleOf(*g);
+  const GroupHandle over_handle = GroupTree::HandleOf(*over);
+  PercpuRwLock* const lock = tree_.lock();
+  const uint64_t writes = lock->writes();
+  lock->ReaderUnlock(cpu);
   const std::vector<RemoteStockReturn> returned =
-      drainer->DrainRemoteStock(over->id(), over->path(), needed);
+      drainer->DrainRemoteStock(over_id, over_path, needed);
+  lock->ReaderLock(cpu);
+  RemoteDrain result = RemoteDrain::kDone;
+  if (lock->writes() != writes) {
+    // A writer ran: `g` and `over` are valid only if still live (a group
+    // offline since may even be freed).
+    if (!tree_.Find(g_handle).ok()) {
+      result = RemoteDrain::kChargingGroupGone;
+    } else if (!tree_.Find(over_handle).ok()) {
+      result = RemoteDrain::kLimitingGroupGone;
+    }
+  }
   for (const RemoteStockReturn& r : returned) {
     if (r.nr_pages == 0) continue;
     // Deleted since the pages were charged: uncharged from the heir.
@@ -400,11 +445,11 @@ bool MemoryController::DrainRemoteStock(Group* over, uint64_t nr_pages,
   // With uncharge_refills_stock they went into this CPU's stock: back to the
   // counters. Then tell the drainer (charges that joined this drain retry
   // now).
-  if (uncharged > 0 && uncharge_refills_stock_)
+  if (uncharged > 0 && uncharge_refills_stock_ && result == RemoteDrain::kDone)
     stock_.DrainAll(&over->memory(), /*wait=*/true);
-  if (!returned.empty()) drainer->RemoteStockReturned(over->id(), over->path());
+  if (!returned.empty()) drainer->RemoteStockReturned(over_id, over_path);
   if (uncharged_out != nullptr) *uncharged_out = uncharged;
-  return true;
+  return result;
 }
 
 // Inlined into both callers (path and handle): the fast path.

@@ -193,10 +193,16 @@ class MemoryController {
   // give back, drains them from the stocks to the counters (with
   // uncharge_refills_stock) and tells the drainer (RemoteStockReturned).
   // *uncharged (may be null): the pages given back and uncharged. Returns
-  // false, having asked nobody, if the drainer would wait and the thread
-  // may not (RemoteDrainDeferral::Scope); true otherwise.
-  bool DrainRemoteStock(Group* over, uint64_t nr_pages, int cpu,
-                        uint64_t* uncharged = nullptr)
+  // kDeferred, having asked nobody, if the drainer would wait and the
+  // thread may not (RemoteDrainDeferral::Scope). The wait is for the
+  // network, so the tree's reader slot `cpu` is given up for it and taken
+  // back after: a CreateGroup or DeleteGroup may run meanwhile, and
+  // kChargingGroupGone / kLimitingGroupGone say that `g` / `over` were
+  // deleted (their pointers must not be used then); else kDone.
+  enum class RemoteDrain { kDone, kDeferred, kChargingGroupGone,
+                           kLimitingGroupGone };
+  RemoteDrain DrainRemoteStock(Group* g, Group* over, uint64_t nr_pages,
+                               int cpu, uint64_t* uncharged = nullptr)
       ABSL_SHARED_LOCKS_REQUIRED(tree_.lock());
   void UpdateStats(Group* g, int cpu, PageKind kind, int64_t nr_pages);
   // *groups_without_file (may be null): Reclaimer::TryToFreeMemCgroupPages'.

@@ -27,6 +27,7 @@ PercpuRwLock::PercpuRwLock(int nr_cpus)
 
 void PercpuRwLock::WriterLock() {
   for (int cpu = 0; cpu < nr_cpus_; ++cpu) slots_[cpu].mu.Lock();
+  writes_.fetch_add(1, std::memory_order_relaxed);
 }
 
 void PercpuRwLock::WriterUnlock() {

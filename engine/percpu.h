@@ -12,6 +12,7 @@
 #ifndef CGACCT_ENGINE_PERCPU_H_
 #define CGACCT_ENGINE_PERCPU_H_
 
+#include <atomic>
 #include <memory>
 
 #include "absl/base/thread_annotations.h"
@@ -60,6 +61,10 @@ class ABSL_LOCKABLE PercpuRwLock {
   }
   void WriterLock() ABSL_EXCLUSIVE_LOCK_FUNCTION();
   void WriterUnlock() ABSL_UNLOCK_FUNCTION();
+  // Writer sections so far. A reader that gave its slot up and took it
+  // back sees the same count iff no writer ran in between (read with a
+  // slot held; the slot's mutex orders it).
+  uint64_t writes() const { return writes_.load(std::memory_order_relaxed); }
 
  private:
   struct alignas(kCacheLineBytes) Slot {
@@ -68,6 +73,7 @@ class ABSL_LOCKABLE PercpuRwLock {
   static_assert(sizeof(Slot) == kCacheLineBytes, "one slot per cache line");
   const int nr_cpus_;
   std::unique_ptr<Slot[]> slots_;
+  std::atomic<uint64_t> writes_{0};  // bumped with every slot held
 };
 
 // RAII reader side of PercpuRwLock on one slot.

@@ -64,11 +64,11 @@ class RemoteStockDrainer {
   // (its usage + the charge - its max: more than the charge when usage is
   // above a lowered max): once the holders gave back at least that much,
   // the drainer may stop waiting for the others (their answers still
-  // return their pages, later). Called on the
-  // charging thread while it holds a group-tree
-  // reader slot: it must not call into the engine (a second reader slot on
-  // the same thread can deadlock against a waiting CreateGroup/DeleteGroup),
-  // and should return at once (empty) when nobody holds anything.
+  // return their pages, later). Called on the charging thread, which gives
+  // up its group-tree reader slot for the call (a CreateGroup/DeleteGroup
+  // may run meanwhile; the engine finds its groups again after) and takes
+  // it back to uncharge what comes back: it may wait, should return at once
+  // (empty) when nobody holds anything, and must not call into the engine.
   virtual std::vector<RemoteStockReturn> DrainRemoteStock(
       uint64_t over_id, absl::string_view over_path, uint64_t nr_pages) = 0;
 
@@ -77,8 +77,9 @@ class RemoteStockDrainer {
   // drained it from the local stocks, so the pages are room in the
   // counters now. A drainer lets concurrent charges at the same limiting
   // group join the drain in flight (as the kernel's percpu_charge_mutex
-  // trylock makes a second drainer skip) and wake them here to retry. Same
-  // restrictions as DrainRemoteStock.
+  // trylock makes a second drainer skip) and wake them here to retry.
+  // Called with the reader slot held again: it must not call into the
+  // engine, nor wait.
   virtual void RemoteStockReturned(uint64_t over_id,
                                    absl::string_view over_path) {
     (void)over_id;
@@ -88,8 +89,8 @@ class RemoteStockDrainer {
   // Whether DrainRemoteStock(over_id, over_path) would wait now: a holder
   // to ask, or a drain in flight to join. Asked (before DrainRemoteStock)
   // only inside a RemoteDrainDeferral::Scope; a false answer lets the
-  // charge go on at once. Same restrictions as DrainRemoteStock; must not
-  // block. The default: never.
+  // charge go on at once. Called with the reader slot held: must not call
+  // into the engine, nor block. The default: never.
   virtual bool RemoteDrainWouldWait(uint64_t over_id,
                                     absl::string_view over_path) {
     (void)over_id;

@@ -39,6 +39,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -179,9 +180,19 @@ class SlotRead {
 // call still live, the client half-closed without a message (OK: the
 // caller's decoding then says INVALID_ARGUMENT "... carried no request
 // message").
+// A call gRPC cancelled at its deadline: the deadline has passed, or is
+// within 20 ms (gRPC's timer runs on its own clock, which can be a little
+// ahead of the system clock the deadline is read with).
+inline bool CancelledAtDeadline(const CallContext& call) {
+  return call.deadline != std::chrono::system_clock::time_point::max() &&
+         call.deadline <=
+             std::chrono::system_clock::now() + std::chrono::milliseconds(20);
+}
+
 inline absl::Status UnreadStatus(const CallContext& call,
                                  grpc::CallbackServerContext* context) {
-  if (call.DeadlinePassed()) {
+  if (call.DeadlinePassed() ||
+      (context->IsCancelled() && CancelledAtDeadline(call))) {
     return absl::DeadlineExceededError(
         "the call's deadline passed before its request was read; nothing was "
         "applied");

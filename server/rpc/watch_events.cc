@@ -142,7 +142,7 @@ class WatchEventsReactor final
     // Waiting for a read slot: it will never read.
     read_.Cancel(pipeline_.limiter());
     // Its deadline, or the client.
-    absl::Status status = call_.DeadlinePassed()
+    absl::Status status = CancelledAtDeadline(call_)
                               ? UnreadStatus(call_, context_)
                               : absl::CancelledError("cancelled by the client");
     EndStream(std::move(status));

@@ -1063,13 +1063,13 @@ TEST_F(SessionsTest, ATricklingSessionIsAskedOncePerCharge) {
   EXPECT_EQ(trickle.drain_paths().size(), 1u);
 }
 
-// The charge waiting for drain answers holds a group-tree reader slot; a
-// CreateGroup arriving meanwhile waits for that slot as writer (and, while
-// it waits, holds the slots before it, blocking readers there). The answer
-// path takes no reader slot while a charge waits for it, so the answer
-// still gets through: the charge succeeds as soon as the session answers
-// (not at the bound), then CreateGroup proceeds.
-TEST_F(SessionsTest, DrainAnswerIsNotBlockedByAWaitingWriter) {
+// The charge waiting for drain answers gives up its group-tree reader slot
+// for the wait: a CreateGroup arriving meanwhile runs at once, not after the
+// charge (before, it waited for the slot as writer and, while it waited,
+// held the slots before it, stalling every call there: issue 22's
+// re-attack, row 9b, another tenant's GetStats 0.5 -> 9-10 ms). The charge
+// still succeeds as soon as the session answers.
+TEST_F(SessionsTest, AWriterDoesNotWaitForADrainingCharge) {
   StartWithDrainTimeout(absl::Seconds(3));
   LimitsUpdate limits;
   limits.max_pages = 128;
@@ -1079,23 +1079,56 @@ TEST_F(SessionsTest, DrainAnswerIsNotBlockedByAWaitingWriter) {
   const std::string id = Open();
   ASSERT_TRUE(Charge("/d/s", 125, id).ok());
   DrainResponder responder(stub_.get(), id, "/d/s", 125, /*answer=*/true,
-                           /*answer_after=*/absl::Milliseconds(200));
+                           /*answer_after=*/absl::Milliseconds(300));
   const absl::Time start = absl::Now();
+  absl::Duration writer_done;
   std::thread writer([&] {
     absl::SleepFor(absl::Milliseconds(50));  // the charge is waiting by now
     EXPECT_TRUE(engine_->CreateGroup("/w", {}).ok());
+    EXPECT_TRUE(engine_->GetStats("/d/s").ok());
+    writer_done = absl::Now() - start;
   });
   const grpc::Status s = Charge("/d/c", 8, "");
   const absl::Duration took = absl::Now() - start;
   writer.join();
-  const absl::Duration writer_done = absl::Now() - start;
   EXPECT_TRUE(s.ok()) << s.error_message();
-  EXPECT_GE(took, absl::Milliseconds(200));
-  EXPECT_LT(took, absl::Seconds(2)) << "the answer waited for the writer";
-  EXPECT_LT(writer_done, absl::Seconds(2));
-  // The writer did wait for the charge's reader slot (the scenario is real).
-  EXPECT_GE(writer_done, absl::Milliseconds(200));
+  EXPECT_GE(took, absl::Milliseconds(300));
+  EXPECT_LT(took, absl::Seconds(2)) << "the answer waited";
+  EXPECT_LT(writer_done, absl::Milliseconds(250))
+      << "the writer waited for the charge";
   EXPECT_EQ(Stats("/d").events().oom(), 0u);
+  ASSERT_TRUE(Close(id).ok());
+  EXPECT_TRUE(responder.Finish().ok());
+}
+
+// The charging group deleted while its charge waits for drain answers (the
+// slot given up, a writer may run): the charge answers NOT_FOUND and
+// charges nothing; the returned pages are uncharged all the same. A group
+// created after the delete frees the deleted one (no pages), so a charge
+// that used its old pointer would touch freed memory (ASan in CI).
+TEST_F(SessionsTest, AGroupDeletedWhileItsChargeWaitsIsNotCharged) {
+  StartWithDrainTimeout(absl::Seconds(3));
+  LimitsUpdate limits;
+  limits.max_pages = 128;
+  ASSERT_TRUE(engine_->CreateGroup("/d", limits).ok());
+  ASSERT_TRUE(engine_->CreateGroup("/d/s", {}).ok());
+  ASSERT_TRUE(engine_->CreateGroup("/d/c", {}).ok());
+  const std::string id = Open();
+  ASSERT_TRUE(Charge("/d/s", 125, id).ok());
+  DrainResponder responder(stub_.get(), id, "/d/s", 125, /*answer=*/true,
+                           /*answer_after=*/absl::Milliseconds(300));
+  std::thread writer([&] {
+    absl::SleepFor(absl::Milliseconds(50));  // the charge is waiting by now
+    EXPECT_TRUE(engine_->DeleteGroup("/d/c").ok());
+    EXPECT_TRUE(engine_->CreateGroup("/d/other", {}).ok());
+  });
+  const grpc::Status s = Charge("/d/c", 8, "");
+  writer.join();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND) << s.error_message();
+  EXPECT_THAT(s.error_message(), HasSubstr("deleted while this charge waited"));
+  // The session's 125 pages came back; nothing was charged for /d/c.
+  engine_->DrainAllStock();
+  EXPECT_EQ(Stats("/d").memory_current_bytes(), 0u);
   ASSERT_TRUE(Close(id).ok());
   EXPECT_TRUE(responder.Finish().ok());
 }
