@@ -24,7 +24,7 @@ namespace {
 constexpr const char* kFailureNames[kNrAuthFailures] = {
     "no_credentials",   "malformed_authorization", "bad_token",
     "unknown_identity", "outside_grants",          "read_only",
-    "grant_root",
+    "grant_root",       "cpu_slot",
 };
 
 absl::Status Refusal(AuthFailure failure, std::string message) {
@@ -210,6 +210,15 @@ absl::Status Authorizer::Check(const Caller& caller, Access access,
       absl::StrCat("identity ", who, " may not ", right, " ", QuotePath(path),
                    ": the root of its own grant (only groups below "
                    "it can be created, deleted or limited)"));
+}
+
+absl::Status Authorizer::CheckCpuSlot(const Caller& caller) const {
+  if (caller.principal_ == nullptr) return absl::OkStatus();
+  return Deny(AuthFailure::kCpuSlot,
+              absl::StrCat("cpu: identity ", Quote(caller.identity_),
+                           " may not name a modelled CPU slot (admin "
+                           "identities only); without the field the request "
+                           "runs on its own thread's slot"));
 }
 
 absl::Status Authorizer::CheckList(const Caller& caller,

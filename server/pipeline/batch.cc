@@ -212,6 +212,11 @@ bool BatchRunner::ApplyOp(int index, const v1::ChargeOp& op,
       return true;
     }
   }
+  if (absl::Status s = AuthorizeCpu(deps_.authorizer, caller_, page_op.cpu);
+      !s.ok()) {
+    Fail(index, op, s, result);
+    return true;
+  }
   // The per-call cap is one budget for the whole request: each valid
   // charge op takes its pages from it, whatever the engine answers.
   const uint64_t cap = deps_.validator.max_charge_pages();

@@ -17,6 +17,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "server/auth/authorizer.h"
@@ -89,6 +90,15 @@ inline absl::Status Authorize(const Authorizer* authorizer,
                               absl::string_view path) {
   if (authorizer == nullptr) return absl::OkStatus();
   return authorizer->Check(caller, access, path);
+}
+
+// A page op's `cpu`: `caller` may name a modelled CPU slot (`cpu` set)
+// only as an admin (Authorizer::CheckCpuSlot). OK without access control.
+inline absl::Status AuthorizeCpu(const Authorizer* authorizer,
+                                 const Caller& caller,
+                                 const std::optional<int>& cpu) {
+  if (authorizer == nullptr || !cpu.has_value()) return absl::OkStatus();
+  return authorizer->CheckCpuSlot(caller);
 }
 
 }  // namespace cgacct

@@ -244,6 +244,7 @@ absl::Status Pipeline::Charge(CallContext& call,
   absl::Status status = validator_.Charge(request, request_ids_, &op);
   if (status.ok())
     status = Authorize(authorizer_, call.caller(), Access::kWrite, op.path);
+  if (status.ok()) status = AuthorizeCpu(authorizer_, call.caller(), op.cpu);
   if (!status.ok()) {
     rpc_metrics_.RecordChargeAnswer(status);
     return status;
@@ -275,6 +276,9 @@ absl::Status Pipeline::Uncharge(CallContext& call,
     return s;
   if (absl::Status s =
           Authorize(authorizer_, call.caller(), Access::kWrite, op.path);
+      !s.ok())
+    return s;
+  if (absl::Status s = AuthorizeCpu(authorizer_, call.caller(), op.cpu);
       !s.ok())
     return s;
   absl::Status store_error;
