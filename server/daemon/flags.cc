@@ -375,6 +375,7 @@ absl::Status SecurityFromFlags(DaemonConfig* config) {
                             !config->metrics_listen.empty();
   if (config->metrics.group_depth < 0) {
     config->metrics_group_series_withheld = open_metrics;
+    config->metrics.group_series_withheld = open_metrics;
     config->metrics.group_depth =
         open_metrics ? 0 : kDefaultMetricsGroupDepth;
   } else {

@@ -15,17 +15,21 @@ using prometheus::MetricFamily;
 using prometheus::MetricType;
 
 // cgacct_group_series_dropped{reason}: groups a scrape left out.
-MetricFamily DroppedFamily(uint64_t by_depth, uint64_t by_max_groups) {
+MetricFamily DroppedFamily(uint64_t by_depth, uint64_t by_max_groups,
+                           uint64_t withheld = 0) {
   MetricFamily dropped =
       Family("cgacct_group_series_dropped",
              "Groups this scrape exported no per-group series for, by reason: "
-             "depth (deeper than --metrics_group_depth) or max_groups (past "
-             "--metrics_max_groups).",
+             "depth (deeper than --metrics_group_depth), max_groups (past "
+             "--metrics_max_groups) or withheld (access control on and no "
+             "--metrics_token_file: per-group series only behind a token).",
              MetricType::Gauge);
   dropped.metric.push_back(
       GaugeMetric(static_cast<double>(by_depth), {{"reason", "depth"}}));
   dropped.metric.push_back(GaugeMetric(static_cast<double>(by_max_groups),
                                        {{"reason", "max_groups"}}));
+  dropped.metric.push_back(
+      GaugeMetric(static_cast<double>(withheld), {{"reason", "withheld"}}));
   return dropped;
 }
 
@@ -48,8 +52,10 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
   if (options_.group_depth > 0) {
     CollectGroups(out, info.nr_groups);
   } else {
-    // Per-group series off: every group is left out by depth.
-    out.push_back(DroppedFamily(info.nr_groups, 0));
+    // Per-group series off: every group is left out, by depth or withheld.
+    out.push_back(options_.group_series_withheld
+                      ? DroppedFamily(0, 0, info.nr_groups)
+                      : DroppedFamily(info.nr_groups, 0));
   }
   return out;
 }

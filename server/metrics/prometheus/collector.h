@@ -36,6 +36,10 @@ struct MetricsOptions {
   // within a level. Groups left out are counted in
   // cgacct_group_series_dropped{reason="max_groups"}. --metrics_max_groups.
   size_t max_groups = 10000;
+  // With group_depth 0: the per-group series are off because the server
+  // has access control and /metrics no token (the default -1 resolved to
+  // 0), so the groups left out count as reason="withheld", not "depth".
+  bool group_series_withheld = false;
   // Called once per collector, the first time a scrape leaves groups out
   // because of max_groups, with a one-line message (cgacctd prints it on
   // stderr). May be empty. Called on a scrape thread.

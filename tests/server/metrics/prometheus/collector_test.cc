@@ -204,6 +204,20 @@ TEST_F(GroupSeriesTest, DepthLeavesDeeperGroupsOutAndCountsThem) {
   EXPECT_THAT(off, Not(HasSubstr("cgacct_group_memory_events_total")));
   EXPECT_EQ(SeriesValue(off, "cgacct_group_series_dropped{reason=\"depth\"}"),
             6);
+  EXPECT_EQ(
+      SeriesValue(off, "cgacct_group_series_dropped{reason=\"withheld\"}"), 0);
+
+  // Off because access control is on and /metrics has no token: withheld,
+  // not depth (before, an operator read 6 groups "too deep" at depth 0).
+  options.group_series_withheld = true;
+  const std::string withheld = Scrape(options);
+  EXPECT_THAT(withheld, Not(HasSubstr("cgacct_group_memory_current_bytes")));
+  EXPECT_EQ(
+      SeriesValue(withheld, "cgacct_group_series_dropped{reason=\"depth\"}"),
+      0);
+  EXPECT_EQ(SeriesValue(withheld,
+                        "cgacct_group_series_dropped{reason=\"withheld\"}"),
+            6);
 }
 
 TEST_F(GroupSeriesTest, MaxGroupsKeepsTheShallowestAndSaysSoOnce) {
