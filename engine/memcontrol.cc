@@ -21,13 +21,29 @@ void Bump(std::atomic<uint64_t>& counter) {
   counter.fetch_add(1, std::memory_order_relaxed);
 }
 
-// A charge whose group was deleted while it waited for clients' stock (the
-// tree's slot given up for the network wait, DrainRemoteStock).
-absl::Status ChargingGroupGoneError() {
+}  // namespace
+
+// What a charge answers after a network drain: OK to go on;
+// RemoteDrainDeferredError (a thread that may not wait: its caller runs the
+// charge again where it may; nothing charged, no OOM); NOT_FOUND when its
+// group was deleted while it waited (the tree's slot was given up for the
+// wait). `over` is used only when the drain did not wait.
+absl::Status MemoryController::RemoteDrainStatus(RemoteDrain drain,
+                                                 const Group* over) {
+  switch (drain) {
+    case RemoteDrain::kDone:
+      return absl::OkStatus();
+    case RemoteDrain::kDeferred:
+      return RemoteDrainDeferredError(ShortPath(over->path()));
+    case RemoteDrain::kChargingGroupGone:
+      break;
+  }
   return absl::NotFoundError(
       "path: the group was deleted while this charge waited for clients to "
       "return stock; nothing was charged");
 }
+
+namespace {
 
 // mem_cgroup_from_counter(): the group whose memory counter is `counter`,
 // found among `g` and its ancestors (page_counter_try_charge() fails at one
@@ -317,16 +333,11 @@ absl::Status MemoryController::TryChargeMemcg(Group* g, uint64_t nr_pages,
       // engine/remote_stock.h): only if the local drain left no room; what
       // they give back is uncharged.
       if (over->memory().Margin() < nr_pages) {
-        const RemoteDrain drain =
-            DrainRemoteStock(g, over, nr_pages, cpu, &remote_returned);
-        // A thread that may not wait (RemoteDrainDeferral): its caller
-        // runs the charge again where it may; nothing charged, no OOM.
-        if (drain == RemoteDrain::kDeferred)
-          return RemoteDrainDeferredError(ShortPath(over->path()));
-        if (drain == RemoteDrain::kChargingGroupGone)
-          return ChargingGroupGoneError();
-        // kLimitingGroupGone: `over` is not used again before the next
-        // try names the limiting group anew.
+        if (absl::Status s = RemoteDrainStatus(
+                DrainRemoteStock(g, over, nr_pages, cpu, &remote_returned),
+                over);
+            !s.ok())
+          return s;
       }
       drained = true;
       continue;
@@ -346,12 +357,11 @@ absl::Status MemoryController::TryChargeMemcg(Group* g, uint64_t nr_pages,
         over->memory().Margin() < nr_pages) {
       --remote_rounds;
       remote_returned = 0;
-      const RemoteDrain drain =
-          DrainRemoteStock(g, over, nr_pages, cpu, &remote_returned);
-      if (drain == RemoteDrain::kDeferred)
-        return RemoteDrainDeferredError(ShortPath(over->path()));
-      if (drain == RemoteDrain::kChargingGroupGone)
-        return ChargingGroupGoneError();
+      if (absl::Status s = RemoteDrainStatus(
+              DrainRemoteStock(g, over, nr_pages, cpu, &remote_returned),
+              over);
+          !s.ok())
+        return s;
       continue;
     }
     // Progress on a small charge does not consume a retry.
@@ -418,7 +428,6 @@ MemoryController::RemoteDrain MemoryController::DrainRemoteStock(
   const uint64_t over_id = over->id();
   const std::string over_path(over->path());
   const GroupHandle g_handle = GroupTree::HandleOf(*g);
-  const GroupHandle over_handle = GroupTree::HandleOf(*over);
   PercpuRwLock* const lock = tree_.lock();
   const uint64_t writes = lock->writes();
   lock->ReaderUnlock(cpu);
@@ -426,15 +435,10 @@ MemoryController::RemoteDrain MemoryController::DrainRemoteStock(
       drainer->DrainRemoteStock(over_id, over_path, needed);
   lock->ReaderLock(cpu);
   RemoteDrain result = RemoteDrain::kDone;
-  if (lock->writes() != writes) {
-    // A writer ran: `g` and `over` are valid only if still live (a group
-    // offline since may even be freed).
-    if (!tree_.Find(g_handle).ok()) {
-      result = RemoteDrain::kChargingGroupGone;
-    } else if (!tree_.Find(over_handle).ok()) {
-      result = RemoteDrain::kLimitingGroupGone;
-    }
-  }
+  // A writer ran: `g` (and so `over`, itself or an ancestor) is valid only
+  // if still live (a group offline since may even be freed).
+  if (lock->writes() != writes && !tree_.Find(g_handle).ok())
+    result = RemoteDrain::kChargingGroupGone;
   for (const RemoteStockReturn& r : returned) {
     if (r.nr_pages == 0) continue;
     // Deleted since the pages were charged: uncharged from the heir.

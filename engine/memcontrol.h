@@ -197,13 +197,16 @@ class MemoryController {
   // thread may not (RemoteDrainDeferral::Scope). The wait is for the
   // network, so the tree's reader slot `cpu` is given up for it and taken
   // back after: a CreateGroup or DeleteGroup may run meanwhile, and
-  // kChargingGroupGone / kLimitingGroupGone say that `g` / `over` were
-  // deleted (their pointers must not be used then); else kDone.
-  enum class RemoteDrain { kDone, kDeferred, kChargingGroupGone,
-                           kLimitingGroupGone };
+  // kChargingGroupGone says `g` was deleted (neither `g` nor `over`, `g` or
+  // an ancestor, may be used then: an ancestor of a live group cannot be
+  // deleted); else kDone.
+  enum class RemoteDrain { kDone, kDeferred, kChargingGroupGone };
   RemoteDrain DrainRemoteStock(Group* g, Group* over, uint64_t nr_pages,
                                int cpu, uint64_t* uncharged = nullptr)
       ABSL_SHARED_LOCKS_REQUIRED(tree_.lock());
+  // The charge's status after DrainRemoteStock: OK (go on), the deferral
+  // error, or NOT_FOUND for a deleted group (see the .cc).
+  static absl::Status RemoteDrainStatus(RemoteDrain drain, const Group* over);
   void UpdateStats(Group* g, int cpu, PageKind kind, int64_t nr_pages);
   // *groups_without_file (may be null): Reclaimer::TryToFreeMemCgroupPages'.
   uint64_t ReclaimPages(Group* over, uint64_t nr_pages, int cpu,

@@ -97,6 +97,19 @@ class SessionsTest : public ::testing::Test {
  protected:
   void SetUp() override { Start(SessionOptions()); }
 
+  // A 3 s drain bound; /d at its max of 128 pages, 125 of them a session's
+  // stock in /d/s (its id in *id), /d/c empty: a charge of 8 pages to /d/c
+  // must drain the session.
+  void FullUnderASessionsStock(std::string* id) {
+    StartWithDrainTimeout(absl::Seconds(3));
+    LimitsUpdate limits;
+    limits.max_pages = 128;
+    ASSERT_TRUE(engine_->CreateGroup("/d", limits).ok());
+    ASSERT_TRUE(engine_->CreateGroup("/d/s", {}).ok());
+    ASSERT_TRUE(engine_->CreateGroup("/d/c", {}).ok());
+    *id = Open();
+    ASSERT_TRUE(Charge("/d/s", 125, *id).ok());
+  }
   void StartWithDrainTimeout(absl::Duration drain_timeout) {
     SessionOptions options;
     options.drain_timeout = drain_timeout;
@@ -1070,14 +1083,8 @@ TEST_F(SessionsTest, ATricklingSessionIsAskedOncePerCharge) {
 // re-attack, row 9b, another tenant's GetStats 0.5 -> 9-10 ms). The charge
 // still succeeds as soon as the session answers.
 TEST_F(SessionsTest, AWriterDoesNotWaitForADrainingCharge) {
-  StartWithDrainTimeout(absl::Seconds(3));
-  LimitsUpdate limits;
-  limits.max_pages = 128;
-  ASSERT_TRUE(engine_->CreateGroup("/d", limits).ok());
-  ASSERT_TRUE(engine_->CreateGroup("/d/s", {}).ok());
-  ASSERT_TRUE(engine_->CreateGroup("/d/c", {}).ok());
-  const std::string id = Open();
-  ASSERT_TRUE(Charge("/d/s", 125, id).ok());
+  std::string id;
+  ASSERT_NO_FATAL_FAILURE(FullUnderASessionsStock(&id));
   DrainResponder responder(stub_.get(), id, "/d/s", 125, /*answer=*/true,
                            /*answer_after=*/absl::Milliseconds(300));
   const absl::Time start = absl::Now();
@@ -1107,14 +1114,8 @@ TEST_F(SessionsTest, AWriterDoesNotWaitForADrainingCharge) {
 // created after the delete frees the deleted one (no pages), so a charge
 // that used its old pointer would touch freed memory (ASan in CI).
 TEST_F(SessionsTest, AGroupDeletedWhileItsChargeWaitsIsNotCharged) {
-  StartWithDrainTimeout(absl::Seconds(3));
-  LimitsUpdate limits;
-  limits.max_pages = 128;
-  ASSERT_TRUE(engine_->CreateGroup("/d", limits).ok());
-  ASSERT_TRUE(engine_->CreateGroup("/d/s", {}).ok());
-  ASSERT_TRUE(engine_->CreateGroup("/d/c", {}).ok());
-  const std::string id = Open();
-  ASSERT_TRUE(Charge("/d/s", 125, id).ok());
+  std::string id;
+  ASSERT_NO_FATAL_FAILURE(FullUnderASessionsStock(&id));
   DrainResponder responder(stub_.get(), id, "/d/s", 125, /*answer=*/true,
                            /*answer_after=*/absl::Milliseconds(300));
   std::thread writer([&] {
