@@ -187,6 +187,10 @@ ABSL_FLAG(uint32_t, session_drain_wait_threads, 256,
           "threads on which charges at memory.max wait for sessions' drain "
           "answers (off gRPC's callback threads), 1..4096; that many wait "
           "side by side, more queue");
+ABSL_FLAG(uint32_t, large_request_threads, 0,
+          "threads that decode and run requests of 256 KiB or more (off "
+          "gRPC's callback threads, each caller identity in turn), 0..1024; "
+          "0 = one per CPU this process may run on");
 ABSL_FLAG(uint32_t, session_drain_timeout_ms, 20,
           "how long a charge at memory.max waits for sessions to return "
           "their stock (drain_all_stock() over the network) before it goes "
@@ -306,6 +310,14 @@ absl::Status LimitsFromFlags(DaemonConfig* config) {
                     1, bytes_bound / (uint64_t{4} * max_message_bytes))));
   service.transport.max_concurrent_streams_per_connection =
       streams_per_connection;
+  const uint32_t large_request_threads =
+      absl::GetFlag(FLAGS_large_request_threads);
+  if (large_request_threads > 1024) {
+    return Usage(absl::StrCat("--large_request_threads=",
+                              large_request_threads,
+                              " out of range [0, 1024]"));
+  }
+  service.large_request_threads = static_cast<int>(large_request_threads);
   SessionOptions& sessions = service.sessions;
   sessions.default_ttl_ms = absl::GetFlag(FLAGS_session_default_ttl_ms);
   sessions.min_ttl_ms = absl::GetFlag(FLAGS_session_min_ttl_ms);

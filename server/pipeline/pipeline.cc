@@ -59,7 +59,8 @@ Pipeline::Pipeline(Engine& engine, RpcMetrics& rpc_metrics,
              options.transport),
       batch_deps_{engine,  validator_,  authorizer_, page_ops_,
                   groups_, batch_keys_, rpc_metrics},
-      drain_wait_pool_(options.sessions.drain_wait_threads) {}
+      drain_wait_pool_(options.sessions.drain_wait_threads),
+      large_request_pool_(options.large_request_threads) {}
 
 Pipeline::~Pipeline() = default;
 

@@ -46,6 +46,7 @@
 #include "server/pipeline/call.h"
 #include "server/pipeline/call_limiter.h"
 #include "server/pipeline/drain_wait_pool.h"
+#include "server/pipeline/large_request_pool.h"
 #include "server/pipeline/groups.h"
 #include "server/pipeline/ops.h"
 #include "server/pipeline/page_ops.h"
@@ -91,6 +92,10 @@ struct PipelineOptions {
   const Authorizer* authorizer = nullptr;
   // Sessions: leases, bounds, the drain. Must pass SessionOptions::Validate().
   SessionOptions sessions;
+  // Threads that decode and run requests of at least kLargeRequestBytes
+  // (server/pipeline/large_request_pool.h): --large_request_threads; < 1 =
+  // one per CPU the process may run on.
+  int large_request_threads = 0;
 };
 
 // A Charge between its first run and a rerun on a drain-wait thread.
@@ -245,6 +250,7 @@ class Pipeline {
   CallLimiter& limiter() { return limiter_; }
   RpcMetrics& rpc_metrics() { return rpc_metrics_; }
   DrainWaitPool& drain_wait_pool() { return drain_wait_pool_; }
+  LargeRequestPool& large_request_pool() { return large_request_pool_; }
 
  private:
   // ResetPeakWatermark (`reset`: a write through the file, write access) and
@@ -282,9 +288,12 @@ class Pipeline {
   const BatchDeps batch_deps_;
   // Set once by BeginShutdown().
   std::atomic<bool> shutting_down_{false};
-  // Where deferred charges finish; destroyed first (its last tasks may
-  // still use the rooms above).
+  // Where deferred charges finish; destroyed before the rooms above (its
+  // last tasks may still use them).
   DrainWaitPool drain_wait_pool_;
+  // Where large requests are decoded and run; destroyed before the
+  // drain-wait pool (a large charge may defer to it).
+  LargeRequestPool large_request_pool_;
 };
 
 }  // namespace cgacct

@@ -133,6 +133,22 @@ class ChargeStreamReactor final
       if (finish) DoFinish();
       return;
     }
+    // A large request is decoded and applied on the large-request pool, its
+    // identity taking turns there with the others, so gRPC's few callback
+    // threads stay free for everyone's small calls (LargeRequestPool). The
+    // read stays outstanding meanwhile: the stream neither reads nor
+    // finishes.
+    if (request_bytes_.Length() >= kLargeRequestBytes) {
+      pipeline_.large_request_pool().Run(call_.identity(),
+                                         [this] { OnRequestRead(); });
+      return;
+    }
+    OnRequestRead();
+  }
+
+  // A request was read into request_bytes_: admit, decode and apply it (on
+  // the thread that read it, or a large-request thread).
+  void OnRequestRead() {
     // The checks that need no lock first (they change nothing). The bytes
     // are parsed here (not by gRPC, which would report a failed read, like
     // a half-close): bytes that are no ChargeBatchRequest end the stream.

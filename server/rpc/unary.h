@@ -140,10 +140,6 @@ grpc::ServerUnaryReactor* DeferrableUnary(
 // The Run of a body that is never deferred.
 struct NoRun {};
 
-// A request at least this large keeps its caller's read slot until it is
-// answered, not only while it is read (UnaryCall::OnReadDone).
-inline constexpr size_t kLargeRequestBytes = 256 * 1024;
-
 // One request read through its caller's read slots (CallLimiter::
 // BeginRead), for a bidi reactor that reads one message: Begin() once the
 // call is admitted and authenticated, End() first thing in OnReadDone(),
@@ -236,45 +232,29 @@ class UnaryCall final
   }
 
   void OnReadDone(bool ok) override {
-    // A large request keeps its read slot until it is answered: its parse
-    // and body are most of its cost, so an identity has at most as many of
-    // them running as it has slots (issue 22's re-attack, row 11a: one
-    // tenant's 200 concurrent 4 MB batches, memory bounded by the read slots
-    // alone, still took another tenant's GetStats from 1 to 55 ms on 2
-    // cores). Small requests give the slot up now.
+    // A large request (kLargeRequestBytes) is decoded and run on the
+    // pipeline's LargeRequestPool, its caller's identities taking turns
+    // there, and keeps its read slot until it is answered: its parse and
+    // body are most of its cost, so gRPC's few callback threads stay free
+    // for everyone's small calls and an identity has at most as many large
+    // requests running as it has slots (issue 22's re-attack, row 11a: one
+    // tenant's 200 concurrent 4 MB batches took another tenant's GetStats
+    // from 1 to 19 ms p50 on 2 cores, run on gRPC's threads). Small
+    // requests give the slot up now and run here.
     if (ok && request_bytes_.Length() >= kLargeRequestBytes) {
       hold_slot_ = true;
-    } else {
-      read_.End(pipeline_.limiter());
-    }
-    // Not ok: the client half-closed without a message, or the call was
-    // cancelled (an HTTP/2 rapid-reset flood): INVALID_ARGUMENT "... carried
-    // no request message" (counted, answered to nobody if cancelled).
-    if (!ok) request_bytes_.Clear();
-    absl::Status status =
-        ok ? pipeline_.AdmitBytes(call_, request_bytes_.Length())
-           : UnreadStatus(call_, context_);
-    if (status.ok()) status = ParseRequest(request_bytes_, &request_);
-    request_bytes_.Clear();
-    if (!status.ok()) {
-      Answer(status);
+      pipeline_.large_request_pool().Run(call_.identity(), [this] {
+        // Nobody waits for the answer any more: not run.
+        if (context_->IsCancelled() || call_.DeadlinePassed()) {
+          Answer(QueuedTooLong());
+          return;
+        }
+        Handle(/*ok=*/true);
+      });
       return;
     }
-    if constexpr (kDeferrable) {
-      {
-        RemoteDrainDeferral::Scope no_wait;  // a gRPC callback thread
-        status = body_(pipeline_, call_, request_, &response_, &run_);
-      }
-      if (ABSL_PREDICT_FALSE(IsRemoteDrainDeferred(status))) {
-        pipeline_.drain_wait_pool().Run([this] {
-          Answer(body_(pipeline_, call_, request_, &response_, &run_));
-        });
-        return;
-      }
-    } else {
-      status = body_(pipeline_, call_, request_, &response_, &run_);
-    }
-    Answer(status);
+    read_.End(pipeline_.limiter());
+    Handle(ok);
   }
 
   // Cancelled (the deadline, the client, shutdown) while waiting for a read
@@ -290,6 +270,53 @@ class UnaryCall final
   void OnDone() override { delete this; }
 
  private:
+  // The read request from its admission in bytes to the answer, on a gRPC
+  // callback thread or a large-request thread. Not ok: the client
+  // half-closed without a message, or the call was cancelled (an HTTP/2
+  // rapid-reset flood): INVALID_ARGUMENT "... carried no request message"
+  // (counted, answered to nobody if cancelled).
+  void Handle(bool ok) {
+    if (!ok) request_bytes_.Clear();
+    absl::Status status =
+        ok ? pipeline_.AdmitBytes(call_, request_bytes_.Length())
+           : UnreadStatus(call_, context_);
+    if (status.ok()) status = ParseRequest(request_bytes_, &request_);
+    request_bytes_.Clear();
+    if (!status.ok()) {
+      Answer(status);
+      return;
+    }
+    if constexpr (kDeferrable) {
+      {
+        // Either kind of thread serves other calls: no network wait here.
+        RemoteDrainDeferral::Scope no_wait;
+        status = body_(pipeline_, call_, request_, &response_, &run_);
+      }
+      if (ABSL_PREDICT_FALSE(IsRemoteDrainDeferred(status))) {
+        pipeline_.drain_wait_pool().Run([this] {
+          Answer(body_(pipeline_, call_, request_, &response_, &run_));
+        });
+        return;
+      }
+    } else {
+      status = body_(pipeline_, call_, request_, &response_, &run_);
+    }
+    Answer(status);
+  }
+
+  // A large request cancelled or past its deadline while it waited for a
+  // large-request thread.
+  absl::Status QueuedTooLong() const {
+    if (call_.DeadlinePassed() || CancelledAtDeadline(call_)) {
+      return absl::DeadlineExceededError(
+          "the call's deadline passed while its request waited for a "
+          "large-request thread; nothing was applied");
+    }
+    return absl::CancelledError(
+        "the call was cancelled while its request waited for a large-request "
+        "thread; nothing was applied");
+  }
+
   // Ends the call in the pipeline with `status` (recorded once, permit
   // given back), converts it once and finishes: with the response when OK.
   void Answer(absl::Status status) {
@@ -312,7 +339,9 @@ class UnaryCall final
   const Body body_;
   CallContext call_;
   SlotRead read_;
-  bool hold_slot_ = false;  // a large request: its slot ends with Answer
+  // A large request: its slot ends with Answer. Written before the hand-over
+  // to the large-request pool, read after it (the pool's mutex orders them).
+  bool hold_slot_ = false;
   grpc::ByteBuffer request_bytes_;
   grpc::ByteBuffer response_bytes_;
   Request request_;

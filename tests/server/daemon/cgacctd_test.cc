@@ -376,6 +376,14 @@ TEST(CgacctdTest, BadPolicyExits2WithOneLine) {
   EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
 }
 
+TEST(CgacctdTest, TooManyLargeRequestThreadsExits2WithOneLine) {
+  Daemon daemon({"--listen=127.0.0.1:0", "--large_request_threads=5000"});
+  EXPECT_EQ(daemon.WaitExit(kTimeout), 2);
+  const std::string err = daemon.ReadStderr();
+  EXPECT_THAT(err, HasSubstr("--large_request_threads=5000 out of range"));
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+}
+
 // --version names the project version and the git revision (Abseil's
 // default printed "Debug build (NDEBUG not #defined)" on a release build).
 TEST(CgacctdTest, VersionIsTheProjectsNotAbseilsDefault) {

@@ -14,6 +14,7 @@
 #include "engine/engine.h"
 #include "server/idempotency/state_store.h"
 #include "server/pipeline/pipeline.h"
+#include "tests/server/forwarding_store.h"
 
 namespace cgacct {
 namespace {
@@ -24,31 +25,28 @@ constexpr uint64_t kPage = 4096;
 
 // A MemoryStateStore whose group writes fail while `full` is set, as a
 // full disk fails them.
-class FullDiskStore final : public StateStore {
+class FullDiskStore final : public ForwardingStateStore {
  public:
-  absl::StatusOr<Snapshot> Load(int64_t since) override {
-    return store_.Load(since);
-  }
   using StateStore::CreateGroup;
   absl::StatusOr<uint64_t> CreateGroup(absl::string_view path,
                                        const Limits& limits, bool oom_group,
                                        absl::string_view creator) override {
     if (full) return Full();
-    return store_.CreateGroup(path, limits, oom_group, creator);
+    return ForwardingStateStore::CreateGroup(path, limits, oom_group, creator);
   }
   absl::Status SetLimits(absl::string_view path, const Limits& limits,
                          bool oom_group) override {
     if (full) return Full();
-    return store_.SetLimits(path, limits, oom_group);
+    return ForwardingStateStore::SetLimits(path, limits, oom_group);
   }
   absl::Status DeleteGroup(absl::string_view path) override {
     if (full) return Full();
-    return store_.DeleteGroup(path);
+    return ForwardingStateStore::DeleteGroup(path);
   }
   absl::Status PutRequest(const StoredRequest& request,
                           const WindowBounds& bounds) override {
     if (full) return Full();
-    return store_.PutRequest(request, bounds);
+    return ForwardingStateStore::PutRequest(request, bounds);
   }
 
   bool full = false;
@@ -57,7 +55,6 @@ class FullDiskStore final : public StateStore {
   static absl::Status Full() {
     return absl::UnavailableError("state store: database or disk is full");
   }
-  MemoryStateStore store_;
 };
 
 class GroupsTest : public ::testing::Test {
