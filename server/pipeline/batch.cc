@@ -198,6 +198,11 @@ bool BatchRunner::ApplyOp(int index, const v1::ChargeOp& op,
   // A cached path passed validation and authorization before.
   const GroupHandle* handle = Find(path);
   PageOp page_op;
+  if (absl::Status s = AuthorizeCpu(deps_.authorizer, caller_, op.has_cpu());
+      !s.ok()) {
+    Fail(index, op, s, result);
+    return true;
+  }
   if (absl::Status s = deps_.validator.BatchOp(
           op, /*path_checked=*/handle != nullptr, &page_op);
       !s.ok()) {
@@ -211,11 +216,6 @@ bool BatchRunner::ApplyOp(int index, const v1::ChargeOp& op,
       Fail(index, op, s, result);
       return true;
     }
-  }
-  if (absl::Status s = AuthorizeCpu(deps_.authorizer, caller_, page_op.cpu);
-      !s.ok()) {
-    Fail(index, op, s, result);
-    return true;
   }
   // The per-call cap is one budget for the whole request: each valid
   // charge op takes its pages from it, whatever the engine answers.

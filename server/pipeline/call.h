@@ -92,12 +92,14 @@ inline absl::Status Authorize(const Authorizer* authorizer,
   return authorizer->Check(caller, access, path);
 }
 
-// A page op's `cpu`: `caller` may name a modelled CPU slot (`cpu` set)
-// only as an admin (Authorizer::CheckCpuSlot). OK without access control.
+// A page op's `cpu`: `caller` may name a modelled CPU slot (`named`: the
+// request sets the field) only as an admin (Authorizer::CheckCpuSlot). OK
+// without access control. Checked before the value is validated, so a
+// caller who may not name one learns nothing from it (not even nr_cpus from
+// an out-of-range answer).
 inline absl::Status AuthorizeCpu(const Authorizer* authorizer,
-                                 const Caller& caller,
-                                 const std::optional<int>& cpu) {
-  if (authorizer == nullptr || !cpu.has_value()) return absl::OkStatus();
+                                 const Caller& caller, bool named) {
+  if (authorizer == nullptr || !named) return absl::OkStatus();
   return authorizer->CheckCpuSlot(caller);
 }
 

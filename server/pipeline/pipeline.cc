@@ -242,10 +242,11 @@ absl::Status Pipeline::Charge(CallContext& call,
   }
   call.charge_counted = true;
   PageOp op;
-  absl::Status status = validator_.Charge(request, request_ids_, &op);
+  absl::Status status =
+      AuthorizeCpu(authorizer_, call.caller(), request.has_cpu());
+  if (status.ok()) status = validator_.Charge(request, request_ids_, &op);
   if (status.ok())
     status = Authorize(authorizer_, call.caller(), Access::kWrite, op.path);
-  if (status.ok()) status = AuthorizeCpu(authorizer_, call.caller(), op.cpu);
   if (!status.ok()) {
     rpc_metrics_.RecordChargeAnswer(status);
     return status;
@@ -273,13 +274,14 @@ absl::Status Pipeline::Uncharge(CallContext& call,
                                 const v1::UnchargeRequest& request,
                                 v1::UnchargeResponse* response) {
   PageOp op;
+  if (absl::Status s =
+          AuthorizeCpu(authorizer_, call.caller(), request.has_cpu());
+      !s.ok())
+    return s;
   if (absl::Status s = validator_.Uncharge(request, request_ids_, &op); !s.ok())
     return s;
   if (absl::Status s =
           Authorize(authorizer_, call.caller(), Access::kWrite, op.path);
-      !s.ok())
-    return s;
-  if (absl::Status s = AuthorizeCpu(authorizer_, call.caller(), op.cpu);
       !s.ok())
     return s;
   absl::Status store_error;

@@ -24,6 +24,10 @@
 //    (issue 22's attack round, rows 11a and 12). It costs an extra batch per
 //    call (tests/bench/RESULTS.md, "Unary calls read after admission").
 //
+// With access control, a request of kLargeRequestBytes or more is decoded
+// and run on the pipeline's LargeRequestPool (identities in turn), not on
+// gRPC's callback threads, and keeps its read slot until answered.
+//
 // A deferrable body (Charge, ChargeBatch) runs inside a
 // RemoteDrainDeferral::Scope; when it comes back IsRemoteDrainDeferred()
 // the call moves to a DrainWaitPool thread, which runs the body again (it
@@ -233,8 +237,8 @@ class UnaryCall final
 
   void OnReadDone(bool ok) override {
     // A large request (kLargeRequestBytes) is decoded and run on the
-    // pipeline's LargeRequestPool, its caller's identities taking turns
-    // there, and keeps its read slot until it is answered: its parse and
+    // pipeline's LargeRequestPool, callers' identities taking turns there,
+    // and keeps its read slot until it is answered: its parse and
     // body are most of its cost, so gRPC's few callback threads stay free
     // for everyone's small calls and an identity has at most as many large
     // requests running as it has slots (issue 22's re-attack, row 11a: one

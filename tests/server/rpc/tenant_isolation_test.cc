@@ -35,6 +35,7 @@ namespace {
 
 namespace v1 = ::cgacct::v1;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr char kTokenA[] = "token-of-tenant-a-0123456789";
 constexpr char kTokenB[] = "token-of-tenant-b-0123456789";
@@ -612,6 +613,22 @@ TEST_F(TenantIsolationTest, OnlyAnAdminNamesACpuSlot) {
   charge.set_cpu(1);
   EXPECT_TRUE(stub_->Charge(As(kTokenAdmin).get(), charge, &charged).ok());
   EXPECT_EQ(Usage("/a/g"), 5u);
+  // A slot out of range tells a tenant nothing (not nr_cpus): refused for
+  // naming one at all; the admin learns the range.
+  charge.set_cpu(2);
+  s = stub_->Charge(As(kTokenA).get(), charge, &charged);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(s.error_message(), Not(HasSubstr("range")));
+  uncharge.set_cpu(uint64_t{1} << 33);
+  s = stub_->Uncharge(As(kTokenA).get(), uncharge, &uncharged);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  op->set_cpu(7);
+  ASSERT_TRUE(stub_->ChargeBatch(As(kTokenA).get(), batch, &batched).ok());
+  EXPECT_EQ(batched.results(0).code(),
+            static_cast<int>(grpc::StatusCode::PERMISSION_DENIED));
+  s = stub_->Charge(As(kTokenAdmin).get(), charge, &charged);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("range"));
 }
 
 // Issue 22's re-attack, row 11a: one tenant's large requests ran on gRPC's
