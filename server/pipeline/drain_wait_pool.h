@@ -15,7 +15,7 @@
 //
 // Threads are started on demand and kept until the pool is destroyed
 // (a deferred charge means a group at its max with sessions holding stock:
-// more are likely to follow).
+// more are likely to follow); they are named "cgacct-drainwt".
 //
 // Thread safety: thread-safe. The destructor runs every task already
 // handed in, then joins the threads; no Run() may race with it.
@@ -24,13 +24,10 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <deque>
-#include <thread>
-#include <vector>
+#include <utility>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/functional/any_invocable.h"
-#include "absl/synchronization/mutex.h"
+#include "server/pipeline/turn_pool.h"
 
 namespace cgacct {
 
@@ -40,32 +37,23 @@ class DrainWaitPool {
   // threads cost a stack each and nothing else while they sleep.
   static constexpr int kDefaultMaxThreads = 256;
 
-  explicit DrainWaitPool(int max_threads = kDefaultMaxThreads);
-  ~DrainWaitPool();
-  DrainWaitPool(const DrainWaitPool&) = delete;
-  DrainWaitPool& operator=(const DrainWaitPool&) = delete;
+  explicit DrainWaitPool(int max_threads = kDefaultMaxThreads)
+      : pool_(static_cast<size_t>(max_threads < 1 ? 1 : max_threads),
+              "cgacct-drainwt") {}
 
   // Runs `task` on a pool thread: an idle one, a new one if none is idle
-  // and fewer than max_threads exist, else the first to become free.
-  void Run(absl::AnyInvocable<void() &&> task) ABSL_LOCKS_EXCLUDED(mu_);
-
-  // Threads started so far; tasks handed in so far.
-  size_t threads() const ABSL_LOCKS_EXCLUDED(mu_);
-  uint64_t tasks() const ABSL_LOCKS_EXCLUDED(mu_);
-
- private:
-  void Loop() ABSL_LOCKS_EXCLUDED(mu_);
-  bool HasWorkOrStopping() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return !queue_.empty() || stopping_;
+  // and fewer than max_threads exist, else the first to become free
+  // (arrival order: one key of the TurnPool).
+  void Run(absl::AnyInvocable<void() &&> task) {
+    pool_.Run(absl::string_view(), std::move(task));
   }
 
-  const size_t max_threads_;
-  mutable absl::Mutex mu_;
-  std::deque<absl::AnyInvocable<void() &&>> queue_ ABSL_GUARDED_BY(mu_);
-  size_t idle_ ABSL_GUARDED_BY(mu_) = 0;  // threads waiting for a task
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  uint64_t tasks_ ABSL_GUARDED_BY(mu_) = 0;
-  std::vector<std::thread> threads_ ABSL_GUARDED_BY(mu_);
+  // Threads started so far; tasks handed in so far.
+  size_t threads() const { return pool_.threads(); }
+  uint64_t tasks() const { return pool_.tasks(); }
+
+ private:
+  TurnPool pool_;
 };
 
 }  // namespace cgacct

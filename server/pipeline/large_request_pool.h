@@ -21,7 +21,8 @@
 // upstream: its read slots (CallLimiter::BeginRead) and its open streams.
 //
 // Threads are started on demand, up to `threads`, and kept until the pool
-// is destroyed; they are named "cgacct-large" (top -H).
+// is destroyed; they are named "cgacct-large" (top -H). The mechanism is a
+// TurnPool keyed by identity.
 //
 // Thread safety: thread-safe. The destructor runs every task already
 // handed in, then joins the threads; no Run() may race with it.
@@ -30,16 +31,11 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <deque>
-#include <string>
-#include <thread>
-#include <vector>
+#include <utility>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
 #include "absl/functional/any_invocable.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
+#include "server/pipeline/turn_pool.h"
 
 namespace cgacct {
 
@@ -53,41 +49,22 @@ class LargeRequestPool {
   // `threads` < 1: one per CPU this process may run on
   // (sched_getaffinity), the --large_request_threads default.
   explicit LargeRequestPool(int threads = 0);
-  ~LargeRequestPool();
-  LargeRequestPool(const LargeRequestPool&) = delete;
-  LargeRequestPool& operator=(const LargeRequestPool&) = delete;
 
   // Runs `task` on a pool thread, after the tasks of `identity` handed in
   // before it, taking turns with the other identities' tasks.
-  void Run(absl::string_view identity, absl::AnyInvocable<void() &&> task)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  void Run(absl::string_view identity, absl::AnyInvocable<void() &&> task) {
+    pool_.Run(identity, std::move(task));
+  }
 
   // The most threads it starts; threads started so far; tasks waiting for a
   // thread now; tasks handed in so far.
-  size_t max_threads() const { return max_threads_; }
-  size_t threads() const ABSL_LOCKS_EXCLUDED(mu_);
-  size_t queued() const ABSL_LOCKS_EXCLUDED(mu_);
-  uint64_t tasks() const ABSL_LOCKS_EXCLUDED(mu_);
+  size_t max_threads() const { return pool_.max_threads(); }
+  size_t threads() const { return pool_.threads(); }
+  size_t queued() const { return pool_.queued(); }
+  uint64_t tasks() const { return pool_.tasks(); }
 
  private:
-  using Task = absl::AnyInvocable<void() &&>;
-  void Loop() ABSL_LOCKS_EXCLUDED(mu_);
-  bool HasWorkOrStopping() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return !turns_.empty() || stopping_;
-  }
-
-  const size_t max_threads_;
-  mutable absl::Mutex mu_;
-  // The identities with queued tasks, in the order they take their turn.
-  std::deque<std::string> turns_ ABSL_GUARDED_BY(mu_);
-  // Each of those identities' tasks, oldest first (never empty).
-  absl::flat_hash_map<std::string, std::deque<Task>> queues_
-      ABSL_GUARDED_BY(mu_);
-  size_t queued_ ABSL_GUARDED_BY(mu_) = 0;
-  size_t idle_ ABSL_GUARDED_BY(mu_) = 0;  // threads waiting for a task
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  uint64_t tasks_ ABSL_GUARDED_BY(mu_) = 0;
-  std::vector<std::thread> threads_ ABSL_GUARDED_BY(mu_);
+  TurnPool pool_;
 };
 
 }  // namespace cgacct
