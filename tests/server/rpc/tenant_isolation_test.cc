@@ -15,6 +15,7 @@
 #include <vector>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/synchronization/mutex.h"
@@ -655,6 +656,9 @@ TEST_F(TenantIsolationTest, OneTenantsLargeRequestsDoNotHoldUpOthersCalls) {
   ASSERT_GE(large.ByteSizeLong(), kLargeRequestBytes);
 
   store_.Hold();
+  // Whatever fails below, the held calls end (the server's shutdown waits
+  // for them).
+  auto release = absl::MakeCleanup([this] { store_.Release(); });
   constexpr int kLarge = 4;
   struct Call {
     std::unique_ptr<grpc::ClientContext> context;
@@ -713,7 +717,7 @@ TEST_F(TenantIsolationTest, OneTenantsLargeRequestsDoNotHoldUpOthersCalls) {
               grpc::StatusCode::DEADLINE_EXCEEDED);
   }
 
-  store_.Release();
+  std::move(release).Invoke();
   for (const auto& call : calls) {
     ASSERT_TRUE(call->done.WaitForNotificationWithTimeout(absl::Seconds(10)));
     EXPECT_TRUE(call->status.ok()) << call->status.error_message();
