@@ -188,7 +188,7 @@ ABSL_FLAG(uint32_t, session_drain_wait_threads, 256,
           "answers (off gRPC's callback threads), 1..4096; that many wait "
           "side by side, more queue");
 ABSL_FLAG(uint32_t, large_request_threads, 0,
-          "threads that decode and run requests of 256 KiB or more (off "
+          "threads that decode and run requests of 16 KiB or more (off "
           "gRPC's callback threads, each caller identity in turn), 0..1024; "
           "0 = one per CPU this process may run on");
 ABSL_FLAG(uint32_t, session_drain_timeout_ms, 20,

@@ -41,8 +41,13 @@ namespace cgacct {
 
 // Requests at least this long (encoded) are decoded and run on the
 // LargeRequestPool, and keep their caller's read slot until answered
-// (server/rpc/unary.h).
-inline constexpr size_t kLargeRequestBytes = 256 * 1024;
+// (server/rpc/unary.h). At 256 KiB, a tenant's requests just under it
+// (264 ops) still took another tenant's GetStats from 1.3 to 4.4 ms p50 on
+// gRPC's threads; at 16 KiB, requests just under it do no measurable harm
+// (1.2-1.3 ms against 1.1-1.2 on a second daemon), at a cost of 0.90x for
+// one identity's 55 KB batches (tests/bench/RESULTS.md, "Large-request
+// threads").
+inline constexpr size_t kLargeRequestBytes = 16 * 1024;
 
 class LargeRequestPool {
  public:

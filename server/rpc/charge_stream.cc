@@ -139,6 +139,12 @@ class ChargeStreamReactor final
     // read stays outstanding meanwhile: the stream neither reads nor
     // finishes.
     if (request_bytes_.Length() >= kLargeRequestBytes) {
+      {
+        // Until OnRequestRead takes it: a shutdown must not finish (and
+        // gRPC then delete) the stream under the queued task.
+        absl::MutexLock l(&mu_);
+        queued_ = true;
+      }
       pipeline_.large_request_pool().Run(call_.identity(),
                                          [this] { OnRequestRead(); });
       return;
@@ -179,6 +185,7 @@ class ChargeStreamReactor final
     {
       absl::MutexLock l(&mu_);
       read_outstanding_ = false;
+      queued_ = false;
       if (finished_ || shutting_down_ || broken_) {
         // Read after shutdown began (or the call broke): not applied.
         reads_done_ = true;
@@ -344,7 +351,8 @@ class ChargeStreamReactor final
   // outstanding only after shutdown began (Finish fails it: nothing read
   // after that point is applied).
   bool ShouldFinishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (finished_ || applying_ || write_outstanding_ || ready_ >= 0) {
+    if (finished_ || queued_ || applying_ || write_outstanding_ ||
+        ready_ >= 0) {
       return false;
     }
     if (!reads_done_ && !shutting_down_) return false;
@@ -391,6 +399,9 @@ class ChargeStreamReactor final
   bool read_outstanding_ ABSL_GUARDED_BY(mu_) = false;
   bool write_outstanding_ ABSL_GUARDED_BY(mu_) = false;
   bool applying_ ABSL_GUARDED_BY(mu_) = false;    // runner_ is running
+  // A request read and handed to the large-request pool, not yet taken up
+  // by OnRequestRead (which may never run before a shutdown reaches here).
+  bool queued_ ABSL_GUARDED_BY(mu_) = false;
   bool reads_done_ ABSL_GUARDED_BY(mu_) = false;  // no more requests
   bool broken_ ABSL_GUARDED_BY(mu_) = false;      // cancelled or write failed
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;  // BeginShutdown() seen
