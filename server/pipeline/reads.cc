@@ -109,13 +109,16 @@ void ReadOps::GetEngineInfo(const CallContext& call,
   // The engine's load (groups, flush work) is the admin's to see; a
   // tenant sees the configuration and the flushes of its own subtrees.
   const bool admin = call.caller().admin();
-  // The additions in force and the eviction seed drawn: configuration.
+  // The additions in force: configuration.
   response->set_stock_pool_buckets(info.stock_pool_buckets);
   response->set_stock_victim_sets(info.stock_victim_sets);
   response->set_uncharge_refills_stock(info.uncharge_refills_stock);
-  response->set_stock_eviction_seed(info.stock_eviction_seed);
   response->set_memory_localevents(info.memory_localevents);
   if (admin) {
+    // The eviction seed is the admin's, to replay a run: with it, a tenant
+    // could predict which stock slot the next refill evicts (the kernel's
+    // get_random_u32_below() is not predictable).
+    response->set_stock_eviction_seed(info.stock_eviction_seed);
     response->set_nr_groups(info.nr_groups);
     response->set_nr_dying_groups(info.nr_dying_groups);
     response->set_flush_lock_hold_max_us(

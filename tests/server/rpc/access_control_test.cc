@@ -585,6 +585,9 @@ TEST_F(AuthTest, EngineInfoShowsATenantItsOwnFlushesOnly) {
   EXPECT_EQ(as_a.flush_lock_hold_max_us(), 0u);
   EXPECT_EQ(as_a.flush_lock_hold_max_groups_folded(), 0u);
   EXPECT_EQ(as_a.nr_cpus(), as_admin.nr_cpus());  // configuration: shown
+  // The stock's eviction seed is the admin's (it predicts evictions).
+  EXPECT_NE(as_admin.stock_eviction_seed(), 0u);
+  EXPECT_EQ(as_a.stock_eviction_seed(), 0u);
   // Its own subtree's flushes it sees.
   for (int i = 0; i < 20; ++i) {
     ASSERT_OK(Charge(*admin, "/a", 1));

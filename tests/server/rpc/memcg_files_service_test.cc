@@ -532,10 +532,11 @@ TEST_F(MemcgFilesServiceTest, EngineInfoShowsTheAdditionsAndDyingGroups) {
     EXPECT_EQ(info->stock_pool_buckets(), 8u);
     EXPECT_EQ(info->stock_victim_sets(), 2u);
     EXPECT_TRUE(info->uncharge_refills_stock());
-    EXPECT_EQ(info->stock_eviction_seed(), 12345u);
     EXPECT_TRUE(info->memory_localevents());
     EXPECT_EQ(info->max_peak_watermarks_per_identity(), 77u);
   }
+  EXPECT_EQ(admin.stock_eviction_seed(), 12345u);
+  EXPECT_EQ(tenant.stock_eviction_seed(), 0u);  // it predicts evictions
   EXPECT_EQ(admin.nr_dying_groups(), 1u);
   EXPECT_EQ(tenant.nr_dying_groups(), 0u);  // the engine's load
 }
