@@ -179,6 +179,27 @@ class TenantIsolationTest : public ::testing::Test {
   uint64_t Usage(const std::string& path) {
     return engine_->GetStats(path, FlushMode::kExact)->memory_current_pages;
   }
+  // Creates (as the admin) and returns `base`/x{100}/y{100}: long names, so
+  // that LargeBatch() passes kLargeRequestBytes.
+  std::string LongGroup(const std::string& base) {
+    const std::string parent = base + "/" + std::string(100, 'x');
+    const std::string path = parent + "/" + std::string(100, 'y');
+    EXPECT_TRUE(Create(kTokenAdmin, parent).ok());
+    EXPECT_TRUE(Create(kTokenAdmin, path).ok());
+    return path;
+  }
+  // 1,300 one-page ANON charges of `path` (~280 KiB with LongGroup's).
+  static v1::ChargeBatchRequest LargeBatch(const std::string& path) {
+    v1::ChargeBatchRequest large;
+    for (int i = 0; i < 1300; ++i) {
+      v1::ChargeOp* op = large.add_ops();
+      op->set_id(i);
+      op->set_path(path);
+      op->set_nr_pages(1);
+      op->set_kind(v1::PAGE_KIND_ANON);
+    }
+    return large;
+  }
 
   RpcMetrics metrics_;
   HoldableStore store_;  // outlives every service: the --state_dir
@@ -640,19 +661,8 @@ TEST_F(TenantIsolationTest, OnlyAnAdminNamesACpuSlot) {
 // batches are held inside their body (their store write), as many as A has
 // read slots (4): B's small calls are still answered.
 TEST_F(TenantIsolationTest, OneTenantsLargeRequestsDoNotHoldUpOthersCalls) {
-  // Two levels of long names: each op ~220 bytes, 1,300 ops ~280 KiB.
-  const std::string parent = "/a/" + std::string(100, 'x');
-  const std::string path = parent + "/" + std::string(100, 'y');
-  ASSERT_TRUE(Create(kTokenAdmin, parent).ok());
-  ASSERT_TRUE(Create(kTokenAdmin, path).ok());
-  v1::ChargeBatchRequest large;
-  for (int i = 0; i < 1300; ++i) {
-    v1::ChargeOp* op = large.add_ops();
-    op->set_id(i);
-    op->set_path(path);
-    op->set_nr_pages(1);
-    op->set_kind(v1::PAGE_KIND_ANON);
-  }
+  const std::string path = LongGroup("/a");
+  const v1::ChargeBatchRequest large = LargeBatch(path);
   ASSERT_GE(large.ByteSizeLong(), kLargeRequestBytes);
 
   store_.Hold();
@@ -700,12 +710,8 @@ TEST_F(TenantIsolationTest, OneTenantsLargeRequestsDoNotHoldUpOthersCalls) {
 
   // B's own large request waits for a large-request thread; past its
   // deadline by the time one is free, it is not run.
-  const std::string b_parent = "/b/" + std::string(100, 'x');
-  const std::string b_path = b_parent + "/" + std::string(100, 'y');
-  ASSERT_TRUE(Create(kTokenAdmin, b_parent).ok());
-  ASSERT_TRUE(Create(kTokenAdmin, b_path).ok());
-  v1::ChargeBatchRequest b_large = large;
-  for (v1::ChargeOp& op : *b_large.mutable_ops()) op.set_path(b_path);
+  const std::string b_path = LongGroup("/b");
+  const v1::ChargeBatchRequest b_large = LargeBatch(b_path);
   ASSERT_GE(b_large.ByteSizeLong(), kLargeRequestBytes);
   {
     auto context = As(kTokenB);
@@ -738,18 +744,8 @@ TEST_F(TenantIsolationTest, OneTenantsLargeRequestsDoNotHoldUpOthersCalls) {
 // store write) and a third waits for one; the shutdown begins; then the
 // threads go on. Under ASan (CI) a freed stream touched is a failure.
 TEST_F(TenantIsolationTest, AShutdownWaitsForAStreamsQueuedLargeMessage) {
-  const std::string parent = "/a/" + std::string(100, 'x');
-  const std::string path = parent + "/" + std::string(100, 'y');
-  ASSERT_TRUE(Create(kTokenAdmin, parent).ok());
-  ASSERT_TRUE(Create(kTokenAdmin, path).ok());
-  v1::ChargeBatchRequest large;
-  for (int i = 0; i < 1300; ++i) {
-    v1::ChargeOp* op = large.add_ops();
-    op->set_id(i);
-    op->set_path(path);
-    op->set_nr_pages(1);
-    op->set_kind(v1::PAGE_KIND_ANON);
-  }
+  const std::string path = LongGroup("/a");
+  const v1::ChargeBatchRequest large = LargeBatch(path);
   ASSERT_GE(large.ByteSizeLong(), kLargeRequestBytes);
 
   store_.Hold();
