@@ -136,8 +136,8 @@ class ChargeStreamReactor final
     // A large request is decoded and applied on the large-request pool, its
     // identity taking turns there with the others, so gRPC's few callback
     // threads stay free for everyone's small calls (LargeRequestPool). The
-    // read stays outstanding meanwhile: the stream neither reads nor
-    // finishes.
+    // read stays outstanding meanwhile (the stream reads nothing more), and
+    // queued_ keeps even a shutdown from finishing it.
     if (request_bytes_.Length() >= kLargeRequestBytes) {
       {
         // Until OnRequestRead takes it: a shutdown must not finish (and

@@ -50,6 +50,8 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "engine/remote_stock.h"
 #include "server/pipeline/call.h"
 #include "server/pipeline/pipeline.h"
@@ -178,12 +180,6 @@ class SlotRead {
   std::atomic<uint64_t> ticket_{0};
 };
 
-// Why a call that was admitted ends before its request was read (the read
-// failed, or it was cancelled while waiting for a read slot): its deadline
-// passed (DEADLINE_EXCEEDED), the client cancelled it (CANCELLED), or, the
-// call still live, the client half-closed without a message (OK: the
-// caller's decoding then says INVALID_ARGUMENT "... carried no request
-// message").
 // A call gRPC cancelled at its deadline: the deadline has passed, or is
 // within 20 ms (gRPC's timer runs on its own clock, which can be a little
 // ahead of the system clock the deadline is read with).
@@ -193,20 +189,34 @@ inline bool CancelledAtDeadline(const CallContext& call) {
              std::chrono::system_clock::now() + std::chrono::milliseconds(20);
 }
 
-inline absl::Status UnreadStatus(const CallContext& call,
-                                 grpc::CallbackServerContext* context) {
+// Why a call ends unanswered by its body: its deadline passed (or gRPC
+// cancelled it at its deadline: DEADLINE_EXCEEDED) or the client cancelled
+// it (CANCELLED), `when` (e.g. "before its request was read"), nothing
+// applied; OK if the call is still live. Thread-safe as the context's
+// IsCancelled().
+inline absl::Status GoneStatus(const CallContext& call,
+                               grpc::CallbackServerContext* context,
+                               absl::string_view when) {
   if (call.DeadlinePassed() ||
       (context->IsCancelled() && CancelledAtDeadline(call))) {
-    return absl::DeadlineExceededError(
-        "the call's deadline passed before its request was read; nothing was "
-        "applied");
+    return absl::DeadlineExceededError(absl::StrCat(
+        "the call's deadline passed ", when, "; nothing was applied"));
   }
   if (context->IsCancelled()) {
     return absl::CancelledError(
-        "the call was cancelled before its request was read; nothing was "
-        "applied");
+        absl::StrCat("the call was cancelled ", when, "; nothing was applied"));
   }
   return absl::OkStatus();
+}
+
+// Why a call that was admitted ends before its request was read (the read
+// failed, or it was cancelled while waiting for a read slot): as
+// GoneStatus, or, the call still live, the client half-closed without a
+// message (OK: the caller's decoding then says INVALID_ARGUMENT "...
+// carried no request message"). Thread-safe as the context's IsCancelled.
+inline absl::Status UnreadStatus(const CallContext& call,
+                                 grpc::CallbackServerContext* context) {
+  return GoneStatus(call, context, "before its request was read");
 }
 
 // One unary call of a method whose body is `body(pipeline, call, request,
@@ -249,8 +259,11 @@ class UnaryCall final
       hold_slot_ = true;
       pipeline_.large_request_pool().Run(call_.identity(), [this] {
         // Nobody waits for the answer any more: not run.
-        if (context_->IsCancelled() || call_.DeadlinePassed()) {
-          Answer(QueuedTooLong());
+        absl::Status gone = GoneStatus(
+            call_, context_, "while its request waited for a large-request "
+                             "thread");
+        if (!gone.ok()) {
+          Answer(std::move(gone));
           return;
         }
         Handle(/*ok=*/true);
@@ -306,19 +319,6 @@ class UnaryCall final
       status = body_(pipeline_, call_, request_, &response_, &run_);
     }
     Answer(status);
-  }
-
-  // A large request cancelled or past its deadline while it waited for a
-  // large-request thread.
-  absl::Status QueuedTooLong() const {
-    if (call_.DeadlinePassed() || CancelledAtDeadline(call_)) {
-      return absl::DeadlineExceededError(
-          "the call's deadline passed while its request waited for a "
-          "large-request thread; nothing was applied");
-    }
-    return absl::CancelledError(
-        "the call was cancelled while its request waited for a large-request "
-        "thread; nothing was applied");
   }
 
   // Ends the call in the pipeline with `status` (recorded once, permit
