@@ -308,6 +308,19 @@ absl::Status LimitsFromFlags(DaemonConfig* config) {
                 UINT32_MAX,
                 std::max<uint64_t>(
                     1, bytes_bound / (uint64_t{4} * max_message_bytes))));
+  // Reads that stay pending (a ChargeStream's, a SessionStream's): gRPC
+  // 1.51 buffers a whole message of up to --max_message_bytes for each, so
+  // an identity may have as many as its in-flight bytes hold of them:
+  // ChargeStreams open (with access control: set below, in
+  // SecurityFromFlags's caller) and SessionStream reads at once.
+  const uint32_t stream_reads =
+      bytes_bound == 0
+          ? 0
+          : static_cast<uint32_t>(std::min<uint64_t>(
+                UINT32_MAX,
+                std::max<uint64_t>(1, bytes_bound / max_message_bytes)));
+  service.limits.max_charge_streams_per_identity = stream_reads;
+  service.limits.max_session_reads_per_identity = stream_reads;
   service.transport.max_concurrent_streams_per_connection =
       streams_per_connection;
   const uint32_t large_request_threads =
@@ -496,6 +509,10 @@ absl::StatusOr<DaemonConfig> ConfigFromFlags() {
   if (absl::Status s = EngineFromFlags(&config); !s.ok()) return s;
   if (absl::Status s = LimitsFromFlags(&config); !s.ok()) return s;
   if (absl::Status s = SecurityFromFlags(&config); !s.ok()) return s;
+  // Without access control every caller is the one anonymous identity (and
+  // admin): a bound on its ChargeStreams would bound the whole server's.
+  if (!config.access_control)
+    config.service.limits.max_charge_streams_per_identity = 0;
   return config;
 }
 

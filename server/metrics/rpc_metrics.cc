@@ -67,6 +67,8 @@ const char* ShedReasonName(ShedReason reason) {
       return "in_flight_per_identity";
     case ShedReason::kInFlightBytesPerIdentity:
       return "in_flight_bytes_per_identity";
+    case ShedReason::kChargeStreamsPerIdentity:
+      return "charge_streams_per_identity";
   }
   return "unknown";
 }

@@ -53,10 +53,11 @@ enum class ShedReason : uint8_t {
   kStreamsPerIdentity,
   kInFlightPerIdentity,
   kInFlightBytesPerIdentity,
+  kChargeStreamsPerIdentity,
 };
-inline constexpr int kNrShedReasons = 3;
+inline constexpr int kNrShedReasons = 4;
 // "streams_per_identity", "in_flight_per_identity",
-// "in_flight_bytes_per_identity".
+// "in_flight_bytes_per_identity", "charge_streams_per_identity".
 const char* ShedReasonName(ShedReason reason);
 
 // Per-method, per-code handled counts and per-method handling latency of the

@@ -33,8 +33,11 @@ enum class Admission : uint8_t {
   // (--max_in_flight_per_identity): every unary call but GetEngineInfo.
   kMessage,
   // Shutdown, the deadline, and one stream of the caller
-  // (--max_streams_per_identity): ChargeStream, WatchEvents, SessionStream.
+  // (--max_streams_per_identity): WatchEvents, SessionStream.
   kStream,
+  // As kStream, and one of the caller's ChargeStreams (CallLimiter's
+  // max_charge_streams_per_identity): ChargeStream.
+  kChargeStream,
   // Nothing: GetEngineInfo, which readiness probes call, is served during
   // shutdown and never shed.
   kProbe,

@@ -46,9 +46,13 @@ void CallLimiter::Permit::Release() {
 
 absl::StatusOr<CallLimiter::Permit> CallLimiter::Acquire(
     Kind kind, absl::string_view identity, uint64_t message_bytes) {
-  const bool stream = kind == Kind::kStream;
+  const bool charge_stream = kind == Kind::kChargeStream;
+  const bool stream = kind == Kind::kStream || charge_stream;
   const uint32_t limit = stream ? options_.max_streams_per_identity
                                 : options_.max_in_flight_per_identity;
+  const uint32_t charge_stream_limit =
+      charge_stream ? options_.max_charge_streams_per_identity : 0;
+  bool over_charge_streams = false;
   const uint64_t bytes_limit =
       stream ? 0 : options_.max_in_flight_bytes_per_identity;
   const uint64_t bytes = stream ? 0 : message_bytes;
@@ -62,13 +66,18 @@ absl::StatusOr<CallLimiter::Permit> CallLimiter::Acquire(
     // One message alone always passes (bytes_held == 0).
     over_bytes = bytes_limit != 0 && bytes_held != 0 &&
                  bytes_held + bytes > bytes_limit;
-    if ((limit == 0 || used < limit) && !over_bytes) {
+    over_charge_streams = charge_stream_limit != 0 &&
+                          counts.charge_streams >= charge_stream_limit;
+    if ((limit == 0 || used < limit) && !over_bytes && !over_charge_streams) {
       ++used;
+      if (charge_stream) ++counts.charge_streams;
       counts.in_flight_bytes += bytes;
       return Permit(this, std::string(identity), kind, bytes);
     }
   }
-  const ShedReason reason = stream ? ShedReason::kStreamsPerIdentity
+  const ShedReason reason = over_charge_streams
+                                ? ShedReason::kChargeStreamsPerIdentity
+                            : stream ? ShedReason::kStreamsPerIdentity
                             : over_bytes
                                 ? ShedReason::kInFlightBytesPerIdentity
                                 : ShedReason::kInFlightPerIdentity;
@@ -107,7 +116,17 @@ absl::Status CallLimiter::Shed(ShedReason reason, absl::string_view identity,
           ? std::string("the anonymous identity")
           : absl::StrCat("identity \"", absl::CHexEscape(identity), "\"");
   const std::string what =
-      stream ? absl::StrCat(" already has ", limit,
+      reason == ShedReason::kChargeStreamsPerIdentity
+          ? absl::StrCat(
+                " already has ", options_.max_charge_streams_per_identity,
+                " ChargeStreams open, as many as its in-flight bytes "
+                "(--max_in_flight_bytes_per_identity=",
+                options_.max_in_flight_bytes_per_identity,
+                ") hold messages of --max_message_bytes (each open "
+                "ChargeStream can be receiving one); close one, use "
+                "ChargeBatch, or ask the operator for a lower "
+                "--max_message_bytes")
+      : stream ? absl::StrCat(" already has ", limit,
                             " streams open (--max_streams_per_identity); "
                             "close one or retry later")
       : over_bytes
@@ -132,19 +151,21 @@ void CallLimiter::Give(Kind kind, const std::string& identity,
   absl::MutexLock l(&mu_);
   auto it = counts_.find(identity);
   if (it == counts_.end()) return;  // unreachable: a Permit names a held unit
-  uint32_t& used =
-      kind == Kind::kStream ? it->second.streams : it->second.in_flight;
+  const bool stream = kind != Kind::kInFlight;
+  uint32_t& used = stream ? it->second.streams : it->second.in_flight;
   if (used > 0) --used;
+  if (kind == Kind::kChargeStream && it->second.charge_streams > 0)
+    --it->second.charge_streams;
   it->second.in_flight_bytes -= std::min(it->second.in_flight_bytes, bytes);
   if (it->second.streams == 0 && it->second.in_flight == 0) counts_.erase(it);
 }
 
 uint64_t CallLimiter::BeginRead(absl::string_view identity,
-                                std::function<void()> start) {
+                                std::function<void()> start, ReadPool pool) {
   absl::MutexLock l(&mu_);
-  Reads& reads = reads_[identity];
-  if (options_.max_reads_per_identity == 0 ||
-      reads.pending < options_.max_reads_per_identity) {
+  Reads& reads = reads_[static_cast<int>(pool)][identity];
+  const uint32_t max_reads = MaxReads(pool);
+  if (max_reads == 0 || reads.pending < max_reads) {
     ++reads.pending;
     return 0;
   }
@@ -153,12 +174,13 @@ uint64_t CallLimiter::BeginRead(absl::string_view identity,
   return ticket;
 }
 
-void CallLimiter::EndRead(absl::string_view identity) {
+void CallLimiter::EndRead(absl::string_view identity, ReadPool pool) {
   std::function<void()> next;
   {
     absl::MutexLock l(&mu_);
-    auto it = reads_.find(identity);
-    if (it == reads_.end()) return;  // unreachable: a read was begun
+    auto& reads_of = reads_[static_cast<int>(pool)];
+    auto it = reads_of.find(identity);
+    if (it == reads_of.end()) return;  // unreachable: a read was begun
     Reads& reads = it->second;
     if (!reads.waiting.empty()) {
       // The slot passes to the first waiting read: pending is unchanged.
@@ -166,16 +188,18 @@ void CallLimiter::EndRead(absl::string_view identity) {
       reads.waiting.pop_front();
     } else {
       if (reads.pending > 0) --reads.pending;
-      if (reads.pending == 0) reads_.erase(it);
+      if (reads.pending == 0) reads_of.erase(it);
     }
   }
   if (next) next();  // outside the lock: it starts a gRPC read
 }
 
-bool CallLimiter::CancelRead(absl::string_view identity, uint64_t ticket) {
+bool CallLimiter::CancelRead(absl::string_view identity, uint64_t ticket,
+                             ReadPool pool) {
   absl::MutexLock l(&mu_);
-  auto it = reads_.find(identity);
-  if (it == reads_.end()) return false;
+  auto& reads_of = reads_[static_cast<int>(pool)];
+  auto it = reads_of.find(identity);
+  if (it == reads_of.end()) return false;
   auto& waiting = it->second.waiting;
   for (auto w = waiting.begin(); w != waiting.end(); ++w) {
     if (w->first != ticket) continue;
@@ -185,16 +209,20 @@ bool CallLimiter::CancelRead(absl::string_view identity, uint64_t ticket) {
   return false;
 }
 
-uint32_t CallLimiter::ReadsInUse(absl::string_view identity) const {
+uint32_t CallLimiter::ReadsInUse(absl::string_view identity,
+                                 ReadPool pool) const {
   absl::MutexLock l(&mu_);
-  auto it = reads_.find(identity);
-  return it == reads_.end() ? 0 : it->second.pending;
+  const auto& reads_of = reads_[static_cast<int>(pool)];
+  auto it = reads_of.find(identity);
+  return it == reads_of.end() ? 0 : it->second.pending;
 }
 
-size_t CallLimiter::ReadsWaiting(absl::string_view identity) const {
+size_t CallLimiter::ReadsWaiting(absl::string_view identity,
+                                 ReadPool pool) const {
   absl::MutexLock l(&mu_);
-  auto it = reads_.find(identity);
-  return it == reads_.end() ? 0 : it->second.waiting.size();
+  const auto& reads_of = reads_[static_cast<int>(pool)];
+  auto it = reads_of.find(identity);
+  return it == reads_of.end() ? 0 : it->second.waiting.size();
 }
 
 uint64_t CallLimiter::BytesInUse(absl::string_view identity) const {
@@ -207,7 +235,15 @@ uint32_t CallLimiter::InUse(Kind kind, absl::string_view identity) const {
   absl::MutexLock l(&mu_);
   auto it = counts_.find(identity);
   if (it == counts_.end()) return 0;
-  return kind == Kind::kStream ? it->second.streams : it->second.in_flight;
+  switch (kind) {
+    case Kind::kStream:
+      return it->second.streams;
+    case Kind::kChargeStream:
+      return it->second.charge_streams;
+    case Kind::kInFlight:
+      break;
+  }
+  return it->second.in_flight;
 }
 
 }  // namespace cgacct

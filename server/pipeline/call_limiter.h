@@ -10,7 +10,11 @@
 //
 // What is counted:
 //  - streams: a ChargeStream, WatchEvents or SessionStream call from its
-//    admission to its end;
+//    admission to its end; ChargeStreams also on their own, because each
+//    keeps a read pending for as long as it is open, and gRPC 1.51 takes a
+//    pending read's whole message (up to --max_message_bytes) whatever the
+//    HTTP/2 window: cgacctd allows, with access control, as many as the
+//    in-flight bytes hold largest messages;
 //  - in-flight messages: a unary call from its admission to its answer (a
 //    charge deferred to a drain-wait thread keeps its permit while it
 //    waits), and a ChargeStream request from the moment it is read until its
@@ -65,12 +69,20 @@ inline constexpr uint32_t kDefaultMaxInFlightPerIdentity = 1024;
 inline constexpr uint64_t kDefaultMaxInFlightBytesPerIdentity = uint64_t{64}
                                                                 << 20;
 inline constexpr uint32_t kDefaultMaxReadsPerIdentity = 4;
+// 64 MiB / 4 MiB: ChargeStreams (with access control) and SessionStream reads
+// per identity at the default flags.
+inline constexpr uint32_t kDefaultMaxStreamReadsPerIdentity = 16;
 
 class CallLimiter {
  public:
   struct Options {
-    // Concurrent ChargeStreams per identity; 0 = no limit.
+    // Concurrent streams (ChargeStream, WatchEvents, SessionStream) per
+    // identity; 0 = no limit.
     uint32_t max_streams_per_identity = kDefaultMaxStreamsPerIdentity;
+    // Concurrent ChargeStreams per identity (also counted as streams); 0 =
+    // no limit. cgacctd sets max(1, max_in_flight_bytes_per_identity /
+    // --max_message_bytes) with access control, 0 without.
+    uint32_t max_charge_streams_per_identity = 0;
     // Concurrent in-flight messages per identity (see the file comment);
     // 0 = no limit.
     uint32_t max_in_flight_per_identity = kDefaultMaxInFlightPerIdentity;
@@ -83,9 +95,20 @@ class CallLimiter {
     // handled costs about four times its encoded size (its bytes, the
     // parsed message, the answer and its bytes).
     uint32_t max_reads_per_identity = kDefaultMaxReadsPerIdentity;
+    // SessionStream reads pending at once per identity (ReadPool::kSession);
+    // 0 = no limit. cgacctd sets max(1, max_in_flight_bytes_per_identity /
+    // --max_message_bytes), 0 without a bytes bound. Such a read is started
+    // only when the server awaits an answer, so it is held for about one
+    // round trip (server/rpc/session_stream.cc).
+    uint32_t max_session_reads_per_identity = kDefaultMaxStreamReadsPerIdentity;
   };
 
-  enum class Kind : uint8_t { kStream, kInFlight };
+  // kChargeStream is a stream counted twice: as a stream, and against
+  // max_charge_streams_per_identity.
+  enum class Kind : uint8_t { kStream, kChargeStream, kInFlight };
+  // The read slots a read is taken from: unary requests' (and WatchEvents'
+  // one request), or SessionStream messages'.
+  enum class ReadPool : uint8_t { kRequest, kSession };
 
   // One admitted unit (a stream or an in-flight message) of one identity,
   // given back when destroyed or Release()d. Movable; an empty Permit holds
@@ -146,12 +169,18 @@ class CallLimiter {
   // (the caller runs it), else a ticket: `start` then runs on the thread of
   // the EndRead that frees the slot, unless CancelRead(ticket) removed it
   // first (true). Each read started ends with one EndRead.
-  uint64_t BeginRead(absl::string_view identity, std::function<void()> start);
-  void EndRead(absl::string_view identity);
-  bool CancelRead(absl::string_view identity, uint64_t ticket);
+  // `pool` says whose slots: kRequest's max_reads_per_identity, or
+  // kSession's max_session_reads_per_identity (the two never share).
+  uint64_t BeginRead(absl::string_view identity, std::function<void()> start,
+                     ReadPool pool = ReadPool::kRequest);
+  void EndRead(absl::string_view identity, ReadPool pool = ReadPool::kRequest);
+  bool CancelRead(absl::string_view identity, uint64_t ticket,
+                  ReadPool pool = ReadPool::kRequest);
   // Reads pending and waiting of `identity` (tests).
-  uint32_t ReadsInUse(absl::string_view identity) const;
-  size_t ReadsWaiting(absl::string_view identity) const;
+  uint32_t ReadsInUse(absl::string_view identity,
+                      ReadPool pool = ReadPool::kRequest) const;
+  size_t ReadsWaiting(absl::string_view identity,
+                      ReadPool pool = ReadPool::kRequest) const;
 
   // Units held now by `identity` (tests, metrics).
   uint32_t InUse(Kind kind, absl::string_view identity) const;
@@ -163,6 +192,7 @@ class CallLimiter {
  private:
   struct Counts {
     uint32_t streams = 0;
+    uint32_t charge_streams = 0;  // also in streams
     uint32_t in_flight = 0;
     uint64_t in_flight_bytes = 0;
   };
@@ -181,8 +211,13 @@ class CallLimiter {
   // Identities holding at least one unit; an entry goes when both reach 0,
   // so the map is bounded by the calls in progress.
   absl::flat_hash_map<std::string, Counts> counts_ ABSL_GUARDED_BY(mu_);
-  // Identities with a read pending or waiting (an entry goes when neither).
-  absl::flat_hash_map<std::string, Reads> reads_ ABSL_GUARDED_BY(mu_);
+  uint32_t MaxReads(ReadPool pool) const {
+    return pool == ReadPool::kRequest ? options_.max_reads_per_identity
+                                      : options_.max_session_reads_per_identity;
+  }
+  // Per ReadPool: identities with a read pending or waiting (an entry goes
+  // when neither).
+  absl::flat_hash_map<std::string, Reads> reads_[2] ABSL_GUARDED_BY(mu_);
   uint64_t next_read_ticket_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

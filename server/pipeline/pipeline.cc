@@ -129,12 +129,16 @@ absl::Status Pipeline::Admit(CallContext& call, Admission admission,
   }
   // Shutdown and the deadline first: nothing changes for such a call.
   if (absl::Status s = ShutdownOrDeadline(call); !s.ok()) return s;
+  const bool stream = admission == Admission::kStream ||
+                      admission == Admission::kChargeStream;
   absl::StatusOr<CallLimiter::Permit> permit =
-      admission == Admission::kStream
-          ? limiter_.Acquire(CallLimiter::Kind::kStream, call.identity())
-          : AdmitMessage(call, message_bytes);
+      stream ? limiter_.Acquire(admission == Admission::kStream
+                                    ? CallLimiter::Kind::kStream
+                                    : CallLimiter::Kind::kChargeStream,
+                                call.identity())
+             : AdmitMessage(call, message_bytes);
   if (!permit.ok()) {
-    if (admission == Admission::kStream) {
+    if (stream) {
       if (std::optional<ShedReason> reason = ShedReasonOf(permit.status()))
         rpc_metrics_.RecordShed(*reason);
     }

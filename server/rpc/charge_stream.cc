@@ -459,7 +459,7 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* StartChargeStream(
   CallContext call = BeginCall(pipeline, RpcMethod::kChargeStream, *context);
   // Admission first: an unauthenticated flood is shed under the anonymous
   // identity's limits.
-  absl::Status refused = pipeline.Admit(call, Admission::kStream);
+  absl::Status refused = pipeline.Admit(call, Admission::kChargeStream);
   if (refused.ok()) refused = pipeline.Authenticate(call);
   if (!refused.ok()) {
     const grpc::Status answer = AnswerStatus(context, refused);

@@ -13,6 +13,7 @@ namespace cgacct {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::AllOf;
 using Kind = CallLimiter::Kind;
 
 TEST(CallLimiterTest, AdmitsUpToTheLimitPerIdentityThenSheds) {
@@ -187,6 +188,75 @@ TEST(CallLimiterTest, ReadsPastTheBoundWaitInOrder) {
   CallLimiter free_limiter(unbounded);
   for (int i = 0; i < 100; ++i)
     EXPECT_EQ(free_limiter.BeginRead("a", [] {}), 0u);
+}
+
+// A ChargeStream keeps a read pending while it is open, and gRPC 1.51 takes a
+// pending read's whole message (issue 22): an identity's ChargeStreams have a
+// bound of their own, inside its bound on streams.
+TEST(CallLimiterTest, ChargeStreamsHaveTheirOwnBoundInsideTheStreams) {
+  CallLimiter::Options options;
+  options.max_streams_per_identity = 4;
+  options.max_charge_streams_per_identity = 2;
+  CallLimiter limiter(options);
+  auto c1 = limiter.Acquire(CallLimiter::Kind::kChargeStream, "a");
+  auto c2 = limiter.Acquire(CallLimiter::Kind::kChargeStream, "a");
+  ASSERT_TRUE(c1.ok());
+  ASSERT_TRUE(c2.ok());
+  auto c3 = limiter.Acquire(CallLimiter::Kind::kChargeStream, "a");
+  ASSERT_FALSE(c3.ok());
+  EXPECT_EQ(ShedReasonOf(c3.status()), ShedReason::kChargeStreamsPerIdentity);
+  EXPECT_THAT(std::string(c3.status().message()),
+              AllOf(HasSubstr("2 ChargeStreams open"),
+                    HasSubstr("--max_in_flight_bytes_per_identity"),
+                    HasSubstr("--max_message_bytes")));
+  // Other streams still fit under the stream bound; another identity has
+  // its own ChargeStreams.
+  auto w1 = limiter.Acquire(CallLimiter::Kind::kStream, "a");
+  auto w2 = limiter.Acquire(CallLimiter::Kind::kStream, "a");
+  ASSERT_TRUE(w1.ok());
+  ASSERT_TRUE(w2.ok());
+  EXPECT_EQ(limiter.InUse(CallLimiter::Kind::kStream, "a"), 4u);
+  EXPECT_EQ(limiter.InUse(CallLimiter::Kind::kChargeStream, "a"), 2u);
+  EXPECT_EQ(ShedReasonOf(
+                limiter.Acquire(CallLimiter::Kind::kStream, "a").status()),
+            ShedReason::kStreamsPerIdentity);
+  EXPECT_TRUE(limiter.Acquire(CallLimiter::Kind::kChargeStream, "b").ok());
+  // A ChargeStream that ends gives both back.
+  c1->Release();
+  EXPECT_EQ(limiter.InUse(CallLimiter::Kind::kChargeStream, "a"), 1u);
+  EXPECT_EQ(limiter.InUse(CallLimiter::Kind::kStream, "a"), 3u);
+  EXPECT_TRUE(limiter.Acquire(CallLimiter::Kind::kChargeStream, "a").ok());
+}
+
+// SessionStream reads take slots of their own: an identity's requests being
+// read do not hold up its session reads, nor the other way round.
+TEST(CallLimiterTest, SessionReadsHaveSlotsOfTheirOwn) {
+  CallLimiter::Options options;
+  options.max_reads_per_identity = 1;
+  options.max_session_reads_per_identity = 2;
+  CallLimiter limiter(options);
+  using Pool = CallLimiter::ReadPool;
+  std::vector<int> started;
+  EXPECT_EQ(limiter.BeginRead("a", [] {}), 0u);
+  EXPECT_NE(limiter.BeginRead("a", [&] { started.push_back(0); }), 0u);
+  EXPECT_EQ(limiter.BeginRead("a", [] {}, Pool::kSession), 0u);
+  EXPECT_EQ(limiter.BeginRead("a", [] {}, Pool::kSession), 0u);
+  const uint64_t waiting =
+      limiter.BeginRead("a", [&] { started.push_back(1); }, Pool::kSession);
+  EXPECT_NE(waiting, 0u);
+  EXPECT_EQ(limiter.ReadsInUse("a"), 1u);
+  EXPECT_EQ(limiter.ReadsInUse("a", Pool::kSession), 2u);
+  EXPECT_EQ(limiter.ReadsWaiting("a", Pool::kSession), 1u);
+  limiter.EndRead("a", Pool::kSession);  // to the waiting session read
+  EXPECT_EQ(started, std::vector<int>({1}));
+  EXPECT_FALSE(limiter.CancelRead("a", waiting, Pool::kSession));
+  limiter.EndRead("a");  // to the waiting request read
+  EXPECT_EQ(started, std::vector<int>({1, 0}));
+  limiter.EndRead("a");
+  limiter.EndRead("a", Pool::kSession);
+  limiter.EndRead("a", Pool::kSession);
+  EXPECT_EQ(limiter.ReadsInUse("a"), 0u);
+  EXPECT_EQ(limiter.ReadsInUse("a", Pool::kSession), 0u);
 }
 }  // namespace
 }  // namespace cgacct

@@ -37,7 +37,26 @@ constexpr uint64_t kPage = 4096;
 constexpr int kCpus = 4;
 using Kind = CallLimiter::Kind;
 
+// A ChargeStream request of one op: 1 anon page on /g.
+v1::ChargeBatchRequest OneAnonPageOnG() {
+  v1::ChargeBatchRequest request;
+  v1::ChargeOp* op = request.add_ops();
+  op->set_path("/g");
+  op->set_nr_pages(1);
+  op->set_kind(v1::PAGE_KIND_ANON);
+  return request;
+}
+
 class LimitsServiceTest : public ::testing::Test {
+ public:
+  static std::string ShedTrailer(const grpc::ClientContext& context) {
+    const auto& trailers = context.GetServerTrailingMetadata();
+    auto it = trailers.find(kShedMetadataKey);
+    return it == trailers.end()
+               ? ""
+               : std::string(it->second.data(), it->second.size());
+  }
+
  protected:
   void SetUp() override {
     EngineOptions options;
@@ -78,14 +97,6 @@ class LimitsServiceTest : public ::testing::Test {
     grpc::Status s = stub_->Charge(&context, request, &response);
     if (shed != nullptr) *shed = ShedTrailer(context);
     return s;
-  }
-
-  static std::string ShedTrailer(const grpc::ClientContext& context) {
-    const auto& trailers = context.GetServerTrailingMetadata();
-    auto it = trailers.find(kShedMetadataKey);
-    return it == trailers.end()
-               ? ""
-               : std::string(it->second.data(), it->second.size());
   }
 
   uint64_t AnonPages() {
@@ -210,11 +221,7 @@ TEST_F(LimitsServiceTest, UnaryCallsOverTheInFlightLimitAreShedNotOom) {
 TEST_F(LimitsServiceTest, StreamsOverTheLimitAreShed) {
   grpc::ClientContext first_context;
   auto first = stub_->ChargeStream(&first_context);
-  v1::ChargeBatchRequest request;
-  v1::ChargeOp* op = request.add_ops();
-  op->set_path("/g");
-  op->set_nr_pages(1);
-  op->set_kind(v1::PAGE_KIND_ANON);
+  const v1::ChargeBatchRequest request = OneAnonPageOnG();
   v1::ChargeBatchResponse response;
   ASSERT_TRUE(first->Write(request));
   ASSERT_TRUE(first->Read(&response));
@@ -241,6 +248,80 @@ TEST_F(LimitsServiceTest, StreamsOverTheLimitAreShed) {
   third->WritesDone();
   EXPECT_TRUE(third->Finish().ok());
   EXPECT_EQ(AnonPages(), 2u);
+}
+
+// Issue 22: each open ChargeStream keeps a read pending, and gRPC 1.51
+// buffers a pending read's whole message (up to --max_message_bytes): past
+// max_charge_streams_per_identity (cgacctd: the in-flight bytes over the
+// largest message, with access control) a ChargeStream is shed at once,
+// before any message of it is read.
+TEST(ChargeStreamBoundTest, ChargeStreamsPastTheirBoundAreShedAtOnce) {
+  EngineOptions options;
+  options.nr_cpus = kCpus;
+  options.page_size_bytes = kPage;
+  std::unique_ptr<Engine> engine = std::move(*Engine::Create(options));
+  ASSERT_TRUE(engine->CreateGroup("/g", {}).ok());
+  RpcMetrics rpc_metrics;
+  AccountingServiceOptions service_options;
+  service_options.limits.max_streams_per_identity = 8;
+  service_options.limits.max_charge_streams_per_identity = 2;
+  auto service = std::make_unique<AccountingService>(*engine, rpc_metrics,
+                                                     service_options);
+  InProcessServer started = StartInProcessServer(service.get());
+  ASSERT_NE(started.server, nullptr);
+  const v1::ChargeBatchRequest request = OneAnonPageOnG();
+  v1::ChargeBatchResponse response;
+  grpc::ClientContext c1, c2, c3, w;
+  auto s1 = started.stub->ChargeStream(&c1);
+  auto s2 = started.stub->ChargeStream(&c2);
+  ASSERT_TRUE(s1->Write(request));
+  ASSERT_TRUE(s1->Read(&response));
+  ASSERT_TRUE(s2->Write(request));
+  ASSERT_TRUE(s2->Read(&response));
+  auto s3 = started.stub->ChargeStream(&c3);
+  s3->Write(request);
+  EXPECT_FALSE(s3->Read(&response));
+  const grpc::Status shed = s3->Finish();
+  EXPECT_EQ(shed.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(shed.error_message(),
+              HasSubstr("already has 2 ChargeStreams open"));
+  EXPECT_EQ(LimitsServiceTest::ShedTrailer(c3),
+            "charge_streams_per_identity");
+  EXPECT_EQ(rpc_metrics.shed(ShedReason::kChargeStreamsPerIdentity), 1u);
+  // Another kind of stream is still admitted; a ChargeStream that ends
+  // makes room for the next.
+  v1::OpenSessionResponse opened;
+  {
+    grpc::ClientContext open_context;
+    ASSERT_TRUE(started.stub
+                    ->OpenSession(&open_context, v1::OpenSessionRequest(),
+                                  &opened)
+                    .ok());
+  }
+  auto session = started.stub->SessionStream(&w);
+  v1::SessionClientMessage attach;
+  attach.set_attach_session_id(opened.session_id());
+  ASSERT_TRUE(session->Write(attach));
+  v1::SessionServerMessage lease;
+  EXPECT_TRUE(session->Read(&lease));
+  EXPECT_GT(lease.expires_in_ms(), 0u);
+  s1->WritesDone();
+  EXPECT_TRUE(s1->Finish().ok());
+  for (int i = 0; i < 500 && service->limiter().InUse(
+                                 Kind::kChargeStream, "") != 1; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  grpc::ClientContext c4;
+  auto s4 = started.stub->ChargeStream(&c4);
+  ASSERT_TRUE(s4->Write(request));
+  EXPECT_TRUE(s4->Read(&response));
+  s4->WritesDone();
+  EXPECT_TRUE(s4->Finish().ok());
+  s2->WritesDone();
+  EXPECT_TRUE(s2->Finish().ok());
+  w.TryCancel();
+  (void)session->Finish();
+  started.server->Shutdown();
+  service->StopSessionStreams();
 }
 
 TEST_F(LimitsServiceTest, StreamRequestOverTheInFlightLimitEndsTheStream) {
