@@ -8,13 +8,19 @@
 // --delay, -n times (0: until interrupted): text, the bytes as memory.peak
 // prints them; --json, one PeakWatermark object per line.
 //
-// Thread safety: runs on the main thread only.
+// Thread safety: the main thread, and one thread that reads the session's
+// stream (answering keepalive and drain requests) while the main thread
+// sleeps; writes on the stream are serialised by a mutex.
 #include <algorithm>
+#include <atomic>
 #include <iostream>
 #include <memory>
 #include <string>
+#include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "client/ctl/ctl.h"
 #include "client/ctl/exit_status.h"
@@ -25,20 +31,74 @@ namespace {
 using SessionStream = grpc::ClientReaderWriter<v1::SessionClientMessage,
                                                v1::SessionServerMessage>;
 
-// Sends `message` and reads until the lease answer (expires_in_ms, no
-// drain_id), answering any drain request with nothing to return (the
-// session holds no page). False when the stream broke.
-bool Exchange(SessionStream& stream, const v1::SessionClientMessage& message) {
-  if (!stream.Write(message)) return false;
-  v1::SessionServerMessage answer;
-  while (stream.Read(&answer)) {
-    if (answer.drain_id() == 0) return true;
-    v1::SessionClientMessage nothing;
-    nothing.set_drain_id(answer.drain_id());
-    if (!stream.Write(nothing)) return false;
+// The session's stream: attached, then read by a thread of its own that
+// answers the server's keepalive requests (a server that paces the stream)
+// and drain requests (with nothing: the session holds no page). Keepalive()
+// sends one unasked, for a server that does not pace the stream.
+class SessionLease {
+ public:
+  explicit SessionLease(std::unique_ptr<SessionStream> stream)
+      : stream_(std::move(stream)) {}
+  ~SessionLease() {
+    if (reader_.joinable()) reader_.join();
   }
-  return false;
-}
+
+  // Attaches to `session_id` and waits for the lease answer; false when the
+  // stream broke. Then starts the reader.
+  bool Attach(const std::string& session_id) {
+    v1::SessionClientMessage attach;
+    attach.set_attach_session_id(session_id);
+    v1::SessionServerMessage answer;
+    if (!Write(attach) || !stream_->Read(&answer)) return false;
+    paced_.store(answer.paced());
+    reader_ = std::thread([this] { Read(); });
+    return true;
+  }
+  // A keepalive unasked, unless the server paces the stream; false once
+  // the stream broke.
+  bool Keepalive() {
+    if (broken_.load()) return false;
+    if (paced_.load()) return true;
+    v1::SessionClientMessage keepalive;
+    keepalive.set_keepalive(true);
+    return Write(keepalive);
+  }
+  bool broken() const { return broken_.load(); }
+  // After the call was cancelled: the reader ends; the stream's status.
+  grpc::Status Finish() {
+    if (reader_.joinable()) reader_.join();
+    return stream_->Finish();
+  }
+
+ private:
+  void Read() {
+    v1::SessionServerMessage message;
+    while (stream_->Read(&message)) {
+      if (message.paced()) paced_.store(true);
+      if (message.keepalive_request()) {
+        v1::SessionClientMessage keepalive;
+        keepalive.set_keepalive(true);
+        if (!Write(keepalive)) break;
+      }
+      if (message.drain_id() != 0) {
+        v1::SessionClientMessage nothing;
+        nothing.set_drain_id(message.drain_id());
+        if (!Write(nothing)) break;
+      }
+    }
+    broken_.store(true);
+  }
+  bool Write(const v1::SessionClientMessage& message) {
+    absl::MutexLock l(&write_mu_);
+    return stream_->Write(message);
+  }
+
+  const std::unique_ptr<SessionStream> stream_;
+  absl::Mutex write_mu_;  // one Write at a time
+  std::atomic<bool> paced_{false};
+  std::atomic<bool> broken_{false};
+  std::thread reader_;
+};
 
 }  // namespace
 
@@ -50,14 +110,9 @@ int Peak(Ctl& ctl, const Invocation& inv) {
                                                open_session, &session);
   if (!status.ok()) return PrintRpcError("peak: OpenSession", status);
   const std::string& sid = session.session_id();
-  // The lease, renewed every third of it (and at every read).
+  // The lease: renewed when the server asks (or every third of it).
   grpc::ClientContext stream_context;  // no deadline: as long as we read
-  std::unique_ptr<SessionStream> stream =
-      ctl.stub().SessionStream(&stream_context);
-  v1::SessionClientMessage attach;
-  attach.set_attach_session_id(sid);
-  v1::SessionClientMessage keepalive;
-  keepalive.set_keepalive(true);
+  SessionLease lease(ctl.stub().SessionStream(&stream_context));
   const absl::Duration renew =
       std::max(absl::Milliseconds(session.ttl_ms()) / 3, absl::Milliseconds(1));
 
@@ -67,14 +122,15 @@ int Peak(Ctl& ctl, const Invocation& inv) {
     v1::CloseSessionResponse closed;
     (void)ctl.stub().CloseSession(ctl.Context().get(), close, &closed);
     stream_context.TryCancel();
-    (void)stream->Finish();
+    (void)lease.Finish();
     return code;
   };
-  if (!Exchange(*stream, attach)) {
+  const auto broke = [&] {
     return end(PrintRpcError(absl::StrCat("peak ", inv.path),
                              grpc::Status(grpc::StatusCode::UNAVAILABLE,
                                           "the session's stream broke")));
-  }
+  };
+  if (!lease.Attach(sid)) return broke();
 
   v1::OpenPeakWatermarkRequest open;
   open.set_path(inv.path);
@@ -93,13 +149,9 @@ int Peak(Ctl& ctl, const Invocation& inv) {
       const absl::Duration step = std::min(left, renew);
       absl::SleepFor(step);
       left -= step;
-      if (left > absl::ZeroDuration() && !Exchange(*stream, keepalive)) break;
+      if (!lease.Keepalive()) break;
     }
-    if (!Exchange(*stream, keepalive)) {
-      return end(PrintRpcError(absl::StrCat("peak ", inv.path),
-                               grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                                            "the session's stream broke")));
-    }
+    if (lease.broken()) return broke();
     status =
         ctl.stub().ReadPeakWatermark(ctl.Context().get(), read, &watermark);
     if (!status.ok()) {

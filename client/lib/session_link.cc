@@ -80,6 +80,7 @@ void SessionLink::StreamLoop() {
       absl::MutexLock l(&stream_mu_);
       stream_ctx_ = &context;
       stream_ = rw.get();
+      paced_ = false;
       if (stream_stop_) context.TryCancel();
     }
     v1::SessionClientMessage attach;
@@ -98,6 +99,15 @@ void SessionLink::StreamLoop() {
       }
       got_any = true;
       backoff_ms = 50;
+      if (msg.paced() || msg.keepalive_request()) {
+        absl::MutexLock l(&stream_mu_);
+        paced_ = true;
+        if (msg.keepalive_request()) {
+          v1::SessionClientMessage keepalive;
+          keepalive.set_keepalive(true);
+          ok = rw->Write(keepalive);
+        }
+      }
       if (msg.drain_id() != 0) handler_.OnDrainRequest(msg);
     }
     {
@@ -136,7 +146,7 @@ void SessionLink::KeepaliveLoop() {
       if (stream_mu_.AwaitWithTimeout(absl::Condition(&stream_stop_), period)) {
         return;
       }
-      if (stream_ != nullptr) {
+      if (stream_ != nullptr && !paced_) {
         v1::SessionClientMessage keepalive;
         keepalive.set_keepalive(true);
         stream_->Write(keepalive);

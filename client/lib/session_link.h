@@ -1,10 +1,12 @@
 // The session of one cgacct::client::Client and its link to the server:
 // the current session id and its generation, the SessionStream attached to
 // it (re-attached when it breaks, backing off 50 ms doubling to 1 s), and
-// the keepalive sent on it every ttl/3. The stream thread passes drain
-// requests and a lost session to the Handler (the Client); the keepalive
-// thread calls Handler::AfterKeepalive() after each keepalive, outside every
-// lock of the link.
+// its keepalives: sent when the server asks (keepalive_request, from a
+// server that paces the stream: `paced` in its lease answers), else every
+// ttl/3. The stream thread passes drain requests and a lost session to the
+// Handler (the Client) and answers keepalive requests; the keepalive thread
+// calls Handler::AfterKeepalive() every ttl/3 (after its keepalive, if the
+// server does not pace the stream), outside every lock of the link.
 //
 // Locks: session_mu_ (the id, generation and ttl) and stream_mu_ (the
 // attached stream; writes on it are serialised under it). Neither is held
@@ -109,6 +111,8 @@ class SessionLink {
   bool stream_stop_ ABSL_GUARDED_BY(stream_mu_) = false;
   // Set when the server first answered an attach (Start waits for it).
   bool attached_once_ ABSL_GUARDED_BY(stream_mu_) = false;
+  // The attached stream's server paces it: keepalives only when asked.
+  bool paced_ ABSL_GUARDED_BY(stream_mu_) = false;
 
   std::thread stream_thread_;
   std::thread keepalive_thread_;

@@ -17,7 +17,9 @@
 // releases it).
 #include "server/rpc/session_stream.h"
 
+#include <algorithm>
 #include <deque>
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -33,21 +35,30 @@
 namespace cgacct {
 
 // One SessionStream call, from the request for it (AwaitSessionStream) to
-// its end. Reads one message at a time; writes go through a queue (one write
-// outstanding). Ending: End() (the registry) or a local error records the
-// status; the call finishes once the queue is written (a failed write, e.g.
+// its end. Reads one message at a time, and only while it awaits an answer
+// (the attach, a keepalive it asked for, drain answers), each read taking
+// one of the caller identity's session read slots for as long as it is
+// pending; writes go through a queue (one write outstanding). A third of the
+// lease after each renewal an alarm asks the client for a keepalive. Ending:
+// End() (the registry) or a local error records the status and cancels the
+// alarm; the call finishes once the queue is written (a failed write, e.g.
 // the client vanished, drops the rest).
 //
 // Completions arrive on the SessionStreams thread only (Proceed); the
-// registry's Send/End run on other threads (under the registry's mutex).
-// Starting a Write or Finish happens under mu_ (async operations never complete
-// inline, so nothing re-enters). Lifetime: deleted on the service's thread once
-// the Finish completed and no read is outstanding, after Detach (under the
-// registry's mutex, which every registry call into a sink holds): after
-// Detach the registry never calls it again.
+// registry's Send/End run on other threads (under the registry's mutex), and
+// so may a read slot's grant (on the thread that freed the slot, through
+// gate_). Starting a Read, Write, Finish or the alarm happens under mu_
+// (async operations never complete inline, so nothing re-enters). Lock
+// order: the registry's mutex, then gate_->mu, then mu_, then the limiter's
+// and SessionStreams' (leaves). Lifetime: deleted on the service's thread
+// (MaybeDelete) once the Finish and the done tag completed, no read or alarm
+// is outstanding,
+// and gate_ no longer points here, after Detach (under the registry's mutex,
+// which every registry call into a sink holds): after Detach the registry
+// never calls it again.
 class SessionStreamCall final : public SessionStreamSink {
  public:
-  enum class Event { kNew, kRead, kWrite, kFinish };
+  enum class Event { kNew, kRead, kWrite, kFinish, kAlarm, kDone };
   // A completion queue tag.
   struct Tag {
     SessionStreamCall* call;
@@ -58,7 +69,12 @@ class SessionStreamCall final : public SessionStreamSink {
       : server_(server),
         pipeline_(pipeline),
         registry_(pipeline.sessions()),
-        stream_(&context_) {}
+        stream_(&context_),
+        gate_(std::make_shared<Gate>(this)) {
+    // Without a read pending the call would not see the client go away (or
+    // the server's shutdown cancel it): the done tag says so.
+    context_.AsyncNotifyWhenDone(&done_tag_);
+  }
 
   // Requests the next SessionStream call on `cq` (the caller holds the
   // server's mu_, the queue is not shut down).
@@ -78,16 +94,35 @@ class SessionStreamCall final : public SessionStreamSink {
         return OnWrite(ok);
       case Event::kFinish:
         return OnFinish();
+      case Event::kAlarm:
+        return OnAlarm(ok);
+      case Event::kDone:
+        return OnDone();
     }
   }
 
-  // SessionStreamSink (called under the registry's mutex).
+  // SessionStreamSink (called under the registry's mutex). A drain request
+  // awaits its answer: the stream reads until it came.
   void Send(const v1::SessionServerMessage& message) override {
-    Queue(message);
+    grpc::ByteBuffer bytes;
+    if (!SerializeResponse(message, &bytes).ok()) return;
+    absl::MutexLock l(&mu_);
+    if (ending_) return;
+    if (message.drain_id() != 0) ++drains_awaited_;
+    QueueLocked(std::move(bytes));
+    MaybeReadLocked();
   }
   void End(absl::Status status) override { EndWith(std::move(status)); }
 
  private:
+  // What a read slot's grant reaches: this call until MaybeDelete, then
+  // nothing (the grant gives the slot back).
+  struct Gate {
+    explicit Gate(SessionStreamCall* c) : call(c) {}
+    absl::Mutex mu;
+    SessionStreamCall* call ABSL_GUARDED_BY(mu);
+  };
+
   void OnNew(bool ok) {
     if (!ok) {  // the server is shutting down: no call came
       delete this;
@@ -104,10 +139,13 @@ class SessionStreamCall final : public SessionStreamSink {
       return;
     }
     absl::MutexLock l(&mu_);
-    StartReadLocked();
+    MaybeReadLocked();  // the attach
   }
 
   void OnRead(bool ok) {
+    // The read's slot goes to the identity's next waiting read.
+    pipeline_.limiter().EndRead(call_.identity(),
+                                CallLimiter::ReadPool::kSession);
     bool done;
     {
       absl::MutexLock l(&mu_);
@@ -116,8 +154,8 @@ class SessionStreamCall final : public SessionStreamSink {
     }
     if (done) {
       // The call is over (OnFinish saw this read outstanding): this was the
-      // read it failed; nothing else refers to this call any more.
-      delete this;
+      // read it failed.
+      MaybeDelete();
       return;
     }
     if (!ok) {
@@ -127,10 +165,26 @@ class SessionStreamCall final : public SessionStreamSink {
       return;
     }
     ++nr_read_;
+    // A session's messages are small (an attach, a keepalive, a drain
+    // answer listing what its stock held): a larger one is not parsed on
+    // this thread, which every identity's sessions share.
+    const size_t message_bytes = read_bytes_.Length();
+    if (message_bytes > kMaxSessionMessageBytes) {
+      read_bytes_.Clear();
+      EndWith(absl::InvalidArgumentError(absl::StrCat(
+          "message ", nr_read_, ": ", message_bytes,
+          " bytes; a SessionStream message may be at most ",
+          kMaxSessionMessageBytes, " bytes")));
+      return;
+    }
     v1::SessionClientMessage message;
-    if (absl::Status s = ParseRequest(read_bytes_, &message); !s.ok()) {
+    absl::Status parsed = ParseRequest(read_bytes_, &message);
+    // Not kept until the next read: the stream may wait a third of a lease
+    // for it.
+    read_bytes_.Clear();
+    if (!parsed.ok()) {
       EndWith(absl::InvalidArgumentError(
-          absl::StrCat("message ", nr_read_, ": ", s.message())));
+          absl::StrCat("message ", nr_read_, ": ", parsed.message())));
       return;
     }
     if (session_id_.empty()) {
@@ -141,6 +195,10 @@ class SessionStreamCall final : public SessionStreamSink {
         return;
       }
       session_id_ = message.attach_session_id();
+      {
+        absl::MutexLock l(&mu_);
+        attach_awaited_ = false;
+      }
       if (!AnswerLease(registry_.Attach(call_.identity(), session_id_, this)))
         return;
     } else if (!message.attach_session_id().empty() &&
@@ -152,10 +210,18 @@ class SessionStreamCall final : public SessionStreamSink {
       return;
     }
     if (message.drain_id() != 0) {
+      {
+        absl::MutexLock l(&mu_);
+        if (drains_awaited_ > 0) --drains_awaited_;
+      }
       registry_.DrainAnswer(session_id_, this, message.drain_id(),
                             message.returned());
     }
     if (message.keepalive()) {
+      {
+        absl::MutexLock l(&mu_);
+        keepalive_requested_ = false;
+      }
       // An access control reload reaches the session's stream at its next
       // keepalive: a caller no longer allowed ends it.
       bool reauthenticated = false;
@@ -167,11 +233,12 @@ class SessionStreamCall final : public SessionStreamSink {
       if (!AnswerLease(registry_.KeepAlive(session_id_, this))) return;
     }
     absl::MutexLock l(&mu_);
-    if (!ending_) StartReadLocked();
+    MaybeReadLocked();
   }
 
-  // Answers an attach or keepalive with the lease's remaining ms (true), or
-  // ends the stream with the registry's refusal (false).
+  // Answers an attach or keepalive with the lease's remaining ms (true), and
+  // sets the alarm that asks for the next keepalive; or ends the stream with
+  // the registry's refusal (false).
   bool AnswerLease(const absl::StatusOr<uint64_t>& lease) {
     if (!lease.ok()) {
       EndWith(lease.status());
@@ -179,8 +246,58 @@ class SessionStreamCall final : public SessionStreamSink {
     }
     v1::SessionServerMessage answer;
     answer.set_expires_in_ms(*lease);
-    Queue(answer);
+    answer.set_paced(true);
+    grpc::ByteBuffer bytes;
+    if (!SerializeResponse(answer, &bytes).ok()) return true;
+    const absl::Time now = absl::Now();
+    absl::MutexLock l(&mu_);
+    if (ending_) return true;
+    QueueLocked(std::move(bytes));
+    lease_ends_ = now + absl::Milliseconds(*lease);
+    ask_at_ = now + absl::Milliseconds(*lease) / 3;
+    ArmAlarmLocked();
     return true;
+  }
+
+  // The alarm: asks for a keepalive once a third of the lease has passed
+  // since the last renewal (a renewal meanwhile moved ask_at_: set again).
+  void OnAlarm(bool ok) {
+    {
+      absl::MutexLock l(&mu_);
+      alarm_pending_ = false;
+      if (ok && !ending_ && !keepalive_requested_) {
+        const absl::Time now = absl::Now();
+        if (now < ask_at_) {
+          ArmAlarmLocked();
+        } else {
+          v1::SessionServerMessage ask;
+          ask.set_keepalive_request(true);
+          ask.set_expires_in_ms(static_cast<uint64_t>(std::max<int64_t>(
+              0, absl::ToInt64Milliseconds(lease_ends_ - now))));
+          grpc::ByteBuffer bytes;
+          if (SerializeResponse(ask, &bytes).ok()) {
+            keepalive_requested_ = true;
+            QueueLocked(std::move(bytes));
+            MaybeReadLocked();
+          }
+        }
+      }
+    }
+    MaybeDelete();
+  }
+
+  // The call is done (delivered once for a matched call): cancelled by the
+  // client, its deadline or the server's shutdown, or finished.
+  void OnDone() {
+    {
+      absl::MutexLock l(&mu_);
+      done_seen_ = true;
+      if (context_.IsCancelled()) {
+        EndLocked(absl::CancelledError("the call was cancelled"));
+        MaybeFinishLocked();
+      }
+    }
+    MaybeDelete();
   }
 
   void OnWrite(bool ok) {
@@ -189,58 +306,140 @@ class SessionStreamCall final : public SessionStreamSink {
     if (!ok) {
       // The client is gone: nothing more will be written.
       queue_.clear();
-      if (!ending_) {
-        ending_ = true;
-        status_ = absl::CancelledError("the client went away");
-      }
+      EndLocked(absl::CancelledError("the client went away"));
     }
-    if (!queue_.empty()) {
+    writing_ = false;
+    if (!queue_.empty()) StartWriteLocked();
+    MaybeFinishLocked();
+  }
+
+  // Writes queue_.front(); at shutdown drops the queue instead.
+  void StartWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    writing_ = server_.StartOp([this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
       stream_.Write(queue_.front(), &write_tag_);
-    } else {
-      writing_ = false;
-      MaybeFinishLocked();
-    }
+    });
+    if (!writing_) queue_.clear();
   }
 
   void OnFinish() {
     // Detach first (the registry's mutex, never held with mu_ here): after
     // it the registry never calls this sink again.
     if (!session_id_.empty()) registry_.Detach(session_id_, this);
-    bool reading;
     {
       absl::MutexLock l(&mu_);
       finish_done_ = true;
-      reading = reading_;
     }
     // A read still outstanding fails now that the call is over; its
-    // completion (on this thread, later) deletes.
-    if (!reading) delete this;
+    // completion (on this thread, later) deletes, as does a cancelled
+    // alarm's.
+    MaybeDelete();
   }
 
-  void StartReadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    reading_ = true;
-    stream_.Read(&read_bytes_, &read_tag_);
-  }
-
-  void Queue(const v1::SessionServerMessage& message) {
-    grpc::ByteBuffer bytes;
-    if (!SerializeResponse(message, &bytes).ok()) return;
-    absl::MutexLock l(&mu_);
-    if (ending_) return;
-    queue_.push_back(std::move(bytes));
-    if (!writing_) {
-      writing_ = true;
-      stream_.Write(queue_.front(), &write_tag_);
+  // Deletes this call once nothing can reach it any more (on the service's
+  // thread; no lock held).
+  void MaybeDelete() {
+    uint64_t ticket;
+    {
+      absl::MutexLock l(&mu_);
+      if (!finish_done_ || !done_seen_ || reading_ || alarm_pending_ ||
+          deleting_) {
+        return;
+      }
+      deleting_ = true;
+      ticket = slot_ticket_;
     }
+    // Done already when the Finish completed (OnFinish); not when the queue
+    // was shut down before it could start.
+    if (!session_id_.empty()) registry_.Detach(session_id_, this);
+    {
+      // A grant running now finishes first (it sees ending_ and gives its
+      // slot back); a later one finds no call.
+      absl::MutexLock g(&gate_->mu);
+      gate_->call = nullptr;
+    }
+    if (ticket != 0) {
+      pipeline_.limiter().CancelRead(call_.identity(), ticket,
+                                     CallLimiter::ReadPool::kSession);
+    }
+    delete this;
+  }
+
+  // The stream awaits an answer from the client.
+  bool AwaitsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return attach_awaited_ || keepalive_requested_ || drains_awaited_ > 0;
+  }
+
+  // Starts a read, or waits for one of the identity's session read slots,
+  // if the stream awaits an answer and has no read going.
+  void MaybeReadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (ending_ || reading_ || slot_ticket_ != 0 || !AwaitsLocked()) return;
+    const uint64_t ticket = pipeline_.limiter().BeginRead(
+        call_.identity(),
+        [gate = gate_, limiter = &pipeline_.limiter(),
+         identity = call_.identity()] {
+          bool used = false;
+          {
+            absl::MutexLock g(&gate->mu);
+            if (gate->call != nullptr) used = gate->call->OnSlot();
+          }
+          if (!used) limiter->EndRead(identity, CallLimiter::ReadPool::kSession);
+        },
+        CallLimiter::ReadPool::kSession);
+    if (ticket == 0) {
+      // Not started only at shutdown: the slot is not given back then (the
+      // limiter goes with the server).
+      (void)StartReadLocked();
+    } else {
+      slot_ticket_ = ticket;
+    }
+  }
+
+  // A session read slot came (on the thread of the read that freed it, under
+  // gate_->mu): true if the read started, false to give the slot back.
+  bool OnSlot() {
+    absl::MutexLock l(&mu_);
+    slot_ticket_ = 0;
+    if (ending_ || reading_ || !AwaitsLocked()) return false;
+    return StartReadLocked();
+  }
+
+  // False if the queue is shut down (nothing started).
+  bool StartReadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    reading_ = server_.StartOp([this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      stream_.Read(&read_bytes_, &read_tag_);
+    });
+    return reading_;
+  }
+
+  void ArmAlarmLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (alarm_pending_ || ending_) return;
+    alarm_pending_ = server_.SetAlarm(alarm_, ask_at_, &alarm_tag_);
+  }
+
+  void QueueLocked(grpc::ByteBuffer bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    queue_.push_back(std::move(bytes));
+    if (!writing_) StartWriteLocked();
   }
 
   // Records the end (the first one wins) and finishes once writes are done.
   void EndWith(absl::Status status) {
     absl::MutexLock l(&mu_);
+    EndLocked(std::move(status));
+    MaybeFinishLocked();
+  }
+
+  // Records the end (the first one wins): no more reads or alarms; a read
+  // still waiting for a slot gives up its place.
+  void EndLocked(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (ending_) return;
     ending_ = true;
     status_ = std::move(status);
-    MaybeFinishLocked();
+    if (alarm_pending_) alarm_.Cancel();  // its tag comes, !ok
+    if (slot_ticket_ != 0 &&
+        pipeline_.limiter().CancelRead(call_.identity(), slot_ticket_,
+                                       CallLimiter::ReadPool::kSession)) {
+      slot_ticket_ = 0;
+    }
   }
 
   void MaybeFinishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -249,7 +448,13 @@ class SessionStreamCall final : public SessionStreamSink {
     const grpc::Status answer = AnswerStatus(&context_, status_);
     // Recorded once; the stream permit goes back with it.
     pipeline_.EndCall(call_, status_);
-    stream_.Finish(answer, &finish_tag_);
+    // At shutdown nothing is sent: the call is over as if finished (the
+    // done tag still comes; MaybeDelete detaches).
+    if (!server_.StartOp([&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+          stream_.Finish(answer, &finish_tag_);
+        })) {
+      finish_done_ = true;
+    }
   }
 
   SessionStreams& server_;
@@ -261,6 +466,10 @@ class SessionStreamCall final : public SessionStreamSink {
   Tag read_tag_{this, Event::kRead};
   Tag write_tag_{this, Event::kWrite};
   Tag finish_tag_{this, Event::kFinish};
+  Tag alarm_tag_{this, Event::kAlarm};
+  Tag done_tag_{this, Event::kDone};
+  // Shared with the read slot grants this call is waiting for.
+  const std::shared_ptr<Gate> gate_;
   // Set by OnNew before the first read, then read by the read chain and,
   // under mu_, ended by MaybeFinishLocked (its permit).
   CallContext call_;
@@ -271,12 +480,27 @@ class SessionStreamCall final : public SessionStreamSink {
   std::string session_id_;
 
   absl::Mutex mu_;
+  grpc::Alarm alarm_ ABSL_GUARDED_BY(mu_);
   std::deque<grpc::ByteBuffer> queue_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;  // queue_.front() is on the wire
-  bool reading_ ABSL_GUARDED_BY(mu_) = false;  // a Read is outstanding
+  // A Read is outstanding (it holds a session read slot).
+  bool reading_ ABSL_GUARDED_BY(mu_) = false;
+  // Waiting for a session read slot (CallLimiter ticket), or 0.
+  uint64_t slot_ticket_ ABSL_GUARDED_BY(mu_) = 0;
+  // What the stream awaits from the client.
+  bool attach_awaited_ ABSL_GUARDED_BY(mu_) = true;
+  bool keepalive_requested_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t drains_awaited_ ABSL_GUARDED_BY(mu_) = 0;
+  // The alarm is set (its tag not yet delivered).
+  bool alarm_pending_ ABSL_GUARDED_BY(mu_) = false;
+  // When the lease answered last ends, and when to ask for a keepalive.
+  absl::Time lease_ends_ ABSL_GUARDED_BY(mu_);
+  absl::Time ask_at_ ABSL_GUARDED_BY(mu_);
   bool ending_ ABSL_GUARDED_BY(mu_) = false;
   bool finishing_ ABSL_GUARDED_BY(mu_) = false;    // Finish started
   bool finish_done_ ABSL_GUARDED_BY(mu_) = false;  // Finish completed
+  bool deleting_ ABSL_GUARDED_BY(mu_) = false;     // MaybeDelete decided
+  bool done_seen_ ABSL_GUARDED_BY(mu_) = false;    // done_tag_ delivered
   absl::Status status_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -303,6 +527,14 @@ void SessionStreams::Await() {
   absl::MutexLock l(&mu_);
   if (shut_) return;
   (new SessionStreamCall(*this, pipeline_))->Request(request_, cq_.get());
+}
+
+bool SessionStreams::SetAlarm(grpc::Alarm& alarm, absl::Time at,
+                              void* tag) {
+  absl::MutexLock l(&mu_);
+  if (shut_ || cq_ == nullptr) return false;
+  alarm.Set(cq_.get(), absl::ToChronoTime(at), tag);
+  return true;
 }
 
 void SessionStreams::Loop() {

@@ -6,16 +6,26 @@
 // The first client message attaches the stream to its session
 // (attach_session_id; a newer stream replaces an older one, which ends
 // ABORTED); every attach and keepalive is answered with the lease's
-// remaining ms. Drain requests go out with a drain_id; the answer's returned
-// pages are uncharged for the session. Ends: OK on client half-close or
+// remaining ms and `paced`. Drain requests go out with a drain_id; the
+// answer's returned pages are uncharged for the session.
+//
+// The server paces the stream: it asks for a keepalive (keepalive_request)
+// a third of the lease after each renewal, and reads the stream only while
+// it awaits an answer (the attach, the keepalive it asked for, drain
+// answers), each read through the caller identity's session read slots
+// (CallLimiter::ReadPool::kSession). gRPC 1.51 buffers a whole message of up
+// to --max_message_bytes for every read pending, whatever the HTTP/2 window;
+// a read pending on every open stream let one identity's 256 streams hold
+// ~1 GB (issue 22). Unread, a stream buffers at most HTTP/2's initial window. Ends: OK on client half-close or
 // CloseSession; NOT_FOUND the session is unknown or expired;
-// INVALID_ARGUMENT a message that does not parse or a first message without
-// attach_session_id; ABORTED replaced; UNAVAILABLE shutdown.
+// INVALID_ARGUMENT a message that does not parse, is larger than
+// kMaxSessionMessageBytes, or a first message without attach_session_id; ABORTED replaced; UNAVAILABLE shutdown.
 //
 // Thread safety: thread-safe.
 #ifndef CGACCT_SERVER_RPC_SESSION_STREAM_H_
 #define CGACCT_SERVER_RPC_SESSION_STREAM_H_
 
+#include <grpcpp/alarm.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/support/async_stream.h>
 
@@ -25,9 +35,15 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/functional/any_invocable.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "server/pipeline/pipeline.h"
 
 namespace cgacct {
+
+// The largest SessionStream message cgacctd parses (an attach, a keepalive,
+// or a drain answer listing the (group, kind) pairs its stock held: ~2,000
+// of 100-byte paths); a larger one ends the stream INVALID_ARGUMENT.
+inline constexpr size_t kMaxSessionMessageBytes = 256 * 1024;
 
 // The SessionStream calls of one server: their completion queue and thread.
 // Use: RegisterOn(builder) before BuildAndStart; Start() once the server
@@ -57,6 +73,21 @@ class SessionStreams {
   // Requests the next call (not after Stop() began). Called by a call when
   // it is matched.
   void Await() ABSL_LOCKS_EXCLUDED(mu_);
+  // Sets `alarm` to deliver `tag` on the queue at `at`; false (nothing set)
+  // once Stop() began.
+  bool SetAlarm(grpc::Alarm& alarm, absl::Time at, void* tag)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Runs `start`, which starts one operation on a call of the queue (a
+  // Read, Write or Finish), unless Stop() began: false then (gRPC aborts on
+  // an operation started on a queue already shut down; the call was
+  // cancelled by the server's shutdown anyway).
+  template <typename F>
+  bool StartOp(F start) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
+    if (shut_) return false;
+    start();
+    return true;
+  }
 
  private:
   // thread_: dispatches cq_'s completions until it is shut down and drained.

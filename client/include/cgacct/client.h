@@ -5,7 +5,8 @@
 // consume_stock()/refill_stock()/drain_all_stock()) across the network:
 //
 //   * one session per Client (OpenSession, ttl from Options), kept alive on a
-//     SessionStream by a background thread (a keepalive every ttl/3). Every
+//     SessionStream by a background thread (a keepalive whenever the server
+//     asks, every ttl/3). Every
 //     page the Client charges is held by that session: if the process dies,
 //     the server uncharges it all when the lease expires;
 //   * per-CPU stock slots in the process (Options::nr_slots, one per CPU by

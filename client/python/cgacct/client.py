@@ -3,8 +3,9 @@
 The semantics are those of the C++ library (cgacct::client; docs/DESIGN.md
 §4.16, "The Python client"):
 
-- One session per Client (OpenSession), kept alive on SessionStream with a
-  keepalive every ttl/3 by a daemon thread. When the process dies, the
+- One session per Client (OpenSession), kept alive on SessionStream by a
+  daemon thread: a keepalive whenever the server asks (every ttl/3; one
+  unasked every ttl/3 to a server that does not pace the stream). When the process dies, the
   server uncharges everything the session held within the ttl.
 - charge(path, n) first consumes pages the calling thread's stock slot holds
   for (path, kind) -- no RPC, the kernel's consume_stock(); on a miss it
@@ -233,8 +234,8 @@ class Client:
     Options, names in brackets).
     target: "host:port" of cgacctd's gRPC listener.
     ttl_ms: the session's lease in milliseconds (0: the server's
-      --session_default_ttl_ms) [session_ttl]; the keepalive runs every
-      granted ttl / 3.
+      --session_default_ttl_ms) [session_ttl]; the server asks for a
+      keepalive every granted ttl / 3.
     batch: pages charged from the server on a stock miss when the asked n is
       smaller (MEMCG_CHARGE_BATCH, 64); the floor of the adaptive batch
       [batch_pages]. 0: no batching and no stock (every charge and
@@ -958,12 +959,13 @@ class Client:
         finally:
             self._gate.leave_exclusive()
 
-    def _requests(self, q, box, session_id, period):
+    def _requests(self, q, box, session_id, period, paced):
         """SessionStream's request iterator (consumed by gRPC's own thread):
-        the attach, then a keepalive every `period` seconds, drain answers as
-        the reader queues them. Ends when `None` is queued or the client
-        stops. No answer for 2 periods plus a deadline cancels its call
-        (box[0]; the reader re-attaches)."""
+        the attach, then keepalives and drain answers as the reader queues
+        them; a keepalive every `period` seconds too until the server says
+        it paces the stream (`paced` set: it asks for each keepalive). Ends
+        when `None` is queued or the client stops. No answer for 2 periods
+        plus a deadline cancels its call (box[0]; the reader re-attaches)."""
         yield pb.SessionClientMessage(attach_session_id=session_id)
         next_keepalive = time.monotonic() + period
         while not self._stop.is_set():
@@ -974,8 +976,10 @@ class Client:
                     if box:
                         box[0].cancel()
                     return
-                self._count("keepalives")
                 next_keepalive = time.monotonic() + period
+                if paced.is_set():
+                    continue
+                self._count("keepalives")
                 yield pb.SessionClientMessage(keepalive=True)
                 continue
             if msg is None:
@@ -993,8 +997,9 @@ class Client:
                 period = max(self._ttl_ms, 3) / 3000.0
             q = queue.Queue()
             box = []
+            paced = threading.Event()
             self._last_answer = time.monotonic()
-            call = self._stub.SessionStream(self._requests(q, box, session_id, period),
+            call = self._stub.SessionStream(self._requests(q, box, session_id, period, paced),
                                             metadata=self._metadata)
             box.append(call)
             with self._mu:
@@ -1008,6 +1013,12 @@ class Client:
                     self._last_answer = time.monotonic()
                     self._attached.set()
                     delay = 0.05
+                    if msg.paced:
+                        paced.set()
+                    if msg.keepalive_request:
+                        paced.set()
+                        self._count("keepalives")
+                        q.put(pb.SessionClientMessage(keepalive=True))
                     if msg.drain_id:
                         self._answer_drain(q, msg, gen)
             except grpc.RpcError as e:

@@ -1,7 +1,9 @@
 // SessionStream (server/rpc/session_stream.h) at the protocol level, through
 // a real channel to an in-process server: attach and keepalive answers, the
-// stream's own refusals, admission like every other stream, the drain
-// request and answer on the wire, and shutdown. (rpc/sessions_test.cc runs
+// server's pacing (keepalive requests; no read pending unless it awaits an
+// answer; reads through the identity's session read slots), the stream's own
+// refusals, admission like every other stream, the drain request and answer
+// on the wire, and shutdown. (rpc/sessions_test.cc runs
 // whole session lifecycles; this file is about the stream.)
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
@@ -11,6 +13,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "cgacct/v1/accounting.grpc.pb.h"
 #include "engine/engine.h"
@@ -40,9 +43,10 @@ class SessionStreamTest : public ::testing::Test {
     if (service_ != nullptr) service_->StopSessionStreams();
     server_.reset();
   }
-  void Start(uint32_t max_streams = 0) {
+  void Start(uint32_t max_streams = 0, uint32_t max_session_reads = 16) {
     AccountingServiceOptions options;
     options.limits.max_streams_per_identity = max_streams;
+    options.limits.max_session_reads_per_identity = max_session_reads;
     options.sessions.drain_timeout = absl::Seconds(5);
     service_ = std::make_unique<AccountingService>(*engine_, metrics_, options);
     InProcessServer started = StartInProcessServer(service_.get());
@@ -50,10 +54,10 @@ class SessionStreamTest : public ::testing::Test {
     server_ = std::move(started.server);
     stub_ = std::move(started.stub);
   }
-  std::string Open() {
+  std::string Open(uint32_t ttl_ms = 60000) {
     grpc::ClientContext context;
     v1::OpenSessionRequest request;
-    request.set_ttl_ms(60000);
+    request.set_ttl_ms(ttl_ms);
     v1::OpenSessionResponse response;
     EXPECT_TRUE(stub_->OpenSession(&context, request, &response).ok());
     return response.session_id();
@@ -62,6 +66,27 @@ class SessionStreamTest : public ::testing::Test {
     v1::SessionClientMessage m;
     m.set_attach_session_id(id);
     return m;
+  }
+  static v1::SessionClientMessage Keepalive() {
+    v1::SessionClientMessage m;
+    m.set_keepalive(true);
+    return m;
+  }
+  // SessionStream reads of the anonymous identity pending / waiting for a
+  // slot.
+  uint32_t ReadsPending() {
+    return service_->limiter().ReadsInUse("", CallLimiter::ReadPool::kSession);
+  }
+  size_t ReadsWaiting() {
+    return service_->limiter().ReadsWaiting("",
+                                            CallLimiter::ReadPool::kSession);
+  }
+  // Waits (up to 5 s) for `done`.
+  template <typename F>
+  static bool Eventually(F done) {
+    for (int i = 0; i < 500 && !done(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return done();
   }
 
   RpcMetrics metrics_;
@@ -73,20 +98,45 @@ class SessionStreamTest : public ::testing::Test {
 
 TEST_F(SessionStreamTest, AttachAndKeepalivesAreAnsweredWithTheLease) {
   Start();
-  const std::string id = Open();
+  const std::string id = Open(/*ttl_ms=*/600);
   grpc::ClientContext context;
   std::unique_ptr<Stream> stream = stub_->SessionStream(&context);
   ASSERT_TRUE(stream->Write(Attach(id)));
   v1::SessionServerMessage answer;
   ASSERT_TRUE(stream->Read(&answer));
-  EXPECT_GT(answer.expires_in_ms(), 59000u);
-  v1::SessionClientMessage keepalive;
-  keepalive.set_keepalive(true);
-  ASSERT_TRUE(stream->Write(keepalive));
+  EXPECT_GT(answer.expires_in_ms(), 500u);
+  EXPECT_TRUE(answer.paced());
+  EXPECT_FALSE(answer.keepalive_request());
+  // A third of the lease later the server asks for a keepalive, saying how
+  // long the lease has left; the keepalive is answered with a new lease.
+  const auto asked_from = std::chrono::steady_clock::now();
   ASSERT_TRUE(stream->Read(&answer));
-  EXPECT_GT(answer.expires_in_ms(), 59000u);
-  // A half-close ends the stream OK; the session stays.
+  const auto waited = std::chrono::steady_clock::now() - asked_from;
+  EXPECT_TRUE(answer.keepalive_request());
+  EXPECT_GE(waited, std::chrono::milliseconds(150));
+  EXPECT_LE(answer.expires_in_ms(), 450u);
+  EXPECT_GT(answer.expires_in_ms(), 0u);
+  ASSERT_TRUE(stream->Write(Keepalive()));
+  ASSERT_TRUE(stream->Read(&answer));
+  EXPECT_FALSE(answer.keepalive_request());
+  EXPECT_GT(answer.expires_in_ms(), 500u);
+  EXPECT_TRUE(answer.paced());
+  // Answering every request keeps the session alive past several leases.
+  const auto until =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
+  int asked = 0;
+  while (std::chrono::steady_clock::now() < until) {
+    ASSERT_TRUE(stream->Read(&answer));
+    if (!answer.keepalive_request()) continue;
+    ++asked;
+    ASSERT_TRUE(stream->Write(Keepalive()));
+  }
+  EXPECT_GE(asked, 4);
+  // A half-close ends the stream OK (seen at the server's next read, its
+  // next request); the session stays.
   stream->WritesDone();
+  while (stream->Read(&answer)) {
+  }
   EXPECT_TRUE(stream->Finish().ok());
   grpc::ClientContext get_context;
   v1::GetSessionRequest get;
@@ -95,9 +145,79 @@ TEST_F(SessionStreamTest, AttachAndKeepalivesAreAnsweredWithTheLease) {
   EXPECT_TRUE(stub_->GetSession(&get_context, get, &info).ok());
 }
 
+// gRPC 1.51 buffers a whole message (up to --max_message_bytes) for every
+// read it has pending: the server keeps none on an attached stream unless it
+// awaits an answer (issue 22: one tenant's 200 SessionStreams or
+// ChargeStreams each sending 4 MB held 0.6-0.9 GB).
+TEST_F(SessionStreamTest, NoReadIsPendingUnlessTheServerAwaitsAnAnswer) {
+  Start();
+  const std::string id = Open(/*ttl_ms=*/900);
+  grpc::ClientContext context;
+  std::unique_ptr<Stream> stream = stub_->SessionStream(&context);
+  EXPECT_TRUE(Eventually([&] { return ReadsPending() == 1; }))  // the attach
+      << ReadsPending();
+  ASSERT_TRUE(stream->Write(Attach(id)));
+  v1::SessionServerMessage answer;
+  ASSERT_TRUE(stream->Read(&answer));
+  EXPECT_TRUE(Eventually([&] { return ReadsPending() == 0; }));
+  // A message sent unasked (a pre-pacing client's keepalive) waits unread...
+  ASSERT_TRUE(stream->Write(Keepalive()));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(ReadsPending(), 0u);
+  // ...until the server's next request, which it then answers: the session
+  // is renewed by it.
+  ASSERT_TRUE(stream->Read(&answer));
+  ASSERT_TRUE(answer.keepalive_request());
+  ASSERT_TRUE(stream->Read(&answer));
+  EXPECT_FALSE(answer.keepalive_request());
+  EXPECT_GT(answer.expires_in_ms(), 800u);
+  EXPECT_TRUE(Eventually([&] { return ReadsPending() == 0; }));
+  context.TryCancel();
+  (void)stream->Finish();
+}
+
+TEST_F(SessionStreamTest, AnIdentitysReadsWaitForItsSessionReadSlots) {
+  Start(/*max_streams=*/0, /*max_session_reads=*/2);
+  // Four streams await their attach: two reads pending, two waiting.
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<Stream>> streams;
+  for (int i = 0; i < 4; ++i) {
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    streams.push_back(stub_->SessionStream(contexts.back().get()));
+  }
+  EXPECT_TRUE(Eventually([&] { return ReadsWaiting() == 2; }))
+      << ReadsWaiting();
+  EXPECT_EQ(ReadsPending(), 2u);
+  // Each answer passes its slot on: every stream is attached in the end.
+  for (auto& stream : streams) ASSERT_TRUE(stream->Write(Attach(Open())));
+  for (auto& stream : streams) {
+    v1::SessionServerMessage answer;
+    ASSERT_TRUE(stream->Read(&answer));
+    EXPECT_GT(answer.expires_in_ms(), 59000u);
+  }
+  EXPECT_TRUE(Eventually([&] { return ReadsPending() == 0; }));
+  EXPECT_EQ(ReadsWaiting(), 0u);
+  // A stream that ends while it waits gives its place up.
+  grpc::ClientContext a_context, b_context, c_context;
+  auto a = stub_->SessionStream(&a_context);
+  auto b = stub_->SessionStream(&b_context);
+  auto c = stub_->SessionStream(&c_context);
+  EXPECT_TRUE(Eventually([&] { return ReadsWaiting() == 1; }));
+  c_context.TryCancel();
+  EXPECT_EQ(c->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_TRUE(Eventually([&] { return ReadsWaiting() == 0; }));
+  EXPECT_EQ(ReadsPending(), 2u);
+  a_context.TryCancel();
+  b_context.TryCancel();
+  (void)a->Finish();
+  (void)b->Finish();
+  EXPECT_TRUE(Eventually([&] { return ReadsPending() == 0; }));
+  for (auto& context : contexts) context->TryCancel();
+  for (auto& stream : streams) (void)stream->Finish();
+}
+
 TEST_F(SessionStreamTest, TheStreamsOwnRefusals) {
   Start();
-  const std::string id = Open();
   {
     grpc::ClientContext context;
     auto stream = stub_->SessionStream(&context);
@@ -118,12 +238,16 @@ TEST_F(SessionStreamTest, TheStreamsOwnRefusals) {
     EXPECT_THAT(s.error_message(), HasSubstr("no such session"));
   }
   {
+    // Message 2 is read at the server's first keepalive request (a third
+    // of the lease after the attach).
     grpc::ClientContext context;
     auto stream = stub_->SessionStream(&context);
-    ASSERT_TRUE(stream->Write(Attach(id)));
+    ASSERT_TRUE(stream->Write(Attach(Open(/*ttl_ms=*/300))));
     v1::SessionServerMessage answer;
     ASSERT_TRUE(stream->Read(&answer));
     ASSERT_TRUE(stream->Write(Attach(Open())));
+    while (stream->Read(&answer)) {  // the keepalive request
+    }
     grpc::Status s = stream->Finish();
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
     EXPECT_THAT(s.error_message(), HasSubstr("message 2"));
@@ -148,15 +272,15 @@ TEST_F(SessionStreamTest, AStreamIsAdmittedLikeEveryOtherStream) {
   ASSERT_NE(shed, trailers.end());
   EXPECT_EQ(std::string(shed->second.data(), shed->second.size()),
             "streams_per_identity");
-  first->WritesDone();
-  EXPECT_TRUE(first->Finish().ok());
+  first_context.TryCancel();
+  EXPECT_EQ(first->Finish().error_code(), grpc::StatusCode::CANCELLED);
   // Its permit is back: a new stream is admitted.
   grpc::ClientContext third_context;
   auto third = stub_->SessionStream(&third_context);
   ASSERT_TRUE(third->Write(Attach(id)));
   EXPECT_TRUE(third->Read(&answer));
-  third->WritesDone();
-  EXPECT_TRUE(third->Finish().ok());
+  third_context.TryCancel();
+  EXPECT_EQ(third->Finish().error_code(), grpc::StatusCode::CANCELLED);
 }
 
 // A charge at memory.max asks the attached session, on its stream, to
@@ -213,8 +337,12 @@ TEST_F(SessionStreamTest, DrainRequestAndAnswerOnTheWire) {
   charger.join();
   EXPECT_EQ(engine_->GetStats("/d", FlushMode::kExact)->memory_current_pages,
             8u);
-  stream->WritesDone();
-  EXPECT_TRUE(stream->Finish().ok());
+  // Nothing awaited now: no read is pending (a half-close would be seen at
+  // the next keepalive request, 20 s away); a cancel ends the stream at
+  // once.
+  EXPECT_TRUE(Eventually([&] { return ReadsPending() == 0; }));
+  stream_context.TryCancel();
+  EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::CANCELLED);
 }
 
 TEST_F(SessionStreamTest, ShutdownEndsAttachedStreamsUnavailable) {

@@ -513,16 +513,23 @@ TEST_F(SessionsTest, KeepaliveKeepsTheSessionAlivePastSeveralTtls) {
   ASSERT_TRUE(stream->Read(&answer));
   EXPECT_EQ(answer.expires_in_ms(), 150u);
   EXPECT_EQ(answer.drain_id(), 0u);
-  // 1 s = 6+ ttls, a keepalive every ttl/3.
+  EXPECT_TRUE(answer.paced());
+  // 1 s = 6+ ttls: the server asks for a keepalive every ttl/3, the client
+  // answers each.
+  int asked = 0;
   const absl::Time end = absl::Now() + absl::Seconds(1);
   while (absl::Now() < end) {
-    absl::SleepFor(absl::Milliseconds(50));
-    v1::SessionClientMessage keepalive;
-    keepalive.set_keepalive(true);
-    ASSERT_TRUE(stream->Write(keepalive));
     ASSERT_TRUE(stream->Read(&answer));
-    EXPECT_EQ(answer.expires_in_ms(), 150u);
+    if (answer.keepalive_request()) {
+      ++asked;
+      v1::SessionClientMessage keepalive;
+      keepalive.set_keepalive(true);
+      ASSERT_TRUE(stream->Write(keepalive));
+    } else {
+      EXPECT_EQ(answer.expires_in_ms(), 150u);
+    }
   }
+  EXPECT_GE(asked, 10);
   v1::SessionInfo info;
   ASSERT_TRUE(GetSession(id, &info).ok());
   EXPECT_TRUE(info.attached());
@@ -535,6 +542,39 @@ TEST_F(SessionsTest, KeepaliveKeepsTheSessionAlivePastSeveralTtls) {
   while (stream->Read(&answer)) {
   }
   EXPECT_TRUE(stream->Finish().ok());
+}
+
+// A client from before the server paced the stream sends a keepalive every
+// ttl/3 unasked and never looks for requests: the server reads each at its
+// next request, and the session stays alive.
+TEST_F(SessionsTest, AClientThatSendsKeepalivesUnaskedStaysAlive) {
+  ASSERT_TRUE(engine_->CreateGroup("/a", {}).ok());
+  const std::string id = Open(/*ttl_ms=*/300);
+  ASSERT_TRUE(Charge("/a", 3, id).ok());
+  auto context = Context();
+  std::unique_ptr<Stream> stream = stub_->SessionStream(context.get());
+  v1::SessionClientMessage attach;
+  attach.set_attach_session_id(id);
+  ASSERT_TRUE(stream->Write(attach));
+  std::thread reader([&] {
+    v1::SessionServerMessage ignored;
+    while (stream->Read(&ignored)) {
+    }
+  });
+  const absl::Time end = absl::Now() + absl::Milliseconds(1500);
+  while (absl::Now() < end) {
+    absl::SleepFor(absl::Milliseconds(100));
+    v1::SessionClientMessage keepalive;
+    keepalive.set_keepalive(true);
+    ASSERT_TRUE(stream->Write(keepalive));
+  }
+  v1::SessionInfo info;
+  ASSERT_TRUE(GetSession(id, &info).ok());
+  EXPECT_TRUE(info.attached());
+  EXPECT_EQ(info.held_pages(), 3u);
+  context->TryCancel();
+  reader.join();
+  (void)stream->Finish();
 }
 
 TEST_F(SessionsTest, NewerStreamReplacesTheOlder) {
@@ -557,18 +597,22 @@ TEST_F(SessionsTest, NewerStreamReplacesTheOlder) {
   EXPECT_EQ(ended.error_code(), grpc::StatusCode::ABORTED);
   EXPECT_THAT(ended.error_message(), HasSubstr("replaced"));
   // The new one keeps the session alive past its ttl.
-  for (int i = 0; i < 8; ++i) {
-    absl::SleepFor(absl::Milliseconds(100));
+  const absl::Time end = absl::Now() + absl::Milliseconds(800);
+  while (absl::Now() < end) {
+    ASSERT_TRUE(s2->Read(&answer));
+    if (!answer.keepalive_request()) continue;
     v1::SessionClientMessage keepalive;
     keepalive.set_keepalive(true);
     ASSERT_TRUE(s2->Write(keepalive));
-    ASSERT_TRUE(s2->Read(&answer));
   }
   v1::SessionInfo info;
   ASSERT_TRUE(GetSession(id, &info).ok());
   EXPECT_TRUE(info.attached());
-  // The client goes away: the stream detaches, the lease runs out.
+  // The client goes away: the stream detaches (the half-close is seen at
+  // the server's next keepalive request), the lease runs out.
   s2->WritesDone();
+  while (s2->Read(&answer)) {
+  }
   EXPECT_TRUE(s2->Finish().ok());
   ASSERT_TRUE(WaitFor(absl::Milliseconds(1300), [&] {
     return GetSession(id, &info).error_code() == grpc::StatusCode::NOT_FOUND;
