@@ -253,37 +253,53 @@ class SessionStreamCall final : public SessionStreamSink {
     absl::MutexLock l(&mu_);
     if (ending_) return true;
     QueueLocked(std::move(bytes));
+    lease_known_ = true;
     lease_ends_ = now + absl::Milliseconds(*lease);
     ask_at_ = now + absl::Milliseconds(*lease) / 3;
     ArmAlarmLocked();
     return true;
   }
 
-  // The alarm: asks for a keepalive once a third of the lease has passed
-  // since the last renewal (a renewal meanwhile moved ask_at_: set again).
+  // The alarm (set for the earlier of the two, cancelled and set again when
+  // that moves earlier): asks for a keepalive once a third of the lease has
+  // passed since the last renewal; ends the stream when a read pending has
+  // waited kSessionAnswerTimeout for its message (a client that asked to be
+  // read, or was asked, and sends nothing: its read slot is not held for
+  // the rest of its lease).
   void OnAlarm(bool ok) {
     {
       absl::MutexLock l(&mu_);
       alarm_pending_ = false;
-      if (ok && !ending_ && !keepalive_requested_) {
+      if (!ending_) {
         const absl::Time now = absl::Now();
-        if (now < ask_at_) {
-          ArmAlarmLocked();
+        if (reading_ && now >= read_deadline_) {
+          EndLocked(absl::DeadlineExceededError(absl::StrCat(
+              "no message came within ",
+              absl::FormatDuration(kSessionAnswerTimeout),
+              " of the server's read (an attach, or the answer to its "
+              "keepalive or drain request); the session's lease runs on: "
+              "attach a new stream")));
+          MaybeFinishLocked();
         } else {
-          v1::SessionServerMessage ask;
-          ask.set_keepalive_request(true);
-          ask.set_expires_in_ms(static_cast<uint64_t>(std::max<int64_t>(
-              0, absl::ToInt64Milliseconds(lease_ends_ - now))));
-          grpc::ByteBuffer bytes;
-          if (SerializeResponse(ask, &bytes).ok()) {
-            keepalive_requested_ = true;
-            QueueLocked(std::move(bytes));
-            MaybeReadLocked();
-          }
+          if (ok && lease_known_ && !keepalive_requested_ && now >= ask_at_)
+            AskKeepaliveLocked(now);
+          ArmAlarmLocked();
         }
       }
     }
     MaybeDelete();
+  }
+
+  void AskKeepaliveLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    v1::SessionServerMessage ask;
+    ask.set_keepalive_request(true);
+    ask.set_expires_in_ms(static_cast<uint64_t>(
+        std::max<int64_t>(0, absl::ToInt64Milliseconds(lease_ends_ - now))));
+    grpc::ByteBuffer bytes;
+    if (!SerializeResponse(ask, &bytes).ok()) return;
+    keepalive_requested_ = true;
+    QueueLocked(std::move(bytes));
+    MaybeReadLocked();
   }
 
   // The call is done (delivered once for a matched call): cancelled by the
@@ -403,17 +419,34 @@ class SessionStreamCall final : public SessionStreamSink {
     return StartReadLocked();
   }
 
-  // False if the queue is shut down (nothing started).
+  // False if the queue is shut down (nothing started). The message must
+  // come within kSessionAnswerTimeout (the alarm).
   bool StartReadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     reading_ = server_.StartOp([this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
       stream_.Read(&read_bytes_, &read_tag_);
     });
+    if (reading_) {
+      read_deadline_ = absl::Now() + kSessionAnswerTimeout;
+      ArmAlarmLocked();
+    }
     return reading_;
   }
 
+  // Sets the alarm for the earliest of: the next keepalive request, the
+  // pending read's deadline; or, set for later than that, cancels it (its
+  // completion sets it again).
   void ArmAlarmLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (alarm_pending_ || ending_) return;
-    alarm_pending_ = server_.SetAlarm(alarm_, ask_at_, &alarm_tag_);
+    if (ending_) return;
+    absl::Time at = absl::InfiniteFuture();
+    if (lease_known_ && !keepalive_requested_) at = ask_at_;
+    if (reading_) at = std::min(at, read_deadline_);
+    if (at == absl::InfiniteFuture()) return;
+    if (alarm_pending_) {
+      if (at < alarm_at_) alarm_.Cancel();
+      return;
+    }
+    alarm_pending_ = server_.SetAlarm(alarm_, at, &alarm_tag_);
+    alarm_at_ = at;
   }
 
   void QueueLocked(grpc::ByteBuffer bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -493,9 +526,14 @@ class SessionStreamCall final : public SessionStreamSink {
   uint64_t drains_awaited_ ABSL_GUARDED_BY(mu_) = 0;
   // The alarm is set (its tag not yet delivered).
   bool alarm_pending_ ABSL_GUARDED_BY(mu_) = false;
-  // When the lease answered last ends, and when to ask for a keepalive.
+  // When the alarm is set for (while alarm_pending_).
+  absl::Time alarm_at_ ABSL_GUARDED_BY(mu_);
+  // A lease was answered; when it ends, and when to ask for a keepalive.
+  bool lease_known_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time lease_ends_ ABSL_GUARDED_BY(mu_);
   absl::Time ask_at_ ABSL_GUARDED_BY(mu_);
+  // While reading_: when its message must have come.
+  absl::Time read_deadline_ ABSL_GUARDED_BY(mu_);
   bool ending_ ABSL_GUARDED_BY(mu_) = false;
   bool finishing_ ABSL_GUARDED_BY(mu_) = false;    // Finish started
   bool finish_done_ ABSL_GUARDED_BY(mu_) = false;  // Finish completed

@@ -19,7 +19,8 @@
 // ~1 GB (issue 22). Unread, a stream buffers at most HTTP/2's initial window. Ends: OK on client half-close or
 // CloseSession; NOT_FOUND the session is unknown or expired;
 // INVALID_ARGUMENT a message that does not parse, is larger than
-// kMaxSessionMessageBytes, or a first message without attach_session_id; ABORTED replaced; UNAVAILABLE shutdown.
+// kMaxSessionMessageBytes, or a first message without attach_session_id;
+// DEADLINE_EXCEEDED no message within kSessionAnswerTimeout of a read; ABORTED replaced; UNAVAILABLE shutdown.
 //
 // Thread safety: thread-safe.
 #ifndef CGACCT_SERVER_RPC_SESSION_STREAM_H_
@@ -44,6 +45,11 @@ namespace cgacct {
 // or a drain answer listing the (group, kind) pairs its stock held: ~2,000
 // of 100-byte paths); a larger one ends the stream INVALID_ARGUMENT.
 inline constexpr size_t kMaxSessionMessageBytes = 256 * 1024;
+// How long a SessionStream read may wait for its message (the attach, the
+// answer to a keepalive or drain request) before the stream ends
+// DEADLINE_EXCEEDED (the session's lease runs on): a hung client does not
+// hold one of its identity's session read slots for the rest of its lease.
+inline constexpr absl::Duration kSessionAnswerTimeout = absl::Seconds(1);
 
 // The SessionStream calls of one server: their completion queue and thread.
 // Use: RegisterOn(builder) before BuildAndStart; Start() once the server

@@ -5,8 +5,9 @@ The semantics are those of the C++ library (cgacct::client; docs/DESIGN.md
 
 - One session per Client (OpenSession), kept alive on SessionStream by a
   daemon thread: a keepalive whenever the server asks (every ttl/3; one
-  unasked every ttl/3 to a server that does not pace the stream). When the process dies, the
-  server uncharges everything the session held within the ttl.
+  unasked every ttl/3 to a server that does not pace the stream). When the
+  process dies, the server uncharges everything the session held within
+  the ttl.
 - charge(path, n) first consumes pages the calling thread's stock slot holds
   for (path, kind) -- no RPC, the kernel's consume_stock(); on a miss it
   charges max(n, batch) pages on the session (the kernel's try_charge with
