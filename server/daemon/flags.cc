@@ -511,8 +511,13 @@ absl::StatusOr<DaemonConfig> ConfigFromFlags() {
   if (absl::Status s = SecurityFromFlags(&config); !s.ok()) return s;
   // Without access control every caller is the one anonymous identity (and
   // admin): a bound on its ChargeStreams would bound the whole server's.
-  if (!config.access_control)
+  // Likewise its SessionStream reads: one client's streams that never
+  // attach (each read waits up to a second for its message) would hold up
+  // every other client's keepalives.
+  if (!config.access_control) {
     config.service.limits.max_charge_streams_per_identity = 0;
+    config.service.limits.max_session_reads_per_identity = 0;
+  }
   return config;
 }
 

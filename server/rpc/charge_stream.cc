@@ -216,10 +216,16 @@ class ChargeStreamReactor final
         buffer = 1 - writing_;  // never the one on the wire; never "ready"
         permits_[buffer] = std::move(permit);
       }
-      if (stop) stop_finish = ShouldFinishLocked();
+      if (stop) {
+        // Under mu_: once queued_ is false, a shutdown on another thread may
+        // finish the stream (and gRPC delete it) as soon as mu_ is released
+        // (issue 22's re-attack: "pure virtual method called", SIGTERM with
+        // large messages queued, 1 run in 4).
+        FreeMessage(&request_);
+        stop_finish = ShouldFinishLocked();
+      }
     }
     if (stop) {
-      FreeMessage(&request_);
       if (stop_finish) DoFinish();
       return;
     }

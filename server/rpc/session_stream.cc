@@ -18,6 +18,7 @@
 #include "server/rpc/session_stream.h"
 
 #include <algorithm>
+#include <atomic>
 #include <deque>
 #include <memory>
 #include <string>
@@ -50,12 +51,16 @@ namespace cgacct {
 // gate_). Starting a Read, Write, Finish or the alarm happens under mu_
 // (async operations never complete inline, so nothing re-enters). Lock
 // order: the registry's mutex, then gate_->mu, then mu_, then the limiter's
-// and SessionStreams' (leaves). Lifetime: deleted on the service's thread
-// (MaybeDelete) once the Finish and the done tag completed, no read or alarm
-// is outstanding,
-// and gate_ no longer points here, after Detach (under the registry's mutex,
-// which every registry call into a sink holds): after Detach the registry
-// never calls it again.
+// and SessionStreams' (leaves). A message larger than
+// kSessionInlineMessageBytes is parsed and handled on a large-request
+// thread (the read chain moves there; the next read starts when it is
+// done). Lifetime: reference counted (refs_): the completion queue's side
+// drops its reference (MaybeDelete, on the service's thread) once the
+// Finish and the done tag completed, no read or alarm is outstanding, and
+// gate_ no longer points here, after Detach (under the registry's mutex,
+// which every registry call into a sink holds: after it the registry never
+// calls it again); a large-request task holds one until it is done. The
+// last drop deletes it.
 class SessionStreamCall final : public SessionStreamSink {
  public:
   enum class Event { kNew, kRead, kWrite, kFinish, kAlarm, kDone };
@@ -166,17 +171,43 @@ class SessionStreamCall final : public SessionStreamSink {
     }
     ++nr_read_;
     // A session's messages are small (an attach, a keepalive, a drain
-    // answer listing what its stock held): a larger one is not parsed on
-    // this thread, which every identity's sessions share.
+    // answer listing what its stock held). This thread serves every
+    // identity's sessions, so it parses only small ones: a larger one is
+    // parsed and handled on the large-request threads, identities in turn
+    // (one tenant's 256 KiB answers must not hold up another's keepalives),
+    // and one past kMaxSessionMessageBytes, or a first message (an attach)
+    // past kSessionInlineMessageBytes, is not parsed at all.
     const size_t message_bytes = read_bytes_.Length();
-    if (message_bytes > kMaxSessionMessageBytes) {
+    const size_t bound = session_id_.empty() ? kSessionInlineMessageBytes
+                                             : kMaxSessionMessageBytes;
+    if (message_bytes > bound) {
       read_bytes_.Clear();
       EndWith(absl::InvalidArgumentError(absl::StrCat(
-          "message ", nr_read_, ": ", message_bytes,
-          " bytes; a SessionStream message may be at most ",
-          kMaxSessionMessageBytes, " bytes")));
+          "message ", nr_read_, ": ", message_bytes, " bytes; ",
+          session_id_.empty() ? "the first SessionStream message (the "
+                                "attach) may be at most "
+                              : "a SessionStream message may be at most ",
+          bound, " bytes")));
       return;
     }
+    if (message_bytes > kSessionInlineMessageBytes) {
+      // The task holds a reference: the call outlives it even if the stream
+      // ends meanwhile (an ended call starts nothing: every operation is
+      // started only while !ending_).
+      refs_.fetch_add(1, std::memory_order_relaxed);
+      pipeline_.large_request_pool().Run(call_.identity(), [this] {
+        HandleMessage();
+        Unref();
+      });
+      return;
+    }
+    HandleMessage();
+  }
+
+  // Parses and acts on the message read (on the service's thread, or a
+  // large-request thread: the read chain, one at a time), then reads the
+  // next if one is awaited.
+  void HandleMessage() {
     v1::SessionClientMessage message;
     absl::Status parsed = ParseRequest(read_bytes_, &message);
     // Not kept until the next read: the stream may wait a third of a lease
@@ -293,6 +324,7 @@ class SessionStreamCall final : public SessionStreamSink {
   void AskKeepaliveLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     v1::SessionServerMessage ask;
     ask.set_keepalive_request(true);
+    ask.set_paced(true);
     ask.set_expires_in_ms(static_cast<uint64_t>(
         std::max<int64_t>(0, absl::ToInt64Milliseconds(lease_ends_ - now))));
     grpc::ByteBuffer bytes;
@@ -351,8 +383,8 @@ class SessionStreamCall final : public SessionStreamSink {
     MaybeDelete();
   }
 
-  // Deletes this call once nothing can reach it any more (on the service's
-  // thread; no lock held).
+  // Drops the completion queue's reference once nothing can reach the call
+  // from there any more (on the service's thread; no lock held).
   void MaybeDelete() {
     uint64_t ticket;
     {
@@ -377,7 +409,11 @@ class SessionStreamCall final : public SessionStreamSink {
       pipeline_.limiter().CancelRead(call_.identity(), ticket,
                                      CallLimiter::ReadPool::kSession);
     }
-    delete this;
+    Unref();
+  }
+
+  void Unref() {
+    if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
   }
 
   // The stream awaits an answer from the client.
@@ -539,6 +575,9 @@ class SessionStreamCall final : public SessionStreamSink {
   bool finish_done_ ABSL_GUARDED_BY(mu_) = false;  // Finish completed
   bool deleting_ ABSL_GUARDED_BY(mu_) = false;     // MaybeDelete decided
   bool done_seen_ ABSL_GUARDED_BY(mu_) = false;    // done_tag_ delivered
+  // One for the completion queue's side (dropped by MaybeDelete) and one
+  // per message handed to the large-request threads: the last drop deletes.
+  std::atomic<int> refs_{1};
   absl::Status status_ ABSL_GUARDED_BY(mu_);
 };
 

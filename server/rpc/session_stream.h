@@ -45,6 +45,12 @@ namespace cgacct {
 // or a drain answer listing the (group, kind) pairs its stock held: ~2,000
 // of 100-byte paths); a larger one ends the stream INVALID_ARGUMENT.
 inline constexpr size_t kMaxSessionMessageBytes = 256 * 1024;
+// SessionStream messages parsed on the SessionStreams thread, which serves
+// every identity's sessions: up to this size (an attach, a keepalive, a
+// drain answer of a few dozen holdings). Larger ones are parsed and handled
+// on the large-request threads, identities in turn; a first message (the
+// attach) larger than this ends the stream INVALID_ARGUMENT unparsed.
+inline constexpr size_t kSessionInlineMessageBytes = 4096;
 // How long a SessionStream read may wait for its message (the attach, the
 // answer to a keepalive or drain request) before the stream ends
 // DEADLINE_EXCEEDED (the session's lease runs on): a hung client does not

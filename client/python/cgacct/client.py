@@ -320,7 +320,7 @@ class Client:
         self._throttle = throttle
         self._deadline = float(deadline)
         self._retries = retries
-        self._metadata = tuple(metadata)
+        self._metadata = tuple(metadata or ())
         self._ttl_ms_asked = ttl_ms
         self._client_name = (client_name if client_name is not None
                              else "%s:%d" % (socket.gethostname(), os.getpid()))

@@ -15,10 +15,12 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "cgacct/v1/accounting.grpc.pb.h"
 #include "engine/engine.h"
 #include "server/metrics/rpc_metrics.h"
 #include "server/rpc/accounting_service.h"
+#include "server/rpc/session_stream.h"
 #include "tests/server/in_process_server.h"
 
 namespace cgacct {
@@ -248,6 +250,71 @@ TEST_F(SessionStreamTest, AReadUnansweredForASecondEndsTheStreamNotTheSession) {
   EXPECT_FALSE(info.attached());
 }
 
+// Issue 22's re-attack, S1: an answer naming a drain request the session
+// was never sent is not an answer: what it lists is not looked at (made-up
+// answers of 10,000 entries were each matched against every holding under
+// the registry's mutex, and another tenant's sessions expired). An attach
+// past kSessionInlineMessageBytes is not parsed.
+TEST_F(SessionStreamTest, MadeUpDrainAnswersAndLargeAttachesAreNotLookedAt) {
+  Start();
+  ASSERT_TRUE(engine_->CreateGroup("/h", {}).ok());
+  const std::string id = Open(/*ttl_ms=*/900);
+  {
+    grpc::ClientContext context;
+    v1::ChargeRequest charge;
+    charge.set_path("/h");
+    charge.set_nr_pages(10);
+    charge.set_kind(v1::PAGE_KIND_ANON);
+    charge.set_session_id(id);
+    v1::ChargeResponse response;
+    ASSERT_TRUE(stub_->Charge(&context, charge, &response).ok());
+  }
+  grpc::ClientContext context;
+  std::unique_ptr<Stream> stream = stub_->SessionStream(&context);
+  ASSERT_TRUE(stream->Write(Attach(id)));
+  v1::SessionServerMessage answer;
+  ASSERT_TRUE(stream->Read(&answer));
+  ASSERT_TRUE(stream->Read(&answer));
+  ASSERT_TRUE(answer.keepalive_request());
+  // The keepalive it was asked for, with a "drain answer" nobody asked for.
+  v1::SessionClientMessage made_up = Keepalive();
+  made_up.set_drain_id(424242);
+  v1::SessionHolding* h = made_up.add_returned();
+  h->set_path("/h");
+  h->set_kind(v1::PAGE_KIND_ANON);
+  h->set_nr_pages(10);
+  ASSERT_TRUE(stream->Write(made_up));
+  ASSERT_TRUE(stream->Read(&answer));
+  EXPECT_GT(answer.expires_in_ms(), 800u);  // the keepalive counted
+  grpc::ClientContext get_context;
+  v1::GetSessionRequest get;
+  get.set_session_id(id);
+  v1::SessionInfo info;
+  ASSERT_TRUE(stub_->GetSession(&get_context, get, &info).ok());
+  EXPECT_EQ(info.held_pages(), 10u);  // nothing "returned"
+  EXPECT_EQ(engine_->GetStats("/h", FlushMode::kExact)->memory_current_pages,
+            10u);
+  context.TryCancel();
+  (void)stream->Finish();
+
+  grpc::ClientContext big_context;
+  auto big = stub_->SessionStream(&big_context);
+  v1::SessionClientMessage attach = Attach(id);
+  for (int i = 0; i < 100; ++i) {
+    v1::SessionHolding* pad = attach.add_returned();
+    pad->set_path(absl::StrCat("/padding/", i, "/", std::string(40, 'p')));
+  }
+  ASSERT_GT(attach.ByteSizeLong(), kSessionInlineMessageBytes);
+  ASSERT_TRUE(big->Write(attach));
+  while (big->Read(&answer)) {
+  }
+  const grpc::Status refused = big->Finish();
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(refused.error_message(),
+              HasSubstr("the first SessionStream message (the attach) may be "
+                        "at most 4096 bytes"));
+}
+
 TEST_F(SessionStreamTest, TheStreamsOwnRefusals) {
   Start();
   {
@@ -365,6 +432,15 @@ TEST_F(SessionStreamTest, DrainRequestAndAnswerOnTheWire) {
   h->set_path("/d");
   h->set_kind(v1::PAGE_KIND_ANON);
   h->set_nr_pages(6);
+  // Holdings it does not have, past kSessionInlineMessageBytes: the answer
+  // is parsed and handled on a large-request thread, as well.
+  for (int i = 0; i < 200; ++i) {
+    v1::SessionHolding* none = returned.add_returned();
+    none->set_path(absl::StrCat("/nothing-held-here/", i));
+    none->set_kind(v1::PAGE_KIND_FILE);
+    none->set_nr_pages(1);
+  }
+  ASSERT_GT(returned.ByteSizeLong(), kSessionInlineMessageBytes);
   ASSERT_TRUE(stream->Write(returned));
   charger.join();
   EXPECT_EQ(engine_->GetStats("/d", FlushMode::kExact)->memory_current_pages,
