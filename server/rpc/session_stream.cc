@@ -155,15 +155,23 @@ class SessionStreamCall final : public SessionStreamSink {
     {
       absl::MutexLock l(&mu_);
       reading_ = false;
+      // Until HandleMessage is done with read_bytes_: no read may start
+      // into it (a drain request, Send(), starts reads from other threads;
+      // the re-attack lost answers over 4 KiB handled on the pool that way).
+      handling_ = true;
       done = finish_done_;
     }
-    if (done) {
-      // The call is over (OnFinish saw this read outstanding): this was the
-      // read it failed.
-      MaybeDelete();
-      return;
-    }
-    if (!ok) {
+    if (done || !ok) {
+      {
+        absl::MutexLock l(&mu_);
+        handling_ = false;
+      }
+      if (done) {
+        // The call is over (OnFinish saw this read outstanding): this was
+        // the read it failed.
+        MaybeDelete();
+        return;
+      }
       // The client half-closed, or the call is over: the session stays (its
       // lease runs on; a new stream may attach).
       EndWith(absl::OkStatus());
@@ -182,6 +190,10 @@ class SessionStreamCall final : public SessionStreamSink {
                                              : kMaxSessionMessageBytes;
     if (message_bytes > bound) {
       read_bytes_.Clear();
+      {
+        absl::MutexLock l(&mu_);
+        handling_ = false;
+      }
       EndWith(absl::InvalidArgumentError(absl::StrCat(
           "message ", nr_read_, ": ", message_bytes, " bytes; ",
           session_id_.empty() ? "the first SessionStream message (the "
@@ -208,6 +220,13 @@ class SessionStreamCall final : public SessionStreamSink {
   // large-request thread: the read chain, one at a time), then reads the
   // next if one is awaited.
   void HandleMessage() {
+    HandleMessageBody();
+    absl::MutexLock l(&mu_);
+    handling_ = false;
+    MaybeReadLocked();
+  }
+
+  void HandleMessageBody() {
     v1::SessionClientMessage message;
     absl::Status parsed = ParseRequest(read_bytes_, &message);
     // Not kept until the next read: the stream may wait a third of a lease
@@ -263,8 +282,6 @@ class SessionStreamCall final : public SessionStreamSink {
       }
       if (!AnswerLease(registry_.KeepAlive(session_id_, this))) return;
     }
-    absl::MutexLock l(&mu_);
-    MaybeReadLocked();
   }
 
   // Answers an attach or keepalive with the lease's remaining ms (true), and
@@ -424,7 +441,10 @@ class SessionStreamCall final : public SessionStreamSink {
   // Starts a read, or waits for one of the identity's session read slots,
   // if the stream awaits an answer and has no read going.
   void MaybeReadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (ending_ || reading_ || slot_ticket_ != 0 || !AwaitsLocked()) return;
+    if (ending_ || reading_ || handling_ || slot_ticket_ != 0 ||
+        !AwaitsLocked()) {
+      return;
+    }
     const uint64_t ticket = pipeline_.limiter().BeginRead(
         call_.identity(),
         [gate = gate_, limiter = &pipeline_.limiter(),
@@ -451,7 +471,7 @@ class SessionStreamCall final : public SessionStreamSink {
   bool OnSlot() {
     absl::MutexLock l(&mu_);
     slot_ticket_ = 0;
-    if (ending_ || reading_ || !AwaitsLocked()) return false;
+    if (ending_ || reading_ || handling_ || !AwaitsLocked()) return false;
     return StartReadLocked();
   }
 
@@ -554,6 +574,8 @@ class SessionStreamCall final : public SessionStreamSink {
   bool writing_ ABSL_GUARDED_BY(mu_) = false;  // queue_.front() is on the wire
   // A Read is outstanding (it holds a session read slot).
   bool reading_ ABSL_GUARDED_BY(mu_) = false;
+  // The message read is being handled (read_bytes_ in use): no read starts.
+  bool handling_ ABSL_GUARDED_BY(mu_) = false;
   // Waiting for a session read slot (CallLimiter ticket), or 0.
   uint64_t slot_ticket_ ABSL_GUARDED_BY(mu_) = 0;
   // What the stream awaits from the client.

@@ -15,6 +15,11 @@
 
 namespace cgacct {
 
+namespace {
+// How far up a drain answer's path is followed to the holding it names.
+constexpr int kMaxAncestorSteps = 32;
+}  // namespace
+
 void SessionRegistry::DrainAnswer(
     absl::string_view session_id, SessionStreamSink* sink, uint64_t drain_id,
     const google::protobuf::RepeatedPtrField<v1::SessionHolding>& returned) {
@@ -65,8 +70,16 @@ void SessionRegistry::DrainAnswer(
       const PageKind kind = PageKindFromProto(r.kind());
       // The holding the client names, or, if that group was deleted since
       // (its holding moved up, OnGroupDeleted), the nearest ancestor's.
+      // A path longer than any group's is nobody's; the walk up stops after
+      // kMaxAncestorSteps levels (a holding moves to the nearest surviving
+      // ancestor when its group is deleted; hierarchies are shallow): a
+      // path of 120,000 levels cost quadratic hashing under this mutex and
+      // expired another tenant's sessions (issue 22's focused re-attack).
+      if (r.path().size() > kMaxPathBytes) continue;
       Holding* match = nullptr;
-      for (absl::string_view path = r.path(); match == nullptr;) {
+      int steps = 0;
+      for (absl::string_view path = r.path();
+           match == nullptr && steps <= kMaxAncestorSteps; ++steps) {
         auto hit = by_path.find({path, kind});
         if (hit != by_path.end() && hit->second->nr_pages != 0) {
           match = hit->second;
