@@ -297,28 +297,23 @@ absl::Status LimitsFromFlags(DaemonConfig* config) {
   service.limits.max_in_flight_bytes_per_identity =
       absl::GetFlag(FLAGS_max_in_flight_bytes_per_identity);
   service.transport.max_message_bytes = max_message_bytes;
-  // Requests of one identity read at once (server/rpc/unary.h): as many
-  // largest messages as its in-flight bytes hold, each costing about four
-  // times its size while handled; no bound without one.
+  // How many messages of `message_cost` bytes an identity's in-flight
+  // bytes hold: at least 1; 0 (no bound) without a bytes bound.
   const uint64_t bytes_bound = service.limits.max_in_flight_bytes_per_identity;
+  const auto messages_held = [bytes_bound](uint64_t message_cost) {
+    if (bytes_bound == 0) return uint32_t{0};
+    return static_cast<uint32_t>(std::min<uint64_t>(
+        UINT32_MAX, std::max<uint64_t>(1, bytes_bound / message_cost)));
+  };
+  // Requests of one identity read at once (server/rpc/unary.h): each costs
+  // about four times its size while handled.
   service.limits.max_reads_per_identity =
-      bytes_bound == 0
-          ? 0
-          : static_cast<uint32_t>(std::min<uint64_t>(
-                UINT32_MAX,
-                std::max<uint64_t>(
-                    1, bytes_bound / (uint64_t{4} * max_message_bytes))));
+      messages_held(uint64_t{4} * max_message_bytes);
   // Reads that stay pending (a ChargeStream's, a SessionStream's): gRPC
-  // 1.51 buffers a whole message of up to --max_message_bytes for each, so
-  // an identity may have as many as its in-flight bytes hold of them:
+  // 1.51 buffers a whole message of up to --max_message_bytes for each:
   // ChargeStreams open (with access control: set below, in
   // SecurityFromFlags's caller) and SessionStream reads at once.
-  const uint32_t stream_reads =
-      bytes_bound == 0
-          ? 0
-          : static_cast<uint32_t>(std::min<uint64_t>(
-                UINT32_MAX,
-                std::max<uint64_t>(1, bytes_bound / max_message_bytes)));
+  const uint32_t stream_reads = messages_held(max_message_bytes);
   service.limits.max_charge_streams_per_identity = stream_reads;
   service.limits.max_session_reads_per_identity = stream_reads;
   service.transport.max_concurrent_streams_per_connection =

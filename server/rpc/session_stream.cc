@@ -109,12 +109,9 @@ class SessionStreamCall final : public SessionStreamSink {
   // SessionStreamSink (called under the registry's mutex). A drain request
   // awaits its answer: the stream reads until it came.
   void Send(const v1::SessionServerMessage& message) override {
-    grpc::ByteBuffer bytes;
-    if (!SerializeResponse(message, &bytes).ok()) return;
     absl::MutexLock l(&mu_);
-    if (ending_) return;
+    if (!QueueMessageLocked(message)) return;
     if (message.drain_id() != 0) ++drains_awaited_;
-    QueueLocked(std::move(bytes));
     MaybeReadLocked();
   }
   void End(absl::Status status) override { EndWith(std::move(status)); }
@@ -295,12 +292,9 @@ class SessionStreamCall final : public SessionStreamSink {
     v1::SessionServerMessage answer;
     answer.set_expires_in_ms(*lease);
     answer.set_paced(true);
-    grpc::ByteBuffer bytes;
-    if (!SerializeResponse(answer, &bytes).ok()) return true;
     const absl::Time now = absl::Now();
     absl::MutexLock l(&mu_);
-    if (ending_) return true;
-    QueueLocked(std::move(bytes));
+    if (!QueueMessageLocked(answer)) return true;
     lease_known_ = true;
     lease_ends_ = now + absl::Milliseconds(*lease);
     ask_at_ = now + absl::Milliseconds(*lease) / 3;
@@ -344,10 +338,8 @@ class SessionStreamCall final : public SessionStreamSink {
     ask.set_paced(true);
     ask.set_expires_in_ms(static_cast<uint64_t>(
         std::max<int64_t>(0, absl::ToInt64Milliseconds(lease_ends_ - now))));
-    grpc::ByteBuffer bytes;
-    if (!SerializeResponse(ask, &bytes).ok()) return;
+    if (!QueueMessageLocked(ask)) return;
     keepalive_requested_ = true;
-    QueueLocked(std::move(bytes));
     MaybeReadLocked();
   }
 
@@ -505,9 +497,16 @@ class SessionStreamCall final : public SessionStreamSink {
     alarm_at_ = at;
   }
 
-  void QueueLocked(grpc::ByteBuffer bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  // Queues `message` for the client: false (nothing queued) once the
+  // stream is ending, or if it does not serialize.
+  bool QueueMessageLocked(const v1::SessionServerMessage& message)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (ending_) return false;
+    grpc::ByteBuffer bytes;
+    if (!SerializeResponse(message, &bytes).ok()) return false;
     queue_.push_back(std::move(bytes));
     if (!writing_) StartWriteLocked();
+    return true;
   }
 
   // Records the end (the first one wins) and finishes once writes are done.

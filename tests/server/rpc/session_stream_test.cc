@@ -64,6 +64,12 @@ class SessionStreamTest : public ::testing::Test {
     EXPECT_TRUE(stub_->OpenSession(&context, request, &response).ok());
     return response.session_id();
   }
+  grpc::Status GetSession(const std::string& id, v1::SessionInfo* info) {
+    grpc::ClientContext context;
+    v1::GetSessionRequest get;
+    get.set_session_id(id);
+    return stub_->GetSession(&context, get, info);
+  }
   static v1::SessionClientMessage Attach(const std::string& id) {
     v1::SessionClientMessage m;
     m.set_attach_session_id(id);
@@ -140,11 +146,8 @@ TEST_F(SessionStreamTest, AttachAndKeepalivesAreAnsweredWithTheLease) {
   while (stream->Read(&answer)) {
   }
   EXPECT_TRUE(stream->Finish().ok());
-  grpc::ClientContext get_context;
-  v1::GetSessionRequest get;
-  get.set_session_id(id);
   v1::SessionInfo info;
-  EXPECT_TRUE(stub_->GetSession(&get_context, get, &info).ok());
+  EXPECT_TRUE(GetSession(id, &info).ok());
 }
 
 // gRPC 1.51 buffers a whole message (up to --max_message_bytes) for every
@@ -242,11 +245,8 @@ TEST_F(SessionStreamTest, AReadUnansweredForASecondEndsTheStreamNotTheSession) {
   EXPECT_GE(ended_after, std::chrono::milliseconds(900));
   EXPECT_LT(ended_after, std::chrono::milliseconds(3000));
   EXPECT_TRUE(Eventually([&] { return ReadsPending() == 0; }));
-  grpc::ClientContext get_context;
-  v1::GetSessionRequest get;
-  get.set_session_id(id);
   v1::SessionInfo info;
-  ASSERT_TRUE(stub_->GetSession(&get_context, get, &info).ok());
+  ASSERT_TRUE(GetSession(id, &info).ok());
   EXPECT_FALSE(info.attached());
 }
 
@@ -286,11 +286,8 @@ TEST_F(SessionStreamTest, MadeUpDrainAnswersAndLargeAttachesAreNotLookedAt) {
   ASSERT_TRUE(stream->Write(made_up));
   ASSERT_TRUE(stream->Read(&answer));
   EXPECT_GT(answer.expires_in_ms(), 800u);  // the keepalive counted
-  grpc::ClientContext get_context;
-  v1::GetSessionRequest get;
-  get.set_session_id(id);
   v1::SessionInfo info;
-  ASSERT_TRUE(stub_->GetSession(&get_context, get, &info).ok());
+  ASSERT_TRUE(GetSession(id, &info).ok());
   EXPECT_EQ(info.held_pages(), 10u);  // nothing "returned"
   EXPECT_EQ(engine_->GetStats("/h", FlushMode::kExact)->memory_current_pages,
             10u);

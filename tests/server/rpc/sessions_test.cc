@@ -159,6 +159,27 @@ class SessionsTest : public ::testing::Test {
 
   void TearDown() override { Stop(); }
 
+  // Reads `stream` for `how_long`, answering every keepalive request as a
+  // client does; the lease answers' expires_in_ms go to `leases`. Returns
+  // the requests answered (-1 if the stream broke).
+  static int AnswerKeepaliveRequests(Stream* stream, absl::Duration how_long,
+                                     std::vector<uint64_t>* leases = nullptr) {
+    int asked = 0;
+    v1::SessionServerMessage answer;
+    for (const absl::Time end = absl::Now() + how_long; absl::Now() < end;) {
+      if (!stream->Read(&answer)) return -1;
+      if (!answer.keepalive_request()) {
+        if (leases != nullptr) leases->push_back(answer.expires_in_ms());
+        continue;
+      }
+      ++asked;
+      v1::SessionClientMessage keepalive;
+      keepalive.set_keepalive(true);
+      if (!stream->Write(keepalive)) return -1;
+    }
+    return asked;
+  }
+
   std::string Open(uint32_t ttl_ms = 0) {
     v1::OpenSessionRequest request;
     request.set_ttl_ms(ttl_ms);
@@ -516,20 +537,10 @@ TEST_F(SessionsTest, KeepaliveKeepsTheSessionAlivePastSeveralTtls) {
   EXPECT_TRUE(answer.paced());
   // 1 s = 6+ ttls: the server asks for a keepalive every ttl/3, the client
   // answers each.
-  int asked = 0;
-  const absl::Time end = absl::Now() + absl::Seconds(1);
-  while (absl::Now() < end) {
-    ASSERT_TRUE(stream->Read(&answer));
-    if (answer.keepalive_request()) {
-      ++asked;
-      v1::SessionClientMessage keepalive;
-      keepalive.set_keepalive(true);
-      ASSERT_TRUE(stream->Write(keepalive));
-    } else {
-      EXPECT_EQ(answer.expires_in_ms(), 150u);
-    }
-  }
-  EXPECT_GE(asked, 10);
+  std::vector<uint64_t> leases;
+  EXPECT_GE(AnswerKeepaliveRequests(stream.get(), absl::Seconds(1), &leases),
+            10);
+  for (uint64_t lease : leases) EXPECT_EQ(lease, 150u);
   v1::SessionInfo info;
   ASSERT_TRUE(GetSession(id, &info).ok());
   EXPECT_TRUE(info.attached());
@@ -597,14 +608,7 @@ TEST_F(SessionsTest, NewerStreamReplacesTheOlder) {
   EXPECT_EQ(ended.error_code(), grpc::StatusCode::ABORTED);
   EXPECT_THAT(ended.error_message(), HasSubstr("replaced"));
   // The new one keeps the session alive past its ttl.
-  const absl::Time end = absl::Now() + absl::Milliseconds(800);
-  while (absl::Now() < end) {
-    ASSERT_TRUE(s2->Read(&answer));
-    if (!answer.keepalive_request()) continue;
-    v1::SessionClientMessage keepalive;
-    keepalive.set_keepalive(true);
-    ASSERT_TRUE(s2->Write(keepalive));
-  }
+  ASSERT_GE(AnswerKeepaliveRequests(s2.get(), absl::Milliseconds(800)), 0);
   v1::SessionInfo info;
   ASSERT_TRUE(GetSession(id, &info).ok());
   EXPECT_TRUE(info.attached());
