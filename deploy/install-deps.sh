@@ -45,6 +45,15 @@
 #     token-only deployments (its libnghttp2 carries the rapid-reset fix
 #     that gRPC 1.51 lacks); the proxy test runs the shipped config
 #     (tests/deploy/front_proxy_test.py, label "proxy").
+#   - etcd-server, etcd-client (3.4.23): cluster mode's tests start their own
+#     3-member etcd on loopback (label "cluster"; never the system one).
+# Cluster mode's etcd client is generated from etcd's own .proto files, which
+# Debian ships only inside Go source packages: they are fetched from Debian's
+# archive with `apt-get download` (golang-etcd-server-dev,
+# golang-github-gogo-protobuf-dev, golang-github-grpc-ecosystem-grpc-gateway-dev,
+# about 2 MB), and the seven files cgacct needs are unpacked with dpkg-deb
+# into $CGACCT_ETCD_PROTO_ROOT (default /usr/local/share/cgacct/etcd-proto);
+# installing those packages would pull 145 Go source packages.
 # CGACCT_DEPS=build installs only what building the three binaries needs
 # (no tests, benchmarks or tools): deploy/Dockerfile's build stage.
 set -euo pipefail
@@ -63,6 +72,7 @@ packages=(
   python3-grpcio python3-protobuf
   prometheus python3-yaml
   gnuplot-nox nghttp2-client python3-h2 nghttp2-proxy
+  etcd-server etcd-client
 )
 case "${CGACCT_DEPS:-all}" in
   all) ;;
@@ -76,14 +86,52 @@ for p in "${packages[@]}"; do
     missing+=("$p")
   fi
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
+etcd_root=${CGACCT_ETCD_PROTO_ROOT:-/usr/local/share/cgacct/etcd-proto}
+etcd_files=(
+  etcd/etcdserver/etcdserverpb/rpc.proto
+  etcd/mvcc/mvccpb/kv.proto
+  etcd/auth/authpb/auth.proto
+  etcd/etcdserver/api/v3election/v3electionpb/v3election.proto
+  gogoproto/gogo.proto
+  google/api/annotations.proto
+  google/api/http.proto
+)
+need_etcd_protos=0
+for f in "${etcd_files[@]}"; do
+  [ -f "$etcd_root/$f" ] || need_etcd_protos=1
+done
+[ ${#missing[@]} -eq 0 ] && [ $need_etcd_protos -eq 0 ] && exit 0
 
-echo "cgacct: installing ${missing[*]}" >&2
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then
-  command -v sudo >/dev/null || { echo "cgacct: need root (or sudo) to apt-get install ${missing[*]}" >&2; exit 1; }
+  command -v sudo >/dev/null || { echo "cgacct: need root (or sudo) to apt-get install ${missing[*]} and unpack etcd's protos into $etcd_root" >&2; exit 1; }
   SUDO=sudo
 fi
 export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+updated=0
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "cgacct: installing ${missing[*]}" >&2
+  $SUDO apt-get update -qq
+  updated=1
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+if [ $need_etcd_protos -eq 1 ]; then
+  echo "cgacct: unpacking etcd's .proto files from Debian's archive into $etcd_root" >&2
+  [ $updated -eq 1 ] || $SUDO apt-get update -qq
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  chmod 755 "$tmp"  # apt's _apt user writes the downloads
+  (cd "$tmp" && apt-get download -qq golang-etcd-server-dev \
+      golang-github-gogo-protobuf-dev golang-github-grpc-ecosystem-grpc-gateway-dev \
+      2>/dev/null)
+  for deb in "$tmp"/*.deb; do dpkg-deb -x "$deb" "$tmp/x"; done
+  src="$tmp/x/usr/share/gocode/src"
+  for f in "${etcd_files[@]}"; do
+    case "$f" in
+      etcd/*) from="$src/go.etcd.io/$f" ;;
+      gogoproto/*) from="$src/github.com/gogo/protobuf/$f" ;;
+      google/*) from="$src/github.com/grpc-ecosystem/grpc-gateway/third_party/googleapis/$f" ;;
+    esac
+    $SUDO install -D -m 644 "$from" "$etcd_root/$f"
+  done
+fi

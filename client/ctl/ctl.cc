@@ -104,6 +104,7 @@ int RunCommand(Ctl& ctl, const Invocation& inv) {
     Command run;
   } kCommands[] = {
       {"info", Info},
+      {"cluster", Cluster},
       {"create", Create},
       {"delete", Delete},
       {"ls", List},

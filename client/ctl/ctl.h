@@ -94,6 +94,7 @@ int RunCommand(Ctl& ctl, const Invocation& inv);
 
 // The commands (RunCommand's dispatch).
 int Info(Ctl& ctl, const Invocation& inv);
+int Cluster(Ctl& ctl, const Invocation& inv);
 int Create(Ctl& ctl, const Invocation& inv);
 int Delete(Ctl& ctl, const Invocation& inv);
 int List(Ctl& ctl, const Invocation& inv);

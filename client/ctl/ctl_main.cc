@@ -52,6 +52,8 @@ constexpr char kUsage[] =
     "                        own, in a session of its own), then reads it\n"
     "                        back every --delay: the peak since the write\n"
     "  info                  the engine's configuration\n"
+    "  cluster               cluster mode: the nodes and each shard's owner\n"
+    "                        (GetClusterMap, as the answering node sees it)\n"
     "writes (sizes as the kernel's memparse(): 4096, 0x1000, 0755, 50M, 1G, "
     "1P,\n"
     "        max for the limit files; 50MiB is refused as by the kernel):\n"

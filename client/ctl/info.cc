@@ -1,4 +1,7 @@
-// cgacctctl info: the engine's configuration (GetEngineInfo).
+// cgacctctl info: the engine's configuration (GetEngineInfo); cgacctctl
+// cluster: cluster mode's map (GetClusterMap).
+#include <iostream>
+
 #include "client/ctl/ctl.h"
 #include "client/ctl/exit_status.h"
 
@@ -38,6 +41,40 @@ int Info(Ctl& ctl, const Invocation& inv) {
   Line("flush_lock_hold_max_groups_folded",
        info.flush_lock_hold_max_groups_folded());
   Line("max_batch_ops", info.max_batch_ops());
+  return kExitOk;
+}
+
+int Cluster(Ctl& ctl, const Invocation& inv) {
+  (void)inv;  // cluster takes no argument
+  v1::ClusterMap map;
+  const grpc::Status status = ctl.stub().GetClusterMap(
+      ctl.Context().get(), v1::GetClusterMapRequest(), &map);
+  if (!status.ok()) return PrintRpcError("GetClusterMap", status);
+  if (ctl.json()) {
+    PrintProtoJson(map);
+    return kExitOk;
+  }
+  if (!map.cluster_mode()) {
+    std::cout << "single-node mode: this cgacctd serves every group\n";
+    return kExitOk;
+  }
+  std::cout << "node " << map.node_name() << " at " << map.node_address()
+            << (map.has_lease() ? "" : " (no etcd lease: admits nothing)")
+            << ", shard depth " << map.shard_depth() << ", etcd revision "
+            << map.revision() << "\n";
+  std::cout << "nodes:\n";
+  for (const v1::ClusterNodeInfo& node : map.nodes())
+    std::cout << "  " << node.name() << " " << node.address() << "\n";
+  std::cout << "shards:\n";
+  for (const v1::ShardOwner& shard : map.shards()) {
+    std::cout << "  " << shard.shard_root() << " ";
+    if (shard.owner_name().empty()) {
+      std::cout << "(no owner)\n";
+    } else {
+      std::cout << shard.owner_name() << " " << shard.owner_address()
+                << " epoch " << shard.epoch() << "\n";
+    }
+  }
   return kExitOk;
 }
 

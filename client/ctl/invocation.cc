@@ -51,7 +51,7 @@ namespace {
 // Checks the number of arguments of `c` (`nr_args`, after the command).
 absl::Status CheckArity(const std::string& c, size_t nr_args) {
   size_t lo = 0, hi = 0;
-  if (c == "info") {
+  if (c == "info" || c == "cluster") {
     lo = hi = 0;
   } else if (c == "create" || c == "delete" || c == "ls" || c == "stat" ||
              c == "events" || c == "peak") {

@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "server/common/read_file.h"
 #include "server/metrics/prometheus/collector.h"
 #include "server/metrics/prometheus/process_metrics.h"
 #include "server/metrics/prometheus/room_collectors.h"
@@ -79,7 +80,7 @@ void SetServing(std::initializer_list<grpc::Server*> servers, bool serving) {
 
 Daemon::Daemon(DaemonConfig config) : config_(std::move(config)) {}
 
-Daemon::~Daemon() = default;
+Daemon::~Daemon() { StopHealthThread(); }
 
 int Daemon::Start() {
   // The TLS files are checked before anything starts.
@@ -101,6 +102,7 @@ int Daemon::Start() {
   engine_ = *std::move(engine);
   if (int rc = OpenStore(); rc != 0) return rc;
   BuildService();
+  if (int rc = StartCluster(); rc != 0) return rc;
   if (!config_.state_dir.empty()) {
     absl::StatusOr<RestoreReport> report = service_->Restore();
     if (!report.ok()) {
@@ -158,6 +160,49 @@ void Daemon::BuildService() {
       std::make_unique<AccountingService>(*engine_, rpc_metrics_, options);
 }
 
+int Daemon::StartCluster() {
+  if (!config_.cluster_mode) return 0;
+  ClusterOptions options = config_.cluster;
+  options.page_size_bytes = engine_->page_size_bytes();
+  if (!config_.etcd_ca_file.empty()) {
+    grpc::SslCredentialsOptions ssl;
+    for (const auto& [file, out] :
+         {std::pair<const std::string*, std::string*>{&config_.etcd_ca_file,
+                                                      &ssl.pem_root_certs},
+          {&config_.etcd_cert_file, &ssl.pem_cert_chain},
+          {&config_.etcd_key_file, &ssl.pem_private_key}}) {
+      if (file->empty()) continue;
+      absl::StatusOr<std::string> pem = ReadFile(*file);
+      if (!pem.ok()) return Fail(kExitUsage, pem.status().message());
+      *out = *std::move(pem);
+    }
+    options.etcd.credentials = grpc::SslCredentials(ssl);
+  }
+  cluster_ = std::make_unique<ClusterNode>(
+      std::move(options), &service_->pipeline().cluster_applier());
+  service_->pipeline().AttachCluster(cluster_.get());
+  // Nodes dial each other in plaintext: a TLS node's clients follow the
+  // cgacct-owner trailer instead (server/rpc/forwarder.h).
+  if (config_.tls.cert.empty()) service_->EnableForwarding();
+  // etcd may be starting with us (a whole cluster brought up at once).
+  const absl::Status started =
+      cluster_->Start(absl::Now() + absl::Seconds(30));
+  if (!started.ok()) {
+    // Whatever it registered goes now, not at the lease's expiry.
+    cluster_->Stop(/*resign=*/true);
+    return Fail(kExitStore,
+                absl::StrCat("cluster mode (--etcd_endpoints): ",
+                             started.message()));
+  }
+  const ClusterMapView map = cluster_->Map();
+  restored_ = absl::StrCat(", cluster node \"", map.node_name, "\" at ",
+                           map.advertise_address, " (", map.nodes.size(),
+                           " nodes, ", map.shards.size(), " shards, depth ",
+                           map.shard_depth, ", revision ",
+                           map.applied_revision, ")");
+  return 0;
+}
+
 int Daemon::StartMetrics() {
   if (config_.metrics_listen.empty()) return 0;
   MetricsOptions metrics_options = config_.metrics;
@@ -174,6 +219,13 @@ int Daemon::StartMetrics() {
       std::make_shared<GrpcServerCollector>(grpc_metrics_, &rpc_metrics_),
       std::make_shared<ProcessCollector>(),
       std::make_shared<BuildInfoCollector>()};
+  if (cluster_ != nullptr) {
+    const Forwarder* forwarder = service_->forwarder();
+    exposer_options.extra_collectables.push_back(MakeClusterMetrics(
+        *cluster_, [forwarder](RpcMethod m) -> uint64_t {
+          return forwarder != nullptr ? forwarder->forwarded(m) : 0;
+        }));
+  }
   exposer_options.basic_auth_password = config_.metrics_token;
   absl::StatusOr<std::unique_ptr<MetricsExposer>> started =
       MetricsExposer::Start(config_.metrics_listen, collector,
@@ -258,8 +310,23 @@ int Daemon::StartServers() {
                                           " (address in use or invalid)"));
     }
   }
-  // SERVING until shutdown begins.
+  // SERVING until shutdown begins; in cluster mode, while the node holds
+  // its etcd lease.
   SetServing({server_.get(), health_server_.get()}, true);
+  if (cluster_ != nullptr) {
+    health_thread_ = std::thread([this] {
+      bool serving = true;
+      absl::MutexLock l(&health_mu_);
+      while (!health_mu_.AwaitWithTimeout(absl::Condition(&health_stop_),
+                                          absl::Milliseconds(200))) {
+        const bool now = cluster_->HasLease();
+        if (now != serving) {
+          serving = now;
+          SetServing({server_.get(), health_server_.get()}, serving);
+        }
+      }
+    });
+  }
   return 0;
 }
 
@@ -337,9 +404,18 @@ void Daemon::Run(const sigset_t& signals) {
   Shutdown(signals, signal_number);
 }
 
+void Daemon::StopHealthThread() {
+  {
+    absl::MutexLock l(&health_mu_);
+    health_stop_ = true;
+  }
+  if (health_thread_.joinable()) health_thread_.join();
+}
+
 void Daemon::Shutdown(const sigset_t& signals, int signal_number) {
   std::fprintf(stderr, "cgacctd: %s, shutting down\n",
                signal_number == SIGINT ? "SIGINT" : "SIGTERM");
+  StopHealthThread();
   // Health checks answer NOT_SERVING from here on (load balancers stop
   // sending); new calls answer UNAVAILABLE with nothing applied; open
   // ChargeStreams answer what they have read and end UNAVAILABLE, and
@@ -347,6 +423,9 @@ void Daemon::Shutdown(const sigset_t& signals, int signal_number) {
   // period open. Unary calls already running finish.
   SetServing({server_.get(), health_server_.get()}, false);
   service_->BeginShutdown();
+  // A planned stop gives the node's shards back at once (the lease is
+  // revoked): other nodes own them within a watch round trip, not a TTL.
+  if (cluster_ != nullptr) cluster_->Stop(/*resign=*/true);
   events_hub_.Shutdown();
   // In-flight calls get kShutdownGrace to finish, then are cancelled; a
   // second SIGINT/SIGTERM cancels them at once. The grace also bounds the

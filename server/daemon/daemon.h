@@ -14,11 +14,14 @@
 #include <signal.h>
 
 #include <memory>
+#include <thread>
 #include <optional>
 #include <string>
 
+#include "absl/synchronization/mutex.h"
 #include "engine/engine.h"
 #include "server/auth/authorizer.h"
+#include "server/cluster/cluster_node.h"
 #include "server/daemon/flags.h"
 #include "server/daemon/memory_trim.h"
 #include "server/events/events_hub.h"
@@ -50,6 +53,7 @@ class Daemon {
  private:
   int OpenStore();
   void BuildService();
+  int StartCluster();
   int StartMetrics();
   int StartServers();
   void PrintStartLine() const;
@@ -72,6 +76,9 @@ class Daemon {
   AuthFailureCounts auth_failures_;
   std::unique_ptr<Authorizer> authorizer_;
   std::unique_ptr<AccountingService> service_;
+  // Cluster mode: the node's part (its threads apply etcd's changes into
+  // the service's pipeline: it goes before the service).
+  std::unique_ptr<ClusterNode> cluster_;
   GrpcServerMetrics grpc_metrics_{CgacctdGrpcMethods()};
   std::unique_ptr<MetricsExposer> exposer_;
   std::optional<MemoryTrimmer> trimmer_;
@@ -81,6 +88,12 @@ class Daemon {
   grpc::CallbackGenericService health_unimplemented_;
   std::unique_ptr<grpc::Server> health_server_;
   int health_port_ = 0;
+  // Cluster mode: health follows the node's etcd lease (NOT_SERVING while
+  // it has none within its fence), checked every 200 ms until shutdown.
+  absl::Mutex health_mu_;
+  bool health_stop_ ABSL_GUARDED_BY(health_mu_) = false;
+  std::thread health_thread_;
+  void StopHealthThread();
 };
 
 }  // namespace cgacct

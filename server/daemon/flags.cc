@@ -14,6 +14,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "engine/engine.h"
 #include "engine/types.h"
@@ -87,6 +88,33 @@ ABSL_FLAG(bool, state_recover, false,
           "that can be read (the damaged one kept beside it), acknowledged "
           "group changes missing from the store are accepted as lost; what "
           "was done is said on stderr");
+ABSL_FLAG(std::string, etcd_endpoints, "",
+          "cluster mode: HOST:PORT,... of the etcd members that hold the "
+          "group tree and elect shard owners (docs/DESIGN.md §4.18); empty "
+          "(default) = single-node mode");
+ABSL_FLAG(std::string, etcd_prefix, "/cgacct",
+          "cluster mode: every etcd key of this cluster is under it");
+ABSL_FLAG(std::string, node_name, "",
+          "cluster mode: this node's name, unique in the cluster; default "
+          "--advertise_address");
+ABSL_FLAG(std::string, advertise_address, "",
+          "cluster mode: HOST:PORT clients and other nodes dial for this "
+          "node; default --listen when its host is not a wildcard");
+ABSL_FLAG(absl::Duration, cluster_lease_ttl, absl::Seconds(5),
+          "cluster mode: TTL of the node's etcd lease (whole seconds, at least "
+          "3 s); a dead node's shards move after it, a node stops admitting "
+          "a little before it unless etcd renewed it (the fence)");
+ABSL_FLAG(uint32_t, shard_depth, 1,
+          "cluster mode: the groups at this depth are shard roots, each "
+          "owned by one node (1: each child of /); the same on every node");
+ABSL_FLAG(std::string, etcd_ca_file, "",
+          "cluster mode: PEM CA bundle that etcd's server certificates chain "
+          "to; turns TLS to etcd on");
+ABSL_FLAG(std::string, etcd_cert_file, "",
+          "cluster mode: PEM client certificate for etcd (with "
+          "--etcd_key_file and --etcd_ca_file)");
+ABSL_FLAG(std::string, etcd_key_file, "",
+          "cluster mode: PEM private key of --etcd_cert_file");
 ABSL_FLAG(std::string, tls_cert, "",
           "PEM certificate chain of the server; with --tls_key turns TLS on "
           "(re-read every --tls_refresh_interval)");
@@ -421,6 +449,80 @@ absl::Status SecurityFromFlags(DaemonConfig* config) {
   return absl::OkStatus();
 }
 
+// Cluster mode's flags: only with --etcd_endpoints, and then consistent.
+absl::Status ClusterFromFlags(DaemonConfig* config) {
+  const std::string endpoints = absl::GetFlag(FLAGS_etcd_endpoints);
+  config->etcd_ca_file = absl::GetFlag(FLAGS_etcd_ca_file);
+  config->etcd_cert_file = absl::GetFlag(FLAGS_etcd_cert_file);
+  config->etcd_key_file = absl::GetFlag(FLAGS_etcd_key_file);
+  ClusterOptions& cluster = config->cluster;
+  cluster.prefix = absl::GetFlag(FLAGS_etcd_prefix);
+  cluster.node_name = absl::GetFlag(FLAGS_node_name);
+  cluster.advertise_address = absl::GetFlag(FLAGS_advertise_address);
+  cluster.lease_ttl = absl::GetFlag(FLAGS_cluster_lease_ttl);
+  cluster.shard_depth = absl::GetFlag(FLAGS_shard_depth);
+  if (endpoints.empty()) {
+    for (const auto& [set, name] :
+         {std::pair<bool, const char*>{!cluster.node_name.empty(), "--node_name"},
+          {!cluster.advertise_address.empty(), "--advertise_address"},
+          {!config->etcd_ca_file.empty(), "--etcd_ca_file"},
+          {!config->etcd_cert_file.empty(), "--etcd_cert_file"},
+          {!config->etcd_key_file.empty(), "--etcd_key_file"}}) {
+      if (set)
+        return absl::InvalidArgumentError(absl::StrCat(
+            name, " is a cluster-mode flag: it needs --etcd_endpoints"));
+    }
+    return absl::OkStatus();
+  }
+  config->cluster_mode = true;
+  for (absl::string_view e : absl::StrSplit(endpoints, ',')) {
+    if (e.empty() || e.rfind(':') == absl::string_view::npos ||
+        e.rfind(':') + 1 == e.size())
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--etcd_endpoints: \"", e, "\" is not HOST:PORT (a comma list)"));
+    cluster.etcd.endpoints.emplace_back(e);
+  }
+  if (!config->state_dir.empty())
+    return absl::InvalidArgumentError(
+        "--state_dir and --etcd_endpoints: in cluster mode the group tree is "
+        "in etcd and request ids are kept in memory; drop --state_dir");
+  if (cluster.prefix.empty() || cluster.prefix[0] != '/' ||
+      cluster.prefix.back() == '/')
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--etcd_prefix=\"", cluster.prefix,
+        "\": must start with '/' and not end with one (e.g. /cgacct)"));
+  if (cluster.lease_ttl < absl::Seconds(3) ||
+      cluster.lease_ttl != absl::Seconds(absl::ToInt64Seconds(cluster.lease_ttl)))
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--cluster_lease_ttl=", absl::FormatDuration(cluster.lease_ttl),
+        ": whole seconds, at least 3s (etcd's leases count seconds)"));
+  if (cluster.shard_depth < 1 || cluster.shard_depth > 64)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--shard_depth=", cluster.shard_depth, ": 1 to 64"));
+  if (cluster.advertise_address.empty()) {
+    const std::string host = config->listen.substr(0, config->listen.rfind(':'));
+    if (host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::" ||
+        absl::EndsWith(config->listen, ":0"))
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--etcd_endpoints needs --advertise_address (HOST:PORT other nodes "
+          "and clients dial): --listen=", config->listen,
+          " is a wildcard or an ephemeral port"));
+    cluster.advertise_address = config->listen;
+  }
+  if (cluster.node_name.empty()) cluster.node_name = cluster.advertise_address;
+  if (cluster.node_name.find('/') != std::string::npos)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--node_name=\"", cluster.node_name, "\": no '/' in a node name"));
+  const bool cert = !config->etcd_cert_file.empty();
+  if (cert != !config->etcd_key_file.empty())
+    return absl::InvalidArgumentError(
+        "--etcd_cert_file and --etcd_key_file go together");
+  if (cert && config->etcd_ca_file.empty())
+    return absl::InvalidArgumentError(
+        "--etcd_cert_file needs --etcd_ca_file (TLS to etcd)");
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void ParseDaemonFlags(int argc, char** argv) {
@@ -449,7 +551,12 @@ void ParseDaemonFlags(int argc, char** argv) {
       "          [--tokens_file=FILE] [--authz_policy=FILE] [--insecure]\n"
       "          [--metrics_token_file=FILE] [--reflection=off|on|auto]\n"
       "          [--state_dir=DIR [--state_recover]]\n"
-      "          [--health_listen=HOST:PORT]");
+      "          [--health_listen=HOST:PORT]\n"
+      "          [--etcd_endpoints=HOST:PORT,... [--etcd_prefix=/cgacct]\n"
+      "           [--node_name=NAME] [--advertise_address=HOST:PORT]\n"
+      "           [--cluster_lease_ttl=5s] [--shard_depth=1]\n"
+      "           [--etcd_ca_file=PEM [--etcd_cert_file=PEM "
+      "--etcd_key_file=PEM]]]");
   // --help lists the flags above (Abseil's default looks for them in a file
   // named after the program); Abseil's own flags stay under --helpfull.
   absl::FlagsUsageConfig usage_config;
@@ -504,6 +611,7 @@ absl::StatusOr<DaemonConfig> ConfigFromFlags() {
   if (absl::Status s = EngineFromFlags(&config); !s.ok()) return s;
   if (absl::Status s = LimitsFromFlags(&config); !s.ok()) return s;
   if (absl::Status s = SecurityFromFlags(&config); !s.ok()) return s;
+  if (absl::Status s = ClusterFromFlags(&config); !s.ok()) return s;
   // Without access control every caller is the one anonymous identity (and
   // admin): a bound on its ChargeStreams would bound the whole server's.
   // Likewise its SessionStream reads: one client's streams that never

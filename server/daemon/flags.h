@@ -16,6 +16,7 @@
 #include "engine/options.h"
 #include "server/auth/policy.h"
 #include "server/auth/tokens.h"
+#include "server/cluster/cluster_node.h"
 #include "server/daemon/tls.h"
 #include "server/metrics/prometheus/collector.h"
 #include "server/rpc/accounting_service.h"
@@ -26,7 +27,9 @@ namespace cgacct {
 // kExitBind when a port cannot be bound (and Abseil's own flag errors);
 // kExitUsage for values out of range or inconsistent; kExitStore when the
 // state store cannot be opened or restored (unreadable, damaged, another
-// page size, or its directory in use by another cgacctd).
+// page size, or its directory in use by another cgacctd), or, in cluster
+// mode, etcd does not answer at start or refuses the node (another live node
+// of its name, another page size or shard depth).
 inline constexpr int kExitBind = 1;
 inline constexpr int kExitUsage = 2;
 inline constexpr int kExitStore = 3;
@@ -64,6 +67,14 @@ struct DaemonConfig {
   std::string state_dir;  // empty: nothing persisted
   // --state_recover: start from a damaged store (SqliteStateStore::Options).
   bool state_recover = false;
+  // Cluster mode (--etcd_endpoints given): everything but the etcd
+  // credentials (built by the daemon from the three files below), the page
+  // size (the engine's) and the clock.
+  bool cluster_mode = false;
+  ClusterOptions cluster;
+  std::string etcd_ca_file;    // empty: plaintext to etcd
+  std::string etcd_cert_file;  // client certificate for etcd (with key)
+  std::string etcd_key_file;
 };
 
 // Sets --help (cgacctd's flags; Abseil's under --helpfull) and --version,

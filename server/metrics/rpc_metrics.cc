@@ -31,6 +31,8 @@ const char* RpcMethodName(RpcMethod method) {
       return "WatchEvents";
     case RpcMethod::kGetEngineInfo:
       return "GetEngineInfo";
+    case RpcMethod::kGetClusterMap:
+      return "GetClusterMap";
     case RpcMethod::kOpenSession:
       return "OpenSession";
     case RpcMethod::kCloseSession:

@@ -38,8 +38,9 @@ enum class RpcMethod : uint8_t {
   kResetPeakWatermark,
   kReadPeakWatermark,
   kClosePeakWatermark,
+  kGetClusterMap,
 };
-inline constexpr int kNrRpcMethods = 20;
+inline constexpr int kNrRpcMethods = 21;
 
 // "CreateGroup", ... (the proto method name).
 const char* RpcMethodName(RpcMethod method);

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/group_path.h"
 #include "engine/remote_stock.h"
+#include "server/cluster/routing.h"
 #include "server/common/wire.h"
 #include "server/sessions/charger_scope.h"
 
@@ -216,6 +217,11 @@ bool BatchRunner::ApplyOp(int index, const v1::ChargeOp& op,
       Fail(index, op, s, result);
       return true;
     }
+  }
+  // Every op, cached or not: a shard can move while a stream is open.
+  if (absl::Status s = RouteStatus(deps_.cluster, path); !s.ok()) {
+    Fail(index, op, s, result);
+    return true;
   }
   // The per-call cap is one budget for the whole request: each valid
   // charge op takes its pages from it, whatever the engine answers.

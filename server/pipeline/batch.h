@@ -27,6 +27,7 @@
 #include "engine/engine.h"
 #include "engine/group_handle.h"
 #include "server/auth/authorizer.h"
+#include "server/cluster/cluster_node.h"
 #include "server/idempotency/dedup_table.h"
 #include "server/metrics/rpc_metrics.h"
 #include "server/pipeline/call.h"
@@ -46,6 +47,9 @@ struct BatchDeps {
   GroupOps& groups;
   DedupTable& batch_keys;
   RpcMetrics& metrics;
+  // Cluster mode: each op's path must be in a shard this node owns now
+  // (server/cluster/routing.h); null in single-node mode.
+  const ClusterNode* cluster = nullptr;
 };
 
 class BatchRunner {

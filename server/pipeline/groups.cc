@@ -2,6 +2,7 @@
 #include "server/pipeline/groups.h"
 
 #include <algorithm>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -13,6 +14,9 @@
 
 namespace cgacct {
 namespace {
+
+// What a call waits for this node to apply a change (cluster mode).
+absl::Time ApplyDeadline(const CallContext& call);
 
 // A ListGroups page_token is empty or the last path of a previous page of
 // the same listing: a valid group path strictly below `path` (it need not
@@ -148,32 +152,38 @@ absl::Status GroupOps::CheckConfigure(const CallContext& call,
   return Authorize(authorizer_, call.caller(), Access::kConfigure, path);
 }
 
+absl::Status GroupOps::CheckGroupBoundLocked(const CallContext& call) {
+  // A tenant's bound (admins are the operators: unbounded).
+  if (call.caller().admin() || max_groups_per_identity_ == 0)
+    return absl::OkStatus();
+  auto it = created_.find(call.identity());
+  if (it != created_.end() && it->second >= max_groups_per_identity_) {
+    // At the bound: the dying groups freed since no longer count.
+    ForgetFreedDyingLocked();
+    it = created_.find(call.identity());
+  }
+  if (it != created_.end() && it->second >= max_groups_per_identity_) {
+    uint32_t dying = 0;
+    for (const auto& [id, identity] : dying_creators_)
+      dying += identity == call.identity() ? 1 : 0;
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "identity \"", call.identity(), "\" has ", it->second,
+        " groups, at most ", max_groups_per_identity_,
+        " (--max_groups_per_identity), ", dying,
+        " of them deleted but still charged (dying); delete one, or "
+        "uncharge what a deleted one still holds, first"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status GroupOps::Create(const CallContext& call,
                               const v1::CreateGroupRequest& request,
                               v1::Group* response) {
   if (absl::Status s = CheckConfigure(call, request.path()); !s.ok()) return s;
+  if (cluster_ != nullptr) return CreateInCluster(call, request, response);
   absl::MutexLock l(&config_mu_);
-  // A tenant's bound (admins are the operators: unbounded).
   const bool tenant = !call.caller().admin();
-  if (tenant && max_groups_per_identity_ != 0) {
-    auto it = created_.find(call.identity());
-    if (it != created_.end() && it->second >= max_groups_per_identity_) {
-      // At the bound: the dying groups freed since no longer count.
-      ForgetFreedDyingLocked();
-      it = created_.find(call.identity());
-    }
-    if (it != created_.end() && it->second >= max_groups_per_identity_) {
-      uint32_t dying = 0;
-      for (const auto& [id, identity] : dying_creators_)
-        dying += identity == call.identity() ? 1 : 0;
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "identity \"", call.identity(), "\" has ", it->second,
-          " groups, at most ", max_groups_per_identity_,
-          " (--max_groups_per_identity), ", dying,
-          " of them deleted but still charged (dying); delete one, or "
-          "uncharge what a deleted one still holds, first"));
-    }
-  }
+  if (absl::Status s = CheckGroupBoundLocked(call); !s.ok()) return s;
   absl::StatusOr<GroupInfo> group = engine_.CreateGroup(
       request.path(), units_.LimitsFromProto(request.limits()));
   if (!group.ok()) return group.status();
@@ -211,6 +221,7 @@ absl::Status GroupOps::Delete(const CallContext& call,
                               const v1::DeleteGroupRequest& request,
                               v1::DeleteGroupResponse* response) {
   if (absl::Status s = CheckConfigure(call, request.path()); !s.ok()) return s;
+  if (cluster_ != nullptr) return DeleteInCluster(call, request, response);
   const std::string& path = request.path();
   absl::MutexLock l(&config_mu_);
   const absl::StatusOr<GroupHandle> handle = engine_.ResolveGroup(path);
@@ -281,6 +292,7 @@ absl::Status GroupOps::SetLimits(const CallContext& call,
                                  const v1::SetLimitsRequest& request,
                                  v1::Group* response) {
   if (absl::Status s = CheckConfigure(call, request.path()); !s.ok()) return s;
+  if (cluster_ != nullptr) return SetLimitsInCluster(call, request, response);
   absl::MutexLock l(&config_mu_);
   // The limits before, to put back if the store cannot take the new ones.
   const absl::StatusOr<GroupStats> before =
@@ -332,6 +344,12 @@ absl::Status GroupOps::List(const CallContext& call,
         !s.ok())
       return s;
   }
+  // Cluster mode: every change committed before this call is in the
+  // listing, whichever node made it (one etcd round trip).
+  if (cluster_ != nullptr) {
+    if (absl::Status s = cluster_->SyncRead(ApplyDeadline(call)); !s.ok())
+      return s;
+  }
   const size_t page_size =
       (request.page_size() == 0 || request.page_size() > kMaxListGroupsPageSize)
           ? kMaxListGroupsPageSize
@@ -368,6 +386,237 @@ absl::Status GroupOps::List(const CallContext& call,
     response->set_next_page_token(response->paths(response->paths_size() - 1));
   }
   return absl::OkStatus();
+}
+
+// --- cluster mode ---
+
+namespace {
+
+// Its own deadline, at most 10 s (a node whose watch is behind answers
+// DEADLINE_EXCEEDED, the change committed).
+absl::Time ApplyDeadline(const CallContext& call) {
+  const absl::Time cap = absl::Now() + absl::Seconds(10);
+  if (call.deadline == std::chrono::system_clock::time_point::max()) return cap;
+  return std::min(cap, absl::FromChrono(call.deadline));
+}
+
+LimitsUpdate LimitsOfRecord(const cluster::v1::GroupRecord& record) {
+  LimitsUpdate update;
+  if (record.has_max_pages()) update.max_pages = record.max_pages();
+  if (record.has_high_pages()) update.high_pages = record.high_pages();
+  if (record.has_min_pages()) update.min_pages = record.min_pages();
+  if (record.has_low_pages()) update.low_pages = record.low_pages();
+  return update;
+}
+
+void MergeLimits(const LimitsUpdate& update, cluster::v1::GroupRecord* record) {
+  if (update.max_pages) record->set_max_pages(*update.max_pages);
+  if (update.high_pages) record->set_high_pages(*update.high_pages);
+  if (update.min_pages) record->set_min_pages(*update.min_pages);
+  if (update.low_pages) record->set_low_pages(*update.low_pages);
+}
+
+}  // namespace
+
+void GroupOps::AttachCluster(ClusterNode* cluster) { cluster_ = cluster; }
+
+absl::Status GroupOps::AnswerGroup(const std::string& path,
+                                   v1::Group* response) const {
+  absl::StatusOr<GroupHandle> handle = engine_.ResolveGroup(path);
+  absl::StatusOr<GroupStats> stats = engine_.GetStats(path, FlushMode::kNone);
+  // Deleted by another node since: the change was made all the same.
+  if (!handle.ok() || !stats.ok()) {
+    response->set_path(path);
+    return absl::OkStatus();
+  }
+  GroupInfo info;
+  info.path = path;
+  info.id = handle->id();
+  info.limits = stats->limits;
+  units_.GroupToProto(info, response);
+  response->mutable_limits()->set_oom_group(stats->oom_group);
+  return absl::OkStatus();
+}
+
+absl::Status GroupOps::CreateInCluster(const CallContext& call,
+                                       const v1::CreateGroupRequest& request,
+                                       v1::Group* response) {
+  const bool tenant = !call.caller().admin();
+  {
+    // Counted from the records every node applied: two creates of one
+    // tenant at two nodes at once may pass the bound by one each.
+    absl::MutexLock l(&config_mu_);
+    if (absl::Status s = CheckGroupBoundLocked(call); !s.ok()) return s;
+  }
+  cluster::v1::GroupRecord record;
+  MergeLimits(units_.LimitsFromProto(request.limits()), &record);
+  record.set_oom_group(request.limits().oom_group());
+  if (tenant) record.set_creator(call.identity());
+  absl::StatusOr<int64_t> revision =
+      cluster_->CommitCreate(request.path(), record);
+  if (!revision.ok()) return revision.status();
+  if (absl::Status s = cluster_->WaitApplied(*revision, ApplyDeadline(call));
+      !s.ok())
+    return s;
+  return AnswerGroup(request.path(), response);
+}
+
+absl::Status GroupOps::DeleteInCluster(const CallContext& call,
+                                       const v1::DeleteGroupRequest& request,
+                                       v1::DeleteGroupResponse* response) {
+  if (request.path() == "/") {
+    // The engine's own refusal, with its words.
+    absl::StatusOr<uint64_t> refused = engine_.DeleteGroup("/");
+    return refused.ok() ? absl::InternalError("the root was deleted")
+                        : refused.status();
+  }
+  absl::StatusOr<int64_t> revision = cluster_->CommitDelete(request.path());
+  if (!revision.ok()) return revision.status();
+  if (absl::Status s = cluster_->WaitApplied(*revision, ApplyDeadline(call));
+      !s.ok())
+    return s;
+  absl::MutexLock l(&config_mu_);
+  auto it = reparented_at_.find(*revision);
+  if (it != reparented_at_.end()) {
+    response->set_reparented_pages(it->second);
+    reparented_at_.erase(it);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GroupOps::SetLimitsInCluster(const CallContext& call,
+                                          const v1::SetLimitsRequest& request,
+                                          v1::Group* response) {
+  if (request.path() == "/") {
+    absl::StatusOr<GroupInfo> refused =
+        engine_.SetLimits("/", units_.LimitsFromProto(request.limits()));
+    return refused.ok() ? absl::InternalError("the root's limits were set")
+                        : refused.status();
+  }
+  const LimitsUpdate update = units_.LimitsFromProto(request.limits());
+  const v1::Limits& limits = request.limits();
+  absl::StatusOr<int64_t> revision = cluster_->CommitLimits(
+      request.path(), [&](cluster::v1::GroupRecord* record) {
+        MergeLimits(update, record);
+        if (limits.has_oom_group()) record->set_oom_group(limits.oom_group());
+      });
+  if (!revision.ok()) return revision.status();
+  if (absl::Status s = cluster_->WaitApplied(*revision, ApplyDeadline(call));
+      !s.ok())
+    return s;
+  return AnswerGroup(request.path(), response);
+}
+
+void GroupOps::ForgetGroupLocked(uint64_t id, uint64_t reparented) {
+  {
+    absl::MutexLock g(&generations_mu_);
+    generations_.erase(id);
+  }
+  if (auto creator = creators_.find(id); creator != creators_.end()) {
+    if (reparented > 0) {
+      dying_creators_[id] = creator->second;
+    } else {
+      auto count = created_.find(creator->second);
+      if (count != created_.end() && --count->second == 0)
+        created_.erase(count);
+    }
+    creators_.erase(creator);
+  }
+}
+
+void GroupOps::ApplyGroupPut(const std::string& path,
+                             const cluster::v1::GroupRecord& record,
+                             int64_t generation) {
+  absl::MutexLock l(&config_mu_);
+  absl::StatusOr<GroupHandle> handle = engine_.ResolveGroup(path);
+  if (handle.ok() && GenerationOf(handle->id()) !=
+                         static_cast<uint64_t>(generation)) {
+    // Another instance of the path (deleted and made again while this node
+    // was not watching): the old one goes first.
+    absl::StatusOr<uint64_t> reparented = engine_.DeleteGroup(path);
+    if (reparented.ok()) {
+      ForgetGroupLocked(handle->id(), *reparented);
+      sessions_.OnGroupDeleted(handle->id(), path);
+    }
+    handle = absl::NotFoundError(path);
+  }
+  if (handle.ok()) {
+    // A limits change. The engine applies what is present; absent fields
+    // are the defaults a group was created with.
+    LimitsUpdate update = LimitsOfRecord(record);
+    if (!update.max_pages) update.max_pages = engine_.page_counter_max();
+    if (!update.high_pages) update.high_pages = engine_.page_counter_max();
+    if (!update.min_pages) update.min_pages = 0;
+    if (!update.low_pages) update.low_pages = 0;
+    (void)engine_.SetLimits(path, update);
+    (void)engine_.SetOomGroup(path, record.oom_group());
+    return;
+  }
+  absl::StatusOr<GroupInfo> created =
+      engine_.CreateGroup(path, LimitsOfRecord(record));
+  if (!created.ok()) return;  // its parent is missing: not expected
+  if (record.oom_group()) (void)engine_.SetOomGroup(path, true);
+  {
+    absl::MutexLock g(&generations_mu_);
+    generations_[created->id] = static_cast<uint64_t>(generation);
+  }
+  if (!record.creator().empty()) {
+    creators_[created->id] = record.creator();
+    ++created_[record.creator()];
+  }
+}
+
+void GroupOps::ApplyGroupDelete(const std::string& path, int64_t revision) {
+  absl::MutexLock l(&config_mu_);
+  absl::StatusOr<GroupHandle> handle = engine_.ResolveGroup(path);
+  if (!handle.ok()) return;
+  absl::StatusOr<uint64_t> reparented = engine_.DeleteGroup(path);
+  if (!reparented.ok()) return;  // children: not expected (etcd checked)
+  ForgetGroupLocked(handle->id(), *reparented);
+  sessions_.OnGroupDeleted(handle->id(), path);
+  reparented_at_[revision] = *reparented;
+  while (reparented_at_.size() > kMaxReparentedKept)
+    reparented_at_.erase(reparented_at_.begin());
+}
+
+std::vector<std::pair<std::string, int64_t>> GroupOps::AppliedGroups() {
+  std::vector<std::pair<std::string, int64_t>> out;
+  absl::MutexLock l(&config_mu_);
+  absl::StatusOr<std::vector<std::string>> paths =
+      engine_.ListGroups("/", /*recursive=*/true);
+  if (!paths.ok()) return out;
+  for (const std::string& path : *paths) {
+    absl::StatusOr<GroupHandle> handle = engine_.ResolveGroup(path);
+    if (handle.ok())
+      out.emplace_back(path, static_cast<int64_t>(GenerationOf(handle->id())));
+  }
+  return out;
+}
+
+void GroupOps::OnShardsLost(const std::vector<std::string>& shard_roots) {
+  // The sessions first: they uncharge what they hold (their clients charge
+  // it again at the new owner).
+  sessions_.EndSessionsHolding(shard_roots);
+  // Then what was charged without a session: usage is soft state at the
+  // owner, so a node that owns the shard again later starts at 0, as the
+  // new owner did (docs/DESIGN.md §4.18). Deepest groups first, each
+  // group's own pages and its dying descendants', then the per-CPU stock.
+  for (const std::string& root : shard_roots) {
+    absl::StatusOr<std::vector<std::string>> below =
+        engine_.ListGroups(root, /*recursive=*/true);
+    std::vector<std::string> paths = below.ok() ? *below
+                                                : std::vector<std::string>();
+    paths.push_back(root);
+    std::sort(paths.begin(), paths.end(), std::greater<std::string>());
+    for (const std::string& path : paths) {
+      absl::StatusOr<GroupHandle> handle = engine_.ResolveGroup(path);
+      if (!handle.ok()) continue;
+      for (PageKind kind : {PageKind::kAnon, PageKind::kFile})
+        (void)engine_.UnchargeAtMost(*handle, path, engine_.page_counter_max(),
+                                     kind);
+      (void)engine_.DrainStock(*handle, path);
+    }
+  }
 }
 
 uint64_t GroupOps::GenerationOf(uint64_t group_id) const {

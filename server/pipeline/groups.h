@@ -10,13 +10,23 @@
 // change is undone (CreateGroup, SetLimits) or not made (DeleteGroup), and
 // the call answered UNAVAILABLE.
 //
+// Cluster mode (AttachCluster(), docs/DESIGN.md §4.18): the tree is etcd's.
+// Create/Delete/SetLimits are committed as etcd Txns by the ClusterNode,
+// and every node, this one included, applies them to its engine from the
+// node's Watch (the ClusterTreeApplier methods below); a call is answered
+// once this node applied its revision. A group's generation is its key's
+// create_revision. The state store then holds nothing of the tree.
+//
 // Thread safety: thread-safe.
 #ifndef CGACCT_SERVER_PIPELINE_GROUPS_H_
 #define CGACCT_SERVER_PIPELINE_GROUPS_H_
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -27,6 +37,7 @@
 #include "cgacct/v1/accounting.pb.h"
 #include "engine/engine.h"
 #include "server/auth/authorizer.h"
+#include "server/cluster/cluster_node.h"
 #include "server/common/wire.h"
 #include "server/idempotency/dedup_table.h"
 #include "server/idempotency/state_store.h"
@@ -49,7 +60,7 @@ struct RestoreReport {
 // Default of --max_groups_per_identity.
 inline constexpr uint32_t kDefaultMaxGroupsPerIdentity = 10000;
 
-class GroupOps {
+class GroupOps : public ClusterTreeApplier {
  public:
   // Every reference must outlive the object; `authorizer` may be null (no
   // access control). `max_groups_per_identity`: groups a caller that is
@@ -94,12 +105,30 @@ class GroupOps {
   // a page also ends at kMaxListGroupsPageBytes). The page token is the
   // last path of the previous page: paging is stable under concurrent
   // creates and deletes (no path present throughout is returned twice or
-  // skipped). A caller with grants sees only the paths it may read.
+  // skipped). A caller with grants sees only the paths it may read. In
+  // cluster mode the listing includes every change committed (at any node)
+  // before the call (ClusterNode::SyncRead(): one etcd round trip).
   // Errors: INVALID_ARGUMENT bad path or page_token; PERMISSION_DENIED;
-  // NOT_FOUND.
+  // NOT_FOUND; cluster mode: UNAVAILABLE etcd, DEADLINE_EXCEEDED.
   absl::Status List(const CallContext& call,
                     const v1::ListGroupsRequest& request,
                     v1::ListGroupsResponse* response) const;
+
+  // Cluster mode: the tree is `cluster`'s (not owned; outlives this). Call
+  // once, before the node starts (its start applies the tree through this
+  // object) and before serving; Restore() is then not called.
+  void AttachCluster(ClusterNode* cluster);
+
+  // ClusterTreeApplier: the watch thread applies etcd's changes.
+  void ApplyGroupPut(const std::string& path,
+                     const cluster::v1::GroupRecord& record,
+                     int64_t generation) override
+      ABSL_LOCKS_EXCLUDED(config_mu_);
+  void ApplyGroupDelete(const std::string& path, int64_t revision) override
+      ABSL_LOCKS_EXCLUDED(config_mu_);
+  std::vector<std::pair<std::string, int64_t>> AppliedGroups() override
+      ABSL_LOCKS_EXCLUDED(config_mu_);
+  void OnShardsLost(const std::vector<std::string>& shard_roots) override;
 
   // The store generation of engine group `group_id`: what request ids and
   // idempotency keys are scoped to (stable across restarts). A group not
@@ -120,6 +149,24 @@ class GroupOps {
   // caller's configure right on it.
   absl::Status CheckConfigure(const CallContext& call,
                               absl::string_view path) const;
+  // The cluster-mode bodies of Create, Delete and SetLimits.
+  absl::Status CreateInCluster(const CallContext& call,
+                               const v1::CreateGroupRequest& request,
+                               v1::Group* response);
+  absl::Status DeleteInCluster(const CallContext& call,
+                               const v1::DeleteGroupRequest& request,
+                               v1::DeleteGroupResponse* response);
+  absl::Status SetLimitsInCluster(const CallContext& call,
+                                  const v1::SetLimitsRequest& request,
+                                  v1::Group* response);
+  // The tenant bound's refusal for `call`, or OK.
+  absl::Status CheckGroupBoundLocked(const CallContext& call)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(config_mu_);
+  // The group at `path` as this node's engine has it, into `response`.
+  absl::Status AnswerGroup(const std::string& path, v1::Group* response) const;
+  // Forgets group `id` (deleted): generation, creator counts.
+  void ForgetGroupLocked(uint64_t id, uint64_t reparented)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(config_mu_);
   size_t RestoreRequests(const std::vector<StoredRequest>& requests,
                          DedupTable& request_ids, DedupTable& batch_keys);
 
@@ -130,6 +177,7 @@ class GroupOps {
   SessionRegistry& sessions_;
   const Authorizer* const authorizer_;  // may be null
   const uint32_t max_groups_per_identity_;  // 0 = none
+  ClusterNode* cluster_ = nullptr;  // set once, before serving
 
   // Serialises Create/Delete/SetLimits (engine change + store write).
   mutable absl::Mutex config_mu_ ABSL_ACQUIRED_BEFORE(generations_mu_);
@@ -145,6 +193,10 @@ class GroupOps {
       ABSL_GUARDED_BY(config_mu_);
   // Drops from created_ the dying groups the engine has freed since.
   void ForgetFreedDyingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(config_mu_);
+  // Cluster mode: the pages each applied delete reparented, by revision
+  // (the last kMaxReparentedKept), for DeleteGroup's answer.
+  static constexpr size_t kMaxReparentedKept = 4096;
+  std::map<int64_t, uint64_t> reparented_at_ ABSL_GUARDED_BY(config_mu_);
   // Engine group id -> the group's store generation.
   mutable absl::Mutex generations_mu_;
   absl::flat_hash_map<uint64_t, uint64_t> generations_

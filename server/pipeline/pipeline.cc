@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/group_path.h"
 #include "engine/remote_stock.h"
+#include "server/cluster/routing.h"
 
 namespace cgacct {
 namespace {
@@ -232,6 +233,13 @@ absl::Status Pipeline::SetLimits(CallContext& call,
   return groups_.SetLimits(call, request, response);
 }
 
+void Pipeline::AttachCluster(ClusterNode* cluster) {
+  cluster_ = cluster;
+  groups_.AttachCluster(cluster);
+  reads_.AttachCluster(cluster);
+  batch_deps_.cluster = cluster;
+}
+
 absl::Status Pipeline::Charge(CallContext& call,
                               const v1::ChargeRequest& request,
                               v1::ChargeResponse* response, ChargeRun* run) {
@@ -251,6 +259,7 @@ absl::Status Pipeline::Charge(CallContext& call,
   if (status.ok()) status = validator_.Charge(request, request_ids_, &op);
   if (status.ok())
     status = Authorize(authorizer_, call.caller(), Access::kWrite, op.path);
+  if (status.ok()) status = RouteStatus(cluster_, op.path);
   if (!status.ok()) {
     rpc_metrics_.RecordChargeAnswer(status);
     return status;
@@ -288,6 +297,7 @@ absl::Status Pipeline::Uncharge(CallContext& call,
           Authorize(authorizer_, call.caller(), Access::kWrite, op.path);
       !s.ok())
     return s;
+  if (absl::Status s = RouteStatus(cluster_, op.path); !s.ok()) return s;
   absl::Status store_error;
   PageAnswer answer =
       page_ops_.Apply(call.identity(), op, /*resume=*/nullptr, &store_error);
@@ -329,6 +339,43 @@ absl::Status Pipeline::GetEngineInfo(CallContext& call,
                                      const v1::GetEngineInfoRequest&,
                                      v1::EngineInfo* response) {
   reads_.GetEngineInfo(call, response);
+  return absl::OkStatus();
+}
+
+absl::Status Pipeline::GetClusterMap(CallContext& call,
+                                     const v1::GetClusterMapRequest&,
+                                     v1::ClusterMap* response) {
+  if (cluster_ == nullptr) return absl::OkStatus();
+  const ClusterMapView map = cluster_->Map();
+  response->set_cluster_mode(true);
+  response->set_node_name(map.node_name);
+  response->set_node_address(map.advertise_address);
+  response->set_shard_depth(map.shard_depth);
+  response->set_revision(map.applied_revision);
+  response->set_has_lease(map.has_lease);
+  for (const ClusterMapView::Node& node : map.nodes) {
+    v1::ClusterNodeInfo* out = response->add_nodes();
+    out->set_name(node.name);
+    out->set_address(node.address);
+  }
+  // A tenant sees the shards on the way to, at or inside what it may read:
+  // their roots name groups, which it may not learn of otherwise.
+  const std::optional<std::vector<std::string>> readable =
+      Authorizer::ReadableSubtrees(call.caller());
+  for (const ClusterMapView::Shard& shard : map.shards) {
+    if (readable.has_value()) {
+      bool related = false;
+      for (const std::string& subtree : *readable)
+        related |= PathAtOrBelow(subtree, shard.root) ||
+                   PathAtOrBelow(shard.root, subtree);
+      if (!related) continue;
+    }
+    v1::ShardOwner* out = response->add_shards();
+    out->set_shard_root(shard.root);
+    out->set_owner_name(shard.owner_node);
+    out->set_owner_address(shard.owner_address);
+    out->set_epoch(shard.epoch);
+  }
   return absl::OkStatus();
 }
 
@@ -379,6 +426,7 @@ absl::Status Pipeline::OpenPeakWatermark(
           Authorize(authorizer_, call.caller(), Access::kWrite, request.path());
       !s.ok())
     return s;
+  if (absl::Status s = RouteStatus(cluster_, request.path()); !s.ok()) return s;
   absl::StatusOr<SessionRegistry::PeakWatermarkValue> opened =
       sessions_->OpenPeakWatermark(call.identity(), request.session_id(),
                                    request.path());
@@ -437,6 +485,8 @@ absl::StatusOr<GroupHandle> Pipeline::ResolveWatch(
           Authorize(authorizer_, call.caller(), Access::kRead, request.path());
       !s.ok())
     return s;
+  // memory.events are counted where the shard's charges are: its owner.
+  if (absl::Status s = RouteStatus(cluster_, request.path()); !s.ok()) return s;
   return engine_.ResolveGroup(request.path());
 }
 

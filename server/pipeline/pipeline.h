@@ -38,6 +38,7 @@
 #include "engine/group_handle.h"
 #include "server/auth/authorizer.h"
 #include "server/auth/credentials.h"
+#include "server/cluster/cluster_node.h"
 #include "server/common/wire.h"
 #include "server/idempotency/dedup_table.h"
 #include "server/idempotency/state_store.h"
@@ -116,6 +117,15 @@ class Pipeline {
   Pipeline(const Pipeline&) = delete;
   Pipeline& operator=(const Pipeline&) = delete;
   ~Pipeline();
+
+  // Cluster mode (docs/DESIGN.md §4.18): group changes go to `cluster`'s
+  // etcd, paths of shards this node does not own are refused with their
+  // owner (the routing stage, server/cluster/routing.h). Not owned. Call
+  // once, before `cluster` starts (it applies the tree through
+  // cluster_applier()) and before serving; Restore() is then not called.
+  void AttachCluster(ClusterNode* cluster);
+  ClusterTreeApplier& cluster_applier() { return groups_; }
+  const ClusterNode* cluster() const { return cluster_; }
 
   // Restores the state store's groups and windows (GroupOps::Restore()).
   // Once, before serving.
@@ -200,6 +210,12 @@ class Pipeline {
   absl::Status GetEngineInfo(CallContext& call,
                              const v1::GetEngineInfoRequest& request,
                              v1::EngineInfo* response);
+  // Cluster mode's map as this node sees it (docs/DESIGN.md §4.18);
+  // cluster_mode false in single-node mode. With access control, only the
+  // shards related to what the caller may read. No errors.
+  absl::Status GetClusterMap(CallContext& call,
+                             const v1::GetClusterMapRequest& request,
+                             v1::ClusterMap* response);
   absl::Status OpenSession(CallContext& call,
                            const v1::OpenSessionRequest& request,
                            v1::OpenSessionResponse* response);
@@ -285,7 +301,8 @@ class Pipeline {
   GroupOps groups_;
   PageOps page_ops_;
   ReadOps reads_;
-  const BatchDeps batch_deps_;
+  BatchDeps batch_deps_;  // its cluster set once, before serving
+  ClusterNode* cluster_ = nullptr;  // set once, before serving
   // Set once by BeginShutdown().
   std::atomic<bool> shutting_down_{false};
   // Where deferred charges finish; destroyed before the rooms above (its

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/group_path.h"
+#include "server/cluster/routing.h"
 
 namespace cgacct {
 namespace {
@@ -53,6 +54,7 @@ absl::Status ReadOps::GetStats(const CallContext& call,
           Authorize(authorizer_, call.caller(), Access::kRead, request.path());
       !s.ok())
     return s;
+  if (absl::Status s = RouteStatus(cluster_, request.path()); !s.ok()) return s;
   absl::StatusOr<GroupStats> stats = engine_.GetStats(request.path(), *mode);
   if (!stats.ok()) return stats.status();
   // Pages never exceed page_counter_max(), so pages * page_size fits.
@@ -86,6 +88,7 @@ absl::Status ReadOps::Reclaim(const CallContext& call,
           Authorize(authorizer_, call.caller(), Access::kWrite, request.path());
       !s.ok())
     return s;
+  if (absl::Status s = RouteStatus(cluster_, request.path()); !s.ok()) return s;
   // memory_reclaim(): bytes round down to pages; 0 bytes, or less than a
   // page, is 0 pages, which succeeds with nothing reclaimed (the kernel's
   // `echo 0 > memory.reclaim` returns at once).

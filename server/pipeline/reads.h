@@ -11,6 +11,7 @@
 #include "cgacct/v1/accounting.pb.h"
 #include "engine/engine.h"
 #include "server/auth/authorizer.h"
+#include "server/cluster/cluster_node.h"
 #include "server/common/wire.h"
 #include "server/pipeline/call.h"
 #include "server/pipeline/call_limiter.h"
@@ -51,6 +52,12 @@ class ReadOps {
   // flush-lock maxima are 0 for it. No errors.
   void GetEngineInfo(const CallContext& call, v1::EngineInfo* response) const;
 
+  // Cluster mode: GetStats and Reclaim of a shard this node does not own
+  // are refused with its owner (server/cluster/routing.h); above the shard
+  // depth they answer this node's engine (its own shards' usage only). Set
+  // once, before serving.
+  void AttachCluster(const ClusterNode* cluster) { cluster_ = cluster; }
+
  private:
   Engine& engine_;
   const WireUnits& units_;
@@ -59,6 +66,7 @@ class ReadOps {
   const SessionRegistry& sessions_;
   const Authorizer* const authorizer_;  // may be null
   const TransportLimits transport_;
+  const ClusterNode* cluster_ = nullptr;  // set once, before serving
 };
 
 }  // namespace cgacct

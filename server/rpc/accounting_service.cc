@@ -52,7 +52,7 @@ void AccountingService::ServeUnary(
                                               grpc::ByteBuffer>(
           [this, method, admission,
            body](grpc::CallbackServerContext* context) {
-            return new UnaryCall<Request, Response, Run>(pipeline_, context,
+            return new UnaryCall<Request, Response, Run>(pipeline_, forwarder_.get(), context,
                                                          method, admission,
                                                          body);
           }));
@@ -119,6 +119,9 @@ AccountingService::AccountingService(Engine& engine, RpcMetrics& rpc_metrics,
   ServeUnary<v1::GetEngineInfoRequest, v1::EngineInfo, NoRun>(
       "GetEngineInfo", RpcMethod::kGetEngineInfo, Admission::kProbe,
       &Plain<v1::GetEngineInfoRequest, v1::EngineInfo, &P::GetEngineInfo>);
+  ServeUnary<v1::GetClusterMapRequest, v1::ClusterMap, NoRun>(
+      "GetClusterMap", RpcMethod::kGetClusterMap, kMessage,
+      &Plain<v1::GetClusterMapRequest, v1::ClusterMap, &P::GetClusterMap>);
   ServeUnary<v1::OpenSessionRequest, v1::OpenSessionResponse, NoRun>(
       "OpenSession", RpcMethod::kOpenSession, kMessage,
       &Plain<v1::OpenSessionRequest, v1::OpenSessionResponse,
@@ -173,98 +176,106 @@ AccountingService::ChargeStream(grpc::CallbackServerContext* context) {
 grpc::ServerUnaryReactor* AccountingService::CreateGroup(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
-  return Unary(pipeline_, context, RpcMethod::kCreateGroup, Admission::kMessage,
+  return Unary(pipeline_, forwarder_.get(), context, RpcMethod::kCreateGroup, Admission::kMessage,
                request, response, &Pipeline::CreateGroup);
 }
 
 grpc::ServerUnaryReactor* AccountingService::DeleteGroup(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
-  return Unary(pipeline_, context, RpcMethod::kDeleteGroup, Admission::kMessage,
+  return Unary(pipeline_, forwarder_.get(), context, RpcMethod::kDeleteGroup, Admission::kMessage,
                request, response, &Pipeline::DeleteGroup);
 }
 
 grpc::ServerUnaryReactor* AccountingService::ListGroups(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
-  return Unary(pipeline_, context, RpcMethod::kListGroups, Admission::kMessage,
+  return Unary(pipeline_, forwarder_.get(), context, RpcMethod::kListGroups, Admission::kMessage,
                request, response, &Pipeline::ListGroups);
 }
 
 grpc::ServerUnaryReactor* AccountingService::SetLimits(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
-  return Unary(pipeline_, context, RpcMethod::kSetLimits, Admission::kMessage,
+  return Unary(pipeline_, forwarder_.get(), context, RpcMethod::kSetLimits, Admission::kMessage,
                request, response, &Pipeline::SetLimits);
 }
 
 grpc::ServerUnaryReactor* AccountingService::Charge(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
-  return DeferrableUnary(pipeline_, context, RpcMethod::kCharge, request,
+  return DeferrableUnary(pipeline_, forwarder_.get(), context, RpcMethod::kCharge, request,
                          response, &Pipeline::Charge);
 }
 
 grpc::ServerUnaryReactor* AccountingService::Uncharge(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
-  return Unary(pipeline_, context, RpcMethod::kUncharge, Admission::kMessage,
+  return Unary(pipeline_, forwarder_.get(), context, RpcMethod::kUncharge, Admission::kMessage,
                request, response, &Pipeline::Uncharge);
 }
 
 grpc::ServerUnaryReactor* AccountingService::ChargeBatch(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
-  return DeferrableUnary(pipeline_, context, RpcMethod::kChargeBatch, request,
+  return DeferrableUnary(pipeline_, forwarder_.get(), context, RpcMethod::kChargeBatch, request,
                          response, &Pipeline::ChargeBatch);
 }
 
 grpc::ServerUnaryReactor* AccountingService::GetStats(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
-  return Unary(pipeline_, context, RpcMethod::kGetStats, Admission::kMessage,
+  return Unary(pipeline_, forwarder_.get(), context, RpcMethod::kGetStats, Admission::kMessage,
                request, response, &Pipeline::GetStats);
 }
 
 grpc::ServerUnaryReactor* AccountingService::Reclaim(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
-  return Unary(pipeline_, context, RpcMethod::kReclaim, Admission::kMessage,
+  return Unary(pipeline_, forwarder_.get(), context, RpcMethod::kReclaim, Admission::kMessage,
                request, response, &Pipeline::Reclaim);
 }
 
 grpc::ServerUnaryReactor* AccountingService::GetEngineInfo(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
-  return Unary(pipeline_, context, RpcMethod::kGetEngineInfo, Admission::kProbe,
+  return Unary(pipeline_, forwarder_.get(), context, RpcMethod::kGetEngineInfo, Admission::kProbe,
                request, response, &Pipeline::GetEngineInfo);
+}
+
+grpc::ServerUnaryReactor* AccountingService::GetClusterMap(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return Unary(pipeline_, forwarder_.get(), context, RpcMethod::kGetClusterMap,
+               Admission::kMessage, request, response,
+               &Pipeline::GetClusterMap);
 }
 
 grpc::ServerUnaryReactor* AccountingService::OpenSession(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
-  return Unary(pipeline_, context, RpcMethod::kOpenSession, Admission::kMessage,
+  return Unary(pipeline_, forwarder_.get(), context, RpcMethod::kOpenSession, Admission::kMessage,
                request, response, &Pipeline::OpenSession);
 }
 
 grpc::ServerUnaryReactor* AccountingService::CloseSession(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
-  return Unary(pipeline_, context, RpcMethod::kCloseSession,
+  return Unary(pipeline_, forwarder_.get(), context, RpcMethod::kCloseSession,
                Admission::kMessage, request, response, &Pipeline::CloseSession);
 }
 
 grpc::ServerUnaryReactor* AccountingService::GetSession(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
-  return Unary(pipeline_, context, RpcMethod::kGetSession, Admission::kMessage,
+  return Unary(pipeline_, forwarder_.get(), context, RpcMethod::kGetSession, Admission::kMessage,
                request, response, &Pipeline::GetSession);
 }
 
 grpc::ServerUnaryReactor* AccountingService::OpenPeakWatermark(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
-  return Unary(pipeline_, context, RpcMethod::kOpenPeakWatermark,
+  return Unary(pipeline_, forwarder_.get(), context, RpcMethod::kOpenPeakWatermark,
                Admission::kMessage, request, response,
                &Pipeline::OpenPeakWatermark);
 }
@@ -272,7 +283,7 @@ grpc::ServerUnaryReactor* AccountingService::OpenPeakWatermark(
 grpc::ServerUnaryReactor* AccountingService::ResetPeakWatermark(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
-  return Unary(pipeline_, context, RpcMethod::kResetPeakWatermark,
+  return Unary(pipeline_, forwarder_.get(), context, RpcMethod::kResetPeakWatermark,
                Admission::kMessage, request, response,
                &Pipeline::ResetPeakWatermark);
 }
@@ -280,7 +291,7 @@ grpc::ServerUnaryReactor* AccountingService::ResetPeakWatermark(
 grpc::ServerUnaryReactor* AccountingService::ReadPeakWatermark(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
-  return Unary(pipeline_, context, RpcMethod::kReadPeakWatermark,
+  return Unary(pipeline_, forwarder_.get(), context, RpcMethod::kReadPeakWatermark,
                Admission::kMessage, request, response,
                &Pipeline::ReadPeakWatermark);
 }
@@ -288,7 +299,7 @@ grpc::ServerUnaryReactor* AccountingService::ReadPeakWatermark(
 grpc::ServerUnaryReactor* AccountingService::ClosePeakWatermark(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
-  return Unary(pipeline_, context, RpcMethod::kClosePeakWatermark,
+  return Unary(pipeline_, forwarder_.get(), context, RpcMethod::kClosePeakWatermark,
                Admission::kMessage, request, response,
                &Pipeline::ClosePeakWatermark);
 }

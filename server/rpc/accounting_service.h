@@ -27,6 +27,7 @@
 #include "server/metrics/rpc_metrics.h"
 #include "server/pipeline/pipeline.h"
 #include "server/rpc/charge_stream.h"
+#include "server/rpc/forwarder.h"
 #include "server/rpc/session_stream.h"
 #include "server/rpc/unary.h"
 
@@ -45,7 +46,8 @@ struct AccountingServiceOptions : PipelineOptions {
 // Every method of cgacct.v1.Accounting as raw bytes: on the callback API,
 // but SessionStream on the async API (WithRawMethod_), served by
 // SessionStreams.
-using RawAccountingService = v1::Accounting::WithRawCallbackMethod_OpenPeakWatermark<
+using RawAccountingService = v1::Accounting::WithRawCallbackMethod_GetClusterMap<
+    v1::Accounting::WithRawCallbackMethod_OpenPeakWatermark<
     v1::Accounting::WithRawCallbackMethod_ResetPeakWatermark<
     v1::Accounting::WithRawCallbackMethod_ReadPeakWatermark<
     v1::Accounting::WithRawCallbackMethod_ClosePeakWatermark<
@@ -68,7 +70,7 @@ using RawAccountingService = v1::Accounting::WithRawCallbackMethod_OpenPeakWater
                                                                 v1::Accounting::WithRawCallbackMethod_WatchEvents<
                                                                     v1::Accounting::WithRawCallbackMethod_GetEngineInfo<
                                                                         v1::Accounting::
-                                                                            Service>>>>>>>>>>>>>>>>>>>>;
+                                                                            Service>>>>>>>>>>>>>>>>>>>>>;
 
 class AccountingService final : public RawAccountingService {
  public:
@@ -86,6 +88,13 @@ class AccountingService final : public RawAccountingService {
   void RegisterOn(grpc::ServerBuilder& builder);
   void StartSessionStreams() { session_streams_.Start(); }
   void StopSessionStreams() { session_streams_.Stop(); }
+
+  // Cluster mode: unary calls for shards other nodes own are forwarded to
+  // their owner (server/rpc/forwarder.h). Once, before serving.
+  void EnableForwarding() {
+    forwarder_ = std::make_unique<Forwarder>(pipeline_.authenticates());
+  }
+  const Forwarder* forwarder() const { return forwarder_.get(); }
 
   // The state store's groups and windows back (Pipeline::Restore()): once,
   // before serving.
@@ -139,6 +148,9 @@ class AccountingService final : public RawAccountingService {
   grpc::ServerUnaryReactor* GetEngineInfo(grpc::CallbackServerContext* context,
                                           const grpc::ByteBuffer* request,
                                           grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* GetClusterMap(grpc::CallbackServerContext* context,
+                                          const grpc::ByteBuffer* request,
+                                          grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* OpenSession(grpc::CallbackServerContext* context,
                                         const grpc::ByteBuffer* request,
                                         grpc::ByteBuffer* response) override;
@@ -170,6 +182,9 @@ class AccountingService final : public RawAccountingService {
                   typename UnaryCall<Request, Response, Run>::Body body);
 
   Pipeline pipeline_;
+  // Cluster mode's one hop (EnableForwarding()); null otherwise. Set once,
+  // before serving.
+  std::unique_ptr<Forwarder> forwarder_;
   EventsHub* const events_hub_;  // may be null
   ChargeStreams charge_streams_;
   // Declared last: stopped first (its calls refer to the pipeline).

@@ -3,6 +3,7 @@
 #include <optional>
 #include <string>
 
+#include "server/cluster/routing.h"
 #include "server/pipeline/call_limiter.h"
 
 namespace cgacct {
@@ -52,6 +53,9 @@ grpc::Status AnswerStatus(grpc::ServerContextBase* context,
   if (status.ok()) return grpc::Status::OK;
   if (const std::optional<ShedReason> shed = ShedReasonOf(status))
     context->AddTrailingMetadata(kShedMetadataKey, ShedReasonName(*shed));
+  // Cluster mode: the shard's owner, for the client to follow.
+  if (const std::optional<std::string> owner = OwnerAddressOf(status))
+    context->AddTrailingMetadata("cgacct-owner", *owner);
   return ToGrpcStatus(status);
 }
 

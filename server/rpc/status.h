@@ -24,7 +24,9 @@ grpc::StatusCode ToGrpcStatusCode(const absl::Status& status);
 
 // ToGrpcStatus(status) for the call of `context`, which it may mark: a shed
 // status (ShedReasonOf(), server/pipeline/call_limiter.h) adds the
-// `cgacct-shed: <reason>` trailing metadata. Call before the call's Finish.
+// `cgacct-shed: <reason>` trailing metadata; a routing refusal
+// (server/cluster/routing.h) adds `cgacct-owner: <HOST:PORT>`. Call before
+// the call's Finish.
 grpc::Status AnswerStatus(grpc::ServerContextBase* context,
                           const absl::Status& status);
 

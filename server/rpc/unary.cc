@@ -15,4 +15,29 @@ grpc::ServerUnaryReactor* FinishUnary(Pipeline& pipeline,
   return reactor;
 }
 
+grpc::ServerUnaryReactor* MaybeForward(
+    Forwarder* forwarder, Pipeline& pipeline,
+    grpc::CallbackServerContext* context, CallContext& call,
+    const absl::Status& status, const google::protobuf::Message& request,
+    grpc::ByteBuffer* response_bytes, grpc::ServerUnaryReactor* reactor) {
+  if (forwarder == nullptr) return nullptr;
+  std::optional<std::string> owner = forwarder->Target(status, *context);
+  if (!owner.has_value()) return nullptr;
+  if (reactor == nullptr) reactor = context->DefaultReactor();
+  // The call's context moves into the completion: ended there, once.
+  auto ended = std::make_shared<CallContext>(std::move(call));
+  forwarder->Forward(
+      *owner, ended->method, *context, request,
+      [&pipeline, reactor, response_bytes, ended](const grpc::Status& answer,
+                                                  grpc::ByteBuffer bytes) {
+        pipeline.EndCall(*ended,
+                         absl::Status(static_cast<absl::StatusCode>(
+                                          answer.error_code()),
+                                      answer.error_message()));
+        if (answer.ok()) *response_bytes = std::move(bytes);
+        reactor->Finish(answer);
+      });
+  return reactor;
+}
+
 }  // namespace cgacct::rpc_internal

@@ -57,6 +57,7 @@
 #include "server/pipeline/pipeline.h"
 #include "server/rpc/codec.h"
 #include "server/rpc/peer.h"
+#include "server/rpc/forwarder.h"
 #include "server/rpc/status.h"
 
 namespace cgacct {
@@ -69,6 +70,18 @@ namespace rpc_internal {
 grpc::ServerUnaryReactor* FinishUnary(
     Pipeline& pipeline, grpc::CallbackServerContext* context, CallContext& call,
     const absl::Status& status, grpc::ServerUnaryReactor* reactor = nullptr);
+
+// Cluster mode: when `forwarder` says `status` (a routing refusal) goes to
+// the shard's owner, sends `request` there and finishes the call with the
+// owner's answer (its response into *response_bytes) on `reactor` (null:
+// the context's DefaultReactor()); returns the reactor. Null when the call
+// is answered here.
+grpc::ServerUnaryReactor* MaybeForward(
+    Forwarder* forwarder, Pipeline& pipeline,
+    grpc::CallbackServerContext* context, CallContext& call,
+    const absl::Status& status, const google::protobuf::Message& request,
+    grpc::ByteBuffer* response_bytes,
+    grpc::ServerUnaryReactor* reactor = nullptr);
 
 // The stages before the body: admission, authentication, decoding.
 template <typename Request>
@@ -89,7 +102,8 @@ absl::Status Prologue(Pipeline& pipeline, CallContext& call,
 // A unary call whose body is `(pipeline.*body)(call, request, response)`.
 template <typename Request, typename Response>
 grpc::ServerUnaryReactor* Unary(
-    Pipeline& pipeline, grpc::CallbackServerContext* context, RpcMethod method,
+    Pipeline& pipeline, Forwarder* forwarder,
+    grpc::CallbackServerContext* context, RpcMethod method,
     Admission admission, const grpc::ByteBuffer* request_bytes,
     grpc::ByteBuffer* response_bytes,
     absl::Status (Pipeline::*body)(CallContext&, const Request&, Response*)) {
@@ -102,6 +116,12 @@ grpc::ServerUnaryReactor* Unary(
     status = (pipeline.*body)(call, request, &response);
     if (status.ok()) status = SerializeResponse(response, response_bytes);
   }
+  if (!status.ok()) {
+    if (grpc::ServerUnaryReactor* forwarded = rpc_internal::MaybeForward(
+            forwarder, pipeline, context, call, status, request,
+            response_bytes))
+      return forwarded;
+  }
   return rpc_internal::FinishUnary(pipeline, context, call, status);
 }
 
@@ -109,7 +129,8 @@ grpc::ServerUnaryReactor* Unary(
 // may be deferred (see the file comment); `Run` carries its state.
 template <typename Request, typename Response, typename Run>
 grpc::ServerUnaryReactor* DeferrableUnary(
-    Pipeline& pipeline, grpc::CallbackServerContext* context, RpcMethod method,
+    Pipeline& pipeline, Forwarder* forwarder,
+    grpc::CallbackServerContext* context, RpcMethod method,
     const grpc::ByteBuffer* request_bytes, grpc::ByteBuffer* response_bytes,
     absl::Status (Pipeline::*body)(CallContext&, const Request&, Response*,
                                    Run*)) {
@@ -139,6 +160,12 @@ grpc::ServerUnaryReactor* DeferrableUnary(
     return reactor;
   }
   if (status.ok()) status = SerializeResponse(response, response_bytes);
+  if (!status.ok()) {
+    if (grpc::ServerUnaryReactor* forwarded = rpc_internal::MaybeForward(
+            forwarder, pipeline, context, call, status, request,
+            response_bytes))
+      return forwarded;
+  }
   return rpc_internal::FinishUnary(pipeline, context, call, status);
 }
 
@@ -230,9 +257,12 @@ class UnaryCall final
                                 Response*, Run*);
   static constexpr bool kDeferrable = !std::is_same_v<Run, NoRun>;
 
-  UnaryCall(Pipeline& pipeline, grpc::CallbackServerContext* context,
-            RpcMethod method, Admission admission, Body body)
+  UnaryCall(Pipeline& pipeline, Forwarder* forwarder,
+            grpc::CallbackServerContext* context, RpcMethod method,
+            Admission admission, Body body)
       : pipeline_(pipeline),
+        forwarder_(forwarder),
+        method_(method),
         context_(context),
         body_(body),
         call_(BeginCall(pipeline, method, *context)) {
@@ -325,6 +355,31 @@ class UnaryCall final
   // given back), converts it once and finishes: with the response when OK.
   void Answer(absl::Status status) {
     if (status.ok()) status = SerializeResponse(response_, &response_bytes_);
+    if (!status.ok() && forwarder_ != nullptr) {
+      if (std::optional<std::string> owner =
+              forwarder_->Target(status, *context_)) {
+        // The owner's answer is the caller's (its slot held until then).
+        forwarder_->Forward(
+            *owner, method_, *context_, request_,
+            [this](const grpc::Status& answer, grpc::ByteBuffer bytes) {
+              pipeline_.EndCall(call_, absl::Status(static_cast<absl::StatusCode>(
+                                                        answer.error_code()),
+                                                    answer.error_message()));
+              if (hold_slot_) {
+                hold_slot_ = false;
+                read_.End(pipeline_.limiter());
+              }
+              if (answer.ok()) {
+                response_bytes_ = std::move(bytes);
+                StartWriteAndFinish(&response_bytes_, grpc::WriteOptions(),
+                                    answer);
+              } else {
+                Finish(answer);
+              }
+            });
+        return;
+      }
+    }
     const grpc::Status answer = AnswerStatus(context_, status);
     pipeline_.EndCall(call_, status);
     if (hold_slot_) {
@@ -339,6 +394,8 @@ class UnaryCall final
   }
 
   Pipeline& pipeline_;
+  Forwarder* const forwarder_;  // null: single-node mode
+  const RpcMethod method_;
   grpc::CallbackServerContext* const context_;
   const Body body_;
   CallContext call_;

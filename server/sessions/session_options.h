@@ -88,6 +88,9 @@ struct SessionStats {
   uint64_t returned_pages_expire = 0;  // uncharged by expiries
   uint64_t oom_killed = 0;  // ended by memory.oom.group kills
   uint64_t returned_pages_oom_kill = 0;  // uncharged by those
+  // Cluster mode: ended because their shard moved (EndSessionsHolding()).
+  uint64_t shard_moved = 0;
+  uint64_t returned_pages_shard_moved = 0;  // uncharged by those
   uint64_t oom_group_kills = 0;  // group kills handled (OnOomGroupKill)
   uint64_t peak_watermarks = 0;  // open now (a gauge)
   uint64_t drains = 0;                 // charges that asked sessions

@@ -336,6 +336,13 @@ absl::Status SessionRegistry::EndStatus(const Session& s, EndReason reason) {
                        s.ttl_ms, " ms; its pages were uncharged"));
     case EndReason::kOomKill:
       break;
+    case EndReason::kShardMoved:
+      return absl::NotFoundError(absl::StrCat(
+          "session_id ", QuoteId(s.id),
+          " ended: it held pages in a shard this node no longer owns "
+          "(cluster mode: the shard moved, or this node lost its etcd lease); "
+          "its pages were uncharged here: open a session at the shard's owner "
+          "(GetClusterMap) and charge them again"));
   }
   // "session_id ..." NOT_FOUND, as an expiry: the session is gone (the
   // client library opens a new one and rebuilds its books).
@@ -403,6 +410,10 @@ uint64_t SessionRegistry::Finish(std::shared_ptr<Session> session,
       ++stats_.oom_killed;
       stats_.returned_pages_oom_kill += returned;
       break;
+    case EndReason::kShardMoved:
+      ++stats_.shard_moved;
+      stats_.returned_pages_shard_moved += returned;
+      break;
   }
   return returned;
 }
@@ -429,6 +440,31 @@ size_t SessionRegistry::ReapExpired() {
   for (std::shared_ptr<Session>& s : expired)
     Finish(std::move(s), EndReason::kExpire);
   return expired.size();
+}
+
+size_t SessionRegistry::EndSessionsHolding(
+    const std::vector<std::string>& roots) {
+  std::vector<std::shared_ptr<Session>> ended;
+  {
+    absl::MutexLock l(&mu_);
+    if (shut_down_) return 0;
+    for (auto& [id, s] : sessions_) {
+      if (s->closing) continue;
+      bool holds = false;
+      for (const auto& [key, holding] : s->holdings) {
+        for (const std::string& root : roots)
+          holds |= holding.nr_pages > 0 && PathAtOrBelow(holding.path, root);
+        if (holds) break;
+      }
+      if (holds) {
+        s->closing = true;
+        ended.push_back(s);
+      }
+    }
+  }
+  for (std::shared_ptr<Session>& s : ended)
+    Finish(std::move(s), EndReason::kShardMoved);
+  return ended.size();
 }
 
 void SessionRegistry::ReaperLoop() {

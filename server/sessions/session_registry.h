@@ -183,6 +183,15 @@ class SessionRegistry final : public RemoteStockDrainer {
   void OnGroupDeleted(uint64_t group_id, absl::string_view path)
       ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Cluster mode: this node may no longer admit for the subtrees at
+  // `roots` (their shard moved, or the node is fenced). Every session
+  // holding pages at or below one of them ends (its stream NOT_FOUND, as an
+  // expiry, naming the shard: the client libraries open a new session and
+  // re-charge at the new owner) and its holdings are uncharged here.
+  // Returns the sessions ended.
+  size_t EndSessionsHolding(const std::vector<std::string>& roots)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
   // Stops the reaper and ends every attached stream UNAVAILABLE; new
   // Open/Attach answer UNAVAILABLE. Sessions are not returned (the server
   // is going away; usage is not persisted). Idempotent.
@@ -278,7 +287,7 @@ class SessionRegistry final : public RemoteStockDrainer {
   struct Drain;
   struct DrainCooldown;
   struct Watermark;
-  enum class EndReason { kClose, kExpire, kOomKill };
+  enum class EndReason { kClose, kExpire, kOomKill, kShardMoved };
 
   // Finds `session_id` of `identity`, not closing. NOT_FOUND otherwise.
   absl::StatusOr<std::shared_ptr<Session>> FindLocked(

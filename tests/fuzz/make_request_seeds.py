@@ -14,7 +14,7 @@ METHODS = ["CreateGroup", "DeleteGroup", "ListGroups", "SetLimits", "Charge",
            "Uncharge", "ChargeBatch", "ChargeStream", "GetStats", "Reclaim",
            "WatchEvents", "GetEngineInfo", "OpenSession", "CloseSession",
            "GetSession", "OpenPeakWatermark", "ResetPeakWatermark",
-           "ReadPeakWatermark", "ClosePeakWatermark"]
+           "ReadPeakWatermark", "ClosePeakWatermark", "GetClusterMap"]
 ANON, FILE = 1, 2
 PAGE = 4096
 
@@ -117,6 +117,7 @@ SEEDS = {
     "reclaim-anon": call("Reclaim", f_bytes(1, "/a") + f_varint(2, 1 << 40)),
     "watch": call("WatchEvents", f_bytes(1, "/a")),
     "info": call("GetEngineInfo", b""),
+    "cluster-map": call("GetClusterMap", b""),
     "session-open": call("OpenSession", f_varint(1, 200) + f_bytes(2, "fuzz:1")),
     "session-open-bad-ttl": call("OpenSession", f_varint(1, 1)),
     "session-close": call("CloseSession", f_bytes(1, "0" * 32)),

@@ -151,6 +151,9 @@ const std::vector<Method>& Methods() {
        {S::INVALID_ARGUMENT, S::NOT_FOUND}},
       {"ClosePeakWatermark", Kind::kUnary, Parse<v1::PeakWatermarkRequest>,
        {S::INVALID_ARGUMENT, S::NOT_FOUND}},
+      // §4.18: a single-node server answers cluster_mode false.
+      {"GetClusterMap", Kind::kUnary, Parse<v1::GetClusterMapRequest>,
+       {S::OK}},
   };
   return *methods;
 }

@@ -1,6 +1,7 @@
 // The rooms' collectables (server/metrics/prometheus/room_collectors.h).
 #include "server/metrics/prometheus/room_collectors.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "server/metrics/prometheus/families.h"
@@ -142,7 +143,13 @@ class SessionMetrics final : public prometheus::Collectable {
          counter(static_cast<double>(s.returned_pages_expire),
                  {{"reason", "expire"}}),
          counter(static_cast<double>(s.returned_pages_oom_kill),
-                 {{"reason", "oom_kill"}})});
+                 {{"reason", "oom_kill"}}),
+         counter(static_cast<double>(s.returned_pages_shard_moved),
+                 {{"reason", "shard_moved"}})});
+    add("cgacct_sessions_shard_moved_total",
+        "Cluster mode: sessions ended because they held pages in a shard "
+        "this node no longer owns (moved, or the node was fenced).",
+        MetricType::Counter, {counter(static_cast<double>(s.shard_moved))});
     add("cgacct_sessions_oom_killed_total",
         "Sessions ended because an OOM killed a group (memory.oom.group) "
         "in which they held pages.",
@@ -225,6 +232,89 @@ class SessionMetrics final : public prometheus::Collectable {
 std::shared_ptr<prometheus::Collectable> MakeSessionMetrics(
     const SessionRegistry& registry) {
   return std::make_shared<SessionMetrics>(registry);
+}
+
+namespace {
+
+class ClusterMetrics final : public prometheus::Collectable {
+ public:
+  ClusterMetrics(const ClusterNode& node,
+                 std::function<uint64_t(RpcMethod)> forwarded)
+      : node_(node), forwarded_(std::move(forwarded)) {}
+
+  std::vector<MetricFamily> Collect() const override {
+    const ClusterCounters c = node_.Counters();
+    const ClusterMapView map = node_.Map();
+    std::vector<MetricFamily> out;
+    auto add = [&](const char* name, const char* help, MetricType type,
+                   std::vector<ClientMetric> metrics) {
+      MetricFamily f = Family(name, help, type);
+      f.metric = std::move(metrics);
+      out.push_back(std::move(f));
+    };
+    auto gauge = [](double v) { return GaugeMetric(v); };
+    auto counter = [](uint64_t v, std::vector<ClientMetric::Label> labels = {}) {
+      return CounterMetric(static_cast<double>(v), std::move(labels));
+    };
+    add("cgacct_cluster_shards_owned",
+        "Shards this node owns and may admit for now.", MetricType::Gauge,
+        {gauge(static_cast<double>(c.shards_owned))});
+    add("cgacct_cluster_has_lease",
+        "1 while this node holds a live etcd lease within its fence, else 0.",
+        MetricType::Gauge, {gauge(map.has_lease ? 1 : 0)});
+    add("cgacct_cluster_fence_remaining_seconds",
+        "Time until this node stops admitting unless etcd renews its lease.",
+        MetricType::Gauge, {gauge(absl::ToDoubleSeconds(map.fence_remaining))});
+    add("cgacct_cluster_watch_lag_revisions",
+        "etcd revisions seen but not yet applied by this node.",
+        MetricType::Gauge,
+        {gauge(static_cast<double>(
+            std::max<int64_t>(0, c.seen_revision - c.applied_revision)))});
+    add("cgacct_cluster_etcd_txns_total",
+        "etcd Txns this node sent (group changes, shard claims), by result.",
+        MetricType::Counter,
+        {counter(c.txns - c.txn_failures, {{"result", "ok"}}),
+         counter(c.txn_failures, {{"result", "unavailable"}})});
+    add("cgacct_cluster_keepalives_total",
+        "etcd lease keepalives of this node, by result.", MetricType::Counter,
+        {counter(c.keepalives, {{"result", "ok"}}),
+         counter(c.keepalive_failures, {{"result", "failed"}})});
+    add("cgacct_cluster_leases_lost_total",
+        "Times etcd said this node's lease had expired.", MetricType::Counter,
+        {counter(c.leases_lost)});
+    add("cgacct_cluster_shard_changes_total",
+        "Shards this node claimed, gave back (rebalancing, a planned stop) or "
+        "lost (lease lost, fenced, taken).",
+        MetricType::Counter,
+        {counter(c.shards_claimed, {{"change", "claimed"}}),
+         counter(c.shards_given_back, {{"change", "given_back"}}),
+         counter(c.shards_lost, {{"change", "lost"}})});
+    add("cgacct_cluster_resyncs_total",
+        "Full re-reads of the tree after etcd compacted past this node.",
+        MetricType::Counter, {counter(c.resyncs)});
+    std::vector<ClientMetric> forwards;
+    for (int m = 0; m < kNrRpcMethods; ++m) {
+      const uint64_t n = forwarded_ ? forwarded_(static_cast<RpcMethod>(m)) : 0;
+      if (n == 0) continue;
+      forwards.push_back(counter(
+          n, {{"method", RpcMethodName(static_cast<RpcMethod>(m))}}));
+    }
+    add("cgacct_cluster_forwards_total",
+        "Unary calls this node forwarded to their shard's owner, by method.",
+        MetricType::Counter, std::move(forwards));
+    return out;
+  }
+
+ private:
+  const ClusterNode& node_;
+  const std::function<uint64_t(RpcMethod)> forwarded_;
+};
+
+}  // namespace
+
+std::shared_ptr<prometheus::Collectable> MakeClusterMetrics(
+    const ClusterNode& node, std::function<uint64_t(RpcMethod)> forwarded) {
+  return std::make_shared<ClusterMetrics>(node, std::move(forwarded));
 }
 
 std::shared_ptr<prometheus::Collectable> MakeAuthMetrics(

@@ -7,12 +7,15 @@
 #ifndef CGACCT_SERVER_METRICS_PROMETHEUS_ROOM_COLLECTORS_H_
 #define CGACCT_SERVER_METRICS_PROMETHEUS_ROOM_COLLECTORS_H_
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
 #include "prometheus/collectable.h"
 #include "prometheus/metric_family.h"
 #include "server/auth/authorizer.h"
+#include "server/cluster/cluster_node.h"
 #include "server/metrics/grpc_server_metrics.h"
 #include "server/metrics/rpc_metrics.h"
 #include "server/sessions/session_registry.h"
@@ -47,6 +50,17 @@ std::shared_ptr<prometheus::Collectable> MakeAuthMetrics(
 // cgacct_session_drain_returned_pages_total.
 std::shared_ptr<prometheus::Collectable> MakeSessionMetrics(
     const SessionRegistry& registry);
+
+// Cluster mode (docs/DESIGN.md §4.18): cgacct_cluster_shards_owned,
+// cgacct_cluster_has_lease, cgacct_cluster_fence_remaining_seconds,
+// cgacct_cluster_watch_lag_revisions, cgacct_cluster_etcd_txns_total
+// {result}, cgacct_cluster_keepalives_total{result},
+// cgacct_cluster_leases_lost_total, cgacct_cluster_shard_changes_total
+// {change="claimed|given_back|lost"}, cgacct_cluster_resyncs_total and
+// cgacct_cluster_forwards_total{method} (`forwarded`: the rpc room's count
+// of calls forwarded to their shard's owner, by method).
+std::shared_ptr<prometheus::Collectable> MakeClusterMetrics(
+    const ClusterNode& node, std::function<uint64_t(RpcMethod)> forwarded);
 
 }  // namespace cgacct
 

@@ -1,0 +1,35 @@
+// The routing stage of the pipeline in cluster mode (docs/DESIGN.md §2.4
+// step 6b, §4.18): whether this node may do a path's engine work, and the
+// refusal that tells the caller where to go.
+//
+// Thread safety: thread-safe (pure functions over ClusterNode::Route()).
+#ifndef CGACCT_SERVER_CLUSTER_ROUTING_H_
+#define CGACCT_SERVER_CLUSTER_ROUTING_H_
+
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "server/cluster/cluster_node.h"
+
+namespace cgacct {
+
+// OK when `cluster` is null (single-node mode), when this node owns the
+// shard of `path` within its fence, or when `path` is above the shard
+// depth. Otherwise:
+//   FAILED_PRECONDITION  another node owns the shard: the message names it
+//                        (node, address, epoch) and the status carries the
+//                        owner's address (OwnerAddressOf(); the rpc room
+//                        sends it as the `cgacct-owner` trailer);
+//   UNAVAILABLE          nobody owns it now (a failover, or this node lost
+//                        its etcd lease): retry within the lease TTL.
+// Nothing was applied in either case.
+absl::Status RouteStatus(const ClusterNode* cluster, absl::string_view path);
+
+// The owner's address a RouteStatus() refusal carries.
+std::optional<std::string> OwnerAddressOf(const absl::Status& status);
+
+}  // namespace cgacct
+
+#endif  // CGACCT_SERVER_CLUSTER_ROUTING_H_

@@ -1,0 +1,458 @@
+#!/usr/bin/python3
+"""Cluster mode against the real parts: a 3-member etcd (Debian's etcd-server)
+and 3 cgacctd nodes on loopback (docs/DESIGN.md §4.18).
+
+  cluster_test.py CGACCTD STUBS_DIR [--skip REASON]
+
+Each test starts its own etcd members (free ports, temporary data
+directories, --heartbeat-interval=200 --election-timeout=2000) and nodes,
+and stops them after. The figures (failover times) are printed.
+"""
+import base64
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+CGACCTD = sys.argv[1]
+sys.path.insert(0, sys.argv[2])
+if len(sys.argv) > 4 and sys.argv[3] == "--skip":
+    print("skipped: %s" % sys.argv[4])
+    sys.exit(77)  # ctest's skip
+del sys.argv[1:]
+
+import grpc  # noqa: E402
+
+from cgacct.v1 import accounting_pb2 as pb  # noqa: E402
+from cgacct.v1 import accounting_pb2_grpc as pb_grpc  # noqa: E402
+
+ETCD = shutil.which("etcd") or "/usr/bin/etcd"
+TTL_S = 3
+FORWARDED = (("cgacct-forwarded", "1"),)
+
+
+def free_ports(n):
+    socks, ports = [], []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+        ports.append(s.getsockname()[1])
+    for s in socks:
+        s.close()
+    return ports
+
+
+def text(value):
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def wait_for(predicate, timeout, interval=0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    return predicate()
+
+
+class Etcd:
+    """Three members on loopback."""
+
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="cgacct-etcd-")
+        ports = free_ports(6)
+        self.client = ["127.0.0.1:%d" % p for p in ports[:3]]
+        peer = ["127.0.0.1:%d" % p for p in ports[3:]]
+        cluster = ",".join("e%d=http://%s" % (i, peer[i]) for i in range(3))
+        self.procs = []
+        self.args = []
+        for i in range(3):
+            args = [ETCD, "--name", "e%d" % i,
+                    "--data-dir", os.path.join(self.dir, "e%d" % i),
+                    "--listen-client-urls", "http://" + self.client[i],
+                    "--advertise-client-urls", "http://" + self.client[i],
+                    "--listen-peer-urls", "http://" + peer[i],
+                    "--initial-advertise-peer-urls", "http://" + peer[i],
+                    "--initial-cluster", cluster,
+                    "--initial-cluster-state", "new",
+                    "--initial-cluster-token", os.path.basename(self.dir),
+                    "--heartbeat-interval=200", "--election-timeout=2000"]
+            self.args.append(args)
+            self.procs.append(self.start_member(i))
+
+    def start_member(self, i):
+        with open(os.path.join(self.dir, "e%d.log" % i), "a") as log:
+            return subprocess.Popen(self.args[i], stdout=log, stderr=log)
+
+    def endpoints(self):
+        return ",".join(self.client)
+
+    def stop_member(self, i):
+        self.procs[i].send_signal(signal.SIGSTOP)
+
+    def resume_member(self, i):
+        self.procs[i].send_signal(signal.SIGCONT)
+
+    def close(self):
+        for p in self.procs:
+            p.send_signal(signal.SIGCONT)
+            p.kill()
+            p.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class Node:
+    def __init__(self, etcd, prefix, port, extra=()):
+        self.address = "127.0.0.1:%d" % port
+        self.proc = subprocess.Popen(
+            [CGACCTD, "--listen=" + self.address, "--metrics_listen=", "--cpus=2",
+             "--etcd_endpoints=" + etcd.endpoints(), "--etcd_prefix=" + prefix,
+             "--cluster_lease_ttl=%ds" % TTL_S] + list(extra),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        if "listening on" not in line:
+            self.proc.kill()
+            raise RuntimeError("node did not start: %r %s" %
+                               (line, self.proc.stderr.read()))
+        self.start_line = line
+        self.channel = grpc.insecure_channel(self.address)
+        self.stub = pb_grpc.AccountingStub(self.channel)
+
+    def close(self):
+        self.channel.close()
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.kill()
+        self.proc.wait()
+
+
+class ClusterTest(unittest.TestCase):
+    prefix_count = 0
+
+    def setUp(self):
+        self.etcd = Etcd()
+        ClusterTest.prefix_count += 1
+        self.prefix = "/t%d" % ClusterTest.prefix_count
+        self.nodes = []
+
+    def tearDown(self):
+        for n in self.nodes:
+            n.close()
+        self.etcd.close()
+
+    def start_nodes(self, count=3, extra=()):
+        ports = free_ports(count)
+        for p in ports:
+            self.nodes.append(Node(self.etcd, self.prefix, p, extra))
+        return self.nodes
+
+    def create(self, node, path, max_bytes=None):
+        limits = pb.Limits()
+        if max_bytes is not None:
+            limits.max_bytes = max_bytes
+        return node.stub.CreateGroup(pb.CreateGroupRequest(path=path.encode(), limits=limits),
+                                     timeout=10)
+
+    def owners(self, node):
+        m = node.stub.GetClusterMap(pb.GetClusterMapRequest(), timeout=5)
+        return {text(s.shard_root): s.owner_address for s in m.shards}
+
+    def balanced(self, shards):
+        """Every shard owned, as every node sees it, about 1/N each."""
+        maps = [self.owners(n) for n in self.nodes]
+        if any(len([r for r in m if m[r]]) != len(shards) for m in maps):
+            return None
+        if any(m != maps[0] for m in maps):
+            return None
+        counts = {}
+        for owner in maps[0].values():
+            counts[owner] = counts.get(owner, 0) + 1
+        per = len(shards) // len(self.nodes)
+        if len(counts) != len(self.nodes) or min(counts.values()) < per:
+            return None
+        return maps[0]
+
+    def current_bytes(self, node, path, forwarded_ok=True):
+        md = () if forwarded_ok else FORWARDED
+        return node.stub.GetStats(pb.GetStatsRequest(path=path.encode()), timeout=5,
+                                  metadata=md).memory_current_bytes
+
+    def node_at(self, address):
+        return next(n for n in self.nodes if n.address == address)
+
+    # --- tests ---
+
+    def test_tree_is_etcds_and_every_node_applies_it(self):
+        a, b, c = self.start_nodes()
+        self.create(a, "/x", max_bytes=1 << 20)
+        self.create(b, "/x/y")
+        for n in (a, b, c):
+            paths = n.stub.ListGroups(pb.ListGroupsRequest(path=b"/", recursive=True),
+                                      timeout=5).paths
+            self.assertEqual([text(p) for p in paths], ["/x", "/x/y"])
+        with self.assertRaises(grpc.RpcError) as e:
+            self.create(c, "/x")
+        self.assertEqual(e.exception.code(), grpc.StatusCode.ALREADY_EXISTS)
+        with self.assertRaises(grpc.RpcError) as e:
+            self.create(c, "/nope/z")
+        self.assertEqual(e.exception.code(), grpc.StatusCode.NOT_FOUND)
+        self.assertIn('parent "/nope"', e.exception.details())
+        with self.assertRaises(grpc.RpcError) as e:
+            a.stub.DeleteGroup(pb.DeleteGroupRequest(path=b"/x"), timeout=5)
+        self.assertEqual(e.exception.code(), grpc.StatusCode.FAILED_PRECONDITION)
+        # A limit set at one node is the one every node holds.
+        limits = pb.Limits(max_bytes=3 << 20)
+        c.stub.SetLimits(pb.SetLimitsRequest(path=b"/x", limits=limits), timeout=5)
+        # (GetStats answers from the owner's engine, which applies the
+        # change from its watch: milliseconds behind at most.)
+        for n in (a, b, c):
+            self.assertTrue(wait_for(
+                lambda: n.stub.GetStats(pb.GetStatsRequest(path=b"/x"), timeout=5)
+                .limits.max_bytes == 3 << 20, 5))
+        b.stub.DeleteGroup(pb.DeleteGroupRequest(path=b"/x/y"), timeout=5)
+        a.stub.DeleteGroup(pb.DeleteGroupRequest(path=b"/x"), timeout=5)
+        for n in (a, b, c):
+            self.assertEqual(
+                list(n.stub.ListGroups(pb.ListGroupsRequest(path=b"/"),
+                                       timeout=5).paths), [])
+
+    def test_shards_spread_and_any_node_answers(self):
+        self.start_nodes()
+        shards = ["/s%d" % i for i in range(6)]
+        for s in shards:
+            self.create(self.nodes[0], s, max_bytes=100 * 4096)
+        owners = wait_for(lambda: self.balanced(shards), 10)
+        self.assertTrue(owners, "shards not spread: %s" %
+                        [self.owners(n) for n in self.nodes])
+        # Any node answers a charge (forwarded, one hop) and the pages are
+        # the owner's.
+        for s in shards:
+            for n in self.nodes:
+                r = n.stub.Charge(pb.ChargeRequest(path=s.encode(), nr_pages=1,
+                                                   kind=pb.PAGE_KIND_ANON), timeout=5)
+                self.assertEqual(r.nr_pages, 1)
+            owner = self.node_at(owners[s])
+            self.assertGreaterEqual(
+                self.current_bytes(owner, s, forwarded_ok=False), 3 * 4096)
+        # Not forwarded (the metadata a forward carries): the owner's
+        # address in the trailer, nothing applied.
+        s = shards[0]
+        other = next(n for n in self.nodes if n.address != owners[s])
+        with self.assertRaises(grpc.RpcError) as e:
+            other.stub.Charge(pb.ChargeRequest(path=s.encode(), nr_pages=1,
+                                               kind=pb.PAGE_KIND_ANON),
+                              timeout=5, metadata=FORWARDED)
+        self.assertEqual(e.exception.code(), grpc.StatusCode.FAILED_PRECONDITION)
+        trailer = dict(e.exception.trailing_metadata())
+        self.assertEqual(trailer.get("cgacct-owner"), owners[s])
+        # memory.max holds at the owner, through any node.
+        with self.assertRaises(grpc.RpcError) as e:
+            other.stub.Charge(pb.ChargeRequest(path=s.encode(), nr_pages=200,
+                                               kind=pb.PAGE_KIND_ANON), timeout=5)
+        self.assertEqual(e.exception.code(), grpc.StatusCode.RESOURCE_EXHAUSTED)
+
+    def owned_by(self, address):
+        return [r for r, o in self.owners(self.nodes[0]).items() if o == address]
+
+    def serves_elsewhere(self, shard, gone):
+        for n in self.nodes:
+            if n is gone or n.proc.poll() is not None:
+                continue
+            try:
+                n.stub.Charge(pb.ChargeRequest(path=shard.encode(), nr_pages=1,
+                                               kind=pb.PAGE_KIND_ANON),
+                              timeout=2, metadata=FORWARDED)
+                return n
+            except grpc.RpcError:
+                pass
+        return None
+
+    def test_kill9_owner_moves_its_shards_within_ttl(self):
+        self.start_nodes()
+        shards = ["/k%d" % i for i in range(6)]
+        for s in shards:
+            self.create(self.nodes[0], s)
+        owners = wait_for(lambda: self.balanced(shards), 10)
+        self.assertTrue(owners)
+        victim = self.nodes[1]
+        lost = [s for s in shards if owners[s] == victim.address]
+        self.assertTrue(lost)
+        victim.proc.kill()
+        t0 = time.monotonic()
+        for s in lost:
+            n = wait_for(lambda: self.serves_elsewhere(s, victim), TTL_S + 8)
+            self.assertIsNotNone(n, "%s not served after kill -9" % s)
+        took = time.monotonic() - t0
+        print("failover after kill -9: %.2f s (TTL %d s)" % (took, TTL_S),
+              file=sys.stderr)
+        self.assertLess(took, TTL_S + 2 + 3)  # slack for 2 loaded cores
+
+    def test_sigterm_gives_shards_back_at_once(self):
+        self.start_nodes()
+        shards = ["/t%d" % i for i in range(6)]
+        for s in shards:
+            self.create(self.nodes[0], s)
+        owners = wait_for(lambda: self.balanced(shards), 10)
+        self.assertTrue(owners)
+        victim = self.nodes[2]
+        moved = [s for s in shards if owners[s] == victim.address]
+        t0 = time.monotonic()
+        victim.proc.terminate()
+        for s in moved:
+            self.assertIsNotNone(wait_for(lambda: self.serves_elsewhere(s, victim),
+                                          TTL_S + 5))
+        took = time.monotonic() - t0
+        print("shards moved after SIGTERM: %.2f s" % took, file=sys.stderr)
+        self.assertLess(took, TTL_S)
+        self.assertEqual(victim.proc.wait(timeout=10), 0)
+
+    def etcd_owner(self, shard):
+        """(owner node, epoch) of `shard` as etcd has it now, or (None, 0)."""
+        out = subprocess.run(
+            ["etcdctl", "--endpoints=" + self.etcd.endpoints(), "get",
+             self.prefix + "/o" + shard, "-w", "json"],
+            capture_output=True, text=True, timeout=10,
+            env=dict(os.environ, ETCDCTL_API="3"))
+        kvs = json.loads(out.stdout).get("kvs", [])
+        if not kvs:
+            return None, 0
+        value = base64.b64decode(kvs[0]["value"])
+        # OwnerRecord: field 1 (node) first, length-delimited.
+        assert value[0] == 0x0A
+        return value[2:2 + value[1]].decode(), int(kvs[0]["create_revision"])
+
+    def test_a_paused_owner_admits_nothing_after_its_fence(self):
+        # Two shards on three nodes: each owner has its fair share (one),
+        # so the paused node, once back, wins nothing back by rebalancing:
+        # every charge it is sent must be refused.
+        self.start_nodes()
+        shards = ["/p0", "/p1"]
+        for s in shards:
+            self.create(self.nodes[0], s)
+
+        def spread():
+            m = self.owners(self.nodes[0])
+            return m if all(m.get(s) for s in shards) and \
+                len(set(m.values())) == 2 else None
+        owners = wait_for(spread, 10)
+        self.assertTrue(owners)
+        victim = self.node_at(owners[shards[0]])
+        shard = shards[0]
+        victim.stub.Charge(pb.ChargeRequest(path=shard.encode(), nr_pages=5,
+                                            kind=pb.PAGE_KIND_ANON), timeout=5)
+        victim.proc.send_signal(signal.SIGSTOP)
+        self.assertIsNotNone(wait_for(lambda: self.serves_elsewhere(shard, victim),
+                                      TTL_S + 8))
+        taken = self.etcd_owner(shard)
+        self.assertNotEqual(taken[0], victim.address)
+        victim.proc.send_signal(signal.SIGCONT)
+        # From the first call after it resumes: refused, never applied here
+        # on its old ownership (not forwarded: the metadata says so).
+        admitted = refused = 0
+        t0 = time.monotonic()
+        first = None
+        while time.monotonic() - t0 < 1.5:
+            try:
+                victim.stub.Charge(pb.ChargeRequest(
+                    path=shard.encode(), nr_pages=1, kind=pb.PAGE_KIND_ANON),
+                    timeout=5, metadata=FORWARDED)
+                admitted += 1
+            except grpc.RpcError as err:
+                self.assertIn(err.code(),
+                              (grpc.StatusCode.FAILED_PRECONDITION,
+                               grpc.StatusCode.UNAVAILABLE), err.details())
+                refused += 1
+            if first is None:
+                first = time.monotonic() - t0
+        print("after SIGCONT: %d refused, %d admitted (first answer after "
+              "%.3f s)" % (refused, admitted, first), file=sys.stderr)
+        self.assertEqual(admitted, 0)
+        self.assertGreater(refused, 0)
+        self.assertEqual(self.etcd_owner(shard), taken)
+        # It found out: its engine holds nothing of the shard it lost ("/"
+        # is above the shards: this node's own engine, which owns none).
+        self.assertTrue(wait_for(lambda: self.current_bytes(victim, "/") == 0, 10))
+
+    def test_etcd_quorum_lost_changes_fail_charges_stop_at_the_fence(self):
+        self.start_nodes(count=1)
+        node = self.nodes[0]
+        self.create(node, "/q")
+        self.assertTrue(wait_for(lambda: self.owners(node).get("/q"), 10))
+        node.stub.Charge(pb.ChargeRequest(path=b"/q", nr_pages=1,
+                                          kind=pb.PAGE_KIND_ANON), timeout=5)
+        self.etcd.stop_member(1)
+        self.etcd.stop_member(2)
+        t0 = time.monotonic()
+        with self.assertRaises(grpc.RpcError) as e:
+            self.create(node, "/q2")
+        self.assertEqual(e.exception.code(), grpc.StatusCode.UNAVAILABLE)
+        self.assertIn("etcd", e.exception.details())
+        # Charges go on until the fence (the last keepalive's send + TTL -
+        # margin), then are refused. The member left may be the leader: it
+        # renews leases on its own until it sees it has no quorum (an
+        # election timeout, 2 s here), and etcd extends every lease by that
+        # much at a new leader, so the fence may end up to TTL + 2 s after
+        # the loss and no other node can own the shard before it.
+        last_ok = t0
+        while time.monotonic() - t0 < TTL_S + 3:
+            try:
+                node.stub.Charge(pb.ChargeRequest(path=b"/q", nr_pages=1,
+                                                  kind=pb.PAGE_KIND_ANON),
+                                 timeout=2)
+                last_ok = time.monotonic()
+            except grpc.RpcError as err:
+                self.assertEqual(err.code(), grpc.StatusCode.UNAVAILABLE)
+            time.sleep(0.05)
+        print("charges admitted %.2f s after quorum loss (TTL %d s)" %
+              (last_ok - t0, TTL_S), file=sys.stderr)
+        self.assertLess(last_ok - t0, TTL_S + 2 + 1)
+        with self.assertRaises(grpc.RpcError) as e:
+            node.stub.Charge(pb.ChargeRequest(path=b"/q", nr_pages=1,
+                                              kind=pb.PAGE_KIND_ANON), timeout=2)
+        self.assertEqual(e.exception.code(), grpc.StatusCode.UNAVAILABLE)
+        self.etcd.resume_member(1)
+        self.etcd.resume_member(2)
+        # Back: the node takes a lease and the shard again.
+        self.assertTrue(wait_for(lambda: self.serves_elsewhere("/q", None), 20))
+
+
+class FlagsTest(unittest.TestCase):
+    def exits(self, *flags):
+        p = subprocess.run([CGACCTD, "--listen=127.0.0.1:0", "--metrics_listen="]
+                           + list(flags), capture_output=True, text=True, timeout=20)
+        return p.returncode, p.stderr.strip()
+
+    def test_invalid_combinations_exit_2_with_one_line(self):
+        for flags, words in [
+            (["--node_name=n1"], "--etcd_endpoints"),
+            (["--etcd_endpoints=127.0.0.1:1", "--advertise_address=127.0.0.1:5",
+              "--cluster_lease_ttl=2s"], "at least 3s"),
+            (["--etcd_endpoints=127.0.0.1:1", "--advertise_address=127.0.0.1:5",
+              "--cluster_lease_ttl=3500ms"], "whole seconds"),
+            (["--etcd_endpoints=127.0.0.1:1"], "--advertise_address"),
+            (["--etcd_endpoints=nohost", "--advertise_address=127.0.0.1:5"],
+             "HOST:PORT"),
+            (["--etcd_endpoints=127.0.0.1:1", "--advertise_address=127.0.0.1:5",
+              "--state_dir=/tmp/x"], "--state_dir"),
+            (["--etcd_endpoints=127.0.0.1:1", "--advertise_address=127.0.0.1:5",
+              "--shard_depth=0"], "--shard_depth"),
+            (["--etcd_endpoints=127.0.0.1:1", "--advertise_address=127.0.0.1:5",
+              "--etcd_cert_file=/x"], "--etcd_key_file"),
+        ]:
+            code, err = self.exits(*flags)
+            self.assertEqual(code, 2, (flags, err))
+            self.assertEqual(len(err.splitlines()), 1, err)
+            self.assertIn(words, err)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
