@@ -145,7 +145,9 @@ ABSL_FLAG(std::string, metrics_token_file, "",
 ABSL_FLAG(std::string, reflection, "off",
           "gRPC server reflection (v1alpha) on --listen: off (the default), "
           "on, or auto (on unless access control is on); never on "
-          "--health_listen");
+          "--health_listen. Reflection is not access-controlled: with on, "
+          "any client that can connect, unauthenticated ones included, "
+          "reads the service's descriptors");
 ABSL_FLAG(int, metrics_group_depth, -1,
           "export per-group series (memory.current, memory.max, "
           "memory.events) for groups at most this many path segments deep "

@@ -80,23 +80,43 @@ absl::Status SyncDirectory(const std::string& dir) {
 
 absl::StatusOr<StateDirLock> StateDirLock::Acquire(const std::string& dir) {
   const std::string path = absl::StrCat(dir, "/", kFileName);
-  UniqueFd fd(open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
-  if (fd.get() < 0) return ErrnoError("cannot open lock file", path);
-  if (flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
-    if (errno != EWOULDBLOCK) return ErrnoError("cannot lock", path);
-    char holder[256] = {};
-    const ssize_t n = pread(fd.get(), holder, sizeof(holder) - 1, 0);
-    std::string said(holder, n > 0 ? static_cast<size_t>(n) : 0);
-    absl::StripAsciiWhitespace(&said);
+  // The holder, as its lock file says ("PID HOST").
+  auto refused = [&](int fd) {
+    std::string said;
+    if (fd >= 0) {
+      char holder[256] = {};
+      const ssize_t n = pread(fd, holder, sizeof(holder) - 1, 0);
+      said.assign(holder, n > 0 ? static_cast<size_t>(n) : 0);
+      absl::StripAsciiWhitespace(&said);
+    }
     const size_t space = said.find(' ');
     const std::string pid = said.substr(0, space);
     const std::string host =
         space == std::string::npos ? "" : said.substr(space + 1);
     return absl::FailedPreconditionError(absl::StrCat(
         "state directory ", dir, " is in use by another cgacctd (",
-        pid.empty() ? "pid unknown" : absl::StrCat("pid ", pid),
-        host.empty() ? "" : absl::StrCat(" on ", host), ", holding ", path,
+        pid.empty() ? "pid unknown: its " + path + " was removed or emptied"
+                    : absl::StrCat("pid ", pid),
+        host.empty() ? "" : absl::StrCat(" on ", host),
+        pid.empty() ? "" : absl::StrCat(", holding ", path),
         "): stop it first, or give this one another --state_dir"));
+  };
+  // The directory itself is locked: a lock file removed (or replaced) while
+  // a daemon runs would let a second one lock the new file.
+  UniqueFd dir_fd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (dir_fd.get() < 0) return ErrnoError("cannot open state directory", dir);
+  if (flock(dir_fd.get(), LOCK_EX | LOCK_NB) != 0) {
+    if (errno != EWOULDBLOCK) return ErrnoError("cannot lock", dir);
+    UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    return refused(fd.get());
+  }
+  // And the lock file, which names the holder (and is what cgacctd before
+  // the directory lock took).
+  UniqueFd fd(open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  if (fd.get() < 0) return ErrnoError("cannot open lock file", path);
+  if (flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+    if (errno != EWOULDBLOCK) return ErrnoError("cannot lock", path);
+    return refused(fd.get());
   }
   char host[256] = {};
   if (gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
@@ -105,7 +125,7 @@ absl::StatusOr<StateDirLock> StateDirLock::Acquire(const std::string& dir) {
       pwrite(fd.get(), holder.data(), holder.size(), 0) !=
           static_cast<ssize_t>(holder.size()))
     return ErrnoError("cannot write lock file", path);
-  return StateDirLock(std::move(fd));
+  return StateDirLock(std::move(dir_fd), std::move(fd));
 }
 
 absl::StatusOr<AckedChangesFile> AckedChangesFile::Open(

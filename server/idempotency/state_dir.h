@@ -1,9 +1,11 @@
 // The two small files SqliteStateStore keeps beside its database in the
 // state directory (docs/DESIGN.md §4.12):
-//  - StateDirLock, DIR/cgacct.lock: an exclusive flock(2) held while a
-//    store is open, so that a second cgacctd on the same directory is
-//    refused (naming the holder) instead of interleaving its writes; the
-//    kernel releases it when the holder exits, SIGKILL included;
+//  - StateDirLock: exclusive flock(2)s of DIR itself and of DIR/cgacct.lock
+//    (which names the holder) held while a store is open, so that a second
+//    cgacctd on the same directory is refused (naming the holder) instead
+//    of interleaving its writes, even when the lock file was removed
+//    meanwhile; the kernel releases them when the holder exits, SIGKILL
+//    included;
 //  - AckedChangesFile, DIR/cgacct.acked: how many group changes the store
 //    has acknowledged, written after each one commits. The database records
 //    the same count in the change's own transaction, so a database that
@@ -63,8 +65,10 @@ class StateDirLock {
   StateDirLock& operator=(StateDirLock&&) = default;
 
  private:
-  explicit StateDirLock(UniqueFd fd) : fd_(std::move(fd)) {}
-  UniqueFd fd_;  // holds the flock until closed
+  StateDirLock(UniqueFd dir_fd, UniqueFd fd)
+      : dir_fd_(std::move(dir_fd)), fd_(std::move(fd)) {}
+  UniqueFd dir_fd_;  // holds the directory's flock until closed
+  UniqueFd fd_;      // holds the lock file's flock until closed
 };
 
 class AckedChangesFile {

@@ -94,6 +94,12 @@ bool MayHoldLongVarint(absl::string_view b, int* run) {
   return false;
 }
 
+// An enum is an int32 on the wire: a varint the parser keeps only the low 32
+// bits of (not a sign-extended negative int32).
+bool EnumTruncated(uint64_t value) {
+  return value > 0x7fffffffu && value < 0xffffffff80000000u;
+}
+
 // "3 (ttl_ms)", or "3" for a field the type does not know.
 std::string FieldLabel(uint32_t number, const pb::FieldDescriptor* field) {
   return field != nullptr ? absl::StrCat(number, " (", field->name(), ")")
@@ -150,6 +156,14 @@ bool Walk(const pb::Descriptor* type, absl::string_view b, size_t base,
             value > 0xffffffffu) {
           *why = absl::StrCat("field ", text(), " at byte ", at, " is ", value,
                               ", above the uint32 range (at most 4294967295)");
+          return true;
+        }
+        if (field != nullptr &&
+            field->type() == pb::FieldDescriptor::TYPE_ENUM &&
+            EnumTruncated(value)) {
+          *why = absl::StrCat("field ", text(), " at byte ", at, " is ", value,
+                              ", outside an enum's 32-bit range (at most "
+                              "2147483647)");
           return true;
         }
         break;
@@ -223,15 +237,18 @@ bool Walk(const pb::Descriptor* type, absl::string_view b, size_t base,
 }
 
 // What the check of a parsed request needs of its type, by field number:
-// which fields are uint32 and which are messages (with their layout). Built
+// which fields are uint32 or enums and which are messages (with their
+// layout). Built
 // once per type from its descriptor, so the check looks nothing up per
 // field (Descriptor::FindFieldByNumber is a hash lookup).
 struct WireLayout {
-  enum Kind : uint8_t { kOther = 0, kUint32 = 1, kMessage = 2 };
+  enum Kind : uint8_t { kOther = 0, kUint32 = 1, kMessage = 2, kEnum = 3 };
   std::vector<Kind> kind;                // by field number; past it: kOther
   std::vector<const WireLayout*> nested;  // kMessage's layout
-  // Some uint32 field here or in a nested message: else nothing to check
-  // (the hot requests: Charge, Uncharge, ChargeBatch's ops carry none).
+  // Some uint32 or enum field here or in a nested message: else nothing to
+  // check. (Charge, Uncharge and ChargeBatch's ops carry `kind`, an enum:
+  // the check of theirs is the cheap scan for a long varint, which a
+  // well-formed request of theirs has only with a large 64-bit count.)
   bool has_uint32 = true;
 };
 
@@ -270,11 +287,15 @@ class WireLayouts {
     bool has_uint32 = false;
     for (int i = 0; i < type->field_count(); ++i) {
       const pb::FieldDescriptor* f = type->field(i);
-      if (f->type() == pb::FieldDescriptor::TYPE_UINT32) has_uint32 = true;
+      if (f->type() == pb::FieldDescriptor::TYPE_UINT32 ||
+          f->type() == pb::FieldDescriptor::TYPE_ENUM)
+        has_uint32 = true;
       if (f->number() > max_number) continue;
       const size_t n = static_cast<size_t>(f->number());
       if (f->type() == pb::FieldDescriptor::TYPE_UINT32) {
         layout->kind[n] = WireLayout::kUint32;
+      } else if (f->type() == pb::FieldDescriptor::TYPE_ENUM) {
+        layout->kind[n] = WireLayout::kEnum;
       } else if (f->type() == pb::FieldDescriptor::TYPE_MESSAGE) {
         layout->kind[n] = WireLayout::kMessage;
         layout->nested[n] = BuildLocked(f->message_type());
@@ -314,6 +335,7 @@ bool HasUint32Overflow(const WireLayout& layout, absl::string_view b,
         uint64_t value;
         if (!ReadVarint(b, &pos, &value)) return true;
         if (kind == WireLayout::kUint32 && value > 0xffffffffu) return true;
+        if (kind == WireLayout::kEnum && EnumTruncated(value)) return true;
         break;
       }
       case 1:
@@ -367,15 +389,16 @@ absl::Status ParseRequest(const grpc::ByteBuffer& bytes, pb::Message* message) {
     grpc::ProtoBufferReader reader(const_cast<grpc::ByteBuffer*>(&bytes));
     parsed = reader.status().ok() && message->ParseFromZeroCopyStream(&reader);
   }
-  // A type without uint32 fields anywhere (Charge, Uncharge, ChargeBatch
-  // and its ops) has nothing the parser could have truncated: done.
+  // A type without uint32 or enum fields anywhere has nothing the parser
+  // could have truncated: done.
   const WireLayout& layout = *Layouts().Get(message->GetDescriptor());
   if (parsed && !layout.has_uint32) return absl::OkStatus();
   std::vector<grpc::Slice> slices;
   if (!bytes.Dump(&slices).ok()) slices.clear();
   if (parsed) {
-    // Parsed: unless a uint32 field was given more than 32 bits, which the
-    // parser truncated silently (ttl_ms 2^32 + 1000 became 1000).
+    // Parsed: unless a uint32 or enum field was given more than 32 bits,
+    // which the parser truncated silently (ttl_ms 2^32 + 1000 became 1000,
+    // kind 2^32 + 2 became FILE).
     int run = 0;
     bool suspect = false;
     for (const grpc::Slice& slice : slices) {

@@ -144,10 +144,18 @@ class SessionStreamCall final : public SessionStreamSink {
     MaybeReadLocked();  // the attach
   }
 
-  void OnRead(bool ok) {
-    // The read's slot goes to the identity's next waiting read.
+  // The read's slot goes to the identity's next waiting read once this
+  // read's bytes are dropped (parsed, or refused unparsed), not before: the
+  // next read may take a message of up to --max_message_bytes, so giving
+  // the slot up first let one identity hold twice its slots' worth (issue
+  // 22's re-attack at a54c733, row St2: 200 churning SessionStreams
+  // sending 4 MB took cgacctd to 423-499 MB).
+  void EndSlot() {
     pipeline_.limiter().EndRead(call_.identity(),
                                 CallLimiter::ReadPool::kSession);
+  }
+
+  void OnRead(bool ok) {
     bool done;
     {
       absl::MutexLock l(&mu_);
@@ -159,6 +167,8 @@ class SessionStreamCall final : public SessionStreamSink {
       done = finish_done_;
     }
     if (done || !ok) {
+      read_bytes_.Clear();
+      EndSlot();
       {
         absl::MutexLock l(&mu_);
         handling_ = false;
@@ -187,6 +197,7 @@ class SessionStreamCall final : public SessionStreamSink {
                                              : kMaxSessionMessageBytes;
     if (message_bytes > bound) {
       read_bytes_.Clear();
+      EndSlot();
       {
         absl::MutexLock l(&mu_);
         handling_ = false;
@@ -229,6 +240,7 @@ class SessionStreamCall final : public SessionStreamSink {
     // Not kept until the next read: the stream may wait a third of a lease
     // for it.
     read_bytes_.Clear();
+    EndSlot();
     if (!parsed.ok()) {
       EndWith(absl::InvalidArgumentError(
           absl::StrCat("message ", nr_read_, ": ", parsed.message())));

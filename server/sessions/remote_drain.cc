@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "engine/group_path.h"
 #include "server/common/wire.h"
@@ -93,6 +94,7 @@ void SessionRegistry::DrainAnswer(
       if (match != nullptr) {
         Holding& h = *match;
         const uint64_t take = std::min(h.nr_pages, r.nr_pages());
+        NoteHoldingLocked(s, h.path, h.nr_pages, h.nr_pages - take);
         h.nr_pages -= take;
         s.held -= take;
         returned_pages += take;
@@ -149,8 +151,7 @@ std::vector<RemoteStockReturn> SessionRegistry::DrainRemoteStock(
   absl::MutexLock l(&mu_);
   if (shut_down_) return {};
   v1::SessionServerMessage message;
-  for (auto& [id, s] : sessions_) {
-    if (!DrainableLocked(*s, over_path)) continue;
+  for (Session* s : DrainableBelowLocked(over_path)) {
     const bool silent = !AwaitedLocked(*s, over_path);
     if (silent && s->silent_request_out) continue;  // one at a time
     if (drain.id == 0) {
@@ -168,7 +169,7 @@ std::vector<RemoteStockReturn> SessionRegistry::DrainRemoteStock(
       s->silent_request_out = true;
       ++stats_.drain_requests_not_awaited;
     } else {
-      drain.pending.insert(s.get());
+      drain.pending.insert(s);
       drain.awaited_identities.insert(s->identity);
     }
     if (s->asked.size() >= Session::kMaxAskedRequests) {
@@ -271,9 +272,14 @@ bool SessionRegistry::RemoteDrainWouldWait(uint64_t over_id,
   if (shut_down_) return false;
   bool would_wait = OverlapsAwaitedDrainLocked(over_path, /*join=*/false) ||
                     OverlapsUnsettledLocked(over_path);
-  for (auto it = sessions_.begin(); !would_wait && it != sessions_.end(); ++it)
-    would_wait = DrainableLocked(*it->second, over_path) &&
-                 AwaitedLocked(*it->second, over_path);
+  if (!would_wait) {
+    for (Session* s : DrainableBelowLocked(over_path)) {
+      if (AwaitedLocked(*s, over_path)) {
+        would_wait = true;
+        break;
+      }
+    }
+  }
   if (would_wait) ++stats_.drains_deferred;
   return would_wait;
 }
@@ -400,12 +406,45 @@ void SessionRegistry::HearFromLocked(Session& s) {
   s.silent_request_out = false;
 }
 
-bool SessionRegistry::DrainableLocked(const Session& s,
-                                      absl::string_view over_path) const {
-  if (s.stream == nullptr || s.closing) return false;
-  for (const auto& [key, h] : s.holdings)
-    if (h.nr_pages > 0 && PathAtOrBelow(h.path, over_path)) return true;
-  return false;
+void SessionRegistry::NoteHoldingLocked(Session& s, const std::string& path,
+                                        uint64_t before, uint64_t after) {
+  if ((before == 0) == (after == 0)) return;
+  if (after > 0) {
+    if (++s.positive_paths[path] == 1) holders_[path].insert(&s);
+    return;
+  }
+  auto it = s.positive_paths.find(path);
+  if (it == s.positive_paths.end() || --it->second > 0) return;
+  s.positive_paths.erase(it);
+  auto h = holders_.find(path);
+  if (h == holders_.end()) return;
+  h->second.erase(&s);
+  if (h->second.empty()) holders_.erase(h);
+}
+
+std::vector<SessionRegistry::Session*> SessionRegistry::DrainableBelowLocked(
+    absl::string_view over_path) const {
+  absl::flat_hash_set<Session*> seen;
+  std::vector<Session*> out;
+  auto take = [&](const absl::flat_hash_set<Session*>& sessions) {
+    for (Session* s : sessions) {
+      if (s->stream == nullptr || s->closing) continue;
+      if (seen.insert(s).second) out.push_back(s);
+    }
+  };
+  if (over_path == "/") {
+    for (const auto& [path, sessions] : holders_) take(sessions);
+    return out;
+  }
+  // The group itself, then its subtree: the paths that start with
+  // "over_path/", contiguous in byte order.
+  if (auto it = holders_.find(over_path); it != holders_.end())
+    take(it->second);
+  const std::string below = absl::StrCat(over_path, "/");
+  for (auto it = holders_.lower_bound(below);
+       it != holders_.end() && absl::StartsWith(it->first, below); ++it)
+    take(it->second);
+  return out;
 }
 
 namespace {

@@ -258,6 +258,8 @@ absl::StatusOr<SessionRegistry::Op> SessionRegistry::BeginOp(
           absl::StrCat("session_id ", QuoteId(session_id), " holds ", have, " ",
                        PageKindName(kind), " pages of ", QuotePath(path),
                        "; cannot uncharge ", nr_pages, " in its name"));
+    NoteHoldingLocked(s, it->second.path, it->second.nr_pages,
+                      it->second.nr_pages - nr_pages);
     it->second.nr_pages -= nr_pages;
     s.held -= nr_pages;
   }
@@ -298,6 +300,7 @@ void SessionRegistry::EndOp(const Op& op, bool applied,
     s.reserved -= op.nr_pages;
     if (applied) {
       const uint64_t held = std::min(charged_pages, op.nr_pages);
+      NoteHoldingLocked(s, h.path, h.nr_pages, h.nr_pages + held);
       h.nr_pages += held;
       s.held += held;
       if (refilled) {
@@ -306,6 +309,7 @@ void SessionRegistry::EndOp(const Op& op, bool applied,
       }
     }
   } else if (!applied) {
+    NoteHoldingLocked(s, h.path, h.nr_pages, h.nr_pages + op.nr_pages);
     h.nr_pages += op.nr_pages;
     s.held += op.nr_pages;
   }
@@ -375,6 +379,7 @@ uint64_t SessionRegistry::Finish(std::shared_ptr<Session> session,
     }
     for (auto& [key, h] : s->holdings) {
       if (h.nr_pages == 0) continue;
+      NoteHoldingLocked(*s, h.path, h.nr_pages, 0);
       holdings.push_back(
           RemoteStockReturn{h.group, h.path, h.kind, h.nr_pages});
     }
@@ -546,6 +551,7 @@ void SessionRegistry::OnGroupDeleted(uint64_t group_id,
       if (it == s->holdings.end()) continue;
       Holding moved = std::move(it->second);
       s->holdings.erase(it);
+      NoteHoldingLocked(*s, moved.path, moved.nr_pages, 0);
       if (!parent.ok()) {
         // Reparented to the root (or the parent went too): nobody can
         // uncharge them by path any more.
@@ -558,6 +564,7 @@ void SessionRegistry::OnGroupDeleted(uint64_t group_id,
         h.path = std::string(parent_path);
         h.kind = moved.kind;
       }
+      NoteHoldingLocked(*s, h.path, h.nr_pages, h.nr_pages + moved.nr_pages);
       h.nr_pages += moved.nr_pages;
     }
   }

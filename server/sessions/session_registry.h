@@ -59,6 +59,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -322,9 +324,15 @@ class SessionRegistry final : public RemoteStockDrainer {
       ABSL_LOCKS_EXCLUDED(mu_);
   void DropFromDrainsLocked(Session* session)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // `s` is attached, not closing, and holds pages at or below `over_path`:
-  // a drain for that group asks it.
-  bool DrainableLocked(const Session& s, absl::string_view over_path) const
+  // A holding of `s` at `path` went from `before` to `after` pages (an
+  // entry erased: after 0): keeps holders_ in step. Every change of a
+  // holding's nr_pages goes through it.
+  void NoteHoldingLocked(Session& s, const std::string& path, uint64_t before,
+                         uint64_t after) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The sessions holding pages at or below `over_path` that can be asked
+  // (attached, not closing), from holders_: O(paths held below it), not a
+  // pass over every session's holdings.
+  std::vector<Session*> DrainableBelowLocked(absl::string_view over_path) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `s` missed silent_after_unanswered_drains requests in a row: silent.
   bool SilentLocked(const Session& s) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -375,6 +383,14 @@ class SessionRegistry final : public RemoteStockDrainer {
   absl::flat_hash_map<std::string, std::shared_ptr<Session>> sessions_
       ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, uint32_t> per_identity_ ABSL_GUARDED_BY(mu_);
+  // Path -> the sessions holding pages there, in path order: a drain finds
+  // the sessions below its group in the range of that group's subtree
+  // (issue 22's re-attack at a54c733, row 16: scanning every session's
+  // holdings on each refused charge, under mu_, cost 41.6 ms per refused
+  // charge of another tenant with 64 x 9,000 holdings, and expired its
+  // sessions).
+  std::map<std::string, absl::flat_hash_set<Session*>, std::less<>> holders_
+      ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, Drain*> drains_ ABSL_GUARDED_BY(mu_);
   // Identities cooled for other identities' charges (JudgeWaitLocked): a
   // wait for an identity's sessions that did not cover the charge cools it

@@ -866,6 +866,30 @@ TEST_F(SqliteStateStoreTest,
   EXPECT_NE(Open(), nullptr);
 }
 
+// Issue 22's re-attack at a54c733, row 9c: the lock file removed while a
+// daemon runs let a second one lock a new file of the same name and share
+// the store. The directory itself is locked too.
+TEST_F(SqliteStateStoreTest, ARemovedLockFileDoesNotLetASecondStoreIn) {
+  std::unique_ptr<SqliteStateStore> first = Open();
+  ASSERT_NE(first, nullptr);
+  const std::string lock_file = dir_ + "/cgacct.lock";
+  ASSERT_EQ(std::remove(lock_file.c_str()), 0);
+  absl::StatusOr<std::unique_ptr<SqliteStateStore>> second =
+      SqliteStateStore::Open(dir_, kPage);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(second.status().message(),
+              AllOf(HasSubstr("is in use by another cgacctd"),
+                    HasSubstr("was removed or emptied")));
+  // Replaced by an empty file: the same.
+  WriteBytes(lock_file, "");
+  second = SqliteStateStore::Open(dir_, kPage);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+  first.reset();
+  EXPECT_NE(Open(), nullptr);
+}
+
 // cgacct.acked removed or damaged while the database records changes: a
 // loss can no longer be ruled out, so the store is refused unless told.
 TEST_F(SqliteStateStoreTest, AMissingOrDamagedAckedFileIsRefusedUnlessTold) {

@@ -549,9 +549,8 @@ TEST_F(RequestInputTest, AUint32FieldAbove32BitsIsRefusedNamingIt) {
               HasSubstr("field 1 (ttl_ms) at byte 0 is 4294968296, above the "
                         "uint32 range"));
   EXPECT_EQ(service_->sessions().stats().sessions, 0u);
-  // cpu is uint64 on the wire (the hot requests carry no uint32 field,
-  // so they need no second look at their bytes): 2^32 + 1 is refused as out
-  // of range, naming it, not read as CPU 1.
+  // cpu is uint64 on the wire: 2^32 + 1 is refused as out of range, naming
+  // it, not read as CPU 1.
   const std::string charge = LengthDelimited(1, "/a") + Varint(2, 1) +
                              Varint(3, 1) + Varint(4, (uint64_t{1} << 32) + 1);
   s = GenericUnary(channel_, "Charge", charge);
@@ -583,6 +582,49 @@ TEST_F(RequestInputTest, AUint32FieldAbove32BitsIsRefusedNamingIt) {
                        Varint(4, (uint64_t{1} << 32) + 10));
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(s.error_message(), HasSubstr("field 4 (page_size)"));
+}
+
+// An enum given more than 32 bits is refused naming the field (issue 22's
+// re-attack at a54c733, row 14b): protobuf keeps an enum's low 32 bits, so
+// a Charge of kind 2^32 + 2 charged FILE pages and 2^33 + 1 ANON ones. A
+// negative kind (sign-extended, as int32 is on the wire) parses and is
+// refused by validation as an unknown kind.
+TEST_F(RequestInputTest, AnEnumAbove32BitsIsRefusedNamingIt) {
+  ASSERT_TRUE(engine_->CreateGroup("/a", {}).ok());
+  for (uint64_t kind : {(uint64_t{1} << 32) + 2, (uint64_t{1} << 33) + 1}) {
+    grpc::Status s =
+        GenericUnary(channel_, "Charge",
+                     LengthDelimited(1, "/a") + Varint(2, 1) + Varint(3, kind));
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(), HasSubstr("field 3 (kind) at byte"));
+    EXPECT_THAT(s.error_message(), HasSubstr("outside an enum's 32-bit range"));
+    s = GenericUnary(channel_, "Uncharge",
+                     LengthDelimited(1, "/a") + Varint(2, 1) + Varint(3, kind));
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(), HasSubstr("field 3 (kind)"));
+    // A batch op's kind: the request is refused whole, nothing applied.
+    const std::string op =
+        LengthDelimited(3, "/a") + Varint(4, 1) + Varint(5, kind);
+    s = GenericUnary(channel_, "ChargeBatch", LengthDelimited(1, op));
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(), HasSubstr("field 5 (kind)"));
+  }
+  grpc::Status s = GenericUnary(
+      channel_, "GetStats",
+      LengthDelimited(1, "/a") + Varint(2, (uint64_t{1} << 32) + 3));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("field 2 (flush)"));
+  EXPECT_EQ(engine_->GetStats("/a", FlushMode::kExact)->memory_current_pages,
+            0u);
+  // -1, sign-extended to ten bytes: an int32 the parser keeps whole, an
+  // unknown kind the validation refuses.
+  s = GenericUnary(channel_, "Charge",
+                   LengthDelimited(1, "/a") + Varint(2, 1) +
+                       Varint(3, ~uint64_t{0}));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("kind"));
+  EXPECT_EQ(engine_->GetStats("/a", FlushMode::kExact)->memory_current_pages,
+            0u);
 }
 
 // A string field that is not UTF-8 is named (issue 22 item 14): protobuf

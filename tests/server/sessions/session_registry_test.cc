@@ -162,6 +162,77 @@ TEST_F(SessionLeaseTest, ANewerStreamReplacesTheOlderOne) {
   registry_->Detach(id, &second);
 }
 
+// Issue 22's re-attack at a54c733, row 16: a drain found the sessions to
+// ask by passing over every session's every holding, under the registry's
+// mutex, on each refused charge. It now reads an index of who holds pages
+// where: exactly the sessions holding pages at or below the drain's group
+// are asked, through moves to a parent, uncharges to 0 and path prefixes
+// that are not ancestors ("/b-c" is not below "/b").
+TEST_F(SessionLeaseTest, ADrainAsksOnlyTheSessionsHoldingPagesBelowItsGroup) {
+  SessionOptions so;
+  so.clock = &clock_;
+  so.reap_interval = absl::Hours(1);
+  so.drain_timeout = absl::ZeroDuration();  // ask, never wait
+  registry_.reset();
+  registry_ = std::make_unique<SessionRegistry>(*engine_, so);
+  for (const char* path : {"/a/x", "/b", "/b/y", "/b-c"})
+    ASSERT_TRUE(engine_->CreateGroup(path, {}).ok());
+  auto charge = [&](const std::string& id, const char* path, uint64_t pages,
+                    bool uncharge = false) {
+    GroupHandle g = *engine_->ResolveGroup(path);
+    absl::StatusOr<SessionRegistry::Op> op = registry_->BeginOp(
+        "alice", id, g, path, PageKind::kAnon, pages, /*charge=*/!uncharge);
+    ASSERT_TRUE(op.ok()) << op.status();
+    if (uncharge) {
+      ASSERT_TRUE(engine_->Uncharge(path, pages, PageKind::kAnon).ok());
+    } else {
+      ASSERT_TRUE(engine_->Charge(g, pages, PageKind::kAnon, 0).ok());
+    }
+    registry_->EndOp(*op, /*applied=*/true);
+  };
+  const std::string in_a = Open(60000);
+  const std::string in_b = Open(60000);
+  const std::string in_bc = Open(60000);
+  charge(in_a, "/a/x", 3);
+  charge(in_b, "/b/y", 2);
+  charge(in_bc, "/b-c", 4);
+  RecordingSink sink_a, sink_b, sink_bc;
+  ASSERT_TRUE(registry_->Attach("alice", in_a, &sink_a).ok());
+  ASSERT_TRUE(registry_->Attach("alice", in_b, &sink_b).ok());
+  ASSERT_TRUE(registry_->Attach("alice", in_bc, &sink_bc).ok());
+  const uint64_t b = engine_->ResolveGroup("/b")->id();
+  auto asked = [&]() {
+    std::string who;
+    for (const auto& [name, sink] :
+         {std::pair<const char*, RecordingSink*>{"a", &sink_a},
+          {"b", &sink_b},
+          {"bc", &sink_bc}}) {
+      if (!sink->sent.empty()) who += std::string(who.empty() ? "" : ",") + name;
+      sink->sent.clear();
+    }
+    return who;
+  };
+  registry_->DrainRemoteStock(b, "/b", 1);
+  EXPECT_EQ(asked(), "b");
+  registry_->DrainRemoteStock(1, "/", 1);
+  EXPECT_EQ(asked(), "a,b,bc");
+  // /b/y deleted: the holding moves to /b, still below the drain's group.
+  const GroupHandle y = *engine_->ResolveGroup("/b/y");
+  ASSERT_TRUE(engine_->DeleteGroup("/b/y").ok());
+  registry_->OnGroupDeleted(y.id(), "/b/y");
+  registry_->DrainRemoteStock(b, "/b", 1);
+  EXPECT_EQ(asked(), "b");
+  // Uncharged to 0 in its name: nothing to ask it for.
+  charge(in_b, "/b", 2, /*uncharge=*/true);
+  registry_->DrainRemoteStock(b, "/b", 1);
+  EXPECT_EQ(asked(), "");
+  // A closed session is out of the index.
+  ASSERT_TRUE(registry_->Close("alice", in_bc).ok());
+  registry_->DrainRemoteStock(1, "/", 1);
+  EXPECT_EQ(asked(), "a");
+  registry_.reset();  // ends the streams while their sinks exist
+}
+
 // Issue 22 finding 11: a session that keeps its lease alive but never
 // answers drains cost every refused charge under the shared limit the whole
 // bound, for ever. After silent_after_unanswered_drains misses in a row
