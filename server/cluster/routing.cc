@@ -13,13 +13,20 @@ constexpr char kOwnerPayloadUrl[] = "type.cgacct.dev/cgacct.owner";
 
 }  // namespace
 
-absl::Status RouteStatus(const ClusterNode* cluster, absl::string_view path) {
+absl::Status RouteStatus(const ClusterNode* cluster, absl::string_view path,
+                         bool read_above_shards) {
   if (cluster == nullptr) return absl::OkStatus();
   const ShardRoute route = cluster->Route(path);
   switch (route.kind) {
     case ShardRoute::Kind::kLocal:
-    case ShardRoute::Kind::kAboveShards:
       return absl::OkStatus();
+    case ShardRoute::Kind::kAboveShards:
+      if (read_above_shards) return absl::OkStatus();
+      return absl::FailedPreconditionError(absl::StrCat(
+          "path ", QuotePath(path), " is above the shard roots (--shard_depth=",
+          cluster->options().shard_depth,
+          "): in cluster mode only groups at or below a shard root are "
+          "charged, reclaimed or watched, each at its shard's owner"));
     case ShardRoute::Kind::kElsewhere: {
       absl::Status s = absl::FailedPreconditionError(absl::StrCat(
           "path ", QuotePath(path), " is in shard ", QuotePath(route.shard_root),

@@ -15,9 +15,12 @@
 
 namespace cgacct {
 
-// OK when `cluster` is null (single-node mode), when this node owns the
-// shard of `path` within its fence, or when `path` is above the shard
-// depth. Otherwise:
+// OK when `cluster` is null (single-node mode), or when this node owns the
+// shard of `path` within its fence; for a path above the shard depth ("/",
+// and with --shard_depth above 1 the groups between), OK only for a read
+// that answers this node's own view (`read_above_shards`: GetStats), else
+// FAILED_PRECONDITION: charges, reclaim, memory.peak and events of such a
+// group would be one node's alone. Otherwise:
 //   FAILED_PRECONDITION  another node owns the shard: the message names it
 //                        (node, address, epoch) and the status carries the
 //                        owner's address (OwnerAddressOf(); the rpc room
@@ -25,7 +28,8 @@ namespace cgacct {
 //   UNAVAILABLE          nobody owns it now (a failover, or this node lost
 //                        its etcd lease): retry within the lease TTL.
 // Nothing was applied in either case.
-absl::Status RouteStatus(const ClusterNode* cluster, absl::string_view path);
+absl::Status RouteStatus(const ClusterNode* cluster, absl::string_view path,
+                         bool read_above_shards = false);
 
 // The owner's address a RouteStatus() refusal carries.
 std::optional<std::string> OwnerAddressOf(const absl::Status& status);

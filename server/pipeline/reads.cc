@@ -54,7 +54,10 @@ absl::Status ReadOps::GetStats(const CallContext& call,
           Authorize(authorizer_, call.caller(), Access::kRead, request.path());
       !s.ok())
     return s;
-  if (absl::Status s = RouteStatus(cluster_, request.path()); !s.ok()) return s;
+  if (absl::Status s = RouteStatus(cluster_, request.path(),
+                                   /*read_above_shards=*/true);
+      !s.ok())
+    return s;
   absl::StatusOr<GroupStats> stats = engine_.GetStats(request.path(), *mode);
   if (!stats.ok()) return stats.status();
   // Pages never exceed page_counter_max(), so pages * page_size fits.

@@ -6,7 +6,6 @@
 #include <utility>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "engine/group_path.h"
 #include "server/common/wire.h"
@@ -409,41 +408,33 @@ void SessionRegistry::HearFromLocked(Session& s) {
 void SessionRegistry::NoteHoldingLocked(Session& s, const std::string& path,
                                         uint64_t before, uint64_t after) {
   if ((before == 0) == (after == 0)) return;
-  if (after > 0) {
-    if (++s.positive_paths[path] == 1) holders_[path].insert(&s);
-    return;
+  // The path, then each ancestor up to the root.
+  absl::string_view at = path;
+  while (true) {
+    if (after > 0) {
+      ++holders_[at][&s];
+    } else if (auto h = holders_.find(at); h != holders_.end()) {
+      auto c = h->second.find(&s);
+      if (c != h->second.end() && --c->second == 0) {
+        h->second.erase(c);
+        if (h->second.empty()) holders_.erase(h);
+      }
+    }
+    if (at.empty() || at == "/") break;
+    const size_t slash = at.rfind('/');
+    if (slash == absl::string_view::npos) break;
+    at = slash == 0 ? absl::string_view("/") : at.substr(0, slash);
   }
-  auto it = s.positive_paths.find(path);
-  if (it == s.positive_paths.end() || --it->second > 0) return;
-  s.positive_paths.erase(it);
-  auto h = holders_.find(path);
-  if (h == holders_.end()) return;
-  h->second.erase(&s);
-  if (h->second.empty()) holders_.erase(h);
 }
 
 std::vector<SessionRegistry::Session*> SessionRegistry::DrainableBelowLocked(
     absl::string_view over_path) const {
-  absl::flat_hash_set<Session*> seen;
   std::vector<Session*> out;
-  auto take = [&](const absl::flat_hash_set<Session*>& sessions) {
-    for (Session* s : sessions) {
-      if (s->stream == nullptr || s->closing) continue;
-      if (seen.insert(s).second) out.push_back(s);
-    }
-  };
-  if (over_path == "/") {
-    for (const auto& [path, sessions] : holders_) take(sessions);
-    return out;
-  }
-  // The group itself, then its subtree: the paths that start with
-  // "over_path/", contiguous in byte order.
-  if (auto it = holders_.find(over_path); it != holders_.end())
-    take(it->second);
-  const std::string below = absl::StrCat(over_path, "/");
-  for (auto it = holders_.lower_bound(below);
-       it != holders_.end() && absl::StartsWith(it->first, below); ++it)
-    take(it->second);
+  auto it = holders_.find(over_path);
+  if (it == holders_.end()) return out;
+  out.reserve(it->second.size());
+  for (const auto& [s, count] : it->second)
+    if (s->stream != nullptr && !s->closing) out.push_back(s);
   return out;
 }
 

@@ -53,10 +53,6 @@ struct SessionRegistry::Session {
   std::atomic<uint64_t> charges_applied{0};
   // (group id, kind) -> holding.
   absl::flat_hash_map<std::pair<uint64_t, int>, Holding> holdings;
-  // Path -> how many of its holdings there (one per kind) hold pages: the
-  // session is in the registry's holders_ index for exactly these paths
-  // (SessionRegistry::NoteHoldingLocked()).
-  absl::flat_hash_map<std::string, int> positive_paths;
   SessionStreamSink* stream = nullptr;
   // Drain requests in a row that timed out unanswered; silent at
   // SessionOptions::silent_after_unanswered_drains (charges do not wait for

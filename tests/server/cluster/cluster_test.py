@@ -382,6 +382,26 @@ class ClusterTest(unittest.TestCase):
         # is above the shards: this node's own engine, which owns none).
         self.assertTrue(wait_for(lambda: self.current_bytes(victim, "/") == 0, 10))
 
+    def test_groups_above_the_shard_roots_are_read_not_charged(self):
+        node = self.start_nodes(count=1, extra=["--shard_depth=2"])[0]
+        self.create(node, "/tenants")
+        self.create(node, "/tenants/acme")
+        self.assertTrue(wait_for(lambda: self.owners(node).get("/tenants/acme"), 10))
+        node.stub.Charge(pb.ChargeRequest(path=b"/tenants/acme", nr_pages=1,
+                                          kind=pb.PAGE_KIND_ANON), timeout=5)
+        # /tenants is above the shard roots: one node's alone if charged.
+        for call in (lambda: node.stub.Charge(pb.ChargeRequest(
+                         path=b"/tenants", nr_pages=1, kind=pb.PAGE_KIND_ANON),
+                         timeout=5),
+                     lambda: node.stub.Reclaim(pb.ReclaimRequest(
+                         path=b"/tenants", nr_bytes=4096), timeout=5)):
+            with self.assertRaises(grpc.RpcError) as e:
+                call()
+            self.assertEqual(e.exception.code(), grpc.StatusCode.FAILED_PRECONDITION)
+            self.assertIn("above the shard roots", e.exception.details())
+        # Read: this node's own view (it owns /tenants/acme).
+        self.assertGreaterEqual(self.current_bytes(node, "/tenants"), 4096)
+
     def test_etcd_quorum_lost_changes_fail_charges_stop_at_the_fence(self):
         self.start_nodes(count=1)
         node = self.nodes[0]
