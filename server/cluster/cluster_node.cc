@@ -520,7 +520,6 @@ void ClusterNode::OwnershipLoop() {
         }
         balance = true;
       }
-      counters_.shards_owned = owned_.size();
     }
     if (!lost.empty()) applier_->OnShardsLost(lost);
     if (balance) Balance();

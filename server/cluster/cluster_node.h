@@ -150,7 +150,7 @@ struct ClusterCounters {
   uint64_t shards_given_back = 0;
   uint64_t shards_lost = 0;      // taken away (lease lost, fenced)
   uint64_t resyncs = 0;          // full re-reads after compaction
-  uint64_t shards_owned = 0;     // gauge
+  uint64_t shards_owned = 0;     // gauge (owned now, read by Counters())
   int64_t applied_revision = 0;  // gauge
   int64_t seen_revision = 0;     // gauge: etcd's revision last seen
 };
@@ -210,8 +210,6 @@ class ClusterNode {
 
  private:
   std::string GroupKey(absl::string_view path) const;
-  std::string GroupsBegin() const { return options_.prefix + "/g/"; }
-  std::string GroupsEnd() const { return options_.prefix + "/g0"; }
   std::string NodeKey(absl::string_view name) const;
   std::string OwnerKey(absl::string_view shard_root) const;
   int64_t NowNs() const;

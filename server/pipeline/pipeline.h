@@ -125,7 +125,6 @@ class Pipeline {
   // cluster_applier()) and before serving; Restore() is then not called.
   void AttachCluster(ClusterNode* cluster);
   ClusterTreeApplier& cluster_applier() { return groups_; }
-  const ClusterNode* cluster() const { return cluster_; }
 
   // Restores the state store's groups and windows (GroupOps::Restore()).
   // Once, before serving.
