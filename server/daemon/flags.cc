@@ -186,6 +186,12 @@ ABSL_FLAG(uint64_t, max_in_flight_bytes_per_identity,
 ABSL_FLAG(uint32_t, max_message_bytes, 4u << 20,
           "largest gRPC request or response message in bytes, 4096 .. "
           "2147483647 (gRPC answers RESOURCE_EXHAUSTED above it)");
+ABSL_FLAG(uint64_t, grpc_memory_quota_bytes, uint64_t{256} << 20,
+          "bytes gRPC's transports may hold over all connections (their read "
+          "buffers and the messages being received): a grpc::ResourceQuota. "
+          "As it fills, gRPC frees the read buffers idle connections keep and "
+          "allocates less; past it, it cancels streams (RESOURCE_EXHAUSTED). "
+          ">= 16777216, or 0 = no quota");
 ABSL_FLAG(uint32_t, max_concurrent_streams_per_connection, 100,
           "HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS of every connection, >= 1");
 ABSL_FLAG(absl::Duration, memory_trim_interval, absl::Seconds(1),
@@ -314,6 +320,15 @@ absl::Status LimitsFromFlags(DaemonConfig* config) {
   }
   config->max_message_bytes = max_message_bytes;
   config->streams_per_connection = streams_per_connection;
+  const uint64_t grpc_memory_quota = absl::GetFlag(FLAGS_grpc_memory_quota_bytes);
+  if (grpc_memory_quota != 0 &&
+      (grpc_memory_quota < kMinGrpcMemoryQuotaBytes ||
+       grpc_memory_quota > static_cast<uint64_t>(INT64_MAX))) {
+    return Usage(absl::StrCat("--grpc_memory_quota_bytes=", grpc_memory_quota,
+                              " out of range: 0 (no quota) or [",
+                              kMinGrpcMemoryQuotaBytes, ", ", INT64_MAX, "]"));
+  }
+  config->grpc_memory_quota_bytes = grpc_memory_quota;
   config->trim_interval = absl::GetFlag(FLAGS_memory_trim_interval);
   if (config->trim_interval < absl::ZeroDuration())
     return Usage("--memory_trim_interval must be >= 0");
@@ -547,6 +562,7 @@ void ParseDaemonFlags(int argc, char** argv) {
       "          [--max_in_flight_bytes_per_identity=67108864]\n"
       "          [--max_message_bytes=4194304]\n"
       "          [--max_concurrent_streams_per_connection=100]\n"
+      "          [--grpc_memory_quota_bytes=268435456]\n"
       "          [--memory_trim_interval=1s]\n"
       "          [--tls_cert=PEM --tls_key=PEM\n"
       "           [--client_ca=PEM [--require_client_cert]]]\n"

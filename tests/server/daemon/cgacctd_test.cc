@@ -384,6 +384,15 @@ TEST(CgacctdTest, TooManyLargeRequestThreadsExits2WithOneLine) {
   EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
 }
 
+TEST(CgacctdTest, TooSmallGrpcMemoryQuotaExits2WithOneLine) {
+  Daemon daemon({"--listen=127.0.0.1:0", "--grpc_memory_quota_bytes=1048576"});
+  EXPECT_EQ(daemon.WaitExit(kTimeout), 2);
+  const std::string err = daemon.ReadStderr();
+  EXPECT_THAT(err,
+              HasSubstr("--grpc_memory_quota_bytes=1048576 out of range"));
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+}
+
 // --version names the project version and the git revision (Abseil's
 // default printed "Debug build (NDEBUG not #defined)" on a release build).
 TEST(CgacctdTest, VersionIsTheProjectsNotAbseilsDefault) {
