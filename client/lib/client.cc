@@ -223,8 +223,11 @@ struct Client::Impl : internal::SessionLink::Handler {
     reopened.fetch_add(1, std::memory_order_relaxed);
     Emit(Event::Type::kSessionReopened, "", 0);
     for (auto& [k, n] : app) {
+      // Marked resume: a cluster node that has just taken the group's shard
+      // over admits these before fresh charges (its takeover grace).
       grpc::Status cs =
-          rpcs.Charge(opened.session_id(), k.first, n, k.second, nullptr);
+          rpcs.Charge(opened.session_id(), k.first, n, k.second, nullptr,
+                      /*batch_pages=*/0, /*charged=*/nullptr, /*resume=*/true);
       if (cs.ok()) {
         SawCharge(new_gen);
         AddHeld(k.first, k.second, static_cast<int64_t>(n));

@@ -70,10 +70,12 @@ void Rpcs::FillPageRequest(const std::string& sid, std::string_view group,
 
 grpc::Status Rpcs::Charge(const std::string& sid, std::string_view group,
                           uint64_t nr_pages, int kind, uint64_t* throttle_us,
-                          uint64_t batch_pages, uint64_t* charged) {
+                          uint64_t batch_pages, uint64_t* charged,
+                          bool resume) {
   v1::ChargeRequest request;
   FillPageRequest(sid, group, nr_pages, kind, &request);
   if (batch_pages > nr_pages) request.set_batch_pages(batch_pages);
+  if (resume) request.set_resume(true);
   v1::ChargeResponse response;
   grpc::Status s = WithRetries([&](grpc::ClientContext* c) {
     charge_rpcs_.fetch_add(1, std::memory_order_relaxed);

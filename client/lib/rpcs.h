@@ -43,10 +43,13 @@ class Rpcs {
   // One Charge on session `sid`. `batch_pages` > nr_pages sets
   // ChargeRequest.batch_pages (the server charges the batch if it fits at
   // once, else nr_pages); *throttle_us and *charged (if not null) get the
-  // answer's throttle_us and nr_pages.
+  // answer's throttle_us and nr_pages. `resume` marks a re-charge of pages
+  // held under a lost session (ChargeRequest.resume: admitted in a cluster
+  // node's takeover grace).
   grpc::Status Charge(const std::string& sid, std::string_view group,
                       uint64_t nr_pages, int kind, uint64_t* throttle_us,
-                      uint64_t batch_pages = 0, uint64_t* charged = nullptr);
+                      uint64_t batch_pages = 0, uint64_t* charged = nullptr,
+                      bool resume = false);
 
   // One Uncharge on session `sid`.
   grpc::Status Uncharge(const std::string& sid, std::string_view group,

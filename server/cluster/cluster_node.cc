@@ -80,6 +80,10 @@ std::string ClusterNode::OwnerKey(absl::string_view shard_root) const {
   return absl::StrCat(options_.prefix, "/o", shard_root);
 }
 
+std::string ClusterNode::ClaimKey(absl::string_view shard_root) const {
+  return absl::StrCat(options_.prefix, "/c", shard_root);
+}
+
 bool ClusterNode::Stopping() const {
   absl::MutexLock l(&mu_);
   return stopping_;
@@ -335,7 +339,22 @@ void ClusterNode::Stop(bool resign) {
     if (watch_context_ != nullptr) watch_context_->TryCancel();
     if (keepalive_context_ != nullptr) keepalive_context_->TryCancel();
   }
-  if (!lost.empty()) applier_->OnShardsLost(lost);
+  if (!lost.empty()) {
+    // Shards that held nothing have nothing to re-charge: their claim marks
+    // go first, so that their next owners start without a grace.
+    // (etcd takes at most 128 operations per Txn by default.)
+    std::vector<TxnRequest> empty(1);
+    for (const std::string& root : lost) {
+      if (applier_->ShardHoldsPages(root)) continue;
+      if (empty.back().success_size() == 100) empty.emplace_back();
+      empty.back().add_success()->mutable_request_delete_range()->set_key(
+          ClaimKey(root));
+    }
+    applier_->OnShardsLost(lost);
+    for (const TxnRequest& txn : empty) {
+      if (lease != 0 && txn.success_size() > 0) (void)etcd_.Txn(txn);
+    }
+  }
   // Revoking the lease deletes the node's key and its owner keys at once:
   // the other nodes claim the shards without waiting for the TTL.
   if (lease != 0) (void)etcd_.LeaseRevoke(lease);
@@ -582,15 +601,33 @@ void ClusterNode::Balance() {
         ->set_create_revision(0);
     AddCompare(&txn, GroupKey(root), Compare::CREATE, Compare::GREATER)
         ->set_create_revision(0);
+    // Whether the shard had an owner before (read before the put below:
+    // a Txn's operations run in order), then this claim's mark.
+    RangeRequest* earlier = txn.add_success()->mutable_request_range();
+    earlier->set_key(ClaimKey(root));
+    earlier->set_count_only(true);
     AddPut(&txn, OwnerKey(root), record.SerializeAsString(), lease);
+    AddPut(&txn, ClaimKey(root), options_.node_name, 0);
     absl::StatusOr<TxnResponse> r = CountedTxn(txn);
     if (!r.ok()) return;
     if (!r->succeeded()) continue;
+    const bool taken_over =
+        r->responses_size() > 0 && r->responses(0).response_range().count() > 0;
     absl::MutexLock l(&mu_);
-    if (lease_id_ == lease && NowNs() < fence_deadline_ns_) {
+    const int64_t now = NowNs();
+    if (lease_id_ == lease && now < fence_deadline_ns_) {
       owned_[root] = r->header().revision();
       ++counters_.shards_claimed;
       ++owned;
+      if (taken_over && options_.takeover_grace > absl::ZeroDuration()) {
+        // Its pages went with the earlier owner: their holders re-charge
+        // them here (resume) before fresh charges are admitted.
+        grace_until_ns_[root] =
+            now + absl::ToInt64Nanoseconds(options_.takeover_grace);
+        ++counters_.takeovers_with_grace;
+      } else {
+        grace_until_ns_.erase(root);
+      }
     }
   }
   // Give back beyond the fair share: above ceil, or at ceil while another
@@ -606,11 +643,15 @@ void ClusterNode::Balance() {
       if (owned_.erase(root) == 0) continue;
       ++counters_.shards_given_back;
     }
+    const bool held = applier_->ShardHoldsPages(root);
     applier_->OnShardsLost({root});
     TxnRequest txn;
     AddCompare(&txn, OwnerKey(root), Compare::CREATE, Compare::EQUAL)
         ->set_create_revision(epoch);
     txn.add_success()->mutable_request_delete_range()->set_key(OwnerKey(root));
+    // Nothing to re-charge: the next owner starts without a grace.
+    if (!held)
+      txn.add_success()->mutable_request_delete_range()->set_key(ClaimKey(root));
     (void)CountedTxn(txn);
     --owned;
     someone_below_floor = false;  // one at a time: the map changes
@@ -659,8 +700,10 @@ absl::StatusOr<int64_t> ClusterNode::CommitDelete(const std::string& path) {
   children->set_create_revision(0);
   children->set_range_end(PrefixRangeEnd(key + "/"));
   txn.add_success()->mutable_request_delete_range()->set_key(key);
-  if (Depth(path) == options_.shard_depth)
+  if (Depth(path) == options_.shard_depth) {
     txn.add_success()->mutable_request_delete_range()->set_key(OwnerKey(path));
+    txn.add_success()->mutable_request_delete_range()->set_key(ClaimKey(path));
+  }
   AddFailureRange(&txn, key);
   RangeRequest* count =
       txn.add_failure()->mutable_request_range();
@@ -744,12 +787,19 @@ ShardRoute ClusterNode::Route(absl::string_view path) const {
   }
   const int64_t now = NowNs();
   absl::MutexLock l(&mu_);
+  if (!shards_.contains(route.shard_root)) {
+    route.kind = ShardRoute::Kind::kNoSuchShard;
+    return route;
+  }
   auto mine = owned_.find(route.shard_root);
   if (mine != owned_.end() && now < fence_deadline_ns_) {
     route.kind = ShardRoute::Kind::kLocal;
     route.owner_node = options_.node_name;
     route.owner_address = options_.advertise_address;
     route.epoch = mine->second;
+    auto grace = grace_until_ns_.find(route.shard_root);
+    if (grace != grace_until_ns_.end() && now < grace->second)
+      route.grace_remaining = absl::Nanoseconds(grace->second - now);
     return route;
   }
   auto it = owners_.find(route.shard_root);
@@ -804,6 +854,7 @@ ClusterCounters ClusterNode::Counters() const {
   absl::MutexLock l(&mu_);
   ClusterCounters c = counters_;
   c.shards_owned = owned_.size();
+  c.grace_refusals = grace_refusals_.load(std::memory_order_relaxed);
   return c;
 }
 

@@ -82,6 +82,13 @@ class ClusterTreeApplier {
   // fenced): their sessions end. Their usage stays in this node's engine
   // until they come back (see docs/DESIGN.md §4.18).
   virtual void OnShardsLost(const std::vector<std::string>& shard_roots) = 0;
+  // Whether this node's engine counts pages under `shard_root` (its
+  // memory.current once the per-CPU stock of the subtree is drained back).
+  // Asked before a shard this node stops
+  // admitting for is given back (OnShardsLost after): a shard that held
+  // nothing has nothing to re-charge, so its next owner needs no takeover
+  // grace.
+  virtual bool ShardHoldsPages(const std::string& shard_root) = 0;
 };
 
 struct ClusterOptions {
@@ -96,6 +103,10 @@ struct ClusterOptions {
   absl::Duration lease_ttl = absl::Seconds(5);
   // Shard roots are the groups at this depth (--shard_depth, >= 1).
   uint32_t shard_depth = 1;
+  // After taking over a shard that had an owner before, only charges marked
+  // `resume` are admitted there for this long (--cluster_takeover_grace;
+  // zero: none). A shard's first owner has no grace.
+  absl::Duration takeover_grace = absl::Seconds(10);
   // The engine's page size: every node of a cluster must agree.
   uint64_t page_size_bytes = 4096;
   // Monotonic time of the fence; null = Clock::Real(). Not owned.
@@ -109,12 +120,16 @@ struct ShardRoute {
     kElsewhere,     // another node owns it: owner_* say which
     kNoOwner,       // nobody owns it now (a failover, or this node fenced)
     kAboveShards,   // the path is above the shard depth ("/" included)
+    kNoSuchShard,   // no group is the path's shard root (as applied here)
   };
   Kind kind = Kind::kNoOwner;
   std::string shard_root;
   std::string owner_node;
   std::string owner_address;
   int64_t epoch = 0;  // the owner key's create_revision
+  // kLocal: what is left of this node's takeover grace for the shard
+  // (ClusterOptions::takeover_grace); zero when none.
+  absl::Duration grace_remaining;
 };
 
 // GetClusterMap's content.
@@ -150,6 +165,8 @@ struct ClusterCounters {
   uint64_t shards_given_back = 0;
   uint64_t shards_lost = 0;      // taken away (lease lost, fenced)
   uint64_t resyncs = 0;          // full re-reads after compaction
+  uint64_t takeovers_with_grace = 0;  // claims of shards owned before
+  uint64_t grace_refusals = 0;   // fresh charges refused in a grace
   uint64_t shards_owned = 0;     // gauge (owned now, read by Counters())
   int64_t applied_revision = 0;  // gauge
   int64_t seen_revision = 0;     // gauge: etcd's revision last seen
@@ -206,12 +223,19 @@ class ClusterNode {
   ClusterCounters Counters() const;
   // Whether the node holds a live lease (health: NOT_SERVING without one).
   bool HasLease() const;
+  // Counts a fresh charge refused in a takeover grace (routing.cc).
+  void NoteGraceRefusal() const {
+    grace_refusals_.fetch_add(1, std::memory_order_relaxed);
+  }
   const ClusterOptions& options() const { return options_; }
 
  private:
   std::string GroupKey(absl::string_view path) const;
   std::string NodeKey(absl::string_view name) const;
   std::string OwnerKey(absl::string_view shard_root) const;
+  // Written (no lease) by every claim of the shard, deleted with its group:
+  // a claim that finds it takes over from an earlier owner.
+  std::string ClaimKey(absl::string_view shard_root) const;
   int64_t NowNs() const;
 
   // etcd_.Txn(), counted (cgacct_cluster_etcd_txns_total).
@@ -256,6 +280,12 @@ class ClusterNode {
   absl::flat_hash_set<std::string> shards_ ABSL_GUARDED_BY(mu_);
   // Shards this node owns and may admit for (shard -> epoch).
   absl::flat_hash_map<std::string, int64_t> owned_ ABSL_GUARDED_BY(mu_);
+  // Monotonic end of the takeover grace of shards this node claimed from an
+  // earlier owner (entries stay once past; the next claim overwrites).
+  absl::flat_hash_map<std::string, int64_t> grace_until_ns_
+      ABSL_GUARDED_BY(mu_);
+  // Relaxed: a counter for metrics.
+  mutable std::atomic<uint64_t> grace_refusals_{0};
   ClusterCounters counters_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool wake_balance_ ABSL_GUARDED_BY(mu_) = false;

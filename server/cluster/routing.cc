@@ -14,11 +14,26 @@ constexpr char kOwnerPayloadUrl[] = "type.cgacct.dev/cgacct.owner";
 }  // namespace
 
 absl::Status RouteStatus(const ClusterNode* cluster, absl::string_view path,
-                         bool read_above_shards) {
+                         bool read_above_shards, bool fresh_charge) {
   if (cluster == nullptr) return absl::OkStatus();
   const ShardRoute route = cluster->Route(path);
   switch (route.kind) {
     case ShardRoute::Kind::kLocal:
+      if (fresh_charge && route.grace_remaining > absl::ZeroDuration()) {
+        cluster->NoteGraceRefusal();
+        return absl::UnavailableError(absl::StrCat(
+            "path ", QuotePath(path), " is in shard ",
+            QuotePath(route.shard_root),
+            ", which this node has just taken over from another: for "
+            "--cluster_takeover_grace (",
+            absl::FormatDuration(cluster->options().takeover_grace),
+            ") only re-charges of pages clients held there (ChargeRequest."
+            "resume, as the client libraries send when they resume) are "
+            "admitted, so that they are counted before fresh charges; retry "
+            "in ",
+            absl::FormatDuration(absl::Ceil(route.grace_remaining,
+                                            absl::Milliseconds(1)))));
+      }
       return absl::OkStatus();
     case ShardRoute::Kind::kAboveShards:
       if (read_above_shards) return absl::OkStatus();
@@ -37,6 +52,16 @@ absl::Status RouteStatus(const ClusterNode* cluster, absl::string_view path,
       s.SetPayload(kOwnerPayloadUrl, absl::Cord(route.owner_address));
       return s;
     }
+    case ShardRoute::Kind::kNoSuchShard:
+      // As the engine says it (a fresh user's charge of /web before any
+      // CreateGroup was told "no owner ... a failover in progress").
+      return absl::NotFoundError(absl::StrCat(
+          "path ", QuotePath(path), ": no such group (",
+          route.shard_root == path
+              ? std::string("create it first")
+              : absl::StrCat("its shard root ", QuotePath(route.shard_root),
+                             " does not exist"),
+          ")"));
     case ShardRoute::Kind::kNoOwner:
       break;
   }

@@ -26,10 +26,16 @@ namespace cgacct {
 //                        owner's address (OwnerAddressOf(); the rpc room
 //                        sends it as the `cgacct-owner` trailer);
 //   UNAVAILABLE          nobody owns it now (a failover, or this node lost
-//                        its etcd lease): retry within the lease TTL.
-// Nothing was applied in either case.
+//                        its etcd lease): retry within the lease TTL;
+//   NOT_FOUND            no group is the path's shard root (as applied at
+//                        this node): the path cannot exist.
+// A `fresh_charge` (a charge not marked ChargeRequest.resume) of a shard
+// this node took over from an earlier owner less than
+// --cluster_takeover_grace ago is UNAVAILABLE, saying when to retry.
+// Nothing was applied in any of these cases.
 absl::Status RouteStatus(const ClusterNode* cluster, absl::string_view path,
-                         bool read_above_shards = false);
+                         bool read_above_shards = false,
+                         bool fresh_charge = false);
 
 // The owner's address a RouteStatus() refusal carries.
 std::optional<std::string> OwnerAddressOf(const absl::Status& status);

@@ -198,7 +198,10 @@ int Daemon::StartCluster() {
   const ClusterMapView map = cluster_->Map();
   restored_ = absl::StrCat(", cluster node \"", map.node_name, "\" at ",
                            map.advertise_address, " (", map.nodes.size(),
-                           " nodes, ", map.shards.size(), " shards, depth ",
+                           map.nodes.size() == 1 ? " node, " : " nodes, ",
+                           map.shards.size(),
+                           map.shards.size() == 1 ? " shard, depth "
+                                                  : " shards, depth ",
                            map.shard_depth, ", revision ",
                            map.applied_revision, ")");
   return 0;
@@ -287,8 +290,11 @@ int Daemon::StartServers() {
   // whole message) between reads: 200 connections churning SessionStreams
   // with 4 MB messages held 263 MB median, 381 MB peak (issue 22, row St2),
   // which no per-identity bound sees (it is per connection, before any
-  // call). Under a quota gRPC frees those buffers as it fills (its "benign"
-  // reclamation) and allocates less: 82 / 134 MB at 256 MiB.
+  // call). Under a quota gRPC frees those buffers as it fills and allocates
+  // less (90 / 133 MB at 256 MiB), but past it gRPC 1.51 cancels streams of
+  // connections in turn, not of those holding the memory: two tenants
+  // within their own bounds got all 50 of a third's sessions cancelled. So
+  // it is opt-in (docs/DESIGN.md §4.10).
   if (config_.grpc_memory_quota_bytes != 0) {
     grpc::ResourceQuota quota("cgacctd");
     quota.Resize(static_cast<size_t>(config_.grpc_memory_quota_bytes));

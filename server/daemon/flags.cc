@@ -104,6 +104,11 @@ ABSL_FLAG(absl::Duration, cluster_lease_ttl, absl::Seconds(5),
           "cluster mode: TTL of the node's etcd lease (whole seconds, at least "
           "3 s); a dead node's shards move after it, a node stops admitting "
           "a little before it unless etcd renewed it (the fence)");
+ABSL_FLAG(absl::Duration, cluster_takeover_grace, absl::Seconds(10),
+          "cluster mode: after taking over a shard that had an owner before, "
+          "admit there only charges marked resume (the client libraries' "
+          "re-charges of pages they held) for this long, so that they are "
+          "counted before fresh charges; 0 = no grace, at most 10m");
 ABSL_FLAG(uint32_t, shard_depth, 1,
           "cluster mode: the groups at this depth are shard roots, each "
           "owned by one node (1: each child of /); the same on every node");
@@ -186,12 +191,13 @@ ABSL_FLAG(uint64_t, max_in_flight_bytes_per_identity,
 ABSL_FLAG(uint32_t, max_message_bytes, 4u << 20,
           "largest gRPC request or response message in bytes, 4096 .. "
           "2147483647 (gRPC answers RESOURCE_EXHAUSTED above it)");
-ABSL_FLAG(uint64_t, grpc_memory_quota_bytes, uint64_t{256} << 20,
+ABSL_FLAG(uint64_t, grpc_memory_quota_bytes, 0,
           "bytes gRPC's transports may hold over all connections (their read "
           "buffers and the messages being received): a grpc::ResourceQuota. "
           "As it fills, gRPC frees the read buffers idle connections keep and "
-          "allocates less; past it, it cancels streams (RESOURCE_EXHAUSTED). "
-          ">= 16777216, or 0 = no quota");
+          "allocates less; past it, it cancels streams of any connection, "
+          "whoever's (RESOURCE_EXHAUSTED): see README before setting it. "
+          ">= 16777216, or 0 (the default) = no quota");
 ABSL_FLAG(uint32_t, max_concurrent_streams_per_connection, 100,
           "HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS of every connection, >= 1");
 ABSL_FLAG(absl::Duration, memory_trim_interval, absl::Seconds(1),
@@ -478,6 +484,7 @@ absl::Status ClusterFromFlags(DaemonConfig* config) {
   cluster.advertise_address = absl::GetFlag(FLAGS_advertise_address);
   cluster.lease_ttl = absl::GetFlag(FLAGS_cluster_lease_ttl);
   cluster.shard_depth = absl::GetFlag(FLAGS_shard_depth);
+  cluster.takeover_grace = absl::GetFlag(FLAGS_cluster_takeover_grace);
   if (endpoints.empty()) {
     for (const auto& [set, name] :
          {std::pair<bool, const char*>{!cluster.node_name.empty(), "--node_name"},
@@ -513,6 +520,11 @@ absl::Status ClusterFromFlags(DaemonConfig* config) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--cluster_lease_ttl=", absl::FormatDuration(cluster.lease_ttl),
         ": whole seconds, at least 3s (etcd's leases count seconds)"));
+  if (cluster.takeover_grace < absl::ZeroDuration() ||
+      cluster.takeover_grace > absl::Minutes(10))
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--cluster_takeover_grace=",
+        absl::FormatDuration(cluster.takeover_grace), ": 0 to 10m"));
   if (cluster.shard_depth < 1 || cluster.shard_depth > 64)
     return absl::InvalidArgumentError(absl::StrCat(
         "--shard_depth=", cluster.shard_depth, ": 1 to 64"));
@@ -562,7 +574,7 @@ void ParseDaemonFlags(int argc, char** argv) {
       "          [--max_in_flight_bytes_per_identity=67108864]\n"
       "          [--max_message_bytes=4194304]\n"
       "          [--max_concurrent_streams_per_connection=100]\n"
-      "          [--grpc_memory_quota_bytes=268435456]\n"
+      "          [--grpc_memory_quota_bytes=0]\n"
       "          [--memory_trim_interval=1s]\n"
       "          [--tls_cert=PEM --tls_key=PEM\n"
       "           [--client_ca=PEM [--require_client_cert]]]\n"
@@ -573,6 +585,7 @@ void ParseDaemonFlags(int argc, char** argv) {
       "          [--etcd_endpoints=HOST:PORT,... [--etcd_prefix=/cgacct]\n"
       "           [--node_name=NAME] [--advertise_address=HOST:PORT]\n"
       "           [--cluster_lease_ttl=5s] [--shard_depth=1]\n"
+      "           [--cluster_takeover_grace=10s]\n"
       "           [--etcd_ca_file=PEM [--etcd_cert_file=PEM "
       "--etcd_key_file=PEM]]]");
   // --help lists the flags above (Abseil's default looks for them in a file

@@ -619,6 +619,18 @@ void GroupOps::OnShardsLost(const std::vector<std::string>& shard_roots) {
   }
 }
 
+bool GroupOps::ShardHoldsPages(const std::string& shard_root) {
+  // Stocked pages are nobody's to re-charge: back to the counters first
+  // (the node no longer admits there; OnShardsLost drains them anyway).
+  absl::StatusOr<GroupHandle> handle = engine_.ResolveGroup(shard_root);
+  if (!handle.ok()) return false;  // never applied here: holds nothing
+  (void)engine_.DrainStock(*handle, shard_root);
+  absl::StatusOr<GroupStats> stats =
+      engine_.GetStats(shard_root, FlushMode::kNone);
+  // A group this node never applied holds nothing here.
+  return stats.ok() && stats->memory_current_pages > 0;
+}
+
 uint64_t GroupOps::GenerationOf(uint64_t group_id) const {
   absl::ReaderMutexLock l(&generations_mu_);
   auto it = generations_.find(group_id);

@@ -129,6 +129,7 @@ class GroupOps : public ClusterTreeApplier {
   std::vector<std::pair<std::string, int64_t>> AppliedGroups() override
       ABSL_LOCKS_EXCLUDED(config_mu_);
   void OnShardsLost(const std::vector<std::string>& shard_roots) override;
+  bool ShardHoldsPages(const std::string& shard_root) override;
 
   // The store generation of engine group `group_id`: what request ids and
   // idempotency keys are scoped to (stable across restarts). A group not

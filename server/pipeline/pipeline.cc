@@ -259,7 +259,9 @@ absl::Status Pipeline::Charge(CallContext& call,
   if (status.ok()) status = validator_.Charge(request, request_ids_, &op);
   if (status.ok())
     status = Authorize(authorizer_, call.caller(), Access::kWrite, op.path);
-  if (status.ok()) status = RouteStatus(cluster_, op.path);
+  if (status.ok())
+    status = RouteStatus(cluster_, op.path, /*read_above_shards=*/false,
+                         /*fresh_charge=*/!request.resume());
   if (!status.ok()) {
     rpc_metrics_.RecordChargeAnswer(status);
     return status;

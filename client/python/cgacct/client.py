@@ -862,11 +862,13 @@ class Client:
             return e.code() == grpc.StatusCode.NOT_FOUND
         return False
 
-    def _page_rpc(self, charge, session_id, key, n, batch=0):
+    def _page_rpc(self, charge, session_id, key, n, batch=0, resume=False):
         """One Charge (charge=True) or Uncharge RPC of n pages of key
         (path, kind) on session_id, with a fresh request_id (retried with
         it). A charge with batch > n asks for the batch (ChargeRequest.
-        batch_pages: charged if it fits at once, else n). Raises
+        batch_pages: charged if it fits at once, else n); resume marks a
+        re-charge of pages held under a lost session (ChargeRequest.resume:
+        a cluster node admits these in its takeover grace). Raises
         _SessionLost when the session is gone."""
         if charge:
             method, request, counter = self._stub.Charge, pb.ChargeRequest, "charge_rpcs"
@@ -876,6 +878,8 @@ class Client:
                       request_id=self._request_id(), session_id=session_id)
         if charge and batch > n:
             req.batch_pages = batch
+        if charge and resume:
+            req.resume = True
         self._count(counter)
         try:
             return self._call(method, req)
@@ -884,8 +888,8 @@ class Client:
                 raise _SessionLost() from None
             raise
 
-    def _charge_rpc(self, session_id, key, n, batch=0):
-        return self._page_rpc(True, session_id, key, n, batch)
+    def _charge_rpc(self, session_id, key, n, batch=0, resume=False):
+        return self._page_rpc(True, session_id, key, n, batch, resume)
 
     def _uncharge_rpc(self, session_id, key, n):
         return self._page_rpc(False, session_id, key, n)
@@ -948,7 +952,7 @@ class Client:
                 if n <= 0:
                     continue
                 try:
-                    self._charge_rpc(session_id, key, n)
+                    self._charge_rpc(session_id, key, n, resume=True)
                     self._saw_charge(self._current()[1])
                 except (Error, _SessionLost) as e:
                     self._count("recharge_failed_pages", n)

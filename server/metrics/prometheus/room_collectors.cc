@@ -289,6 +289,13 @@ class ClusterMetrics final : public prometheus::Collectable {
         {counter(c.shards_claimed, {{"change", "claimed"}}),
          counter(c.shards_given_back, {{"change", "given_back"}}),
          counter(c.shards_lost, {{"change", "lost"}})});
+    add("cgacct_cluster_takeovers_total",
+        "Shards this node claimed from an earlier owner, each starting a "
+        "takeover grace (--cluster_takeover_grace).",
+        MetricType::Counter, {counter(c.takeovers_with_grace)});
+    add("cgacct_cluster_grace_refusals_total",
+        "Charges not marked resume refused UNAVAILABLE in a takeover grace.",
+        MetricType::Counter, {counter(c.grace_refusals)});
     add("cgacct_cluster_resyncs_total",
         "Full re-reads of the tree after etcd compacted past this node.",
         MetricType::Counter, {counter(c.resyncs)});

@@ -263,18 +263,94 @@ class ClusterTest(unittest.TestCase):
     def owned_by(self, address):
         return [r for r, o in self.owners(self.nodes[0]).items() if o == address]
 
-    def serves_elsewhere(self, shard, gone):
+    def serves_elsewhere(self, shard, gone, resume=True):
+        """The node other than `gone` that admits a charge of `shard` (not
+        forwarded: only its owner does), or None. `resume`: the re-charge a
+        session holder sends after a failover (admitted in the new owner's
+        takeover grace)."""
         for n in self.nodes:
             if n is gone or n.proc.poll() is not None:
                 continue
             try:
                 n.stub.Charge(pb.ChargeRequest(path=shard.encode(), nr_pages=1,
-                                               kind=pb.PAGE_KIND_ANON),
+                                               kind=pb.PAGE_KIND_ANON,
+                                               resume=resume),
                               timeout=2, metadata=FORWARDED)
                 return n
             except grpc.RpcError:
                 pass
         return None
+
+    def fresh_charge(self, node, shard):
+        """A charge not marked resume at `node`: None if admitted, else the
+        RpcError."""
+        try:
+            node.stub.Charge(pb.ChargeRequest(path=shard.encode(), nr_pages=1,
+                                              kind=pb.PAGE_KIND_ANON),
+                             timeout=2, metadata=FORWARDED)
+            return None
+        except grpc.RpcError as err:
+            return err
+
+    def test_a_takeover_admits_resumed_charges_before_fresh_ones(self):
+        grace_s = 4
+        self.start_nodes(extra=["--cluster_takeover_grace=%ds" % grace_s])
+        shards = ["/h%d" % i for i in range(6)]
+        for s in shards:
+            self.create(self.nodes[0], s)
+        owners = wait_for(lambda: self.balanced(shards), 10)
+        self.assertTrue(owners)
+        # A shard root that does not exist: NOT_FOUND (not "no owner").
+        for missing in ("/nothere", "/nothere/x"):
+            err = self.fresh_charge(self.nodes[0], missing)
+            self.assertIsNotNone(err)
+            self.assertEqual(err.code(), grpc.StatusCode.NOT_FOUND, err.details())
+            self.assertIn("no such group", err.details())
+        # A shard's first owner has no grace (nor has one that took a shard
+        # over from a node that held nothing there): fresh charges at once.
+        for s in shards:
+            self.assertIsNone(self.fresh_charge(self.node_at(owners[s]), s))
+        # A planned stop: the shard its owner held pages in moves with a
+        # grace, the empty one without (its pages: none to re-charge).
+        leaving = self.nodes[2]
+        mine = [s for s in shards if owners[s] == leaving.address]
+        self.assertGreaterEqual(len(mine), 2)
+        held, empty = mine[0], mine[1]
+        # (The fresh charge above left 1 page in each: give it back.)
+        leaving.stub.Uncharge(pb.UnchargeRequest(
+            path=empty.encode(), nr_pages=1, kind=pb.PAGE_KIND_ANON), timeout=5)
+        leaving.proc.terminate()
+        # (Its exit waits up to 5 s for connected clients: checked last.)
+        heir_held = wait_for(lambda: self.serves_elsewhere(held, leaving), TTL_S + 5)
+        self.assertIsNotNone(heir_held)
+        t_taken = time.monotonic()
+        err = self.fresh_charge(heir_held, held)
+        self.assertIsNotNone(err, "a fresh charge admitted in the grace")
+        self.assertEqual(err.code(), grpc.StatusCode.UNAVAILABLE, err.details())
+        self.assertIn("--cluster_takeover_grace", err.details())
+        heir_empty = wait_for(lambda: self.serves_elsewhere(empty, leaving,
+                                                            resume=False), TTL_S + 5)
+        self.assertIsNotNone(heir_empty, "the empty shard moved with a grace")
+        # Past the grace, fresh charges again.
+        self.assertTrue(wait_for(lambda: self.fresh_charge(heir_held, held) is None,
+                                 grace_s + 3))
+        took = time.monotonic() - t_taken
+        print("fresh charges refused for %.2f s after the takeover (grace %d s)"
+              % (took, grace_s), file=sys.stderr)
+        self.assertGreater(took, grace_s - 1)
+        self.assertEqual(leaving.proc.wait(timeout=10), 0)
+        # kill -9: the dead node cannot say its shards were empty: a grace.
+        victim = next(n for n in self.nodes[:2]
+                      if any(self.owners(self.nodes[0]).get(s) == n.address
+                             for s in shards))
+        survivor = self.nodes[0] if victim is self.nodes[1] else self.nodes[1]
+        lost = [s for s, o in self.owners(survivor).items() if o == victim.address]
+        victim.proc.kill()
+        self.assertIsNotNone(wait_for(lambda: self.serves_elsewhere(lost[0], victim),
+                                      TTL_S + 8))
+        err = self.fresh_charge(survivor, lost[0])
+        self.assertIsNotNone(err)
+        self.assertEqual(err.code(), grpc.StatusCode.UNAVAILABLE, err.details())
 
     def test_kill9_owner_moves_its_shards_within_ttl(self):
         self.start_nodes()
@@ -465,6 +541,8 @@ class FlagsTest(unittest.TestCase):
               "--state_dir=/tmp/x"], "--state_dir"),
             (["--etcd_endpoints=127.0.0.1:1", "--advertise_address=127.0.0.1:5",
               "--shard_depth=0"], "--shard_depth"),
+            (["--etcd_endpoints=127.0.0.1:1", "--advertise_address=127.0.0.1:5",
+              "--cluster_takeover_grace=11m"], "--cluster_takeover_grace"),
             (["--etcd_endpoints=127.0.0.1:1", "--advertise_address=127.0.0.1:5",
               "--etcd_cert_file=/x"], "--etcd_key_file"),
         ]:
