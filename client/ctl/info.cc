@@ -41,6 +41,22 @@ int Info(Ctl& ctl, const Invocation& inv) {
   Line("flush_lock_hold_max_groups_folded",
        info.flush_lock_hold_max_groups_folded());
   Line("max_batch_ops", info.max_batch_ops());
+  if (info.has_cluster()) {
+    const v1::EngineClusterInfo& c = info.cluster();
+    std::cout << "cluster_node " << c.node_name() << " " << c.node_address()
+              << "\n";
+    Line("cluster_shard_depth", c.shard_depth());
+    Line("cluster_has_lease", c.has_lease() ? 1 : 0);
+    Line("cluster_fence_remaining_ms", c.fence_remaining_ms());
+    Line("cluster_live_nodes", c.live_nodes());
+    std::cout << "cluster_owned_shards";
+    for (const std::string& root : c.owned_shards()) std::cout << " " << root;
+    std::cout << "\n";
+    Line("cluster_applied_revision", static_cast<uint64_t>(c.applied_revision()));
+    Line("cluster_etcd_revision", static_cast<uint64_t>(c.etcd_revision()));
+    Line("cluster_takeover_grace_ms", c.takeover_grace_ms());
+    Line("cluster_require_sessions", c.require_sessions() ? 1 : 0);
+  }
   return kExitOk;
 }
 

@@ -107,6 +107,9 @@ struct ClusterOptions {
   // `resume` are admitted there for this long (--cluster_takeover_grace;
   // zero: none). A shard's first owner has no grace.
   absl::Duration takeover_grace = absl::Seconds(10);
+  // Charges that name no session are refused FAILED_PRECONDITION
+  // (--cluster_require_sessions; routing.h ChargeRouteStatus()).
+  bool require_sessions = false;
   // The engine's page size: every node of a cluster must agree.
   uint64_t page_size_bytes = 4096;
   // Monotonic time of the fence; null = Clock::Real(). Not owned.

@@ -72,6 +72,21 @@ absl::Status RouteStatus(const ClusterNode* cluster, absl::string_view path,
       absl::FormatDuration(cluster->options().lease_ttl), ")"));
 }
 
+absl::Status ChargeRouteStatus(const ClusterNode* cluster,
+                               absl::string_view path, bool resume,
+                               bool in_session) {
+  absl::Status s = RouteStatus(cluster, path, /*read_above_shards=*/false,
+                               /*fresh_charge=*/!resume);
+  if (!s.ok() || cluster == nullptr || in_session ||
+      !cluster->options().require_sessions)
+    return s;
+  return absl::FailedPreconditionError(absl::StrCat(
+      "path ", QuotePath(path),
+      ": session_id is required (--cluster_require_sessions): a charge "
+      "without a session is lost at a failover, with nobody to charge it "
+      "again; OpenSession and name it"));
+}
+
 std::optional<std::string> OwnerAddressOf(const absl::Status& status) {
   const auto payload = status.GetPayload(kOwnerPayloadUrl);
   if (!payload.has_value()) return std::nullopt;

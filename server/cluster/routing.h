@@ -37,6 +37,15 @@ absl::Status RouteStatus(const ClusterNode* cluster, absl::string_view path,
                          bool read_above_shards = false,
                          bool fresh_charge = false);
 
+// RouteStatus() for a charge of `path` (`resume`: ChargeRequest.resume;
+// `in_session`: it names a session); then, on a node started with
+// --cluster_require_sessions, a charge that names no session is
+// FAILED_PRECONDITION: its pages would be lost at a failover with nobody
+// to re-charge them. Nothing applied when not OK.
+absl::Status ChargeRouteStatus(const ClusterNode* cluster,
+                               absl::string_view path, bool resume,
+                               bool in_session);
+
 // The owner's address a RouteStatus() refusal carries.
 std::optional<std::string> OwnerAddressOf(const absl::Status& status);
 

@@ -109,6 +109,10 @@ ABSL_FLAG(absl::Duration, cluster_takeover_grace, absl::Seconds(10),
           "admit there only charges marked resume (the client libraries' "
           "re-charges of pages they held) for this long, so that they are "
           "counted before fresh charges; 0 = no grace, at most 10m");
+ABSL_FLAG(bool, cluster_require_sessions, false,
+          "cluster mode: refuse (FAILED_PRECONDITION) charges that name no "
+          "session: their pages are lost at a failover, with nobody to "
+          "charge them again");
 ABSL_FLAG(uint32_t, shard_depth, 1,
           "cluster mode: the groups at this depth are shard roots, each "
           "owned by one node (1: each child of /); the same on every node");
@@ -485,13 +489,15 @@ absl::Status ClusterFromFlags(DaemonConfig* config) {
   cluster.lease_ttl = absl::GetFlag(FLAGS_cluster_lease_ttl);
   cluster.shard_depth = absl::GetFlag(FLAGS_shard_depth);
   cluster.takeover_grace = absl::GetFlag(FLAGS_cluster_takeover_grace);
+  cluster.require_sessions = absl::GetFlag(FLAGS_cluster_require_sessions);
   if (endpoints.empty()) {
     for (const auto& [set, name] :
          {std::pair<bool, const char*>{!cluster.node_name.empty(), "--node_name"},
           {!cluster.advertise_address.empty(), "--advertise_address"},
           {!config->etcd_ca_file.empty(), "--etcd_ca_file"},
           {!config->etcd_cert_file.empty(), "--etcd_cert_file"},
-          {!config->etcd_key_file.empty(), "--etcd_key_file"}}) {
+          {!config->etcd_key_file.empty(), "--etcd_key_file"},
+          {cluster.require_sessions, "--cluster_require_sessions"}}) {
       if (set)
         return absl::InvalidArgumentError(absl::StrCat(
             name, " is a cluster-mode flag: it needs --etcd_endpoints"));
@@ -585,7 +591,7 @@ void ParseDaemonFlags(int argc, char** argv) {
       "          [--etcd_endpoints=HOST:PORT,... [--etcd_prefix=/cgacct]\n"
       "           [--node_name=NAME] [--advertise_address=HOST:PORT]\n"
       "           [--cluster_lease_ttl=5s] [--shard_depth=1]\n"
-      "           [--cluster_takeover_grace=10s]\n"
+      "           [--cluster_takeover_grace=10s] [--cluster_require_sessions]\n"
       "           [--etcd_ca_file=PEM [--etcd_cert_file=PEM "
       "--etcd_key_file=PEM]]]");
   // --help lists the flags above (Abseil's default looks for them in a file

@@ -220,9 +220,11 @@ bool BatchRunner::ApplyOp(int index, const v1::ChargeOp& op,
   }
   // Every op, cached or not: a shard can move while a stream is open.
   // A batch's charges are never re-charges of a resumed session: fresh.
-  if (absl::Status s = RouteStatus(deps_.cluster, path,
-                                   /*read_above_shards=*/false,
-                                   /*fresh_charge=*/page_op.charge);
+  if (absl::Status s =
+          page_op.charge
+              ? ChargeRouteStatus(deps_.cluster, path, /*resume=*/false,
+                                  page_op.session_id != nullptr)
+              : RouteStatus(deps_.cluster, path);
       !s.ok()) {
     Fail(index, op, s, result);
     return true;

@@ -260,8 +260,8 @@ absl::Status Pipeline::Charge(CallContext& call,
   if (status.ok())
     status = Authorize(authorizer_, call.caller(), Access::kWrite, op.path);
   if (status.ok())
-    status = RouteStatus(cluster_, op.path, /*read_above_shards=*/false,
-                         /*fresh_charge=*/!request.resume());
+    status = ChargeRouteStatus(cluster_, op.path, request.resume(),
+                               request.has_session_id());
   if (!status.ok()) {
     rpc_metrics_.RecordChargeAnswer(status);
     return status;

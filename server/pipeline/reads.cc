@@ -1,6 +1,7 @@
 // ReadOps (server/pipeline/reads.h).
 #include "server/pipeline/reads.h"
 
+#include <algorithm>
 #include <optional>
 #include <utility>
 
@@ -185,6 +186,29 @@ void ReadOps::GetEngineInfo(const CallContext& call,
       so.max_peak_watermarks_per_identity);
   response->set_session_drain_timeout_ms(
       static_cast<uint32_t>(absl::ToInt64Milliseconds(so.drain_timeout)));
+  if (cluster_ != nullptr) {
+    const ClusterMapView map = cluster_->Map();
+    const ClusterCounters counters = cluster_->Counters();
+    v1::EngineClusterInfo* c = response->mutable_cluster();
+    c->set_node_name(map.node_name);
+    c->set_node_address(map.advertise_address);
+    c->set_shard_depth(map.shard_depth);
+    c->set_has_lease(map.has_lease);
+    c->set_fence_remaining_ms(static_cast<uint64_t>(
+        std::max<int64_t>(0, absl::ToInt64Milliseconds(map.fence_remaining))));
+    c->set_live_nodes(static_cast<uint32_t>(map.nodes.size()));
+    for (const ClusterMapView::Shard& shard : map.shards) {
+      if (shard.owner_node != map.node_name) continue;
+      if (!Authorizer::CanRead(call.caller(), shard.root)) continue;
+      c->add_owned_shards(shard.root);
+    }
+    c->set_applied_revision(counters.applied_revision);
+    c->set_etcd_revision(std::max(counters.seen_revision,
+                                  counters.applied_revision));
+    c->set_takeover_grace_ms(static_cast<uint64_t>(
+        absl::ToInt64Milliseconds(cluster_->options().takeover_grace)));
+    c->set_require_sessions(cluster_->options().require_sessions);
+  }
 }
 
 }  // namespace cgacct

@@ -12,12 +12,9 @@ import base64
 import json
 import os
 import re
-import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 import unittest
 
@@ -31,108 +28,13 @@ del sys.argv[1:]
 import grpc  # noqa: E402
 
 from cgacct.v1 import accounting_pb2 as pb  # noqa: E402
-from cgacct.v1 import accounting_pb2_grpc as pb_grpc  # noqa: E402
 
-ETCD = shutil.which("etcd") or "/usr/bin/etcd"
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from etcd_cluster import (Etcd, Node as ClusterNode, free_ports, text,  # noqa: E402
+                          wait_for)
+
 TTL_S = 3
 FORWARDED = (("cgacct-forwarded", "1"),)
-
-
-def free_ports(n):
-    socks, ports = [], []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-        ports.append(s.getsockname()[1])
-    for s in socks:
-        s.close()
-    return ports
-
-
-def text(value):
-    return value.decode() if isinstance(value, bytes) else value
-
-
-def wait_for(predicate, timeout, interval=0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    return predicate()
-
-
-class Etcd:
-    """Three members on loopback."""
-
-    def __init__(self):
-        self.dir = tempfile.mkdtemp(prefix="cgacct-etcd-")
-        ports = free_ports(6)
-        self.client = ["127.0.0.1:%d" % p for p in ports[:3]]
-        peer = ["127.0.0.1:%d" % p for p in ports[3:]]
-        cluster = ",".join("e%d=http://%s" % (i, peer[i]) for i in range(3))
-        self.procs = []
-        self.args = []
-        for i in range(3):
-            args = [ETCD, "--name", "e%d" % i,
-                    "--data-dir", os.path.join(self.dir, "e%d" % i),
-                    "--listen-client-urls", "http://" + self.client[i],
-                    "--advertise-client-urls", "http://" + self.client[i],
-                    "--listen-peer-urls", "http://" + peer[i],
-                    "--initial-advertise-peer-urls", "http://" + peer[i],
-                    "--initial-cluster", cluster,
-                    "--initial-cluster-state", "new",
-                    "--initial-cluster-token", os.path.basename(self.dir),
-                    "--heartbeat-interval=200", "--election-timeout=2000"]
-            self.args.append(args)
-            self.procs.append(self.start_member(i))
-
-    def start_member(self, i):
-        with open(os.path.join(self.dir, "e%d.log" % i), "a") as log:
-            return subprocess.Popen(self.args[i], stdout=log, stderr=log)
-
-    def endpoints(self):
-        return ",".join(self.client)
-
-    def stop_member(self, i):
-        self.procs[i].send_signal(signal.SIGSTOP)
-
-    def resume_member(self, i):
-        self.procs[i].send_signal(signal.SIGCONT)
-
-    def close(self):
-        for p in self.procs:
-            p.send_signal(signal.SIGCONT)
-            p.kill()
-            p.wait()
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-
-class Node:
-    def __init__(self, etcd, prefix, port, extra=()):
-        self.address = "127.0.0.1:%d" % port
-        self.proc = subprocess.Popen(
-            [CGACCTD, "--listen=" + self.address, "--metrics_listen=", "--cpus=2",
-             "--etcd_endpoints=" + etcd.endpoints(), "--etcd_prefix=" + prefix,
-             "--cluster_lease_ttl=%ds" % TTL_S] + list(extra),
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        line = self.proc.stdout.readline()
-        if "listening on" not in line:
-            self.proc.kill()
-            raise RuntimeError("node did not start: %r %s" %
-                               (line, self.proc.stderr.read()))
-        self.start_line = line
-        self.channel = grpc.insecure_channel(self.address)
-        self.stub = pb_grpc.AccountingStub(self.channel)
-
-    def close(self):
-        self.channel.close()
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)
-            self.proc.kill()
-        self.proc.wait()
 
 
 class ClusterTest(unittest.TestCase):
@@ -152,7 +54,8 @@ class ClusterTest(unittest.TestCase):
     def start_nodes(self, count=3, extra=()):
         ports = free_ports(count)
         for p in ports:
-            self.nodes.append(Node(self.etcd, self.prefix, p, extra))
+            self.nodes.append(ClusterNode(CGACCTD, self.etcd, self.prefix, p,
+                                          TTL_S, extra))
         return self.nodes
 
     def create(self, node, path, max_bytes=None):
@@ -291,6 +194,39 @@ class ClusterTest(unittest.TestCase):
             return None
         except grpc.RpcError as err:
             return err
+
+    def test_require_sessions_refuses_charges_without_one(self):
+        a, b, c = self.start_nodes(extra=["--cluster_require_sessions"])
+        self.create(a, "/r")
+        owner = self.node_at(wait_for(lambda: self.owners(a).get("/r"), 10))
+        with self.assertRaises(grpc.RpcError) as cm:
+            owner.stub.Charge(pb.ChargeRequest(path=b"/r", nr_pages=1,
+                                               kind=pb.PAGE_KIND_ANON), timeout=5)
+        self.assertEqual(cm.exception.code(), grpc.StatusCode.FAILED_PRECONDITION)
+        self.assertIn("--cluster_require_sessions", cm.exception.details())
+        batch = owner.stub.ChargeBatch(pb.ChargeBatchRequest(ops=[pb.ChargeOp(
+            id=1, path=b"/r", nr_pages=1, kind=pb.PAGE_KIND_ANON)]), timeout=5)
+        self.assertEqual(batch.results[0].code, grpc.StatusCode.FAILED_PRECONDITION.value[0])
+        session = owner.stub.OpenSession(pb.OpenSessionRequest(ttl_ms=5000), timeout=5)
+        sid = session.session_id.encode() if isinstance(session.session_id, str) \
+            else session.session_id
+        owner.stub.Charge(pb.ChargeRequest(path=b"/r", nr_pages=2, kind=pb.PAGE_KIND_ANON,
+                                           session_id=sid), timeout=5)
+        self.assertGreaterEqual(self.current_bytes(owner, "/r"), 2 * 4096)
+        # GetEngineInfo says which node this is and what it owns.
+        info = owner.stub.GetEngineInfo(pb.GetEngineInfoRequest(), timeout=5)
+        self.assertTrue(info.HasField("cluster"))
+        self.assertEqual(info.cluster.node_address, owner.address)
+        self.assertIn("/r", list(info.cluster.owned_shards))
+        self.assertTrue(info.cluster.has_lease)
+        self.assertGreater(info.cluster.fence_remaining_ms, 0)
+        self.assertEqual(info.cluster.live_nodes, 3)
+        self.assertTrue(info.cluster.require_sessions)
+        self.assertEqual(info.cluster.takeover_grace_ms, 10000)
+        self.assertGreater(info.cluster.applied_revision, 0)
+        other = next(n for n in (a, b, c) if n is not owner)
+        self.assertNotIn("/r", list(other.stub.GetEngineInfo(
+            pb.GetEngineInfoRequest(), timeout=5).cluster.owned_shards))
 
     def test_a_takeover_admits_resumed_charges_before_fresh_ones(self):
         grace_s = 4
@@ -530,6 +466,7 @@ class FlagsTest(unittest.TestCase):
     def test_invalid_combinations_exit_2_with_one_line(self):
         for flags, words in [
             (["--node_name=n1"], "--etcd_endpoints"),
+            (["--cluster_require_sessions"], "--etcd_endpoints"),
             (["--etcd_endpoints=127.0.0.1:1", "--advertise_address=127.0.0.1:5",
               "--cluster_lease_ttl=2s"], "at least 3s"),
             (["--etcd_endpoints=127.0.0.1:1", "--advertise_address=127.0.0.1:5",
