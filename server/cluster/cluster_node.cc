@@ -322,6 +322,7 @@ absl::Status ClusterNode::Start(absl::Time deadline) {
 
 void ClusterNode::Stop(bool resign) {
   std::vector<std::string> lost;
+  absl::flat_hash_set<std::string> in_grace;
   int64_t lease = 0;
   {
     absl::MutexLock l(&mu_);
@@ -329,7 +330,11 @@ void ClusterNode::Stop(bool resign) {
     stopping_ = true;
     if (resign) {
       // Stop admitting first, then let etcd delete the keys.
-      for (const auto& [root, epoch] : owned_) lost.push_back(root);
+      const int64_t now = NowNs();
+      for (const auto& [root, epoch] : owned_) {
+        lost.push_back(root);
+        if (InGraceLocked(root, now)) in_grace.insert(root);
+      }
       counters_.shards_given_back += owned_.size();
       owned_.clear();
       lease = lease_id_;
@@ -345,7 +350,8 @@ void ClusterNode::Stop(bool resign) {
     // (etcd takes at most 128 operations per Txn by default.)
     std::vector<TxnRequest> empty(1);
     for (const std::string& root : lost) {
-      if (applier_->ShardHoldsPages(root)) continue;
+      // (In its own grace a node holds nothing yet: the mark stays.)
+      if (in_grace.contains(root) || applier_->ShardHoldsPages(root)) continue;
       if (empty.back().success_size() == 100) empty.emplace_back();
       empty.back().add_success()->mutable_request_delete_range()->set_key(
           ClaimKey(root));
@@ -637,13 +643,17 @@ void ClusterNode::Balance() {
   });
   for (const auto& [root, epoch] : mine) {
     if (!(owned > ceil || (owned > floor && someone_below_floor))) break;
+    bool in_grace;
     {
       // Stop admitting before the key goes.
       absl::MutexLock l(&mu_);
       if (owned_.erase(root) == 0) continue;
       ++counters_.shards_given_back;
+      in_grace = InGraceLocked(root, NowNs());
     }
-    const bool held = applier_->ShardHoldsPages(root);
+    // In its own grace the node holds nothing because the holders have not
+    // re-charged yet: the mark stays (the next owner has a grace too).
+    const bool held = in_grace || applier_->ShardHoldsPages(root);
     applier_->OnShardsLost({root});
     TxnRequest txn;
     AddCompare(&txn, OwnerKey(root), Compare::CREATE, Compare::EQUAL)
@@ -776,6 +786,11 @@ absl::Status ClusterNode::SyncRead(absl::Time deadline) {
   absl::StatusOr<etcdserverpb::RangeResponse> r = etcd_.Range(range);
   if (!r.ok()) return r.status();
   return WaitApplied(r->header().revision(), deadline);
+}
+
+bool ClusterNode::InGraceLocked(const std::string& root, int64_t now) const {
+  auto grace = grace_until_ns_.find(root);
+  return grace != grace_until_ns_.end() && now < grace->second;
 }
 
 ShardRoute ClusterNode::Route(absl::string_view path) const {

@@ -256,6 +256,9 @@ class ClusterNode {
   void WatchLoop();
   void OwnershipLoop();
   // Called after the lease is gone or fenced: every owned shard lost.
+  // Whether this node's takeover grace for `root` runs at `now`.
+  bool InGraceLocked(const std::string& root, int64_t now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropOwnedLocked(std::vector<std::string>* lost)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Balance();

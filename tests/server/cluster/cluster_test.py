@@ -195,6 +195,37 @@ class ClusterTest(unittest.TestCase):
         except grpc.RpcError as err:
             return err
 
+    def test_a_grace_goes_on_when_the_shard_moves_again(self):
+        # An owner in its grace holds nothing yet (the holders have not
+        # re-charged): handing the shard on must not end the grace (the
+        # re-attack at 6e8ccb0: a second SIGTERM, or a joining node, gave
+        # the next owner none).
+        self.start_nodes(extra=["--cluster_takeover_grace=8s"])
+        shards = ["/m%d" % i for i in range(3)]
+        for s in shards:
+            self.create(self.nodes[0], s)
+        owners = wait_for(lambda: self.balanced(shards), 10)
+        self.assertTrue(owners)
+        shard = shards[0]
+        first = self.node_at(owners[shard])
+        self.assertIsNone(self.fresh_charge(first, shard))  # pages there
+        first.proc.terminate()
+        second = wait_for(lambda: self.serves_elsewhere(shard, first), TTL_S + 5)
+        self.assertIsNotNone(second)
+        self.assertIsNotNone(self.fresh_charge(second, shard))
+        second.proc.terminate()
+        third = wait_for(lambda: next((n for n in self.nodes
+                                        if n not in (first, second) and
+                                        self.owners(n).get(shard) == n.address),
+                                       None), TTL_S + 5)
+        self.assertIsNotNone(third)
+        err = self.fresh_charge(third, shard)
+        self.assertIsNotNone(err, "the grace ended when the shard moved again")
+        self.assertEqual(err.code(), grpc.StatusCode.UNAVAILABLE, err.details())
+        self.assertIn("--cluster_takeover_grace", err.details())
+        for n in (first, second):
+            self.assertEqual(n.proc.wait(timeout=10), 0)
+
     def test_require_sessions_refuses_charges_without_one(self):
         a, b, c = self.start_nodes(extra=["--cluster_require_sessions"])
         self.create(a, "/r")
