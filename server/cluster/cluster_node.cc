@@ -333,7 +333,7 @@ void ClusterNode::Stop(bool resign) {
       const int64_t now = NowNs();
       for (const auto& [root, epoch] : owned_) {
         lost.push_back(root);
-        if (InGraceLocked(root, now)) in_grace.insert(root);
+        if (GraceLeftNsLocked(root, now) > 0) in_grace.insert(root);
       }
       counters_.shards_given_back += owned_.size();
       owned_.clear();
@@ -649,7 +649,7 @@ void ClusterNode::Balance() {
       absl::MutexLock l(&mu_);
       if (owned_.erase(root) == 0) continue;
       ++counters_.shards_given_back;
-      in_grace = InGraceLocked(root, NowNs());
+      in_grace = GraceLeftNsLocked(root, NowNs()) > 0;
     }
     // In its own grace the node holds nothing because the holders have not
     // re-charged yet: the mark stays (the next owner has a grace too).
@@ -788,9 +788,11 @@ absl::Status ClusterNode::SyncRead(absl::Time deadline) {
   return WaitApplied(r->header().revision(), deadline);
 }
 
-bool ClusterNode::InGraceLocked(const std::string& root, int64_t now) const {
+int64_t ClusterNode::GraceLeftNsLocked(const std::string& root,
+                                       int64_t now) const {
   auto grace = grace_until_ns_.find(root);
-  return grace != grace_until_ns_.end() && now < grace->second;
+  if (grace == grace_until_ns_.end() || now >= grace->second) return 0;
+  return grace->second - now;
 }
 
 ShardRoute ClusterNode::Route(absl::string_view path) const {
@@ -812,9 +814,8 @@ ShardRoute ClusterNode::Route(absl::string_view path) const {
     route.owner_node = options_.node_name;
     route.owner_address = options_.advertise_address;
     route.epoch = mine->second;
-    auto grace = grace_until_ns_.find(route.shard_root);
-    if (grace != grace_until_ns_.end() && now < grace->second)
-      route.grace_remaining = absl::Nanoseconds(grace->second - now);
+    route.grace_remaining =
+        absl::Nanoseconds(GraceLeftNsLocked(route.shard_root, now));
     return route;
   }
   auto it = owners_.find(route.shard_root);

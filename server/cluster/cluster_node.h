@@ -87,7 +87,9 @@ class ClusterTreeApplier {
   // Asked before a shard this node stops
   // admitting for is given back (OnShardsLost after): a shard that held
   // nothing has nothing to re-charge, so its next owner needs no takeover
-  // grace.
+  // grace. Drains the subtree's per-CPU stock first. Called on the ownership
+  // thread or in Stop(), never with the node's lock held; thread-safe. A
+  // group never applied here holds nothing (false).
   virtual bool ShardHoldsPages(const std::string& shard_root) = 0;
 };
 
@@ -256,8 +258,10 @@ class ClusterNode {
   void WatchLoop();
   void OwnershipLoop();
   // Called after the lease is gone or fenced: every owned shard lost.
-  // Whether this node's takeover grace for `root` runs at `now`.
-  bool InGraceLocked(const std::string& root, int64_t now) const
+  // Nanoseconds left at `now` (monotonic ns) of this node's takeover grace
+  // for shard `root`; 0 when none runs. One lookup (Route() is on every
+  // charge's path).
+  int64_t GraceLeftNsLocked(const std::string& root, int64_t now) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropOwnedLocked(std::vector<std::string>* lost)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
