@@ -306,8 +306,26 @@ int Daemon::StartServers() {
       std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
       interceptors;
   interceptors.push_back(NewMetricsInterceptorFactory(&grpc_metrics_));
+  // With access control every Accounting request is read after admission,
+  // so the receive guard sees each pending read (server/rpc/
+  // receive_guard.h); without, gRPC reads unary requests first.
+  if (config_.access_control &&
+      config_.receive_guard_interval > absl::ZeroDuration()) {
+    ReceiveGuard::Options guard_options;
+    guard_options.max_message_bytes = config_.max_message_bytes;
+    guard_options.interval = config_.receive_guard_interval;
+    guard_options.stream_window_bytes_per_connection =
+        uint64_t{config_.streams_per_connection} *
+        ReceiveGuard::kStreamWindowBytes;
+    receive_guard_ = std::make_unique<ReceiveGuard>(
+        guard_options, [this] { rpc_metrics_.RecordOversizedReadCancelled(); });
+    interceptors.push_back(receive_guard_->InterceptorFactory());
+  }
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   server_ = builder.BuildAndStart();
+  if (server_ != nullptr && port_ != 0 && receive_guard_ != nullptr) {
+    receive_guard_->Start(NewSockDiagSource(static_cast<uint16_t>(port_)));
+  }
   if (server_ != nullptr) service_->StartSessionStreams();
   if (config_.trim_interval > absl::ZeroDuration()) {
     MemoryTrimmer::Options trim_options;

@@ -31,6 +31,7 @@
 #include "server/metrics/prometheus/exposer.h"
 #include "server/metrics/rpc_metrics.h"
 #include "server/rpc/accounting_service.h"
+#include "server/rpc/receive_guard.h"
 
 namespace cgacct {
 
@@ -82,6 +83,8 @@ class Daemon {
   GrpcServerMetrics grpc_metrics_{CgacctdGrpcMethods()};
   std::unique_ptr<MetricsExposer> exposer_;
   std::optional<MemoryTrimmer> trimmer_;
+  // Outlives server_ (its interceptors point at it); null when off.
+  std::unique_ptr<ReceiveGuard> receive_guard_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   // --health_listen's answer to every method but health's.

@@ -202,6 +202,12 @@ ABSL_FLAG(uint64_t, grpc_memory_quota_bytes, 0,
           "allocates less; past it, it cancels streams of any connection, "
           "whoever's (RESOURCE_EXHAUSTED): see README before setting it. "
           ">= 16777216, or 0 (the default) = no quota");
+ABSL_FLAG(absl::Duration, receive_guard_interval, absl::Milliseconds(20),
+          "with access control, how often the receive guard samples the "
+          "kernel's count of bytes received on connections with a read "
+          "pending, to cancel (RESOURCE_EXHAUSTED) a message over "
+          "--max_message_bytes while it is received (gRPC 1.51 takes a "
+          "message whole before it checks its size); 0 = off");
 ABSL_FLAG(uint32_t, max_concurrent_streams_per_connection, 100,
           "HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS of every connection, >= 1");
 ABSL_FLAG(absl::Duration, memory_trim_interval, absl::Seconds(1),
@@ -339,6 +345,16 @@ absl::Status LimitsFromFlags(DaemonConfig* config) {
                               kMinGrpcMemoryQuotaBytes, ", ", INT64_MAX, "]"));
   }
   config->grpc_memory_quota_bytes = grpc_memory_quota;
+  config->receive_guard_interval = absl::GetFlag(FLAGS_receive_guard_interval);
+  if (config->receive_guard_interval < absl::ZeroDuration() ||
+      (config->receive_guard_interval > absl::ZeroDuration() &&
+       config->receive_guard_interval < absl::Milliseconds(1)) ||
+      config->receive_guard_interval > absl::Seconds(10)) {
+    return Usage(absl::StrCat("--receive_guard_interval=",
+                              absl::FormatDuration(
+                                  config->receive_guard_interval),
+                              " out of range: 0 (off) or 1ms .. 10s"));
+  }
   config->trim_interval = absl::GetFlag(FLAGS_memory_trim_interval);
   if (config->trim_interval < absl::ZeroDuration())
     return Usage("--memory_trim_interval must be >= 0");
@@ -580,7 +596,7 @@ void ParseDaemonFlags(int argc, char** argv) {
       "          [--max_in_flight_bytes_per_identity=67108864]\n"
       "          [--max_message_bytes=4194304]\n"
       "          [--max_concurrent_streams_per_connection=100]\n"
-      "          [--grpc_memory_quota_bytes=0]\n"
+      "          [--grpc_memory_quota_bytes=0] [--receive_guard_interval=20ms]\n"
       "          [--memory_trim_interval=1s]\n"
       "          [--tls_cert=PEM --tls_key=PEM\n"
       "           [--client_ca=PEM [--require_client_cert]]]\n"

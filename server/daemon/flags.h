@@ -70,6 +70,9 @@ struct DaemonConfig {
   uint32_t streams_per_connection = 0;
   // grpc::ResourceQuota of the main server's transports; 0 = none.
   uint64_t grpc_memory_quota_bytes = 0;
+  // The receive guard's sampling interval (server/rpc/receive_guard.h);
+  // zero: off. Used only with access control.
+  absl::Duration receive_guard_interval;
   absl::Duration trim_interval;
   std::string state_dir;  // empty: nothing persisted
   // --state_recover: start from a damaged store (SqliteStateStore::Options).

@@ -106,6 +106,14 @@ class RpcMetrics {
   uint64_t state_store_errors() const {
     return state_store_errors_.load(std::memory_order_relaxed);
   }
+  // One read cancelled by the receive guard (server/rpc/receive_guard.h):
+  // its connection received more than its pending reads may hold.
+  void RecordOversizedReadCancelled() {
+    oversized_reads_cancelled_.fetch_add(1, std::memory_order_relaxed);
+  }
+  uint64_t oversized_reads_cancelled() const {
+    return oversized_reads_cancelled_.load(std::memory_order_relaxed);
+  }
   // One call shed by a per-identity limit (server/pipeline/call_limiter.h); the
   // only count behind cgacct_shed_total{reason}.
   void RecordShed(ShedReason reason);
@@ -127,6 +135,7 @@ class RpcMetrics {
   std::array<HandledShard, kNrMetricShards> shards_{};
   std::array<LatencyHistogram, kNrRpcMethods> latency_;
   std::atomic<uint64_t> state_store_errors_{0};  // rare: one shared counter
+  std::atomic<uint64_t> oversized_reads_cancelled_{0};  // rare, too
 };
 
 }  // namespace cgacct

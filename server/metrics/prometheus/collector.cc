@@ -185,6 +185,12 @@ void MetricsCollector::CollectEngineCounters(Families& out,
                  "request_id answers the state store failed to persist "
                  "(answered, but not replayable after a restart).",
                  rpc_.state_store_errors());
+  counter_family("cgacct_oversized_reads_cancelled_total",
+                 "Reads cancelled RESOURCE_EXHAUSTED by the receive guard "
+                 "while their message was arriving: their connection had "
+                 "received more than its pending reads may hold (a message "
+                 "over --max_message_bytes).",
+                 rpc_.oversized_reads_cancelled());
   counter_family("cgacct_uncharges_total", "Successful uncharges.",
                  counters.uncharges);
   counter_family("cgacct_stock_hits_total",
@@ -255,6 +261,7 @@ void MetricsCollector::CollectRpc(Families& out) const {
     }
     out.push_back(std::move(shed));
   }
+
 }
 
 void MetricsCollector::CollectGroups(Families& out, uint64_t nr_groups) const {

@@ -393,6 +393,17 @@ TEST(CgacctdTest, TooSmallGrpcMemoryQuotaExits2WithOneLine) {
   EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
 }
 
+TEST(CgacctdTest, ReceiveGuardIntervalOutOfRangeExits2WithOneLine) {
+  for (const char* value : {"-1s", "500us", "11s"}) {
+    Daemon daemon({"--listen=127.0.0.1:0",
+                   std::string("--receive_guard_interval=") + value});
+    EXPECT_EQ(daemon.WaitExit(kTimeout), 2) << value;
+    const std::string err = daemon.ReadStderr();
+    EXPECT_THAT(err, HasSubstr("out of range: 0 (off) or 1ms .. 10s"));
+    EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+  }
+}
+
 // --version names the project version and the git revision (Abseil's
 // default printed "Debug build (NDEBUG not #defined)" on a release build).
 TEST(CgacctdTest, VersionIsTheProjectsNotAbseilsDefault) {

@@ -57,6 +57,42 @@ long RssKb(pid_t pid) {
   return -1;
 }
 
+// A bidi stream of raw messages on `method` (the wire of any of the
+// service's methods: a unary one's too).
+std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>>
+RawStream(grpc::Channel& channel, const char* method,
+          grpc::ClientContext* context) {
+  return std::unique_ptr<
+      grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>>(
+      grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer,
+                                                grpc::ByteBuffer>::
+          Create(&channel,
+                 grpc::internal::RpcMethod(
+                     method, grpc::internal::RpcMethod::BIDI_STREAMING),
+                 context));
+}
+
+// One tenant, "a", by token, in a temporary directory removed at the end.
+struct TokenFiles {
+  TokenFiles() {
+    char dir_template[] = "/tmp/cgacct-memory-XXXXXX";
+    if (mkdtemp(dir_template) != nullptr) dir = dir_template;
+    std::ofstream(dir + "/tokens") << "a " << token << "\n";
+    std::ofstream(dir + "/policy") << "token:a rw /tenants/a\n";
+  }
+  ~TokenFiles() {
+    std::remove((dir + "/tokens").c_str());
+    std::remove((dir + "/policy").c_str());
+    rmdir(dir.c_str());
+  }
+  std::string tokens_flag() const { return "--tokens_file=" + dir + "/tokens"; }
+  std::string policy_flag() const {
+    return "--authz_policy=" + dir + "/policy";
+  }
+  std::string dir;
+  const std::string token = "aaaaaaaaaaaaaaaaaaaaaaaa-tokenA";
+};
+
 #if defined(__SANITIZE_ADDRESS__)
 #define CGACCT_ASAN 1
 #elif defined(__has_feature)
@@ -271,15 +307,8 @@ TEST(MemoryReturnTest, UndecodableStreamMessagesDoNotGrowRss) {
           grpc::ClientContext context;
           context.set_deadline(std::chrono::system_clock::now() +
                                std::chrono::seconds(30));
-          std::unique_ptr<
-              grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>>
-              rw(grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer,
-                                                           grpc::ByteBuffer>::
-                     Create(channels[t].get(),
-                            grpc::internal::RpcMethod(
-                                "/cgacct.v1.Accounting/ChargeStream",
-                                grpc::internal::RpcMethod::BIDI_STREAMING),
-                            &context));
+          auto rw = RawStream(*channels[t],
+                              "/cgacct.v1.Accounting/ChargeStream", &context);
           // As request_fuzzer, which found it: the message, a read for its
           // answer, then the half-close.
           rw->Write(garbage);
@@ -338,18 +367,11 @@ TEST(MemoryReturnTest, ChurningBigSessionMessagesOnManyConnectionsStayBounded) {
   constexpr long kMaxMedianKb = 240 * 1024;
   // One tenant (a token): its session reads are bounded per identity
   // (without access control every caller is one identity, unbounded).
-  char dir_template[] = "/tmp/cgacct-memory-XXXXXX";
-  ASSERT_NE(mkdtemp(dir_template), nullptr);
-  const std::string dir = dir_template;
-  const std::string token = "aaaaaaaaaaaaaaaaaaaaaaaa-tokenA";
-  {
-    std::ofstream(dir + "/tokens") << "a " << token << "\n";
-    std::ofstream(dir + "/policy") << "token:a rw /tenants/a\n";
-  }
+  const TokenFiles files;
+  const std::string& token = files.token;
   pid_t pid = -1;
   const std::string target =
-      SpawnDaemon({"--cpus=2", "--tokens_file=" + dir + "/tokens",
-                   "--authz_policy=" + dir + "/policy",
+      SpawnDaemon({"--cpus=2", files.tokens_flag(), files.policy_flag(),
                    "--grpc_memory_quota_bytes=268435456"},
                   &pid);
   ASSERT_FALSE(target.empty());
@@ -392,15 +414,8 @@ TEST(MemoryReturnTest, ChurningBigSessionMessagesOnManyConnectionsStayBounded) {
         context.set_deadline(std::chrono::system_clock::now() +
                              std::chrono::seconds(10));
         context.AddMetadata("authorization", "Bearer " + token);
-        std::unique_ptr<
-            grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>>
-            rw(grpc::internal::ClientReaderWriterFactory<
-                grpc::ByteBuffer, grpc::ByteBuffer>::
-                   Create(channel.get(),
-                          grpc::internal::RpcMethod(
-                              "/cgacct.v1.Accounting/SessionStream",
-                              grpc::internal::RpcMethod::BIDI_STREAMING),
-                          &context));
+        auto rw = RawStream(*channel, "/cgacct.v1.Accounting/SessionStream",
+                            &context);
         v1::SessionClientMessage attach;
         attach.set_attach_session_id(opened.session_id());
         grpc::Slice attach_slice(attach.SerializeAsString());
@@ -448,9 +463,86 @@ TEST(MemoryReturnTest, ChurningBigSessionMessagesOnManyConnectionsStayBounded) {
   int status = 0;
   waitpid(pid, &status, 0);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  std::remove((dir + "/tokens").c_str());
-  std::remove((dir + "/policy").c_str());
-  rmdir(dir.c_str());
+}
+
+// A message over --max_message_bytes is cancelled while it arrives, not
+// buffered whole: gRPC 1.51 takes a message whole before it checks its
+// size, so four 256 MiB Charge requests of one token holder took cgacctd
+// ~1 GB before the receive guard (server/rpc/receive_guard.h); one
+// holder's four 500 MB ChargeBatches took 2 GB. Checks each is refused
+// RESOURCE_EXHAUSTED "... being received" and the peak RSS over them.
+TEST(MemoryReturnTest, MessagesOverTheLimitAreCancelledWhileArriving) {
+#ifdef CGACCT_ASAN
+  GTEST_SKIP() << "RSS under AddressSanitizer is not cgacctd's";
+#endif
+  constexpr int kSenders = 4;
+  constexpr size_t kMessageBytes = size_t{256} << 20;
+  constexpr long kMaxGrowthKb = 128 * 1024;
+  const TokenFiles files;
+  const std::string& token = files.token;
+  pid_t pid = -1;
+  const std::string target =
+      SpawnDaemon({"--cpus=2", files.tokens_flag(), files.policy_flag()},
+                  &pid);
+  ASSERT_FALSE(target.empty());
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const long idle_kb = RssKb(pid);
+  // A ChargeRequest whose first field announces the whole message: what
+  // the bytes are does not matter, gRPC takes them before any parsing.
+  std::string payload(kMessageBytes, 'x');
+  grpc::Slice big_slice(payload);
+  payload.clear();
+  payload.shrink_to_fit();
+  const grpc::ByteBuffer big(&big_slice, 1);
+  std::atomic<bool> done{false};
+  std::vector<grpc::Status> statuses(kSenders);
+  std::vector<std::thread> senders;
+  for (int t = 0; t < kSenders; ++t) {
+    senders.emplace_back([&, t] {
+      grpc::ChannelArguments channel_args;
+      channel_args.SetInt("grpc.channel_id", t);  // one connection each
+      channel_args.SetMaxSendMessageSize(-1);
+      auto channel = grpc::CreateCustomChannel(
+          target, grpc::InsecureChannelCredentials(), channel_args);
+      grpc::ClientContext context;
+      context.set_deadline(std::chrono::system_clock::now() +
+                           std::chrono::seconds(60));
+      context.AddMetadata("authorization", "Bearer " + token);
+      auto rw = RawStream(*channel, "/cgacct.v1.Accounting/Charge", &context);
+      rw->Write(big);
+      rw->WritesDone();
+      grpc::ByteBuffer ignored;
+      while (rw->Read(&ignored)) {
+      }
+      statuses[t] = rw->Finish();
+    });
+  }
+  long peak_kb = idle_kb;
+  std::thread sampler([&] {
+    while (!done.load()) {
+      peak_kb = std::max(peak_kb, RssKb(pid));
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  });
+  for (std::thread& t : senders) t.join();
+  done = true;
+  sampler.join();
+  std::printf(
+      "RSS: idle %ld KiB; %d concurrent %zu MiB Charge requests: peak %ld "
+      "KiB (%+ld)\n",
+      idle_kb, kSenders, kMessageBytes >> 20, peak_kb, peak_kb - idle_kb);
+  for (const grpc::Status& status : statuses) {
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+        << status.error_message();
+    EXPECT_THAT(status.error_message(),
+                ::testing::HasSubstr("--max_message_bytes=4194304 being "
+                                     "received"));
+  }
+  EXPECT_LT(peak_kb - idle_kb, kMaxGrowthKb);
+  kill(pid, SIGTERM);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
 }  // namespace

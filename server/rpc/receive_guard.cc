@@ -1,0 +1,347 @@
+// The receive guard (server/rpc/receive_guard.h).
+#include "server/rpc/receive_guard.h"
+
+#include <grpc/grpc.h>
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace cgacct {
+namespace {
+
+// The read whose cancel the sampling thread is running, if any: a ReadEnded
+// of that read on this thread runs inside the cancel (gRPC delivering the
+// failed read inline) and must not wait for it.
+thread_local const void* cancelling_read = nullptr;
+
+using HookPoint = grpc::experimental::InterceptionHookPoints;
+
+// One cgacct.v1.Accounting call's interceptor: created when the call
+// starts, deleted by gRPC when it ends. A stream's reads are one at a time,
+// so `read_` is touched by one thread at a time (the recv hooks, then the
+// destructor); the other members are constant.
+class ReceiveGuardInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  ReceiveGuardInterceptor(ReceiveGuard* guard, grpc::ServerContextBase* context)
+      : guard_(guard), context_(context), peer_(context->peer()) {
+    guard_->CallStarted(peer_);
+  }
+  ~ReceiveGuardInterceptor() override {
+    if (read_ != 0) guard_->ReadEnded(read_, 0);
+    guard_->CallEnded(peer_);
+  }
+
+  void Intercept(
+      grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            HookPoint::POST_RECV_INITIAL_METADATA)) {
+      uint64_t bytes = 0;
+      for (const auto& [key, value] : *methods->GetRecvInitialMetadata()) {
+        bytes += key.size() + value.size() +
+                 ReceiveGuard::kAllowancePerMetadataEntry;
+      }
+      guard_->Allow(peer_, bytes);
+    }
+    const bool read_done =
+        methods->QueryInterceptionHookPoint(HookPoint::POST_RECV_MESSAGE);
+    // gRPC 1.51 marks PRE_RECV_MESSAGE only on hijacked calls; a read's
+    // batch shows before it is started as the one whose message is set and
+    // that is not done (its POST_RECV_MESSAGE pass comes when it is).
+    if (!read_done && read_ == 0 && methods->GetRecvMessage() != nullptr) {
+      grpc_call* call = context_->c_call();
+      read_ = guard_->ReadStarted(peer_, [call](const std::string& message) {
+        grpc_call_cancel_with_status(call, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                                     message.c_str(), nullptr);
+      });
+    }
+    if (read_done && read_ != 0) {
+      // Every cgacct.v1.Accounting method is registered raw: the message is
+      // a grpc::ByteBuffer (null when the read failed).
+      const auto* message =
+          static_cast<const grpc::ByteBuffer*>(methods->GetRecvMessage());
+      guard_->ReadEnded(read_, message != nullptr ? message->Length() : 0);
+      read_ = 0;
+    }
+    if (methods->QueryInterceptionHookPoint(HookPoint::PRE_SEND_MESSAGE)) {
+      guard_->Allow(peer_, ReceiveGuard::kAllowancePerMessage);
+    }
+    methods->Proceed();
+  }
+
+ private:
+  ReceiveGuard* const guard_;
+  grpc::ServerContextBase* const context_;
+  const std::string peer_;
+  uint64_t read_ = 0;  // the pending read's handle, 0 if none
+};
+
+class ReceiveGuardInterceptorFactory final
+    : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  explicit ReceiveGuardInterceptorFactory(ReceiveGuard* guard)
+      : guard_(guard) {}
+
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo* info) override {
+    if (info->method() == nullptr ||
+        !absl::StartsWith(info->method(), "/cgacct.v1.Accounting/") ||
+        info->server_context() == nullptr) {
+      return nullptr;
+    }
+    return new ReceiveGuardInterceptor(guard_, info->server_context());
+  }
+
+ private:
+  ReceiveGuard* const guard_;
+};
+
+}  // namespace
+
+ReceiveGuard::ReceiveGuard(Options options, std::function<void()> on_cancel)
+    : options_(options), on_cancel_(std::move(on_cancel)) {}
+
+ReceiveGuard::~ReceiveGuard() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+void ReceiveGuard::Start(std::unique_ptr<ReceivedBytesSource> source) {
+  source_ = std::move(source);
+  thread_ = std::thread([this] { Run(); });
+}
+
+std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
+ReceiveGuard::InterceptorFactory() {
+  return std::make_unique<ReceiveGuardInterceptorFactory>(this);
+}
+
+void ReceiveGuard::CallStarted(absl::string_view peer) {
+  absl::MutexLock lock(&mu_);
+  Connection& connection = connections_[peer];
+  ++connection.open_calls;
+  connection.credit_bytes += kAllowancePerCall;
+}
+
+void ReceiveGuard::CallEnded(absl::string_view peer) {
+  absl::MutexLock lock(&mu_);
+  auto it = connections_.find(peer);
+  if (it == connections_.end()) return;
+  Connection& connection = it->second;
+  if (connection.open_calls > 0) --connection.open_calls;
+  // Its END_STREAM or RST_STREAM.
+  connection.credit_bytes += kAllowancePerMessage;
+  MaybeEraseLocked(it->first, connection);
+}
+
+void ReceiveGuard::Allow(absl::string_view peer, uint64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  auto it = connections_.find(peer);
+  if (it != connections_.end()) it->second.credit_bytes += bytes;
+}
+
+uint64_t ReceiveGuard::ReadStarted(
+    absl::string_view peer, std::function<void(const std::string&)> cancel) {
+  auto read = std::make_shared<Read>();
+  read->cancel = std::move(cancel);
+  absl::MutexLock lock(&mu_);
+  const uint64_t handle = next_handle_++;
+  Connection& connection = connections_[peer];
+  connection.reads.emplace(handle, std::move(read));
+  ++connection.reads_since_begin;
+  handles_.emplace(handle, ReadHandle{std::string(peer)});
+  ++pending_reads_;
+  return handle;
+}
+
+void ReceiveGuard::ReadEnded(uint64_t handle, uint64_t delivered_bytes) {
+  std::shared_ptr<Read> read;
+  {
+    absl::MutexLock lock(&mu_);
+    auto h = handles_.find(handle);
+    if (h == handles_.end()) return;
+    auto it = connections_.find(h->second.peer);
+    handles_.erase(h);
+    if (it == connections_.end()) return;
+    Connection& connection = it->second;
+    auto r = connection.reads.find(handle);
+    if (r != connection.reads.end()) {
+      read = std::move(r->second);
+      connection.reads.erase(r);
+      --pending_reads_;
+    }
+    connection.credit_bytes +=
+        delivered_bytes + kAllowancePerMessage +
+        (delivered_bytes / (16 * 1024) + 1) * kAllowancePer16KiB;
+    MaybeEraseLocked(it->first, connection);
+  }
+  if (read == nullptr) return;
+  int expected = Read::kPending;
+  if (read->state.compare_exchange_strong(expected, Read::kEnded)) return;
+  // The sampler is cancelling this read's call: unless this is that cancel
+  // delivering the failed read inline, wait for it to return.
+  if (cancelling_read == read.get()) return;
+  while (read->state.load() == Read::kCancelling) std::this_thread::yield();
+}
+
+void ReceiveGuard::MaybeEraseLocked(const std::string& peer,
+                                    Connection& connection) {
+  if (connection.open_calls == 0 && connection.reads.empty()) {
+    connections_.erase(peer);
+  }
+}
+
+void ReceiveGuard::BeginSample() {
+  absl::MutexLock lock(&mu_);
+  for (auto& [peer, connection] : connections_) {
+    connection.sampled_credit_bytes += connection.credit_bytes;
+    connection.credit_bytes = 0;
+    connection.reads_since_begin = connection.reads.size();
+  }
+}
+
+int ReceiveGuard::Check(
+    const absl::flat_hash_map<std::string, uint64_t>& bytes_by_peer,
+    absl::Time now) {
+  struct Victim {
+    std::shared_ptr<Read> read;
+    std::string message;
+  };
+  std::vector<Victim> victims;
+  {
+    absl::MutexLock lock(&mu_);
+    // Every connection with a call open is followed (so that a read
+    // starting on it is counted from its connection's last sample); only
+    // those with a read pending can be over.
+    for (auto& [peer, connection] : connections_) {
+      auto b = bytes_by_peer.find(peer);
+      if (b == bytes_by_peer.end()) continue;  // closed, or not TCP
+      const uint64_t bytes = b->second;
+      if (!connection.have_sample) {
+        connection.have_sample = true;
+        connection.last_bytes = bytes;
+        connection.last_time = now;
+        connection.sampled_credit_bytes = 0;
+        connection.held_bytes = 0;
+        continue;
+      }
+      const double seconds =
+          std::max(0.0, absl::ToDoubleSeconds(now - connection.last_time));
+      const uint64_t leak =
+          static_cast<uint64_t>(seconds * kLeakBytesPerSecond);
+      // The two counts the source subtracts are not read at one instant:
+      // the difference may step back a little.
+      const uint64_t grown =
+          connection.held_bytes +
+          (bytes > connection.last_bytes ? bytes - connection.last_bytes : 0);
+      const uint64_t taken = connection.sampled_credit_bytes + leak;
+      connection.held_bytes = grown > taken ? grown - taken : 0;
+      connection.last_bytes = std::max(connection.last_bytes, bytes);
+      connection.last_time = now;
+      connection.sampled_credit_bytes = 0;
+      // Every stream of the connection may have its window's worth in,
+      // whether gRPC has handed its call over or not (streams it has not
+      // are invisible here), and each read a whole message: each read
+      // pending at BeginSample() or started since (one that ended between
+      // BeginSample() and now has its bytes in the sample and its delivery
+      // counted at the next pass).
+      const uint64_t pending = std::max<uint64_t>(
+          connection.reads_since_begin, connection.reads.size());
+      if (pending == 0) {
+        // No read since the last pass: nothing of it can be held. (What a
+        // read that failed had received is dropped by gRPC and never
+        // delivered: forgotten here, not credited, which a client could
+        // use to hide an oversized message.)
+        connection.held_bytes = 0;
+        continue;
+      }
+      const uint64_t may_hold = pending * options_.max_message_bytes +
+                                options_.stream_window_bytes_per_connection +
+                                options_.slack_bytes;
+      if (connection.reads.empty() || connection.held_bytes <= may_hold)
+        continue;
+      const std::string message = absl::StrCat(
+          "message larger than --max_message_bytes=",
+          options_.max_message_bytes, " being received: connection ", peer,
+          " received ", connection.held_bytes,
+          " bytes its reads did not take, over the ", may_hold, " its ",
+          pending, " pending read(s) and its streams' windows may hold; ",
+          pending == 1 ? "the read is" : "the reads are", " cancelled");
+      std::fprintf(stderr, "cgacctd: receive guard: %s\n", message.c_str());
+      for (auto& [handle, read] : connection.reads) {
+        int expected = Read::kPending;
+        if (read->state.compare_exchange_strong(expected,
+                                                Read::kCancelling)) {
+          victims.push_back({read, message});
+        }
+      }
+      // What arrives from now on is counted afresh.
+      connection.have_sample = false;
+    }
+  }
+  for (Victim& victim : victims) {
+    cancelling_read = victim.read.get();
+    victim.read->cancel(victim.message);
+    cancelling_read = nullptr;
+    victim.read->state.store(Read::kEnded);
+    cancelled_.fetch_add(1, std::memory_order_relaxed);
+    if (on_cancel_) on_cancel_();
+  }
+  return static_cast<int>(victims.size());
+}
+
+void ReceiveGuard::Run() {
+  absl::flat_hash_map<std::string, uint64_t> bytes_by_peer;
+  bool reported_error = false;
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      auto stopped = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stop_;
+      };
+      if (pending_reads_ > 0) {
+        // One interval between samples (or the stop).
+        if (mu_.AwaitWithTimeout(absl::Condition(&stopped),
+                                 options_.interval)) {
+          return;
+        }
+      } else {
+        // Asleep while no read is pending (a ReadStarted or the destructor
+        // wakes it through the condition); then sampled at once, every
+        // connection counted afresh from there.
+        auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return stop_ || pending_reads_ > 0;
+        };
+        mu_.Await(absl::Condition(&wake));
+        if (stop_) return;
+        for (auto& [peer, connection] : connections_) {
+          connection.have_sample = false;
+        }
+      }
+    }
+    BeginSample();
+    absl::Status sampled = source_->Sample(&bytes_by_peer);
+    if (!sampled.ok()) {
+      if (!reported_error) {
+        std::fprintf(stderr,
+                     "cgacctd: receive guard: cannot sample connections (%s); "
+                     "messages over --max_message_bytes are refused only once "
+                     "received\n",
+                     std::string(sampled.message()).c_str());
+        reported_error = true;
+      }
+      continue;
+    }
+    reported_error = false;
+    Check(bytes_by_peer, absl::Now());
+  }
+}
+
+}  // namespace cgacct

@@ -1,0 +1,214 @@
+// The receive guard: --max_message_bytes enforced while a message is being
+// received, not only once it is in (docs/DESIGN.md §4.10).
+//
+// gRPC 1.51 compares a message's size with the server's limit only after it
+// has taken the whole message, and it grants the stream HTTP/2 window for
+// all of it, whatever the message's 5-byte prefix announces: one token
+// holder's four 500 MB ChargeBatches (each refused "Received message larger
+// than max" once in) took cgacctd to 2 GB, and nothing before this guard saw
+// those bytes (issue 22's round after 24a4222). The per-identity read slots
+// (server/pipeline/call_limiter.h) bound how many reads are pending, which
+// bounds memory only if each read takes at most one message of
+// --max_message_bytes.
+//
+// The guard watches each connection that has a read pending, from the
+// kernel's side: tcp_info's tcpi_bytes_received, sampled every --
+// receive_guard_interval by a NETLINK_SOCK_DIAG dump (the interface of
+// ss(8)). From each sample's growth it takes away what the connection's
+// reads delivered and an allowance for HTTP/2 and TLS framing, keeping an
+// estimate of the bytes gRPC has read and not yet delivered (the socket's
+// receive queue is the kernel's; never below zero, leaking
+// kLeakBytesPerSecond). When that estimate passes what the
+// connection may legitimately hold (one message of --max_message_bytes per
+// pending read, one HTTP/2 stream window per stream the connection may
+// open, plus a slack), it cancels those reads' calls with
+// RESOURCE_EXHAUSTED (grpc_call_cancel_with_status): gRPC then drops what it
+// buffered for them. A message over the limit costs at most the limit, the
+// slack, and what arrives in one interval before the guard sees it.
+//
+// Only calls of cgacct.v1.Accounting are watched (its messages are raw
+// bytes, so what a read delivered is known), and only with access control:
+// then every Accounting request is read after its call is admitted (server/
+// rpc/unary.h), so each pending read is seen. Without access control gRPC
+// reads unary requests before any hook runs, and every caller is one
+// identity: the guard is off.
+//
+// Thread safety: thread-safe. The sampling thread and the interceptor's
+// hooks share one mutex (a leaf lock: nothing is called under it; calls are
+// cancelled after it is released, each read's state machine keeping its call
+// alive until the cancel has returned).
+#ifndef CGACCT_SERVER_RPC_RECEIVE_GUARD_H_
+#define CGACCT_SERVER_RPC_RECEIVE_GUARD_H_
+
+#include <grpcpp/support/server_interceptor.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace cgacct {
+
+// Bytes received so far on TCP connections, by peer address as gRPC spells
+// it (grpc::ServerContext::peer(): "ipv4:127.0.0.1:5000", "ipv6:[::1]:5000").
+class ReceivedBytesSource {
+ public:
+  virtual ~ReceivedBytesSource() = default;
+  // Replaces *bytes_by_peer with one entry per established connection the
+  // source covers. Errors: what the kernel answered.
+  virtual absl::Status Sample(
+      absl::flat_hash_map<std::string, uint64_t>* bytes_by_peer) = 0;
+};
+
+// tcp_info's tcpi_bytes_received of the established TCP connections (IPv4
+// and IPv6, in this network namespace) whose local port is `local_port`, by
+// NETLINK_SOCK_DIAG dumps filtered in the kernel (inet_diag bytecode, as
+// `ss -ti sport = :PORT`). IPv4-mapped IPv6 peers are spelt ipv4, as gRPC
+// does. Not thread-safe: one sampler.
+std::unique_ptr<ReceivedBytesSource> NewSockDiagSource(uint16_t local_port);
+
+class ReceiveGuard {
+ public:
+  // Framing allowances (upper bounds, generous): per message delivered (its
+  // 5-byte gRPC prefix, HTTP/2 DATA frame headers, TLS records) plus
+  // kAllowancePer16KiB for each 16 KiB of it; per call (its HEADERS, before
+  // its metadata, which is counted as received: HPACK only shrinks it); per
+  // message sent (the WINDOW_UPDATE it may cause).
+  static constexpr uint64_t kAllowancePerMessage = 64;
+  static constexpr uint64_t kAllowancePer16KiB = 64;
+  static constexpr uint64_t kAllowancePerCall = 1024;
+  static constexpr uint64_t kAllowancePerMetadataEntry = 32;
+  // What else a connection may receive (PINGs, SETTINGS), per second. It
+  // is also how fast a message may grow unseen: a client sending a message
+  // at this rate or slower is not caught (16 KiB/s: 58 MB an hour per
+  // pending read).
+  static constexpr uint64_t kLeakBytesPerSecond = 16 * 1024;
+  // HTTP/2 window of a stream without a read pending (cgacctd's
+  // GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES).
+  static constexpr uint64_t kStreamWindowBytes = 65535;
+
+  struct Options {
+    uint64_t max_message_bytes = 4u << 20;
+    // What a connection's streams may have received besides their pending
+    // reads' messages: --max_concurrent_streams_per_connection x
+    // kStreamWindowBytes.
+    uint64_t stream_window_bytes_per_connection = 100 * kStreamWindowBytes;
+    // Added to what a connection's calls may hold.
+    uint64_t slack_bytes = 1u << 20;
+    // Between two samples while a read is pending; the sampler sleeps while
+    // none is.
+    absl::Duration interval = absl::Milliseconds(20);
+  };
+
+  // `on_cancel` (may be empty) is run once per read cancelled, on the
+  // sampling thread (a metric's count).
+  ReceiveGuard(Options options, std::function<void()> on_cancel);
+  ReceiveGuard(const ReceiveGuard&) = delete;
+  ReceiveGuard& operator=(const ReceiveGuard&) = delete;
+  // Stops the sampling thread. Interceptors made by InterceptorFactory()
+  // must be gone (the server shut down and destroyed).
+  ~ReceiveGuard();
+
+  // Starts the sampling thread on `source` (once).
+  void Start(std::unique_ptr<ReceivedBytesSource> source);
+
+  // An interceptor factory for grpc::ServerBuilder::experimental()
+  // .SetInterceptorCreators() that reports cgacct.v1.Accounting calls'
+  // reads to this guard. The guard must outlive the server.
+  std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
+  InterceptorFactory();
+
+  // The calls' side, used by the interceptor (and tests). `peer` is the
+  // call's connection (grpc::ServerContext::peer()).
+  //
+  // A call opened on `peer`; CallEnded() when it ends.
+  void CallStarted(absl::string_view peer);
+  void CallEnded(absl::string_view peer);
+  // Received or sent bytes the allowances cover (metadata, framing).
+  void Allow(absl::string_view peer, uint64_t bytes);
+  // A read started on `peer`; `cancel(message)` cancels its call with
+  // RESOURCE_EXHAUSTED and `message` (any thread; it may run ReadEnded of
+  // this read before it returns). Returns the read's handle.
+  uint64_t ReadStarted(absl::string_view peer,
+                       std::function<void(const std::string&)> cancel);
+  // The read `handle` ended, having delivered `delivered_bytes` (0 when it
+  // failed). After it returns, the read's `cancel` is not running and will
+  // not run.
+  void ReadEnded(uint64_t handle, uint64_t delivered_bytes);
+
+  // One sampling pass (the thread's body; tests call it directly):
+  // BeginSample() takes the allowances and deliveries so far, the caller
+  // then samples the kernel's counts, and Check() compares at `now`. (Taken
+  // before the sample, every delivery counted has its bytes in it: a read
+  // that ends between the two is counted at the next pass.) Check cancels
+  // what it must and returns how many reads.
+  void BeginSample();
+  int Check(const absl::flat_hash_map<std::string, uint64_t>& bytes_by_peer,
+            absl::Time now);
+
+  // Reads cancelled so far.
+  uint64_t cancelled() const {
+    return cancelled_.load(std::memory_order_relaxed);
+  }
+  const Options& options() const { return options_; }
+
+ private:
+  // A pending read. `state` keeps the call alive while the sampler cancels
+  // it: ReadEnded waits for kCancelling to end unless it runs inside that
+  // cancel (on the sampling thread, which gRPC may use to deliver the failed
+  // read).
+  struct Read {
+    enum State : int { kPending, kCancelling, kEnded };
+    std::function<void(const std::string&)> cancel;
+    std::atomic<int> state{kPending};
+  };
+  struct Connection {
+    uint32_t open_calls = 0;
+    absl::flat_hash_map<uint64_t, std::shared_ptr<Read>> reads;
+    // Sampling state, valid while have_sample: the kernel's count at the
+    // last sample, the allowance and deliveries since, and the estimate.
+    bool have_sample = false;
+    uint64_t last_bytes = 0;
+    absl::Time last_time;
+    uint64_t credit_bytes = 0;          // since BeginSample()
+    uint64_t sampled_credit_bytes = 0;  // taken by BeginSample()
+    // Reads pending at BeginSample() plus those started since.
+    uint64_t reads_since_begin = 0;
+    uint64_t held_bytes = 0;
+  };
+  struct ReadHandle {
+    std::string peer;
+  };
+
+  void Run();
+  void MaybeEraseLocked(const std::string& peer, Connection& connection)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const Options options_;
+  const std::function<void()> on_cancel_;
+  std::unique_ptr<ReceivedBytesSource> source_;  // the sampling thread's
+  std::atomic<uint64_t> cancelled_{0};
+
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, Connection> connections_
+      ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, ReadHandle> handles_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_handle_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t pending_reads_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+}  // namespace cgacct
+
+#endif  // CGACCT_SERVER_RPC_RECEIVE_GUARD_H_

@@ -1,0 +1,234 @@
+// The receive guard's arithmetic on made-up samples, and its sock_diag
+// source against a real loopback connection (server/rpc/receive_guard.h).
+#include "server/rpc/receive_guard.h"
+
+#include <arpa/inet.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+
+namespace cgacct {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kPeer[] = "ipv4:127.0.0.1:40000";
+constexpr uint64_t kMax = 4u << 20;
+
+ReceiveGuard::Options SmallOptions() {
+  ReceiveGuard::Options options;
+  options.max_message_bytes = kMax;
+  options.slack_bytes = 1u << 20;
+  options.stream_window_bytes_per_connection =
+      10 * ReceiveGuard::kStreamWindowBytes;
+  return options;
+}
+
+// What a connection with `reads` pending may hold under SmallOptions().
+uint64_t MayHold(uint64_t reads) {
+  return reads * kMax + 10 * ReceiveGuard::kStreamWindowBytes + (1u << 20);
+}
+
+class ReceiveGuardTest : public ::testing::Test {
+ protected:
+  // One pass with the kernel's count of kPeer at `bytes`, 20 ms after the
+  // previous one.
+  int Pass(uint64_t bytes) {
+    now_ += absl::Milliseconds(20);
+    guard_.BeginSample();
+    return guard_.Check({{kPeer, bytes}}, now_);
+  }
+  uint64_t StartRead() {
+    return guard_.ReadStarted(kPeer, [this](const std::string& message) {
+      messages_.push_back(message);
+    });
+  }
+
+  ReceiveGuard guard_{SmallOptions(), [this] { ++counted_; }};
+  absl::Time now_ = absl::UnixEpoch();
+  std::vector<std::string> messages_;
+  int counted_ = 0;
+};
+
+TEST_F(ReceiveGuardTest, AMessageOverTheLimitIsCancelledWhileArriving) {
+  guard_.CallStarted(kPeer);
+  StartRead();
+  EXPECT_EQ(Pass(1000), 0);  // the baseline
+  EXPECT_EQ(Pass(1000 + MayHold(1)), 0);  // at the bound: allowed
+  // 4 KB more (less two passes' leak) is over.
+  EXPECT_EQ(Pass(1000 + MayHold(1) + 4096), 1);
+  ASSERT_EQ(messages_.size(), 1u);
+  EXPECT_THAT(messages_[0], HasSubstr("--max_message_bytes=4194304"));
+  EXPECT_THAT(messages_[0], HasSubstr(kPeer));
+  EXPECT_EQ(counted_, 1);
+  EXPECT_EQ(guard_.cancelled(), 1u);
+  // Cancelled once: a later pass does not cancel it again.
+  EXPECT_EQ(Pass(10 * MayHold(1)), 0);
+}
+
+TEST_F(ReceiveGuardTest, DeliveredMessagesAreNotHeld) {
+  guard_.CallStarted(kPeer);
+  uint64_t bytes = 5000;
+  EXPECT_EQ(Pass(bytes), 0);
+  // A hundred 4 MiB messages, three per pass, each with its framing.
+  for (int i = 0; i < 100; ++i) {
+    const uint64_t read = StartRead();
+    bytes += kMax + 5 + 9 * (kMax / 16384 + 1);
+    guard_.ReadEnded(read, kMax);
+    if (i % 3 == 2) {
+      EXPECT_EQ(Pass(bytes), 0) << i;
+    }
+  }
+  StartRead();
+  EXPECT_EQ(Pass(bytes), 0);
+  EXPECT_TRUE(messages_.empty());
+}
+
+// A read that ends between BeginSample() and Check() has its bytes in the
+// sample and its delivery counted only at the next pass: it must count as
+// pending at this one (seen with 8 connections of 100 concurrent 4 MB
+// ChargeBatches before this was so).
+TEST_F(ReceiveGuardTest, AReadEndingDuringAPassStillCounts) {
+  guard_.CallStarted(kPeer);
+  std::vector<uint64_t> reads;
+  for (int i = 0; i < 5; ++i) reads.push_back(StartRead());
+  EXPECT_EQ(Pass(0), 0);
+  // Four of the five end between the pass's two halves, their messages in
+  // the sample.
+  now_ += absl::Milliseconds(20);
+  guard_.BeginSample();
+  for (int i = 0; i < 4; ++i) guard_.ReadEnded(reads[i], kMax);
+  const uint64_t bytes = 4 * kMax;
+  EXPECT_EQ(guard_.Check({{kPeer, bytes}}, now_), 0);
+  // The next pass takes their deliveries: nothing held.
+  EXPECT_EQ(Pass(bytes + 1000), 0);
+  EXPECT_TRUE(messages_.empty());
+}
+
+// Bytes a failed read had received are never delivered; they are forgotten
+// once the connection has a pass with no read, not credited (a client could
+// fail reads to hide an oversized message).
+TEST_F(ReceiveGuardTest, AFailedReadsBytesAreForgottenWhenNoReadIsPending) {
+  guard_.CallStarted(kPeer);
+  const uint64_t read = StartRead();
+  EXPECT_EQ(Pass(0), 0);
+  EXPECT_EQ(Pass(3 * kMax / 4), 0);
+  guard_.ReadEnded(read, 0);  // failed: nothing delivered
+  EXPECT_EQ(Pass(3 * kMax / 4), 0);  // no read: held forgotten
+  StartRead();
+  // Had the 3 MiB been kept, this would be over.
+  EXPECT_EQ(Pass(3 * kMax / 4 + MayHold(1) - kMax / 2), 0);
+  EXPECT_TRUE(messages_.empty());
+}
+
+// The cancel may deliver the failed read inline (gRPC runs callbacks at the
+// end of grpc_call_cancel_with_status): ReadEnded from inside the cancel
+// returns at once.
+TEST(ReceiveGuardCancelTest, ReadEndedInsideTheCancelDoesNotWait) {
+  ReceiveGuard guard(SmallOptions(), nullptr);
+  guard.CallStarted(kPeer);
+  uint64_t handle = 0;
+  std::atomic<int> cancels{0};
+  handle = guard.ReadStarted(kPeer, [&](const std::string&) {
+    ++cancels;
+    guard.ReadEnded(handle, 0);
+  });
+  absl::Time now = absl::UnixEpoch();
+  guard.BeginSample();
+  guard.Check({{kPeer, 0}}, now);
+  guard.BeginSample();
+  EXPECT_EQ(guard.Check({{kPeer, 100 * kMax}}, now + absl::Milliseconds(20)),
+            1);
+  EXPECT_EQ(cancels.load(), 1);
+  guard.ReadEnded(handle, 0);  // already ended: nothing
+  guard.CallEnded(kPeer);
+}
+
+// Connections the sample does not list (closed, or not TCP) are skipped.
+TEST(ReceiveGuardCancelTest, AnUnsampledConnectionIsLeftAlone) {
+  ReceiveGuard guard(SmallOptions(), nullptr);
+  guard.CallStarted(kPeer);
+  guard.ReadStarted(kPeer, [](const std::string&) { FAIL(); });
+  absl::Time now = absl::UnixEpoch();
+  for (int i = 0; i < 3; ++i) {
+    guard.BeginSample();
+    EXPECT_EQ(guard.Check({{"ipv4:127.0.0.1:1", 100 * kMax}}, now), 0);
+    now += absl::Milliseconds(20);
+  }
+}
+
+// The kernel's side: a loopback connection on a port of our own, 100,000
+// bytes sent and read; the source lists the client's end by gRPC's spelling
+// with what the server side has read.
+TEST(SockDiagSourceTest, ListsALoopbackConnectionWithTheBytesRead) {
+  const int listener = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in address = {};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&address),
+                 sizeof(address)),
+            0);
+  ASSERT_EQ(listen(listener, 1), 0);
+  socklen_t length = sizeof(address);
+  ASSERT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&address),
+                        &length),
+            0);
+  const uint16_t port = ntohs(address.sin_port);
+  const int client = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_EQ(connect(client, reinterpret_cast<sockaddr*>(&address),
+                    sizeof(address)),
+            0);
+  const int server = accept(listener, nullptr, nullptr);
+  ASSERT_GE(server, 0);
+  sockaddr_in client_address = {};
+  length = sizeof(client_address);
+  ASSERT_EQ(getsockname(client, reinterpret_cast<sockaddr*>(&client_address),
+                        &length),
+            0);
+  const std::string peer =
+      absl::StrCat("ipv4:127.0.0.1:", ntohs(client_address.sin_port));
+
+  const std::string data(100000, 'x');
+  size_t sent = 0;
+  while (sent < data.size()) {
+    const ssize_t n = send(client, data.data() + sent, data.size() - sent, 0);
+    ASSERT_GT(n, 0);
+    sent += static_cast<size_t>(n);
+  }
+  auto source = NewSockDiagSource(port);
+  absl::flat_hash_map<std::string, uint64_t> bytes;
+  // Not yet read by the server: in its receive queue, the kernel's.
+  ASSERT_TRUE(source->Sample(&bytes).ok());
+  ASSERT_TRUE(bytes.contains(peer)) << peer;
+  EXPECT_LT(bytes[peer], 100000u);
+  char buffer[8192];
+  size_t received = 0;
+  while (received < data.size()) {
+    const ssize_t n = recv(server, buffer, sizeof(buffer), 0);
+    ASSERT_GT(n, 0);
+    received += static_cast<size_t>(n);
+  }
+  ASSERT_TRUE(source->Sample(&bytes).ok());
+  ASSERT_TRUE(bytes.contains(peer)) << peer;
+  EXPECT_EQ(bytes[peer], 100000u);
+  // Only the port asked for: the client's own end (local port = its
+  // ephemeral port) is not listed.
+  EXPECT_EQ(bytes.size(), 1u);
+  close(server);
+  close(client);
+  close(listener);
+}
+
+}  // namespace
+}  // namespace cgacct
