@@ -109,7 +109,7 @@ absl::Status ClusterNode::CheckConfig() {
   AddCompare(&txn, key, Compare::CREATE, Compare::EQUAL)->set_create_revision(0);
   AddPut(&txn, key, config.SerializeAsString(), 0);
   AddFailureRange(&txn, key);
-  absl::StatusOr<TxnResponse> r = etcd_.Txn(txn);
+  absl::StatusOr<TxnResponse> r = CountedTxn(txn);
   if (!r.ok()) return r.status();
   if (r->succeeded()) return absl::OkStatus();
   cluster::v1::ClusterConfig stored;
@@ -143,7 +143,7 @@ absl::Status ClusterNode::GrantAndRegister() {
   TxnRequest txn;
   AddCompare(&txn, key, Compare::CREATE, Compare::EQUAL)->set_create_revision(0);
   AddPut(&txn, key, record.SerializeAsString(), lease->id());
-  absl::StatusOr<TxnResponse> r = etcd_.Txn(txn);
+  absl::StatusOr<TxnResponse> r = CountedTxn(txn);
   if (!r.ok() || !r->succeeded()) {
     (void)etcd_.LeaseRevoke(lease->id());
     if (!r.ok()) return r.status();
@@ -358,7 +358,7 @@ void ClusterNode::Stop(bool resign) {
     }
     applier_->OnShardsLost(lost);
     for (const TxnRequest& txn : empty) {
-      if (lease != 0 && txn.success_size() > 0) (void)etcd_.Txn(txn);
+      if (lease != 0 && txn.success_size() > 0) (void)CountedTxn(txn);
     }
   }
   // Revoking the lease deletes the node's key and its owner keys at once:
@@ -400,7 +400,12 @@ void ClusterNode::KeepAliveLoop() {
     etcdserverpb::LeaseKeepAliveRequest request;
     request.set_id(lease);
     etcdserverpb::LeaseKeepAliveResponse response;
+    const int64_t written_ns = NowNs();
     const bool answered = stream->Write(request) && stream->Read(&response);
+    if (answered) {
+      keepalive_latency_.RecordNanos(
+          static_cast<uint64_t>(NowNs() - written_ns));
+    }
     stream->WritesDone();
     (void)stream->Finish();
     std::vector<std::string> lost;
@@ -669,7 +674,9 @@ void ClusterNode::Balance() {
 }
 
 absl::StatusOr<TxnResponse> ClusterNode::CountedTxn(const TxnRequest& txn) {
+  const int64_t start_ns = NowNs();
   absl::StatusOr<TxnResponse> r = etcd_.Txn(txn);
+  txn_latency_.RecordNanos(static_cast<uint64_t>(NowNs() - start_ns));
   absl::MutexLock l(&mu_);
   ++counters_.txns;
   if (!r.ok()) ++counters_.txn_failures;
@@ -864,6 +871,14 @@ ClusterMapView ClusterNode::Map() const {
     view.shards.push_back(std::move(shard));
   }
   return view;
+}
+
+LatencyHistogram::Snapshot ClusterNode::TxnLatency() const {
+  return txn_latency_.Collect();
+}
+
+LatencyHistogram::Snapshot ClusterNode::KeepaliveLatency() const {
+  return keepalive_latency_.Collect();
 }
 
 ClusterCounters ClusterNode::Counters() const {

@@ -59,6 +59,7 @@
 #include "cgacct/cluster/v1/records.pb.h"
 #include "engine/clock.h"
 #include "server/cluster/etcd_client.h"
+#include "server/metrics/histogram.h"
 
 namespace cgacct {
 
@@ -226,6 +227,10 @@ class ClusterNode {
   ShardRoute Route(absl::string_view path) const;
   ClusterMapView Map() const;
   ClusterCounters Counters() const;
+  // Latency of every etcd Txn this node sent (answered or not), and of its
+  // answered lease keepalives (request written to answer read).
+  LatencyHistogram::Snapshot TxnLatency() const;
+  LatencyHistogram::Snapshot KeepaliveLatency() const;
   // Whether the node holds a live lease (health: NOT_SERVING without one).
   bool HasLease() const;
   // Counts a fresh charge refused in a takeover grace (routing.cc).
@@ -243,7 +248,8 @@ class ClusterNode {
   std::string ClaimKey(absl::string_view shard_root) const;
   int64_t NowNs() const;
 
-  // etcd_.Txn(), counted (cgacct_cluster_etcd_txns_total).
+  // etcd_.Txn(), counted (cgacct_cluster_etcd_txns_total) and timed
+  // (cgacct_cluster_etcd_txn_seconds): every Txn the node sends.
   absl::StatusOr<etcdserverpb::TxnResponse> CountedTxn(
       const etcdserverpb::TxnRequest& txn) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status CheckConfig();
@@ -297,6 +303,10 @@ class ClusterNode {
   // Relaxed: a counter for metrics.
   mutable std::atomic<uint64_t> grace_refusals_{0};
   ClusterCounters counters_ ABSL_GUARDED_BY(mu_);
+  // Round trips of etcd Txns (from send to answer, failures included) and
+  // of answered lease keepalives; thread-safe themselves (sharded atomics).
+  LatencyHistogram txn_latency_;
+  LatencyHistogram keepalive_latency_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool wake_balance_ ABSL_GUARDED_BY(mu_) = false;
   // Serialises the applier's calls (the watch thread, and a resync).

@@ -279,6 +279,15 @@ class ClusterMetrics final : public prometheus::Collectable {
         "etcd lease keepalives of this node, by result.", MetricType::Counter,
         {counter(c.keepalives, {{"result", "ok"}}),
          counter(c.keepalive_failures, {{"result", "failed"}})});
+    add("cgacct_cluster_etcd_txn_seconds",
+        "Round trip of each etcd Txn this node sent (group changes, claims, "
+        "give-backs, its registration), answered or not.",
+        MetricType::Histogram, {HistogramMetric(node_.TxnLatency(), {})});
+    add("cgacct_cluster_keepalive_seconds",
+        "Round trip of each answered lease keepalive (the fence deadline "
+        "counts from when it was sent).",
+        MetricType::Histogram,
+        {HistogramMetric(node_.KeepaliveLatency(), {})});
     add("cgacct_cluster_leases_lost_total",
         "Times etcd said this node's lease had expired.", MetricType::Counter,
         {counter(c.leases_lost)});

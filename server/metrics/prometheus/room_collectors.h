@@ -55,6 +55,8 @@ std::shared_ptr<prometheus::Collectable> MakeSessionMetrics(
 // cgacct_cluster_has_lease, cgacct_cluster_fence_remaining_seconds,
 // cgacct_cluster_watch_lag_revisions, cgacct_cluster_etcd_txns_total
 // {result}, cgacct_cluster_keepalives_total{result},
+// cgacct_cluster_etcd_txn_seconds and cgacct_cluster_keepalive_seconds
+// (histograms),
 // cgacct_cluster_leases_lost_total, cgacct_cluster_shard_changes_total
 // {change="claimed|given_back|lost"}, cgacct_cluster_resyncs_total and
 // cgacct_cluster_forwards_total{method} (`forwarded`: the rpc room's count

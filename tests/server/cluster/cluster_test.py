@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 import unittest
+import urllib.request
 
 CGACCTD = sys.argv[1]
 sys.path.insert(0, sys.argv[2])
@@ -127,6 +128,46 @@ class ClusterTest(unittest.TestCase):
             self.assertEqual(
                 list(n.stub.ListGroups(pb.ListGroupsRequest(path=b"/"),
                                        timeout=5).paths), [])
+
+    def test_cluster_metrics_time_txns_and_keepalives(self):
+        port, metrics_port = free_ports(2)
+        node = ClusterNode(CGACCTD, self.etcd, self.prefix, port, TTL_S, (),
+                           metrics_port=metrics_port)
+        self.nodes.append(node)
+        self.create(node, "/x")
+
+        def scrape():
+            with urllib.request.urlopen("http://%s/metrics" % node.metrics,
+                                        timeout=5) as r:
+                return r.read().decode()
+
+        def sample(body, name):
+            m = re.search(r"^%s(?:\{[^}]*\})? (\S+)$" % re.escape(name), body,
+                          re.M)
+            return float(m.group(1)) if m else None
+
+        # A keepalive every TTL/3 (1 s): a few within 3 s.
+        self.assertTrue(wait_for(
+            lambda: (sample(scrape(), "cgacct_cluster_keepalive_seconds_count")
+                     or 0) >= 2, 10))
+        body = scrape()
+        txns = sample(body, 'cgacct_cluster_etcd_txns_total{result="ok"}')
+        timed = sample(body, "cgacct_cluster_etcd_txn_seconds_count")
+        # Every Txn counted is timed: the config, the registration, the
+        # claim of /x and its creation at least.
+        self.assertIsNotNone(timed)
+        self.assertGreaterEqual(timed, 4)
+        counted = txns + (sample(
+            body, 'cgacct_cluster_etcd_txns_total{result="unavailable"}') or 0)
+        # (A Txn is timed just before it is counted.)
+        self.assertIn(timed - counted, (0, 1))
+        self.assertGreater(sample(body, "cgacct_cluster_etcd_txn_seconds_sum"), 0)
+        self.assertIn('cgacct_cluster_etcd_txn_seconds_bucket{le="+Inf"}', body)
+        self.assertGreater(sample(body, "cgacct_cluster_keepalive_seconds_sum"), 0)
+        print("etcd Txns %d (sum %.4f s), keepalives %d (sum %.4f s)" % (
+            timed, sample(body, "cgacct_cluster_etcd_txn_seconds_sum"),
+            sample(body, "cgacct_cluster_keepalive_seconds_count"),
+            sample(body, "cgacct_cluster_keepalive_seconds_sum")))
 
     def test_shards_spread_and_any_node_answers(self):
         self.start_nodes()
