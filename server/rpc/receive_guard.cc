@@ -10,6 +10,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 
 namespace cgacct {
 namespace {
@@ -28,11 +29,11 @@ using HookPoint = grpc::experimental::InterceptionHookPoints;
 class ReceiveGuardInterceptor final : public grpc::experimental::Interceptor {
  public:
   ReceiveGuardInterceptor(ReceiveGuard* guard, grpc::ServerContextBase* context)
-      : guard_(guard), context_(context), peer_(context->peer()) {
+      : guard_(guard), context_(context), peer_(CanonicalPeer(context->peer())) {
     guard_->CallStarted(peer_);
   }
   ~ReceiveGuardInterceptor() override {
-    if (read_ != 0) guard_->ReadEnded(read_, 0);
+    if (read_ != 0) guard_->ReadEnded(read_, 0, /*failed=*/true);
     guard_->CallEnded(peer_);
   }
 
@@ -64,7 +65,8 @@ class ReceiveGuardInterceptor final : public grpc::experimental::Interceptor {
       // a grpc::ByteBuffer (null when the read failed).
       const auto* message =
           static_cast<const grpc::ByteBuffer*>(methods->GetRecvMessage());
-      guard_->ReadEnded(read_, message != nullptr ? message->Length() : 0);
+      guard_->ReadEnded(read_, message != nullptr ? message->Length() : 0,
+                        /*failed=*/message == nullptr);
       read_ = 0;
     }
     if (methods->QueryInterceptionHookPoint(HookPoint::PRE_SEND_MESSAGE)) {
@@ -101,6 +103,11 @@ class ReceiveGuardInterceptorFactory final
 };
 
 }  // namespace
+
+std::string CanonicalPeer(absl::string_view peer) {
+  return absl::StrReplaceAll(peer, {{"%5B", "["}, {"%5D", "]"},
+                                    {"%5b", "["}, {"%5d", "]"}});
+}
 
 ReceiveGuard::ReceiveGuard(Options options, std::function<void()> on_cancel)
     : options_(options), on_cancel_(std::move(on_cancel)) {}
@@ -161,7 +168,8 @@ uint64_t ReceiveGuard::ReadStarted(
   return handle;
 }
 
-void ReceiveGuard::ReadEnded(uint64_t handle, uint64_t delivered_bytes) {
+void ReceiveGuard::ReadEnded(uint64_t handle, uint64_t delivered_bytes,
+                             bool failed, absl::Time now) {
   std::shared_ptr<Read> read;
   {
     absl::MutexLock lock(&mu_);
@@ -180,6 +188,24 @@ void ReceiveGuard::ReadEnded(uint64_t handle, uint64_t delivered_bytes) {
     connection.credit_bytes +=
         delivered_bytes + kAllowancePerMessage +
         (delivered_bytes / (16 * 1024) + 1) * kAllowancePer16KiB;
+    if (failed) {
+      // Up to one message a second, whatever it had received.
+      const double max_bucket = static_cast<double>(options_.max_message_bytes);
+      const double seconds =
+          connection.failed_read_credit_time == absl::InfinitePast()
+              ? 1.0 / kFailedReadCreditsPerSecond
+              : std::max(0.0, absl::ToDoubleSeconds(
+                                  now - connection.failed_read_credit_time));
+      connection.failed_read_credit_bytes =
+          std::min(max_bucket, connection.failed_read_credit_bytes +
+                                   seconds * kFailedReadCreditsPerSecond *
+                                       max_bucket);
+      connection.failed_read_credit_time = now;
+      const uint64_t credit =
+          static_cast<uint64_t>(connection.failed_read_credit_bytes);
+      connection.credit_bytes += credit;
+      connection.failed_read_credit_bytes -= static_cast<double>(credit);
+    }
     MaybeEraseLocked(it->first, connection);
   }
   if (read == nullptr) return;
@@ -255,10 +281,8 @@ int ReceiveGuard::Check(
       const uint64_t pending = std::max<uint64_t>(
           connection.reads_since_begin, connection.reads.size());
       if (pending == 0) {
-        // No read since the last pass: nothing of it can be held. (What a
-        // read that failed had received is dropped by gRPC and never
-        // delivered: forgotten here, not credited, which a client could
-        // use to hide an oversized message.)
+        // No read since the last pass: nothing of it can be held (what a
+        // read that failed had received is gone with it).
         connection.held_bytes = 0;
         continue;
       }

@@ -70,6 +70,11 @@ class ReceivedBytesSource {
       absl::flat_hash_map<std::string, uint64_t>* bytes_by_peer) = 0;
 };
 
+// `peer` (grpc::ServerContext::peer()) spelt as ReceivedBytesSource does:
+// gRPC 1.51 escapes an IPv6 address's brackets ("ipv6:%5B::1%5D:5000"),
+// which become "ipv6:[::1]:5000".
+std::string CanonicalPeer(absl::string_view peer);
+
 // tcp_info's tcpi_bytes_received of the established TCP connections (IPv4
 // and IPv6, in this network namespace) whose local port is `local_port`, by
 // NETLINK_SOCK_DIAG dumps filtered in the kernel (inet_diag bytecode, as
@@ -88,6 +93,13 @@ class ReceiveGuard {
   static constexpr uint64_t kAllowancePer16KiB = 64;
   static constexpr uint64_t kAllowancePerCall = 1024;
   static constexpr uint64_t kAllowancePerMetadataEntry = 32;
+  // A read that fails (its client cancelled, or its deadline passed) had
+  // received an unknown part of its message, which gRPC drops: it is
+  // credited with up to one --max_message_bytes per second per connection
+  // (a token bucket), so that an honest client whose uploads time out now
+  // and then is not taken for one sending an oversized message. A client
+  // that fails reads on purpose can hide that much per second of one.
+  static constexpr double kFailedReadCreditsPerSecond = 1.0;
   // What else a connection may receive (PINGs, SETTINGS), per second. It
   // is also how fast a message may grow unseen: a client sending a message
   // at this rate or slower is not caught (16 KiB/s: 58 MB an hour per
@@ -141,10 +153,11 @@ class ReceiveGuard {
   // this read before it returns). Returns the read's handle.
   uint64_t ReadStarted(absl::string_view peer,
                        std::function<void(const std::string&)> cancel);
-  // The read `handle` ended, having delivered `delivered_bytes` (0 when it
-  // failed). After it returns, the read's `cancel` is not running and will
-  // not run.
-  void ReadEnded(uint64_t handle, uint64_t delivered_bytes);
+  // The read `handle` ended, having delivered `delivered_bytes` (`failed`:
+  // no message; see kFailedReadCreditsPerSecond), at `now`. After it
+  // returns, the read's `cancel` is not running and will not run.
+  void ReadEnded(uint64_t handle, uint64_t delivered_bytes,
+                 bool failed = false, absl::Time now = absl::Now());
 
   // One sampling pass (the thread's body; tests call it directly):
   // BeginSample() takes the allowances and deliveries so far, the caller
@@ -185,6 +198,10 @@ class ReceiveGuard {
     // Reads pending at BeginSample() plus those started since.
     uint64_t reads_since_begin = 0;
     uint64_t held_bytes = 0;
+    // The failed reads' credit bucket (kFailedReadCreditsPerSecond): bytes
+    // it may credit now, and when it was last filled.
+    double failed_read_credit_bytes = 0;
+    absl::Time failed_read_credit_time = absl::InfinitePast();
   };
   struct ReadHandle {
     std::string peer;

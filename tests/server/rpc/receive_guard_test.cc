@@ -131,6 +131,52 @@ TEST_F(ReceiveGuardTest, AFailedReadsBytesAreForgottenWhenNoReadIsPending) {
   EXPECT_TRUE(messages_.empty());
 }
 
+// An honest client whose uploads time out now and then (a read fails after
+// part of its message came): its failed reads are credited, one message a
+// second, so its ChargeStream's long-pending read is not cancelled (the
+// re-attack at 7a995c3: one timed-out 4 MB upload every 2 s got a client's
+// own ChargeStream cancelled after 20).
+TEST_F(ReceiveGuardTest, AnOccasionalFailedUploadIsNotTakenForAnOversizedOne) {
+  guard_.CallStarted(kPeer);
+  StartRead();  // a ChargeStream's, pending throughout
+  uint64_t bytes = 0;
+  EXPECT_EQ(Pass(bytes), 0);
+  for (int i = 0; i < 20; ++i) {
+    now_ += absl::Seconds(2);
+    const uint64_t upload = StartRead();
+    bytes += 3 * kMax / 4;  // part of a 4 MiB message, then the deadline
+    EXPECT_EQ(Pass(bytes), 0) << i;
+    guard_.ReadEnded(upload, 0, /*failed=*/true, now_);
+    EXPECT_EQ(Pass(bytes), 0) << i;
+  }
+  EXPECT_TRUE(messages_.empty());
+}
+
+// ... but only one message's worth a second: failing reads on purpose does
+// not hide an oversized message faster than that.
+TEST_F(ReceiveGuardTest, FailedReadsAreCreditedOneMessageASecond) {
+  guard_.CallStarted(kPeer);
+  StartRead();
+  uint64_t bytes = 0;
+  EXPECT_EQ(Pass(bytes), 0);
+  int cancelled_at = -1;
+  for (int i = 0; i < 4 && cancelled_at < 0; ++i) {
+    const uint64_t read = StartRead();
+    bytes += 3 * kMax / 4;
+    guard_.ReadEnded(read, 0, /*failed=*/true, now_);  // all at one instant
+    if (Pass(bytes) > 0) cancelled_at = i;
+  }
+  // The first failure's 3 MiB is credited (the bucket holds one message),
+  // the next ones only what 20 ms refill: after the third, 6 MiB held, over
+  // the ~5.6 MiB one read may hold. (Without the credit: after the second.)
+  EXPECT_EQ(cancelled_at, 2);
+}
+
+TEST(CanonicalPeerTest, UnescapesGrpcsIpv6Brackets) {
+  EXPECT_EQ(CanonicalPeer("ipv6:%5B::1%5D:33268"), "ipv6:[::1]:33268");
+  EXPECT_EQ(CanonicalPeer("ipv4:127.0.0.1:5000"), "ipv4:127.0.0.1:5000");
+}
+
 // The cancel may deliver the failed read inline (gRPC runs callbacks at the
 // end of grpc_call_cancel_with_status): ReadEnded from inside the cancel
 // returns at once.
@@ -167,67 +213,105 @@ TEST(ReceiveGuardCancelTest, AnUnsampledConnectionIsLeftAlone) {
   }
 }
 
-// The kernel's side: a loopback connection on a port of our own, 100,000
-// bytes sent and read; the source lists the client's end by gRPC's spelling
-// with what the server side has read.
-TEST(SockDiagSourceTest, ListsALoopbackConnectionWithTheBytesRead) {
-  const int listener = socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_GE(listener, 0);
-  sockaddr_in address = {};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&address),
-                 sizeof(address)),
-            0);
-  ASSERT_EQ(listen(listener, 1), 0);
-  socklen_t length = sizeof(address);
-  ASSERT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&address),
-                        &length),
-            0);
-  const uint16_t port = ntohs(address.sin_port);
-  const int client = socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_EQ(connect(client, reinterpret_cast<sockaddr*>(&address),
-                    sizeof(address)),
-            0);
-  const int server = accept(listener, nullptr, nullptr);
-  ASSERT_GE(server, 0);
-  sockaddr_in client_address = {};
-  length = sizeof(client_address);
-  ASSERT_EQ(getsockname(client, reinterpret_cast<sockaddr*>(&client_address),
-                        &length),
-            0);
-  const std::string peer =
-      absl::StrCat("ipv4:127.0.0.1:", ntohs(client_address.sin_port));
+// A loopback TCP connection of `family` (AF_INET, AF_INET6) on a port of
+// our own: the listening port and the client's end as gRPC spells peers.
+struct LoopbackConnection {
+  explicit LoopbackConnection(int family) {
+    sockaddr_storage address = {};
+    socklen_t length = 0;
+    if (family == AF_INET) {
+      auto* v4 = reinterpret_cast<sockaddr_in*>(&address);
+      v4->sin_family = AF_INET;
+      v4->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      length = sizeof(*v4);
+    } else {
+      auto* v6 = reinterpret_cast<sockaddr_in6*>(&address);
+      v6->sin6_family = AF_INET6;
+      v6->sin6_addr = in6addr_loopback;
+      length = sizeof(*v6);
+    }
+    auto* sa = reinterpret_cast<sockaddr*>(&address);
+    listener = socket(family, SOCK_STREAM, 0);
+    EXPECT_EQ(bind(listener, sa, length), 0);
+    EXPECT_EQ(listen(listener, 1), 0);
+    EXPECT_EQ(getsockname(listener, sa, &length), 0);
+    client = socket(family, SOCK_STREAM, 0);
+    EXPECT_EQ(connect(client, sa, length), 0);
+    server = accept(listener, nullptr, nullptr);
+    EXPECT_GE(server, 0);
+    sockaddr_storage mine = {};
+    socklen_t mine_length = sizeof(mine);
+    EXPECT_EQ(getsockname(client, reinterpret_cast<sockaddr*>(&mine),
+                          &mine_length),
+              0);
+    if (family == AF_INET) {
+      port = ntohs(reinterpret_cast<sockaddr_in*>(&address)->sin_port);
+      peer = absl::StrCat(
+          "ipv4:127.0.0.1:",
+          ntohs(reinterpret_cast<sockaddr_in*>(&mine)->sin_port));
+    } else {
+      port = ntohs(reinterpret_cast<sockaddr_in6*>(&address)->sin6_port);
+      // As gRPC 1.51 spells it, then as the guard compares it.
+      peer = CanonicalPeer(absl::StrCat(
+          "ipv6:%5B::1%5D:",
+          ntohs(reinterpret_cast<sockaddr_in6*>(&mine)->sin6_port)));
+    }
+  }
+  ~LoopbackConnection() {
+    close(server);
+    close(client);
+    close(listener);
+  }
+  int listener = -1, client = -1, server = -1;
+  uint16_t port = 0;
+  std::string peer;
+};
 
+// The kernel's side: 100,000 bytes sent and read; the source lists the
+// client's end by gRPC's spelling with what the server side has read.
+TEST(SockDiagSourceTest, ListsALoopbackConnectionWithTheBytesRead) {
+  LoopbackConnection c(AF_INET);
   const std::string data(100000, 'x');
   size_t sent = 0;
   while (sent < data.size()) {
-    const ssize_t n = send(client, data.data() + sent, data.size() - sent, 0);
+    const ssize_t n = send(c.client, data.data() + sent, data.size() - sent, 0);
     ASSERT_GT(n, 0);
     sent += static_cast<size_t>(n);
   }
-  auto source = NewSockDiagSource(port);
+  auto source = NewSockDiagSource(c.port);
   absl::flat_hash_map<std::string, uint64_t> bytes;
   // Not yet read by the server: in its receive queue, the kernel's.
   ASSERT_TRUE(source->Sample(&bytes).ok());
-  ASSERT_TRUE(bytes.contains(peer)) << peer;
-  EXPECT_LT(bytes[peer], 100000u);
+  ASSERT_TRUE(bytes.contains(c.peer)) << c.peer;
+  EXPECT_LT(bytes[c.peer], 100000u);
   char buffer[8192];
   size_t received = 0;
   while (received < data.size()) {
-    const ssize_t n = recv(server, buffer, sizeof(buffer), 0);
+    const ssize_t n = recv(c.server, buffer, sizeof(buffer), 0);
     ASSERT_GT(n, 0);
     received += static_cast<size_t>(n);
   }
   ASSERT_TRUE(source->Sample(&bytes).ok());
-  ASSERT_TRUE(bytes.contains(peer)) << peer;
-  EXPECT_EQ(bytes[peer], 100000u);
+  ASSERT_TRUE(bytes.contains(c.peer)) << c.peer;
+  EXPECT_EQ(bytes[c.peer], 100000u);
   // Only the port asked for: the client's own end (local port = its
   // ephemeral port) is not listed.
   EXPECT_EQ(bytes.size(), 1u);
-  close(server);
-  close(client);
-  close(listener);
+}
+
+// An IPv6 connection is listed as gRPC spells its peer (the re-attack at
+// 7a995c3: with the brackets compared escaped, no IPv6 connection was
+// guarded).
+TEST(SockDiagSourceTest, ListsAnIpv6LoopbackConnection) {
+  LoopbackConnection c(AF_INET6);
+  ASSERT_EQ(send(c.client, "hello", 5, 0), 5);
+  char buffer[8];
+  ASSERT_EQ(recv(c.server, buffer, 5, MSG_WAITALL), 5);
+  auto source = NewSockDiagSource(c.port);
+  absl::flat_hash_map<std::string, uint64_t> bytes;
+  ASSERT_TRUE(source->Sample(&bytes).ok());
+  ASSERT_TRUE(bytes.contains(c.peer)) << c.peer;
+  EXPECT_EQ(bytes[c.peer], 5u);
 }
 
 }  // namespace
