@@ -8,12 +8,15 @@
 `Client` opens one session, keeps it alive on SessionStream, charges in
 batches on it and keeps the surplus in per-thread stock slots (the kernel's
 per-CPU stock carried across the network); when the process dies the server
-uncharges what the session held. The gRPC stubs generated from
+uncharges what the session held. `ClusterClient` does the same against a
+cluster of nodes (docs/DESIGN.md §4.18): a Client per shard owner, routed
+by the cluster map, following a failover. The gRPC stubs generated from
 proto/cgacct/v1/accounting.proto at build time are `cgacct.v1.accounting_pb2`
 and `cgacct.v1.accounting_pb2_grpc`.
 """
 from cgacct.client import (ANON, FILE, DEFAULT_BATCH, Client, Error,
                            ChargeResult, Event)
+from cgacct.cluster import ClusterClient
 
-__all__ = ["ANON", "FILE", "DEFAULT_BATCH", "Client", "Error", "ChargeResult",
-           "Event"]
+__all__ = ["ANON", "FILE", "DEFAULT_BATCH", "Client", "ClusterClient", "Error",
+           "ChargeResult", "Event"]

@@ -793,6 +793,46 @@ class Client:
                 self._seen_gen, self._charges_seen = gen, 0
             self._charges_seen = max(self._charges_seen, applied)
 
+    # --- cluster mode (cgacct.cluster.ClusterClient) ----------------------
+
+    def _adopt(self, key, nr_pages):
+        """Charges nr_pages of key (path, kind) on this client's session as
+        a resume (ChargeRequest.resume: a cluster node admits it in its
+        takeover grace) and counts them as the application's: pages the
+        application holds that were charged at the shard's previous owner.
+        Raises Error as charge() does; nothing counted then."""
+        self._check_open()
+        self._gate.enter_shared()
+        lost_gen = None
+        try:
+            session_id, gen = self._current()
+            try:
+                self._charge_rpc(session_id, key, nr_pages, resume=True)
+            except _SessionLost:
+                lost_gen = gen
+            else:
+                with self._held_mu:
+                    self._held[key] += nr_pages
+                self._saw_charge(gen)
+        finally:
+            self._gate.leave_shared()
+        if lost_gen is not None:
+            self._resume_after_loss(lost_gen, must_succeed=True)
+            self._adopt(key, nr_pages)
+
+    def _forget(self, root):
+        """Drops what this client holds and stocks at or below `root`
+        without returning it: its node no longer owns that shard (the pages
+        died with its ownership; the next owner is charged again through
+        _adopt). Returns {(path, kind): pages the application held}."""
+        with self._mu:
+            gen = self._gen
+        self._take_stock(root, gen)
+        with self._held_mu:
+            keys = [k for k in self._held if _under(k[0], root)]
+            held = {k: self._held.pop(k) - self._unaccounted.pop(k, 0) for k in keys}
+        return {k: n for k, n in held.items() if n > 0}
+
     def _take_stock(self, root, gen):
         """Empties every slot's stock for groups at or below `root` while
         the session generation is still `gen`; returns {(path, kind): pages}."""

@@ -1,0 +1,293 @@
+"""cgacct.ClusterClient: one Client per owner node of a cgacct cluster.
+
+In cluster mode (docs/DESIGN.md §4.18) each shard (by default each child of
+`/`) is owned by one node, which alone serves its sessions and does its
+charges; a node that does not own a path's shard refuses a session's charge
+FAILED_PRECONDITION with the owner in the `cgacct-owner` trailer, and while
+a shard has no owner (a failover) UNAVAILABLE. ClusterClient routes by the
+cluster map (GetClusterMap): each path goes to its shard's owner through a
+Client of its own there (a session and a stock per owner, as the kernel's
+stock is per CPU). When a call fails UNAVAILABLE, DEADLINE_EXCEEDED or
+FAILED_PRECONDITION it re-reads the map from any node it knows and tries
+again until `failover_s` has passed; when a shard's owner has changed, what
+the application holds in that shard is first charged again at the new owner
+as a resume (ChargeRequest.resume, which a new owner admits during its
+takeover grace while it refuses fresh charges), then the call is made there.
+
+    import cgacct
+    with cgacct.ClusterClient(["node-a:50051", "node-b:50051"]) as c:
+        c.charge("/tenants/acme", 3)
+        c.uncharge("/tenants/acme", 3)
+
+Thread-safe: one lock serialises the routing (map reads, moves of a shard's
+holdings); the charges themselves run on the per-owner Clients, which are
+thread-safe. Pages the new owner refuses when charged again (its group is
+full, or deleted) are counted in stats()["recharge_failed_pages"] and are no
+longer the application's to uncharge.
+"""
+import threading
+import time
+
+import grpc
+
+from cgacct.client import ANON, Client, Error, _check_kind, _check_pages, _under, _wire_path
+from cgacct.v1 import accounting_pb2 as pb
+from cgacct.v1 import accounting_pb2_grpc as pb_grpc
+
+# Codes after which the map is read again and the call tried again.
+_REROUTED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
+             grpc.StatusCode.FAILED_PRECONDITION)
+
+
+class ClusterClient:
+    """Clients of a cgacct cluster's nodes, each path at its shard's owner.
+
+    ClusterClient(targets, failover_s=20.0, **client_options)
+
+    targets: "host:port" of one or more nodes (any node serves the map; the
+      owners' addresses come from it: each node's --advertise_address).
+    failover_s: how long a call keeps re-reading the map and trying again
+      after UNAVAILABLE / DEADLINE_EXCEEDED / FAILED_PRECONDITION: a node's
+      lease TTL (--cluster_lease_ttl, 5 s) plus the takeover grace
+      (--cluster_takeover_grace, 10 s) plus a few seconds.
+    client_options: passed to each node's Client (ttl_ms, batch, deadline,
+      retries, credentials, metadata, ...); keep `deadline` x (`retries` +
+      1) well under failover_s, so that a dead owner is given up in time.
+
+    Raises Error (UNAVAILABLE) when no target answers GetClusterMap within
+    failover_s; ValueError for bad options.
+    """
+
+    def __init__(self, targets, failover_s=20.0, **client_options):
+        if isinstance(targets, str):
+            targets = [targets]
+        if not targets or not all(isinstance(t, str) and t for t in targets):
+            raise ValueError("targets: one or more \"host:port\", got %r" % (targets,))
+        if isinstance(failover_s, bool) or not isinstance(failover_s, (int, float)) \
+                or failover_s <= 0:
+            raise ValueError("failover_s: must be seconds > 0, got %r" % (failover_s,))
+        self._targets = list(targets)
+        self._failover_s = float(failover_s)
+        self._options = dict(client_options)
+        self._deadline = float(self._options.get("deadline", 2.0))
+        self._metadata = tuple(self._options.get("metadata", ()))
+        self._credentials = self._options.get("credentials")
+        self._mu = threading.Lock()
+        self._owners = {}    # shard root (bytes) -> owner address ("" if none)
+        self._clients = {}   # address -> Client
+        self._home = {}      # shard root -> address whose Client holds its pages
+        self._stats = {"map_reads": 0, "moves": 0, "recharge_failed_pages": 0}
+        self._closed = False
+        with self._mu:
+            self._read_map(time.monotonic() + self._failover_s)
+
+    # --- public -------------------------------------------------------------
+
+    def charge(self, path, nr_pages, kind=ANON):
+        """Client.charge() at the owner of `path`'s shard (see the class
+        comment for failovers). Returns its ChargeResult."""
+        key = (_wire_path(path), _check_kind(kind))
+        _check_pages(nr_pages)
+        return self._routed(key, lambda c: c.charge(key[0], nr_pages, key[1]))
+
+    def uncharge(self, path, nr_pages, kind=ANON):
+        """Client.uncharge() at the owner of `path`'s shard. Returns the
+        pages returned to the server."""
+        key = (_wire_path(path), _check_kind(kind))
+        _check_pages(nr_pages)
+        return self._routed(key, lambda c: c.uncharge(key[0], nr_pages, key[1]))
+
+    def held(self, path, kind=ANON):
+        """Pages of (path, kind) the application holds through this client."""
+        key = (_wire_path(path), _check_kind(kind))
+        with self._mu:
+            root = self._root_of(key[0])
+            client = self._clients.get(self._home.get(root, ""))
+        return client.held(key[0], key[1]) if client is not None else 0
+
+    def owner(self, path):
+        """The address of the node this client sends `path` to now ("" when
+        its shard has no owner in the last map read)."""
+        with self._mu:
+            return self._owners.get(self._root_of(_wire_path(path)), "")
+
+    def stats(self):
+        """Counters: map_reads, moves (shards whose holdings were charged
+        again at a new owner), recharge_failed_pages, plus the sum of the
+        per-owner Clients' counters."""
+        with self._mu:
+            out = dict(self._stats)
+            clients = list(self._clients.values())
+        for c in clients:
+            for k, v in c.stats().items():
+                out[k] = out.get(k, 0) + v
+        return out
+
+    def close(self):
+        """Closes every per-owner Client (their sessions return their
+        pages); a node that is gone is given up after its Client's
+        retries. Idempotent."""
+        with self._mu:
+            if self._closed:
+                return
+            self._closed = True
+            clients = list(self._clients.values())
+        def close_one(client):
+            try:
+                client.close()
+            except Error:
+                pass  # its node is gone: the lease returns the pages
+
+        threads = [threading.Thread(target=close_one, args=(c,), daemon=True)
+                   for c in clients]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        self.close()
+        return False
+
+    # --- routing ------------------------------------------------------------
+
+    def _routed(self, key, call):
+        give_up = time.monotonic() + self._failover_s
+        delay = 0.05
+        while True:
+            with self._mu:
+                if self._closed:
+                    raise Error(grpc.StatusCode.FAILED_PRECONDITION,
+                                "ClusterClient: closed")
+                root = self._root_of(key[0])
+                address = self._owners.get(root, "")
+                client = None
+                if root is None:
+                    error = Error(grpc.StatusCode.NOT_FOUND,
+                                  "path: no shard of the cluster map holds %s"
+                                  % key[0].decode("utf-8", "replace"))
+                elif not address:
+                    error = Error(grpc.StatusCode.UNAVAILABLE,
+                                  "shard %s has no owner now (a failover)"
+                                  % root.decode("utf-8", "replace"))
+                else:
+                    error = None
+                    try:
+                        client = self._client_for(address)
+                        self._move_home(root, address, client)
+                    except Error as e:
+                        error = e
+            if error is None:
+                try:
+                    return call(client)
+                except Error as e:
+                    error = e
+            code = error.code()
+            if code not in _REROUTED + (grpc.StatusCode.NOT_FOUND,) \
+                    or time.monotonic() + delay > give_up:
+                raise error
+            time.sleep(delay)
+            delay = min(2 * delay, 1.0)
+            with self._mu:
+                try:
+                    self._read_map(give_up)
+                except Error:
+                    if code in (grpc.StatusCode.FAILED_PRECONDITION,
+                                grpc.StatusCode.NOT_FOUND):
+                        raise error from None
+                    continue  # tried again until give_up
+                moved = (self._root_of(key[0]) != root or
+                         self._owners.get(root, "") != address)
+            # A refusal that is not a routing one (the map has not changed:
+            # memory.max, a group above the shards, a path that does not
+            # exist) is the caller's.
+            if code in (grpc.StatusCode.FAILED_PRECONDITION,
+                        grpc.StatusCode.NOT_FOUND) and not moved:
+                raise error
+
+    def _root_of(self, path):
+        """The longest shard root of the last map read at or above `path`."""
+        best = None
+        for root in self._owners:
+            if _under(path, root) and (best is None or len(root) > len(best)):
+                best = root
+        return best
+
+    def _client_for(self, address):
+        client = self._clients.get(address)
+        if client is None:
+            client = Client(address, **self._options)
+            self._clients[address] = client
+        return client
+
+    def _move_home(self, root, address, client):
+        """Charges what the application holds in shard `root` at `address`
+        (as a resume) if it was charged at another node; raises Error (the
+        new owner refusing for now: tried again) with nothing moved."""
+        old = self._home.get(root)
+        if old == address:
+            return
+        if old is not None:
+            held = self._clients[old]._forget(root)
+            moved = {}
+            try:
+                for k, n in sorted(held.items()):
+                    try:
+                        client._adopt(k, n)
+                        moved[k] = n
+                    except Error as e:
+                        if e.code() in _REROUTED:
+                            raise
+                        self._stats["recharge_failed_pages"] += n
+            except Error:
+                # Not this time: the holdings stay the old Client's.
+                old_client = self._clients[old]
+                with old_client._held_mu:
+                    for k, n in held.items():
+                        if k not in moved:
+                            old_client._held[k] += n
+                for k, n in moved.items():
+                    with client._held_mu:
+                        client._held[k] -= n
+                    # (charged at the new owner already: returned there)
+                    try:
+                        client._uncharge_rpc(client._current()[0], k, n)
+                    except Exception:  # noqa: BLE001 - its session returns them
+                        pass
+                raise
+            self._stats["moves"] += 1
+        self._home[root] = address
+
+    def _read_map(self, give_up):
+        """GetClusterMap from the first node that answers: the targets, then
+        every address the last map named. Raises Error UNAVAILABLE if none
+        did before give_up."""
+        last = None
+        while True:
+            known = [a for a in self._owners.values() if a]
+            candidates = list(dict.fromkeys(self._targets + known))
+            for target in candidates:
+                channel = (grpc.secure_channel(target, self._credentials)
+                           if self._credentials is not None else grpc.insecure_channel(target))
+                try:
+                    reply = pb_grpc.AccountingStub(channel).GetClusterMap(
+                        pb.GetClusterMapRequest(), timeout=self._deadline,
+                        metadata=self._metadata)
+                except grpc.RpcError as e:
+                    last = e
+                    continue
+                finally:
+                    channel.close()
+                self._stats["map_reads"] += 1
+                self._owners = {bytes(s.shard_root): s.owner_address
+                                for s in reply.shards}
+                return
+            if time.monotonic() + 0.2 > give_up:
+                raise Error(grpc.StatusCode.UNAVAILABLE,
+                            "no node answered GetClusterMap (%s): %s" % (
+                                ", ".join(self._targets),
+                                last.details() if last is not None else "no target"))
+            time.sleep(0.2)
