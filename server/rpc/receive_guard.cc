@@ -134,7 +134,7 @@ void ReceiveGuard::CallStarted(absl::string_view peer) {
   absl::MutexLock lock(&mu_);
   Connection& connection = connections_[peer];
   ++connection.open_calls;
-  connection.credit_bytes += kAllowancePerCall;
+  AllowLocked(connection, kAllowancePerCall);
 }
 
 void ReceiveGuard::CallEnded(absl::string_view peer) {
@@ -144,14 +144,14 @@ void ReceiveGuard::CallEnded(absl::string_view peer) {
   Connection& connection = it->second;
   if (connection.open_calls > 0) --connection.open_calls;
   // Its END_STREAM or RST_STREAM.
-  connection.credit_bytes += kAllowancePerMessage;
+  AllowLocked(connection, kAllowancePerMessage);
   MaybeEraseLocked(it->first, connection);
 }
 
 void ReceiveGuard::Allow(absl::string_view peer, uint64_t bytes) {
   absl::MutexLock lock(&mu_);
   auto it = connections_.find(peer);
-  if (it != connections_.end()) it->second.credit_bytes += bytes;
+  if (it != connections_.end()) AllowLocked(it->second, bytes);
 }
 
 uint64_t ReceiveGuard::ReadStarted(
@@ -169,7 +169,7 @@ uint64_t ReceiveGuard::ReadStarted(
 }
 
 void ReceiveGuard::ReadEnded(uint64_t handle, uint64_t delivered_bytes,
-                             bool failed, absl::Time now) {
+                             bool failed) {
   std::shared_ptr<Read> read;
   {
     absl::MutexLock lock(&mu_);
@@ -185,27 +185,14 @@ void ReceiveGuard::ReadEnded(uint64_t handle, uint64_t delivered_bytes,
       connection.reads.erase(r);
       --pending_reads_;
     }
-    connection.credit_bytes +=
-        delivered_bytes + kAllowancePerMessage +
-        (delivered_bytes / (16 * 1024) + 1) * kAllowancePer16KiB;
-    if (failed) {
-      // Up to one message a second, whatever it had received.
-      const double max_bucket = static_cast<double>(options_.max_message_bytes);
-      const double seconds =
-          connection.failed_read_credit_time == absl::InfinitePast()
-              ? 1.0 / kFailedReadCreditsPerSecond
-              : std::max(0.0, absl::ToDoubleSeconds(
-                                  now - connection.failed_read_credit_time));
-      connection.failed_read_credit_bytes =
-          std::min(max_bucket, connection.failed_read_credit_bytes +
-                                   seconds * kFailedReadCreditsPerSecond *
-                                       max_bucket);
-      connection.failed_read_credit_time = now;
-      const uint64_t credit =
-          static_cast<uint64_t>(connection.failed_read_credit_bytes);
-      connection.credit_bytes += credit;
-      connection.failed_read_credit_bytes -= static_cast<double>(credit);
-    }
+    // The message's own bytes exactly; its framing, or for a failed read
+    // the unknown part of its message it had received, from the bucket.
+    connection.credit_bytes += delivered_bytes;
+    AllowLocked(connection,
+                failed ? options_.max_message_bytes
+                       : kAllowancePerMessage +
+                             (delivered_bytes / (16 * 1024) + 1) *
+                                 kAllowancePer16KiB);
     MaybeEraseLocked(it->first, connection);
   }
   if (read == nullptr) return;
@@ -215,6 +202,24 @@ void ReceiveGuard::ReadEnded(uint64_t handle, uint64_t delivered_bytes,
   // delivering the failed read inline, wait for it to return.
   if (cancelling_read == read.get()) return;
   while (read->state.load() == Read::kCancelling) std::this_thread::yield();
+}
+
+void ReceiveGuard::AllowLocked(Connection& connection, uint64_t bytes) {
+  const absl::Time now = options_.clock();
+  const double cap = static_cast<double>(options_.max_message_bytes);
+  if (connection.allowance_time == absl::InfinitePast()) {
+    connection.allowance_bytes = cap;  // a new connection: full
+  } else if (now > connection.allowance_time) {
+    connection.allowance_bytes = std::min(
+        cap, connection.allowance_bytes +
+                 absl::ToDoubleSeconds(now - connection.allowance_time) *
+                     kAllowanceBucketsPerSecond * cap);
+  }
+  connection.allowance_time = std::max(connection.allowance_time, now);
+  const uint64_t granted = std::min<uint64_t>(
+      bytes, static_cast<uint64_t>(connection.allowance_bytes));
+  connection.allowance_bytes -= static_cast<double>(granted);
+  connection.credit_bytes += granted;
 }
 
 void ReceiveGuard::MaybeEraseLocked(const std::string& peer,
@@ -364,7 +369,7 @@ void ReceiveGuard::Run() {
       continue;
     }
     reported_error = false;
-    Check(bytes_by_peer, absl::Now());
+    Check(bytes_by_peer, options_.clock());
   }
 }
 

@@ -15,7 +15,8 @@
 // kernel's side: tcp_info's tcpi_bytes_received, sampled every --
 // receive_guard_interval by a NETLINK_SOCK_DIAG dump (the interface of
 // ss(8)). From each sample's growth it takes away what the connection's
-// reads delivered and an allowance for HTTP/2 and TLS framing, keeping an
+// reads delivered and allowances for headers, framing and failed reads
+// (granted from a bucket of one message a second), keeping an
 // estimate of the bytes gRPC has read and not yet delivered (the socket's
 // receive queue is the kernel's; never below zero, leaking
 // kLeakBytesPerSecond). When that estimate passes what the
@@ -24,7 +25,9 @@
 // open, plus a slack), it cancels those reads' calls with
 // RESOURCE_EXHAUSTED (grpc_call_cancel_with_status): gRPC then drops what it
 // buffered for them. A message over the limit costs at most the limit, the
-// slack, and what arrives in one interval before the guard sees it.
+// slack, and what arrives in one interval before the guard sees it, unless
+// it arrives no faster than the leak plus the allowance bucket (docs/
+// DESIGN.md §4.10 lists what the guard does not cover).
 //
 // Only calls of cgacct.v1.Accounting are watched (its messages are raw
 // bytes, so what a read delivered is known), and only with access control:
@@ -84,22 +87,27 @@ std::unique_ptr<ReceivedBytesSource> NewSockDiagSource(uint16_t local_port);
 
 class ReceiveGuard {
  public:
-  // Framing allowances (upper bounds, generous): per message delivered (its
-  // 5-byte gRPC prefix, HTTP/2 DATA frame headers, TLS records) plus
-  // kAllowancePer16KiB for each 16 KiB of it; per call (its HEADERS, before
-  // its metadata, which is counted as received: HPACK only shrinks it); per
-  // message sent (the WINDOW_UPDATE it may cause).
+  // Allowances for what is received besides the messages' own bytes: per
+  // message delivered (its 5-byte gRPC prefix, HTTP/2 DATA frame headers,
+  // TLS records) plus kAllowancePer16KiB for each 16 KiB of it; per call
+  // (its HEADERS, plus kAllowancePerMetadataEntry and the size of each
+  // metadata entry); per message sent (the WINDOW_UPDATE it may cause). A
+  // failed read (its client cancelled, its deadline passed) had received an
+  // unknown part of its message, which gRPC drops: allowed up to one
+  // --max_message_bytes.
   static constexpr uint64_t kAllowancePerMessage = 64;
   static constexpr uint64_t kAllowancePer16KiB = 64;
   static constexpr uint64_t kAllowancePerCall = 1024;
   static constexpr uint64_t kAllowancePerMetadataEntry = 32;
-  // A read that fails (its client cancelled, or its deadline passed) had
-  // received an unknown part of its message, which gRPC drops: it is
-  // credited with up to one --max_message_bytes per second per connection
-  // (a token bucket), so that an honest client whose uploads time out now
-  // and then is not taken for one sending an oversized message. A client
-  // that fails reads on purpose can hide that much per second of one.
-  static constexpr double kFailedReadCreditsPerSecond = 1.0;
+  // None of those is measured (HPACK shrinks headers to a few bytes: a
+  // header indexed once and repeated cost ~17 bytes a call on the wire and
+  // earned ~8 KB; tiny messages cost less than their allowance), so all of
+  // them are granted from one bucket per connection that holds, and refills
+  // at, one --max_message_bytes a second: a client can hide at most that
+  // much per second of an oversized message behind them (the re-attacks at
+  // 68c24d2 hid 80 MB/s through metadata), and an honest client's framing
+  // and occasional failed uploads fit in it.
+  static constexpr double kAllowanceBucketsPerSecond = 1.0;
   // What else a connection may receive (PINGs, SETTINGS), per second. It
   // is also how fast a message may grow unseen: a client sending a message
   // at this rate or slower is not caught (16 KiB/s: 58 MB an hour per
@@ -120,6 +128,8 @@ class ReceiveGuard {
     // Between two samples while a read is pending; the sampler sleeps while
     // none is.
     absl::Duration interval = absl::Milliseconds(20);
+    // The allowance bucket's clock (tests give their own).
+    std::function<absl::Time()> clock = [] { return absl::Now(); };
   };
 
   // `on_cancel` (may be empty) is run once per read cancelled, on the
@@ -154,10 +164,10 @@ class ReceiveGuard {
   uint64_t ReadStarted(absl::string_view peer,
                        std::function<void(const std::string&)> cancel);
   // The read `handle` ended, having delivered `delivered_bytes` (`failed`:
-  // no message; see kFailedReadCreditsPerSecond), at `now`. After it
-  // returns, the read's `cancel` is not running and will not run.
+  // no message; see the allowances). After it returns, the read's `cancel`
+  // is not running and will not run.
   void ReadEnded(uint64_t handle, uint64_t delivered_bytes,
-                 bool failed = false, absl::Time now = absl::Now());
+                 bool failed = false);
 
   // One sampling pass (the thread's body; tests call it directly):
   // BeginSample() takes the allowances and deliveries so far, the caller
@@ -198,10 +208,10 @@ class ReceiveGuard {
     // Reads pending at BeginSample() plus those started since.
     uint64_t reads_since_begin = 0;
     uint64_t held_bytes = 0;
-    // The failed reads' credit bucket (kFailedReadCreditsPerSecond): bytes
-    // it may credit now, and when it was last filled.
-    double failed_read_credit_bytes = 0;
-    absl::Time failed_read_credit_time = absl::InfinitePast();
+    // The allowance bucket (kAllowanceBucketsPerSecond): bytes it may
+    // grant now, and when it was last filled.
+    double allowance_bytes = 0;
+    absl::Time allowance_time = absl::InfinitePast();
   };
   struct ReadHandle {
     std::string peer;
@@ -209,6 +219,9 @@ class ReceiveGuard {
 
   void Run();
   void MaybeEraseLocked(const std::string& peer, Connection& connection)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Credits `connection` with up to `bytes` from its allowance bucket.
+  void AllowLocked(Connection& connection, uint64_t bytes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;

@@ -34,6 +34,12 @@ ReceiveGuard::Options SmallOptions() {
   return options;
 }
 
+ReceiveGuard::Options WithClock(ReceiveGuard::Options options,
+                                const absl::Time* now) {
+  options.clock = [now] { return *now; };
+  return options;
+}
+
 // What a connection with `reads` pending may hold under SmallOptions().
 uint64_t MayHold(uint64_t reads) {
   return reads * kMax + 10 * ReceiveGuard::kStreamWindowBytes + (1u << 20);
@@ -54,8 +60,9 @@ class ReceiveGuardTest : public ::testing::Test {
     });
   }
 
-  ReceiveGuard guard_{SmallOptions(), [this] { ++counted_; }};
+  // (Before guard_: its clock reads it.)
   absl::Time now_ = absl::UnixEpoch();
+  ReceiveGuard guard_{WithClock(SmallOptions(), &now_), [this] { ++counted_; }};
   std::vector<std::string> messages_;
   int counted_ = 0;
 };
@@ -146,7 +153,7 @@ TEST_F(ReceiveGuardTest, AnOccasionalFailedUploadIsNotTakenForAnOversizedOne) {
     const uint64_t upload = StartRead();
     bytes += 3 * kMax / 4;  // part of a 4 MiB message, then the deadline
     EXPECT_EQ(Pass(bytes), 0) << i;
-    guard_.ReadEnded(upload, 0, /*failed=*/true, now_);
+    guard_.ReadEnded(upload, 0, /*failed=*/true);
     EXPECT_EQ(Pass(bytes), 0) << i;
   }
   EXPECT_TRUE(messages_.empty());
@@ -163,13 +170,41 @@ TEST_F(ReceiveGuardTest, FailedReadsAreCreditedOneMessageASecond) {
   for (int i = 0; i < 4 && cancelled_at < 0; ++i) {
     const uint64_t read = StartRead();
     bytes += 3 * kMax / 4;
-    guard_.ReadEnded(read, 0, /*failed=*/true, now_);  // all at one instant
+    guard_.ReadEnded(read, 0, /*failed=*/true);  // all at one instant
     if (Pass(bytes) > 0) cancelled_at = i;
   }
   // The first failure's 3 MiB is credited (the bucket holds one message),
   // the next ones only what 20 ms refill: after the third, 6 MiB held, over
   // the ~5.6 MiB one read may hold. (Without the credit: after the second.)
   EXPECT_EQ(cancelled_at, 2);
+}
+
+// Allowances are not measured (HPACK makes a header indexed once cost a
+// few bytes a call): calls and their metadata cannot hide an oversized
+// message faster than one message's worth a second (the re-attack at
+// 68c24d2: 10,000 calls a second with 8 KB of metadata each, ~17 bytes on
+// the wire, hid 80 MB/s).
+TEST_F(ReceiveGuardTest, CallsAndMetadataAreAllowedOneMessageASecond) {
+  guard_.CallStarted(kPeer);
+  StartRead();  // the oversized message's
+  uint64_t bytes = 0;
+  EXPECT_EQ(Pass(bytes), 0);
+  int cancelled_at = -1;
+  for (int pass = 0; pass < 100 && cancelled_at < 0; ++pass) {
+    // Per 20 ms pass: 200 calls of 8 KB metadata (1.6 MB of allowance
+    // asked) and 2 MB of the oversized message (100 MB/s).
+    for (int call = 0; call < 200; ++call) {
+      guard_.CallStarted(kPeer);
+      guard_.Allow(kPeer, 8192);
+      guard_.CallEnded(kPeer);
+    }
+    bytes += 2'000'000;
+    if (Pass(bytes) > 0) cancelled_at = pass;
+  }
+  // Caught after about (5.6 MiB + 4 MiB of bucket) / (100 MB/s - 4 MiB/s)
+  // = ~0.1 s, not never.
+  EXPECT_GE(cancelled_at, 0);
+  EXPECT_LT(cancelled_at, 10);
 }
 
 TEST(CanonicalPeerTest, UnescapesGrpcsIpv6Brackets) {
