@@ -283,6 +283,21 @@ class PythonClientTest(unittest.TestCase):
         self.assertEqual(hits, [False, True])
         self.assertEqual(self.rpcs("Charge"), charges + 1)
 
+    def test_cluster_client_against_a_single_node_is_one_client(self):
+        # A node not in cluster mode answers GetClusterMap with an empty
+        # map: it serves every path (a fresh user's trial had NOT_FOUND).
+        self.create("/single")
+        with cgacct.ClusterClient([self.target], failover_s=5, ttl_ms=TTL_MS,
+                                  batch=0) as cc:
+            self.assertEqual(cc.owner("/single"), self.target)
+            cc.charge("/single", 70)
+            self.assertEqual(cc.held("/single"), 70)
+            self.assertEqual(self.current_pages("/single"), 70)
+            cc.uncharge("/single", 70)
+            with self.assertRaises(cgacct.Error) as e:
+                cc.charge("/nosuch", 1)
+            self.assertEqual(e.exception.code(), grpc.StatusCode.NOT_FOUND)
+
     def test_adaptive_batch_and_stock_groups(self):
         self.create("/adapt")
         c = self.client(batch=64, stock_cap=256)

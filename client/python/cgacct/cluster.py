@@ -45,7 +45,9 @@ class ClusterClient:
     ClusterClient(targets, failover_s=20.0, **client_options)
 
     targets: "host:port" of one or more nodes (any node serves the map; the
-      owners' addresses come from it: each node's --advertise_address).
+      owners' addresses come from it: each node's --advertise_address). A
+      node not in cluster mode serves every path itself: against it a
+      ClusterClient is one Client.
     failover_s: how long a call keeps re-reading the map and trying again
       after UNAVAILABLE / DEADLINE_EXCEEDED / FAILED_PRECONDITION: a node's
       lease TTL (--cluster_lease_ttl, 5 s) plus the takeover grace
@@ -282,6 +284,10 @@ class ClusterClient:
                 finally:
                     channel.close()
                 self._stats["map_reads"] += 1
+                if not reply.cluster_mode:
+                    # A single node (not in cluster mode) serves every path.
+                    self._owners = {b"/": target}
+                    return
                 self._owners = {bytes(s.shard_root): s.owner_address
                                 for s in reply.shards}
                 return
