@@ -287,7 +287,9 @@ int Daemon::StartServers() {
   // grew the windows: with it, one tenant's 400 waiting 4 MB requests were
   // buffered whole (1.86 GB), without it 165 MB.
   builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 65535);
+  builder.AddChannelArgument(
+      GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES,
+      static_cast<int>(ReceiveGuard::kStreamWindowBytes));
   // Each connection keeps the read buffers of its largest read (up to a
   // whole message) between reads: 200 connections churning SessionStreams
   // with 4 MB messages held 263 MB median, 381 MB peak (issue 22, row St2),

@@ -93,6 +93,14 @@ struct TokenFiles {
   const std::string token = "aaaaaaaaaaaaaaaaaaaaaaaa-tokenA";
 };
 
+// SIGTERM to the daemon `pid`; it must exit 0.
+void ExpectCleanExitOnSigterm(pid_t pid) {
+  kill(pid, SIGTERM);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
 #if defined(__SANITIZE_ADDRESS__)
 #define CGACCT_ASAN 1
 #elif defined(__has_feature)
@@ -234,10 +242,7 @@ TEST(MemoryReturnTest, RssBackUnderTwiceIdleAfter300BigStreamsClose) {
       after_kb, back_s >= 0 ? back_s : 10.0);
   EXPECT_GE(back_s, 0) << "RSS " << after_kb << " KiB, idle " << idle_kb;
 
-  kill(pid, SIGTERM);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  ExpectCleanExitOnSigterm(pid);
 }
 
 // Spawns the daemon under test (MEMORY_TEST_CGACCTD=path: another build's)
@@ -344,10 +349,7 @@ TEST(MemoryReturnTest, UndecodableStreamMessagesDoNotGrowRss) {
   EXPECT_LT(after_kb - before_kb, kMaxGrowthKb)
       << "before " << before_kb << " KiB, after " << after_kb << " KiB";
   channels.clear();
-  kill(pid, SIGTERM);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  ExpectCleanExitOnSigterm(pid);
 }
 
 // Issue 22's row St2: many connections, each churning SessionStreams that
@@ -461,10 +463,7 @@ TEST(MemoryReturnTest, ChurningBigSessionMessagesOnManyConnectionsStayBounded) {
   }
   EXPECT_GT(refused.load(), kConnections) << "the churn did not run";
   EXPECT_LT(median_kb, kMaxMedianKb);
-  kill(pid, SIGTERM);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  ExpectCleanExitOnSigterm(pid);
 }
 
 // A message over --max_message_bytes is cancelled while it arrives, not
@@ -542,10 +541,7 @@ void CheckOversizedMessagesAreCancelled(const std::string& listen_host) {
                                      "received"));
   }
   EXPECT_LT(peak_kb - idle_kb, kMaxGrowthKb);
-  kill(pid, SIGTERM);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  ExpectCleanExitOnSigterm(pid);
 }
 
 TEST(MemoryReturnTest, MessagesOverTheLimitAreCancelledWhileArriving) {
@@ -594,10 +590,7 @@ TEST(MemoryReturnTest, CompressedRequestsAreRefusedWithTheReceiveGuard) {
     }
   }
   stub.reset();  // the connection closed: SIGTERM does not wait for it
-  kill(pid, SIGTERM);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  ExpectCleanExitOnSigterm(pid);
 }
 
 }  // namespace
