@@ -4,7 +4,6 @@
 #include <grpc/grpc.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/generic/async_generic_service.h>
-#include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/impl/server_builder_option.h>
 #include <grpcpp/impl/server_builder_plugin.h>
 #include <grpcpp/resource_quota.h>
@@ -65,17 +64,6 @@ class WithoutReflection final : public grpc::ServerBuilderOption {
   // grpc::reflection::ProtoServerReflectionPlugin::name().
   static constexpr char kReflectionPluginName[] = "proto_server_reflection";
 };
-
-// Health by service name as well as the server's "" (grpc.health.v1), on
-// --listen and --health_listen.
-void SetServing(std::initializer_list<grpc::Server*> servers, bool serving) {
-  for (grpc::Server* s : servers) {
-    if (s == nullptr || s->GetHealthCheckService() == nullptr) continue;
-    s->GetHealthCheckService()->SetServingStatus(
-        v1::Accounting::service_full_name(), serving);
-    s->GetHealthCheckService()->SetServingStatus(serving);
-  }
-}
 
 }  // namespace
 
@@ -240,27 +228,57 @@ int Daemon::StartMetrics() {
 }
 
 int Daemon::StartServers() {
-  grpc::EnableDefaultHealthCheckService(true);
-  // --health_listen: a server of its own with gRPC's health service alone,
+  // grpc.health.v1 is cgacctd's own (server/rpc/health_service.h): gRPC's
+  // default health service reads a request of any size whole.
+  grpc::EnableDefaultHealthCheckService(false);
+  // --health_listen: a server of its own with the health service alone,
   // plaintext on any address (health names no group and stays
   // unauthenticated on --listen too); never reflection.
   std::unique_ptr<grpc::ServerBuilder> health_builder;
   if (!config_.health_listen.empty()) {
     health_builder = std::make_unique<grpc::ServerBuilder>();
     health_builder->SetOption(std::make_unique<WithoutReflection>());
-    // Every other method answers UNIMPLEMENTED, as gRPC's own default does;
-    // registered because a server needs a method it polls for (health's
-    // queue is not one).
+    health_builder->RegisterService(&health_port_service_);
+    // Every other method answers UNIMPLEMENTED, as gRPC's own default does.
     health_builder->RegisterCallbackGenericService(&health_unimplemented_);
     health_builder->AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-    // Unauthenticated and off loopback: health requests are a service name.
-    // (gRPC 1.51 still takes a larger message whole before refusing it, and
-    // the receive guard does not watch health: docs/DESIGN.md §4.10.)
-    // Streams per connection as on --listen.
-    health_builder->SetMaxReceiveMessageSize(4096);
+    // Unauthenticated and off loopback: health requests are a service name
+    // (ReceiveGuard::kHealthRequestMaxBytes); gRPC 1.51 would still take a
+    // larger message whole before refusing it, so the port has a receive
+    // guard of its own, whose bound assumes the stream windows set here as
+    // on --listen. Streams per connection as on --listen.
+    health_builder->SetMaxReceiveMessageSize(
+        static_cast<int>(ReceiveGuard::kHealthRequestMaxBytes));
     health_builder->AddChannelArgument(
         GRPC_ARG_MAX_CONCURRENT_STREAMS,
         static_cast<int>(config_.streams_per_connection));
+    health_builder->AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+    health_builder->AddChannelArgument(
+        GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES,
+        static_cast<int>(ReceiveGuard::kStreamWindowBytes));
+    if (config_.receive_guard_interval > absl::ZeroDuration()) {
+      ReceiveGuard::Options guard_options;
+      guard_options.max_message_bytes = ReceiveGuard::kHealthRequestMaxBytes;
+      guard_options.limit_name = "the health request limit";
+      guard_options.interval = config_.receive_guard_interval;
+      guard_options.stream_window_bytes_per_connection =
+          uint64_t{config_.streams_per_connection} *
+          ReceiveGuard::kStreamWindowBytes;
+      health_receive_guard_ = std::make_unique<ReceiveGuard>(
+          guard_options,
+          [this] { rpc_metrics_.RecordOversizedReadCancelled(); });
+      std::vector<std::unique_ptr<
+          grpc::experimental::ServerInterceptorFactoryInterface>>
+          health_interceptors;
+      health_interceptors.push_back(
+          health_receive_guard_->InterceptorFactory());
+      health_builder->experimental().SetInterceptorCreators(
+          std::move(health_interceptors));
+      health_builder->SetCompressionAlgorithmSupportStatus(
+          GRPC_COMPRESS_DEFLATE, false);
+      health_builder->SetCompressionAlgorithmSupportStatus(GRPC_COMPRESS_GZIP,
+                                                           false);
+    }
     health_builder->AddListeningPort(config_.health_listen,
                                      grpc::InsecureServerCredentials(),
                                      &health_port_);
@@ -306,6 +324,7 @@ int Daemon::StartServers() {
   }
   builder.AddListeningPort(config_.listen, credentials_, &port_);
   service_->RegisterOn(builder);  // + SessionStream's completion queue
+  builder.RegisterService(&health_service_);
   std::vector<
       std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
       interceptors;
@@ -348,6 +367,11 @@ int Daemon::StartServers() {
   }
   if (health_builder != nullptr) {
     health_server_ = health_builder->BuildAndStart();
+    if (health_server_ != nullptr && health_port_ != 0 &&
+        health_receive_guard_ != nullptr) {
+      health_receive_guard_->Start(
+          NewSockDiagSource(static_cast<uint16_t>(health_port_)));
+    }
     if (health_server_ == nullptr || health_port_ == 0) {
       server_->Shutdown();
       service_->StopSessionStreams();
@@ -358,7 +382,7 @@ int Daemon::StartServers() {
   }
   // SERVING until shutdown begins; in cluster mode, while the node holds
   // its etcd lease.
-  SetServing({server_.get(), health_server_.get()}, true);
+  health_statuses_.SetServing(true);
   if (cluster_ != nullptr) {
     health_thread_ = std::thread([this] {
       bool serving = true;
@@ -368,7 +392,7 @@ int Daemon::StartServers() {
         const bool now = cluster_->HasLease();
         if (now != serving) {
           serving = now;
-          SetServing({server_.get(), health_server_.get()}, serving);
+          health_statuses_.SetServing(serving);
         }
       }
     });
@@ -467,7 +491,11 @@ void Daemon::Shutdown(const sigset_t& signals, int signal_number) {
   // ChargeStreams answer what they have read and end UNAVAILABLE, and
   // WatchEvents streams end UNAVAILABLE, now rather than hold the grace
   // period open. Unary calls already running finish.
-  SetServing({server_.get(), health_server_.get()}, false);
+  // Watch streams of health end after telling NOT_SERVING (as gRPC's own
+  // health service does at shutdown); Check answers NOT_SERVING until the
+  // servers are gone.
+  health_statuses_.SetServing(false);
+  health_statuses_.Shutdown();
   service_->BeginShutdown();
   // A planned stop gives the node's shards back at once (the lease is
   // revoked): other nodes own them within a watch round trip, not a TTL.

@@ -31,6 +31,7 @@
 #include "server/metrics/prometheus/exposer.h"
 #include "server/metrics/rpc_metrics.h"
 #include "server/rpc/accounting_service.h"
+#include "server/rpc/health_service.h"
 #include "server/rpc/receive_guard.h"
 
 namespace cgacct {
@@ -83,12 +84,21 @@ class Daemon {
   GrpcServerMetrics grpc_metrics_{CgacctdGrpcMethods()};
   std::unique_ptr<MetricsExposer> exposer_;
   std::optional<MemoryTrimmer> trimmer_;
+  // What both servers' grpc.health.v1 answers ("" and
+  // cgacct.v1.Accounting), and a health service per server; they outlive
+  // the servers.
+  HealthStatuses health_statuses_{{v1::Accounting::service_full_name()}};
+  HealthService health_service_{health_statuses_};
+  HealthService health_port_service_{health_statuses_};
   // Outlives server_ (its interceptors point at it); null when off.
   std::unique_ptr<ReceiveGuard> receive_guard_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   // --health_listen's answer to every method but health's.
   grpc::CallbackGenericService health_unimplemented_;
+  // --health_listen's receive guard (always on with the port: it is
+  // unauthenticated and may face any network); outlives its server.
+  std::unique_ptr<ReceiveGuard> health_receive_guard_;
   std::unique_ptr<grpc::Server> health_server_;
   int health_port_ = 0;
   // Cluster mode: health follows the node's etcd lease (NOT_SERVING while

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -22,23 +23,56 @@ thread_local const void* cancelling_read = nullptr;
 
 using HookPoint = grpc::experimental::InterceptionHookPoints;
 
-// One cgacct.v1.Accounting call's interceptor: created when the call
-// starts, deleted by gRPC when it ends. A stream's reads are one at a time,
-// so `read_` is touched by one thread at a time (the recv hooks, then the
-// destructor); the other members are constant.
+// What a watched method's reads are: their largest message, and whether
+// the interceptor sees that message as raw bytes (its size exact).
+struct WatchedMethod {
+  uint64_t max_bytes;  // 0: the guard's max_message_bytes
+  bool raw;
+};
+
+// The methods whose requests are read after the call has started (so a
+// read's start is seen): cgacct.v1.Accounting's (with access control) and
+// grpc.health.v1's, both registered raw, and reflection's (a sync stream).
+std::optional<WatchedMethod> Watched(absl::string_view method) {
+  if (absl::StartsWith(method, "/cgacct.v1.Accounting/"))
+    return WatchedMethod{0, true};
+  if (absl::StartsWith(method, "/grpc.health.v1.Health/"))
+    return WatchedMethod{ReceiveGuard::kHealthRequestMaxBytes, true};
+  if (absl::StartsWith(method, "/grpc.reflection.v1alpha.ServerReflection/"))
+    return WatchedMethod{ReceiveGuard::kReflectionRequestMaxBytes, false};
+  return std::nullopt;
+}
+
+// One watched call's interceptor: created when the call starts (a callback
+// method's) or when its context is made ready for one (a sync or async
+// method's: gRPC 1.51 makes those interceptors before the call has a peer,
+// which every sync and async call then lacked: the reflection stream's and
+// SessionStream's reads went unwatched), deleted by gRPC when it ends. The
+// call joins its connection at its first hook with a peer. The hooks of a
+// call run one at a time, so `peer_` and `read_` are touched by one thread
+// at a time (the hooks, then the destructor); the other members are
+// constant.
 class ReceiveGuardInterceptor final : public grpc::experimental::Interceptor {
  public:
-  ReceiveGuardInterceptor(ReceiveGuard* guard, grpc::ServerContextBase* context)
-      : guard_(guard), context_(context), peer_(CanonicalPeer(context->peer())) {
-    guard_->CallStarted(peer_);
-  }
+  ReceiveGuardInterceptor(ReceiveGuard* guard, grpc::ServerContextBase* context,
+                          WatchedMethod method)
+      : guard_(guard), context_(context), method_(method) {}
   ~ReceiveGuardInterceptor() override {
-    if (read_ != 0) guard_->ReadEnded(read_, 0, /*failed=*/true);
-    guard_->CallEnded(peer_);
+    if (read_ != 0)
+      guard_->ReadEnded(read_, 0, ReceiveGuard::ReadEnd::kFailed);
+    if (!peer_.empty()) guard_->CallEnded(peer_);
   }
 
   void Intercept(
       grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (peer_.empty() && context_->c_call() != nullptr) {
+      peer_ = CanonicalPeer(context_->peer());
+      if (!peer_.empty()) guard_->CallStarted(peer_);
+    }
+    if (peer_.empty()) {
+      methods->Proceed();
+      return;
+    }
     if (methods->QueryInterceptionHookPoint(
             HookPoint::POST_RECV_INITIAL_METADATA)) {
       uint64_t bytes = 0;
@@ -55,18 +89,26 @@ class ReceiveGuardInterceptor final : public grpc::experimental::Interceptor {
     // that is not done (its POST_RECV_MESSAGE pass comes when it is).
     if (!read_done && read_ == 0 && methods->GetRecvMessage() != nullptr) {
       grpc_call* call = context_->c_call();
-      read_ = guard_->ReadStarted(peer_, [call](const std::string& message) {
-        grpc_call_cancel_with_status(call, GRPC_STATUS_RESOURCE_EXHAUSTED,
-                                     message.c_str(), nullptr);
-      });
+      read_ = guard_->ReadStarted(
+          peer_,
+          [call](const std::string& message) {
+            grpc_call_cancel_with_status(call, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                                         message.c_str(), nullptr);
+          },
+          method_.max_bytes);
     }
     if (read_done && read_ != 0) {
-      // Every cgacct.v1.Accounting method is registered raw: the message is
-      // a grpc::ByteBuffer (null when the read failed).
-      const auto* message =
-          static_cast<const grpc::ByteBuffer*>(methods->GetRecvMessage());
-      guard_->ReadEnded(read_, message != nullptr ? message->Length() : 0,
-                        /*failed=*/message == nullptr);
+      // A raw method's message is a grpc::ByteBuffer; a typed one's is its
+      // deserialized request. Null when the read failed.
+      const void* message = methods->GetRecvMessage();
+      if (message == nullptr) {
+        guard_->ReadEnded(read_, 0, ReceiveGuard::ReadEnd::kFailed);
+      } else if (method_.raw) {
+        guard_->ReadEnded(
+            read_, static_cast<const grpc::ByteBuffer*>(message)->Length());
+      } else {
+        guard_->ReadEnded(read_, 0, ReceiveGuard::ReadEnd::kSizeUnknown);
+      }
       read_ = 0;
     }
     if (methods->QueryInterceptionHookPoint(HookPoint::PRE_SEND_MESSAGE)) {
@@ -78,7 +120,8 @@ class ReceiveGuardInterceptor final : public grpc::experimental::Interceptor {
  private:
   ReceiveGuard* const guard_;
   grpc::ServerContextBase* const context_;
-  const std::string peer_;
+  const WatchedMethod method_;
+  std::string peer_;   // "" until the call has one
   uint64_t read_ = 0;  // the pending read's handle, 0 if none
 };
 
@@ -90,12 +133,11 @@ class ReceiveGuardInterceptorFactory final
 
   grpc::experimental::Interceptor* CreateServerInterceptor(
       grpc::experimental::ServerRpcInfo* info) override {
-    if (info->method() == nullptr ||
-        !absl::StartsWith(info->method(), "/cgacct.v1.Accounting/") ||
-        info->server_context() == nullptr) {
+    if (info->method() == nullptr || info->server_context() == nullptr)
       return nullptr;
-    }
-    return new ReceiveGuardInterceptor(guard_, info->server_context());
+    const std::optional<WatchedMethod> method = Watched(info->method());
+    if (!method.has_value()) return nullptr;
+    return new ReceiveGuardInterceptor(guard_, info->server_context(), *method);
   }
 
  private:
@@ -155,21 +197,25 @@ void ReceiveGuard::Allow(absl::string_view peer, uint64_t bytes) {
 }
 
 uint64_t ReceiveGuard::ReadStarted(
-    absl::string_view peer, std::function<void(const std::string&)> cancel) {
+    absl::string_view peer, std::function<void(const std::string&)> cancel,
+    uint64_t max_bytes) {
   auto read = std::make_shared<Read>();
   read->cancel = std::move(cancel);
+  read->max_bytes = max_bytes != 0 ? max_bytes : options_.max_message_bytes;
   absl::MutexLock lock(&mu_);
   const uint64_t handle = next_handle_++;
   Connection& connection = connections_[peer];
-  connection.reads.emplace(handle, std::move(read));
   ++connection.reads_since_begin;
+  connection.read_bytes_since_begin += read->max_bytes;
+  connection.pending_read_bytes += read->max_bytes;
+  connection.reads.emplace(handle, std::move(read));
   handles_.emplace(handle, ReadHandle{std::string(peer)});
   ++pending_reads_;
   return handle;
 }
 
 void ReceiveGuard::ReadEnded(uint64_t handle, uint64_t delivered_bytes,
-                             bool failed) {
+                             ReadEnd end) {
   std::shared_ptr<Read> read;
   {
     absl::MutexLock lock(&mu_);
@@ -180,19 +226,26 @@ void ReceiveGuard::ReadEnded(uint64_t handle, uint64_t delivered_bytes,
     if (it == connections_.end()) return;
     Connection& connection = it->second;
     auto r = connection.reads.find(handle);
+    uint64_t max_bytes = options_.max_message_bytes;
     if (r != connection.reads.end()) {
       read = std::move(r->second);
       connection.reads.erase(r);
       --pending_reads_;
+      max_bytes = read->max_bytes;
+      connection.pending_read_bytes -= max_bytes;
     }
-    // The message's own bytes exactly; its framing, or for a failed read
-    // the unknown part of its message it had received, from the bucket.
-    connection.credit_bytes += delivered_bytes;
-    AllowLocked(connection,
-                failed ? options_.max_message_bytes
-                       : kAllowancePerMessage +
-                             (delivered_bytes / (16 * 1024) + 1) *
-                                 kAllowancePer16KiB);
+    // The message's own bytes exactly and its framing from the bucket; for
+    // a failed read the unknown part of its message it had received, for a
+    // message of unknown size the message, each up to its max_bytes from
+    // the bucket.
+    if (end == ReadEnd::kDelivered) {
+      connection.credit_bytes += delivered_bytes;
+      AllowLocked(connection, kAllowancePerMessage +
+                                  (delivered_bytes / (16 * 1024) + 1) *
+                                      kAllowancePer16KiB);
+    } else {
+      AllowLocked(connection, max_bytes + kAllowancePerMessage);
+    }
     MaybeEraseLocked(it->first, connection);
   }
   if (read == nullptr) return;
@@ -235,6 +288,7 @@ void ReceiveGuard::BeginSample() {
     connection.sampled_credit_bytes += connection.credit_bytes;
     connection.credit_bytes = 0;
     connection.reads_since_begin = connection.reads.size();
+    connection.read_bytes_since_begin = connection.pending_read_bytes;
   }
 }
 
@@ -291,14 +345,24 @@ int ReceiveGuard::Check(
         connection.held_bytes = 0;
         continue;
       }
-      const uint64_t may_hold = pending * options_.max_message_bytes +
+      const uint64_t may_hold = std::max(connection.read_bytes_since_begin,
+                                         connection.pending_read_bytes) +
                                 options_.stream_window_bytes_per_connection +
                                 options_.slack_bytes;
       if (connection.reads.empty() || connection.held_bytes <= may_hold)
         continue;
+      // The limit named is the smallest of the pending reads' (a health or
+      // reflection read's on --listen).
+      uint64_t smallest = options_.max_message_bytes;
+      for (const auto& [handle, read] : connection.reads)
+        smallest = std::min(smallest, read->max_bytes);
+      const std::string limit =
+          smallest == options_.max_message_bytes
+              ? absl::StrCat(options_.limit_name, "=", smallest)
+              : absl::StrCat("a health or reflection request's limit=",
+                             smallest);
       const std::string message = absl::StrCat(
-          "message larger than --max_message_bytes=",
-          options_.max_message_bytes, " being received: connection ", peer,
+          "message larger than ", limit, " being received: connection ", peer,
           " received ", connection.held_bytes,
           " bytes its reads did not take, over the ", may_hold, " its ",
           pending, " pending read(s) and its streams' windows may hold; ",

@@ -99,6 +99,14 @@ class ReceiveGuard {
   static constexpr uint64_t kAllowancePer16KiB = 64;
   static constexpr uint64_t kAllowancePerCall = 1024;
   static constexpr uint64_t kAllowancePerMetadataEntry = 32;
+  // What one read of the two unauthenticated services may take: a
+  // grpc.health.v1 request (a service name; cgacctd's own health service,
+  // server/rpc/health_service.h, refuses one larger) and a
+  // grpc.reflection.v1alpha request (a file or symbol name; its messages
+  // are deserialized before the interceptor sees them, so each read is
+  // allowed this much from the bucket instead of its exact size).
+  static constexpr uint64_t kHealthRequestMaxBytes = 4096;
+  static constexpr uint64_t kReflectionRequestMaxBytes = 4096;
   // None of those is measured (HPACK shrinks headers to a few bytes: a
   // header indexed once and repeated cost ~17 bytes a call on the wire and
   // earned ~8 KB; tiny messages cost less than their allowance), so all of
@@ -118,7 +126,11 @@ class ReceiveGuard {
   static constexpr uint64_t kStreamWindowBytes = 65535;
 
   struct Options {
+    // The largest message a cgacct.v1.Accounting read may take (and the
+    // allowance bucket's size).
     uint64_t max_message_bytes = 4u << 20;
+    // What the cancel message calls that limit.
+    std::string limit_name = "--max_message_bytes";
     // What a connection's streams may have received besides their pending
     // reads' messages: --max_concurrent_streams_per_connection x
     // kStreamWindowBytes.
@@ -158,16 +170,23 @@ class ReceiveGuard {
   void CallEnded(absl::string_view peer);
   // Received or sent bytes the allowances cover (metadata, framing).
   void Allow(absl::string_view peer, uint64_t bytes);
-  // A read started on `peer`; `cancel(message)` cancels its call with
+  // A read started on `peer`, of a message of at most `max_bytes` (0: the
+  // options' max_message_bytes); `cancel(message)` cancels its call with
   // RESOURCE_EXHAUSTED and `message` (any thread; it may run ReadEnded of
   // this read before it returns). Returns the read's handle.
   uint64_t ReadStarted(absl::string_view peer,
-                       std::function<void(const std::string&)> cancel);
-  // The read `handle` ended, having delivered `delivered_bytes` (`failed`:
-  // no message; see the allowances). After it returns, the read's `cancel`
-  // is not running and will not run.
+                       std::function<void(const std::string&)> cancel,
+                       uint64_t max_bytes = 0);
+  // How a read ended: with a message of known size, with none (its client
+  // cancelled, its deadline passed), or with a message whose size the
+  // interceptor cannot see (a protobuf-typed method's, deserialized).
+  enum class ReadEnd { kDelivered, kFailed, kSizeUnknown };
+  // The read `handle` ended, having delivered `delivered_bytes` (kDelivered
+  // only). A failed read, or one of unknown size, is allowed its
+  // `max_bytes` from the bucket (see the allowances). After it returns, the
+  // read's `cancel` is not running and will not run.
   void ReadEnded(uint64_t handle, uint64_t delivered_bytes,
-                 bool failed = false);
+                 ReadEnd end = ReadEnd::kDelivered);
 
   // One sampling pass (the thread's body; tests call it directly):
   // BeginSample() takes the allowances and deliveries so far, the caller
@@ -193,6 +212,7 @@ class ReceiveGuard {
   struct Read {
     enum State : int { kPending, kCancelling, kEnded };
     std::function<void(const std::string&)> cancel;
+    uint64_t max_bytes = 0;  // the largest message it may take
     std::atomic<int> state{kPending};
   };
   struct Connection {
@@ -205,8 +225,12 @@ class ReceiveGuard {
     absl::Time last_time;
     uint64_t credit_bytes = 0;          // since BeginSample()
     uint64_t sampled_credit_bytes = 0;  // taken by BeginSample()
-    // Reads pending at BeginSample() plus those started since.
+    // Reads pending at BeginSample() plus those started since, and the sum
+    // of their max_bytes.
     uint64_t reads_since_begin = 0;
+    uint64_t read_bytes_since_begin = 0;
+    // The sum of the pending reads' max_bytes.
+    uint64_t pending_read_bytes = 0;
     uint64_t held_bytes = 0;
     // The allowance bucket (kAllowanceBucketsPerSecond): bytes it may
     // grant now, and when it was last filled.

@@ -24,7 +24,7 @@
 
 #include "absl/strings/escaping.h"
 #include "cgacct/v1/accounting.grpc.pb.h"
-#include "health_check.grpc.pb.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "tests/server/daemon.h"
 #include "tests/server/http_get.h"
 #include "tests/server/test_certs.h"
@@ -702,8 +702,8 @@ TEST(CgacctdAuthTest, SighupEndsARevokedTenantsWatchEventsAtOnce) {
   WriteFile(tokens,
             "a a-token-0123456789abcdef\nops ops-token-0123456789abcdef\n");
   WriteFile(policy, "token:a rw /a\ntoken:ops admin\n");
-  Daemon daemon({"--listen=127.0.0.1:0", "--tokens_file=" + tokens,
-                 "--authz_policy=" + policy});
+  Daemon daemon({"--listen=127.0.0.1:0", "--metrics_listen=",
+                 "--tokens_file=" + tokens, "--authz_policy=" + policy});
   const std::string line = daemon.ReadStdoutLine(kTimeout);
   const int port = PortOf(line);
   ASSERT_GT(port, 0) << line;

@@ -248,7 +248,8 @@ TEST(MemoryReturnTest, RssBackUnderTwiceIdleAfter300BigStreamsClose) {
 // Spawns the daemon under test (MEMORY_TEST_CGACCTD=path: another build's)
 // on 127.0.0.1 port 0 with `flags`; *pid gets its pid. Returns its address,
 // "" on failure.
-std::string SpawnDaemon(const std::vector<std::string>& flags, pid_t* pid) {
+std::string SpawnDaemon(const std::vector<std::string>& flags, pid_t* pid,
+                        std::string* start_line = nullptr) {
   int out[2];
   if (pipe(out) != 0) return "";
   posix_spawn_file_actions_t actions;
@@ -273,6 +274,7 @@ std::string SpawnDaemon(const std::vector<std::string>& flags, pid_t* pid) {
     line.push_back(c);
   }
   close(out[0]);
+  if (start_line != nullptr) *start_line = line;
   std::smatch m;
   // (A --listen=[::1]:0 among `flags` overrides the first.)
   if (!std::regex_search(line, m,
@@ -466,39 +468,59 @@ TEST(MemoryReturnTest, ChurningBigSessionMessagesOnManyConnectionsStayBounded) {
   ExpectCleanExitOnSigterm(pid);
 }
 
-// A message over --max_message_bytes is cancelled while it arrives, not
-// buffered whole: gRPC 1.51 takes a message whole before it checks its
-// size, so four 256 MiB Charge requests of one token holder took cgacctd
-// ~1 GB before the receive guard (server/rpc/receive_guard.h); one
-// holder's four 500 MB ChargeBatches took 2 GB. Checks each is refused
-// RESOURCE_EXHAUSTED "... being received" and the peak RSS over them.
-// Over `listen_host` (IPv4 or IPv6: gRPC spells an IPv6 peer with escaped
-// brackets, and the guard once missed every IPv6 connection: 1.75 GB).
-void CheckOversizedMessagesAreCancelled(const std::string& listen_host) {
-  constexpr int kSenders = 4;
+// A message over its limit is cancelled while it arrives, not buffered
+// whole: gRPC 1.51 takes a message whole before it checks its size, so four
+// 256 MiB Charge requests of one token holder took cgacctd ~1 GB before the
+// receive guard (server/rpc/receive_guard.h); one holder's four 500 MB
+// ChargeBatches took 2 GB. Checks each is refused RESOURCE_EXHAUSTED
+// "message larger than <its limit> being received" and the peak RSS over
+// them.
+struct OversizedCase {
+  // Over IPv4 or IPv6: gRPC spells an IPv6 peer with escaped brackets, and
+  // the guard once missed every IPv6 connection (1.75 GB).
+  std::string listen_host = "127.0.0.1";
+  std::string method = "/cgacct.v1.Accounting/Charge";
+  std::vector<std::string> flags;
+  bool token = true;         // with the token's authorization header
+  bool health_port = false;  // to --health_listen instead of --listen
+  std::string refusal = "--max_message_bytes=4194304 being received";
+  int senders = 4;
+};
+
+void CheckOversizedMessagesAreCancelled(const OversizedCase& c) {
   constexpr size_t kMessageBytes = size_t{256} << 20;
   constexpr long kMaxGrowthKb = 128 * 1024;
   const TokenFiles files;
   const std::string& token = files.token;
   pid_t pid = -1;
-  const std::string target =
-      SpawnDaemon({"--cpus=2", files.tokens_flag(), files.policy_flag(),
-                   "--listen=" + listen_host + ":0"},
-                  &pid);
+  std::vector<std::string> flags = {"--cpus=2", files.tokens_flag(),
+                                    files.policy_flag(),
+                                    "--listen=" + c.listen_host + ":0"};
+  if (c.health_port) flags.push_back("--health_listen=127.0.0.1:0");
+  flags.insert(flags.end(), c.flags.begin(), c.flags.end());
+  std::string line;
+  std::string target = SpawnDaemon(flags, &pid, &line);
   ASSERT_FALSE(target.empty());
+  if (c.health_port) {
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(
+        line, m, std::regex(R"(health on 127\.0\.0\.1:(\d+))")))
+        << line;
+    target = "127.0.0.1:" + m[1].str();
+  }
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   const long idle_kb = RssKb(pid);
-  // A ChargeRequest whose first field announces the whole message: what
-  // the bytes are does not matter, gRPC takes them before any parsing.
+  // One message whose gRPC prefix announces all of it: what the bytes are
+  // does not matter, gRPC takes them before any parsing.
   std::string payload(kMessageBytes, 'x');
   grpc::Slice big_slice(payload);
   payload.clear();
   payload.shrink_to_fit();
   const grpc::ByteBuffer big(&big_slice, 1);
   std::atomic<bool> done{false};
-  std::vector<grpc::Status> statuses(kSenders);
+  std::vector<grpc::Status> statuses(c.senders);
   std::vector<std::thread> senders;
-  for (int t = 0; t < kSenders; ++t) {
+  for (int t = 0; t < c.senders; ++t) {
     senders.emplace_back([&, t] {
       grpc::ChannelArguments channel_args;
       channel_args.SetInt("grpc.channel_id", t);  // one connection each
@@ -508,8 +530,8 @@ void CheckOversizedMessagesAreCancelled(const std::string& listen_host) {
       grpc::ClientContext context;
       context.set_deadline(std::chrono::system_clock::now() +
                            std::chrono::seconds(60));
-      context.AddMetadata("authorization", "Bearer " + token);
-      auto rw = RawStream(*channel, "/cgacct.v1.Accounting/Charge", &context);
+      if (c.token) context.AddMetadata("authorization", "Bearer " + token);
+      auto rw = RawStream(*channel, c.method.c_str(), &context);
       rw->Write(big);
       rw->WritesDone();
       grpc::ByteBuffer ignored;
@@ -529,18 +551,17 @@ void CheckOversizedMessagesAreCancelled(const std::string& listen_host) {
   done = true;
   sampler.join();
   std::printf(
-      "RSS: idle %ld KiB; %d concurrent %zu MiB Charge requests to %s: peak "
+      "RSS: idle %ld KiB; %d concurrent %zu MiB %s requests to %s: peak "
       "%ld KiB (%+ld)\n",
-      idle_kb, kSenders, kMessageBytes >> 20, target.c_str(), peak_kb,
-      peak_kb - idle_kb);
+      idle_kb, c.senders, kMessageBytes >> 20, c.method.c_str(),
+      target.c_str(), peak_kb, peak_kb - idle_kb);
   for (const grpc::Status& status : statuses) {
     EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
-        << status.error_message();
-    EXPECT_THAT(status.error_message(),
-                ::testing::HasSubstr("--max_message_bytes=4194304 being "
-                                     "received"));
+        << c.method << ": " << status.error_message();
+    EXPECT_THAT(status.error_message(), ::testing::HasSubstr(c.refusal))
+        << c.method;
   }
-  EXPECT_LT(peak_kb - idle_kb, kMaxGrowthKb);
+  EXPECT_LT(peak_kb - idle_kb, kMaxGrowthKb) << c.method;
   ExpectCleanExitOnSigterm(pid);
 }
 
@@ -548,14 +569,59 @@ TEST(MemoryReturnTest, MessagesOverTheLimitAreCancelledWhileArriving) {
 #ifdef CGACCT_ASAN
   GTEST_SKIP() << "RSS under AddressSanitizer is not cgacctd's";
 #endif
-  CheckOversizedMessagesAreCancelled("127.0.0.1");
+  CheckOversizedMessagesAreCancelled(OversizedCase());
 }
 
 TEST(MemoryReturnTest, MessagesOverTheLimitAreCancelledOverIpv6) {
 #ifdef CGACCT_ASAN
   GTEST_SKIP() << "RSS under AddressSanitizer is not cgacctd's";
 #endif
-  CheckOversizedMessagesAreCancelled("[::1]");
+  OversizedCase c;
+  c.listen_host = "[::1]";
+  CheckOversizedMessagesAreCancelled(c);
+}
+
+// SessionStream is served on gRPC's async API and reflection on its sync
+// API, whose interceptors gRPC 1.51 makes before the call has a peer: both
+// went unwatched (four 500 MB SessionStream messages: 402 MB peak; four
+// reflection requests: 1.4 GB).
+TEST(MemoryReturnTest, SessionStreamAndReflectionMessagesOverTheLimit) {
+#ifdef CGACCT_ASAN
+  GTEST_SKIP() << "RSS under AddressSanitizer is not cgacctd's";
+#endif
+  OversizedCase session;
+  session.method = "/cgacct.v1.Accounting/SessionStream";
+  session.senders = 2;
+  CheckOversizedMessagesAreCancelled(session);
+  OversizedCase reflection;
+  reflection.method =
+      "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo";
+  reflection.flags = {"--reflection=on"};
+  reflection.token = false;  // reflection is not access-controlled
+  reflection.refusal =
+      "a health or reflection request's limit=4096 being received";
+  reflection.senders = 2;
+  CheckOversizedMessagesAreCancelled(reflection);
+}
+
+// Health is unauthenticated on --listen and --health_listen: gRPC's own
+// health service took four 500 MB checks whole (1.9 GB on --listen, 653 MB
+// on --health_listen); cgacctd's (server/rpc/health_service.h) reads its
+// request after the call starts, under the guard, 4096 bytes at most.
+TEST(MemoryReturnTest, HealthChecksOverTheLimitAreCancelledWhileArriving) {
+#ifdef CGACCT_ASAN
+  GTEST_SKIP() << "RSS under AddressSanitizer is not cgacctd's";
+#endif
+  OversizedCase listen;
+  listen.method = "/grpc.health.v1.Health/Check";
+  listen.token = false;
+  listen.refusal =
+      "a health or reflection request's limit=4096 being received";
+  CheckOversizedMessagesAreCancelled(listen);
+  OversizedCase health_port = listen;
+  health_port.health_port = true;
+  health_port.refusal = "the health request limit=4096 being received";
+  CheckOversizedMessagesAreCancelled(health_port);
 }
 
 // With the receive guard on (access control), compressed requests are

@@ -21,7 +21,7 @@
 #include "absl/strings/str_replace.h"
 #include "cgacct/v1/accounting.grpc.pb.h"
 #include "engine/engine.h"
-#include "health_check.grpc.pb.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "server/metrics/flush_observer.h"
 #include "server/metrics/prometheus/collector.h"
 #include "server/metrics/prometheus/families.h"

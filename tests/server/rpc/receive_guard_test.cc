@@ -83,6 +83,45 @@ TEST_F(ReceiveGuardTest, AMessageOverTheLimitIsCancelledWhileArriving) {
   EXPECT_EQ(Pass(10 * MayHold(1)), 0);
 }
 
+// A read of a smaller limit (a health or reflection request: 4096 bytes)
+// is held to it, not to --max_message_bytes; the refusal names that limit.
+TEST_F(ReceiveGuardTest, AReadIsHeldToItsOwnLimit) {
+  guard_.CallStarted(kPeer);
+  guard_.ReadStarted(
+      kPeer,
+      [this](const std::string& message) { messages_.push_back(message); },
+      ReceiveGuard::kHealthRequestMaxBytes);
+  const uint64_t may_hold = MayHold(0) + ReceiveGuard::kHealthRequestMaxBytes;
+  EXPECT_EQ(Pass(1000), 0);
+  EXPECT_EQ(Pass(1000 + may_hold), 0);
+  EXPECT_EQ(Pass(1000 + may_hold + 4096), 1);
+  ASSERT_EQ(messages_.size(), 1u);
+  EXPECT_THAT(messages_[0],
+              HasSubstr("a health or reflection request's limit=4096"));
+}
+
+// A read whose message's size the interceptor cannot see (reflection's,
+// deserialized) is allowed its limit from the bucket: ten such requests of
+// 3,000 bytes on one connection, each followed by the next read, are not
+// taken for an oversized message.
+TEST_F(ReceiveGuardTest, AReadOfUnknownSizeIsAllowedItsLimit) {
+  guard_.CallStarted(kPeer);
+  uint64_t bytes = 0;
+  EXPECT_EQ(Pass(bytes), 0);
+  for (int i = 0; i < 10; ++i) {
+    const uint64_t read = guard_.ReadStarted(
+        kPeer, [this](const std::string& m) { messages_.push_back(m); },
+        ReceiveGuard::kReflectionRequestMaxBytes);
+    bytes += 3000;
+    guard_.ReadEnded(read, 0, ReceiveGuard::ReadEnd::kSizeUnknown);
+    guard_.ReadStarted(
+        kPeer, [this](const std::string& m) { messages_.push_back(m); },
+        ReceiveGuard::kReflectionRequestMaxBytes);
+    EXPECT_EQ(Pass(bytes), 0) << i;
+  }
+  EXPECT_TRUE(messages_.empty());
+}
+
 TEST_F(ReceiveGuardTest, DeliveredMessagesAreNotHeld) {
   guard_.CallStarted(kPeer);
   uint64_t bytes = 5000;
@@ -153,7 +192,7 @@ TEST_F(ReceiveGuardTest, AnOccasionalFailedUploadIsNotTakenForAnOversizedOne) {
     const uint64_t upload = StartRead();
     bytes += 3 * kMax / 4;  // part of a 4 MiB message, then the deadline
     EXPECT_EQ(Pass(bytes), 0) << i;
-    guard_.ReadEnded(upload, 0, /*failed=*/true);
+    guard_.ReadEnded(upload, 0, ReceiveGuard::ReadEnd::kFailed);
     EXPECT_EQ(Pass(bytes), 0) << i;
   }
   EXPECT_TRUE(messages_.empty());
@@ -170,7 +209,7 @@ TEST_F(ReceiveGuardTest, FailedReadsAreCreditedOneMessageASecond) {
   for (int i = 0; i < 4 && cancelled_at < 0; ++i) {
     const uint64_t read = StartRead();
     bytes += 3 * kMax / 4;
-    guard_.ReadEnded(read, 0, /*failed=*/true);  // all at one instant
+    guard_.ReadEnded(read, 0, ReceiveGuard::ReadEnd::kFailed);  // all at one instant
     if (Pass(bytes) > 0) cancelled_at = i;
   }
   // The first failure's 3 MiB is credited (the bucket holds one message),

@@ -14,7 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "cgacct/v1/accounting.grpc.pb.h"
 #include "engine/engine.h"
-#include "health_check.grpc.pb.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "server/events/events_hub.h"
 #include "server/metrics/grpc_server_metrics.h"
 #include "server/metrics/prometheus/families.h"

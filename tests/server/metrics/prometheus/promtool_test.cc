@@ -18,7 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cgacct/v1/accounting.grpc.pb.h"
-#include "health_check.grpc.pb.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "tests/server/daemon.h"
 
 namespace cgacct {
