@@ -205,6 +205,19 @@ uint64_t ReceiveGuard::ReadStarted(
   absl::MutexLock lock(&mu_);
   const uint64_t handle = next_handle_++;
   Connection& connection = connections_[peer];
+  // A read of a larger limit sizes the connection's bucket (filled: its
+  // caller is authenticated, or the limit is a health request's).
+  if (read->max_bytes > connection.allowance_cap_bytes &&
+      connection.allowance_cap_bytes != 0) {
+    connection.allowance_cap_bytes =
+        std::min(read->max_bytes, options_.max_message_bytes);
+    connection.allowance_bytes =
+        static_cast<double>(connection.allowance_cap_bytes);
+  } else if (connection.allowance_cap_bytes == 0) {
+    connection.allowance_cap_bytes = std::min(
+        std::max(read->max_bytes, kUnprovenAllowanceBytes),
+        options_.max_message_bytes);
+  }
   ++connection.reads_since_begin;
   connection.read_bytes_since_begin += read->max_bytes;
   connection.pending_read_bytes += read->max_bytes;
@@ -259,7 +272,11 @@ void ReceiveGuard::ReadEnded(uint64_t handle, uint64_t delivered_bytes,
 
 void ReceiveGuard::AllowLocked(Connection& connection, uint64_t bytes) {
   const absl::Time now = options_.clock();
-  const double cap = static_cast<double>(options_.max_message_bytes);
+  if (connection.allowance_cap_bytes == 0) {
+    connection.allowance_cap_bytes =
+        std::min(kUnprovenAllowanceBytes, options_.max_message_bytes);
+  }
+  const double cap = static_cast<double>(connection.allowance_cap_bytes);
   if (connection.allowance_time == absl::InfinitePast()) {
     connection.allowance_bytes = cap;  // a new connection: full
   } else if (now > connection.allowance_time) {

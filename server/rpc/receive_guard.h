@@ -111,11 +111,19 @@ class ReceiveGuard {
   // header indexed once and repeated cost ~17 bytes a call on the wire and
   // earned ~8 KB; tiny messages cost less than their allowance), so all of
   // them are granted from one bucket per connection that holds, and refills
-  // at, one --max_message_bytes a second: a client can hide at most that
-  // much per second of an oversized message behind them (the re-attacks at
-  // 68c24d2 hid 80 MB/s through metadata), and an honest client's framing
-  // and occasional failed uploads fit in it.
+  // at, one message of the largest limit a read of the connection has had
+  // a second (kUnprovenAllowanceBytes until its first read): a client can
+  // hide at most that much per second of an oversized message behind them
+  // (the re-attacks at 68c24d2 hid 80 MB/s through metadata), and an
+  // honest client's framing and occasional failed uploads fit in it.
   static constexpr double kAllowanceBucketsPerSecond = 1.0;
+  // The bucket of a connection none of whose reads may take more than
+  // this (none has started, or only health and reflection reads): with
+  // access control an Accounting read starts only once its caller is
+  // authenticated, so an unauthenticated client's bucket stays this small
+  // (at one --max_message_bytes, one that kept a health read pending could
+  // hide 4 MiB/s of it behind refused calls).
+  static constexpr uint64_t kUnprovenAllowanceBytes = 4096;
   // What else a connection may receive (PINGs, SETTINGS), per second. It
   // is also how fast a message may grow unseen: a client sending a message
   // at this rate or slower is not caught (16 KiB/s: 58 MB an hour per
@@ -232,8 +240,11 @@ class ReceiveGuard {
     // The sum of the pending reads' max_bytes.
     uint64_t pending_read_bytes = 0;
     uint64_t held_bytes = 0;
-    // The allowance bucket (kAllowanceBucketsPerSecond): bytes it may
+    // The allowance bucket (kAllowanceBucketsPerSecond): its size (the
+    // largest max_bytes of the connection's reads so far, at least
+    // kUnprovenAllowanceBytes, at most max_message_bytes), the bytes it may
     // grant now, and when it was last filled.
+    uint64_t allowance_cap_bytes = 0;  // 0: not set yet
     double allowance_bytes = 0;
     absl::Time allowance_time = absl::InfinitePast();
   };

@@ -246,6 +246,35 @@ TEST_F(ReceiveGuardTest, CallsAndMetadataAreAllowedOneMessageASecond) {
   EXPECT_LT(cancelled_at, 10);
 }
 
+// A connection whose reads are all health or reflection reads (what an
+// unauthenticated client can start: an Accounting read starts only after
+// authentication) has a bucket of kUnprovenAllowanceBytes a second, not one
+// --max_message_bytes: refused calls cannot hide 3 MB/s of a health
+// request behind their allowances (with a 4 MiB/s bucket they hid all of
+// it).
+TEST_F(ReceiveGuardTest, AnUnprovenConnectionsBucketIsSmall) {
+  guard_.CallStarted(kPeer);
+  guard_.ReadStarted(
+      kPeer,
+      [this](const std::string& message) { messages_.push_back(message); },
+      ReceiveGuard::kHealthRequestMaxBytes);
+  uint64_t bytes = 0;
+  EXPECT_EQ(Pass(bytes), 0);
+  int cancelled_at = -1;
+  for (int pass = 0; pass < 500 && cancelled_at < 0; ++pass) {
+    for (int call = 0; call < 200; ++call) {
+      guard_.CallStarted(kPeer);
+      guard_.Allow(kPeer, 8192);
+      guard_.CallEnded(kPeer);
+    }
+    bytes += 60'000;  // 3 MB/s
+    if (Pass(bytes) > 0) cancelled_at = pass;
+  }
+  // (1.7 MB of windows and slack) / (3 MB/s - 20 KiB/s): ~0.6 s, 29 passes.
+  EXPECT_GE(cancelled_at, 20);
+  EXPECT_LT(cancelled_at, 40);
+}
+
 TEST(CanonicalPeerTest, UnescapesGrpcsIpv6Brackets) {
   EXPECT_EQ(CanonicalPeer("ipv6:%5B::1%5D:33268"), "ipv6:[::1]:33268");
   EXPECT_EQ(CanonicalPeer("ipv4:127.0.0.1:5000"), "ipv4:127.0.0.1:5000");
