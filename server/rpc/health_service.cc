@@ -108,7 +108,8 @@ class HealthWatchCall final
     const bool added = statuses_.AddWatcher(this, request.service(), &now);
     {
       absl::MutexLock l(&mu_);
-      latest_ = now;
+      // A change told between AddWatcher and here is newer than `now`.
+      if (!latest_.has_value()) latest_ = now;
       if (!added) ending_ = grpc::Status(grpc::StatusCode::UNAVAILABLE,
                                          "server shutting down");
     }
