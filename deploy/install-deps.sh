@@ -41,9 +41,11 @@
 #     measures cgacct-load's own per-call overhead against.
 #   - python3-h2: the HTTP/2 rapid-reset flood test writes its HEADERS +
 #     RST_STREAM frames with the h2 library (tests/server/daemon/rapid_reset_flood.py).
-#   - nghttp2-proxy: nghttpx, the TLS front proxy of deploy/front-proxy/ for
-#     token-only deployments (its libnghttp2 carries the rapid-reset fix
-#     that gRPC 1.51 lacks); the proxy test runs the shipped config
+#   - haproxy: the TLS front proxy of deploy/front-proxy/ for token-only
+#     deployments (it keeps the rapid-reset flood, which gRPC 1.51 has no
+#     defence against, from cgacctd, and gives each client connection a
+#     connection to cgacctd of its own, as the receive guard needs: nghttpx
+#     shares one); the proxy test runs the shipped config
 #     (tests/deploy/front_proxy_test.py, label "proxy").
 #   - etcd-server, etcd-client (3.4.23): cluster mode's tests start their own
 #     3-member etcd on loopback (label "cluster"; never the system one).
@@ -71,7 +73,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev sqlite3
   python3-grpcio python3-protobuf
   prometheus python3-yaml
-  gnuplot-nox nghttp2-client python3-h2 nghttp2-proxy
+  gnuplot-nox nghttp2-client python3-h2 haproxy
   etcd-server etcd-client
 )
 case "${CGACCT_DEPS:-all}" in
