@@ -5,7 +5,7 @@
 #   - the libraries and code generators (gRPC, Protobuf, Abseil,
 #     prometheus-cpp, GoogleTest/GoogleMock, Google Benchmark);
 #   - cmake, g++, make: the build;
-#   - curl: the run command's readiness check of /metrics; the scale test
+#   - curl: the scale test
 #     (tests/server/metrics_scale_test) scrapes /metrics with it, plain and
 #     gzip, at 10,000 and 100,000 groups;
 #   - openssl: the access-control tests make their CA and certificates with

@@ -46,22 +46,29 @@ fi
 # The server gets its own session, so a Ctrl-C reaches only the load
 # client, which then stops, uncharges and prints its report; the trap stops
 # the server after it.
+# Its start line (stdout) goes to a file first: the server is ready once it
+# has printed it, and only then (a /metrics or gRPC port that answers may be
+# another program's: with a port taken, cgacctd exits and the load would
+# have measured whatever holds it).
+start_line=$(mktemp)
 setsid "$BUILD_DIR"/server/cgacctd --listen=127.0.0.1:"$PORT" \
   --metrics_listen=127.0.0.1:"$METRICS_PORT" --cpus="$CPUS" \
   --flush_lock_policy="$POLICY" --flush_preempt_model="$PREEMPT" \
-  --flush_hold_budget="$HOLD_BUDGET" "${stock_flags[@]}" &
+  --flush_hold_budget="$HOLD_BUDGET" "${stock_flags[@]}" >"$start_line" &
 server=$!
-trap 'kill -TERM $server 2>/dev/null; wait $server 2>/dev/null || true' EXIT
+trap 'kill -TERM $server 2>/dev/null; wait $server 2>/dev/null || true; rm -f "$start_line"' EXIT
 
-# Ready when /metrics answers (the gRPC port is bound before the exporter).
-for _ in $(seq 100); do
-  if curl -sf "http://127.0.0.1:$METRICS_PORT/metrics" >/dev/null; then break; fi
-  kill -0 $server 2>/dev/null || {
-    echo "cgacctd exited; see above (a port in use? set PORT= and METRICS_PORT=)" >&2
-    exit 1
-  }
+ready=0
+for _ in $(seq 300); do
+  if grep -q "listening on" "$start_line"; then ready=1; break; fi
+  kill -0 $server 2>/dev/null || break
   sleep 0.1
 done
+cat "$start_line"
+if [ "$ready" != 1 ]; then
+  echo "run.sh: cgacctd did not start; see above (a port in use? set PORT= and METRICS_PORT=)" >&2
+  exit 1
+fi
 
 args=(--target=127.0.0.1:"$PORT" --metrics_target=127.0.0.1:"$METRICS_PORT"
       --scenario=seed-rstat --duration="$DURATION" --threads="$THREADS" --hogs="$HOGS")
