@@ -29,6 +29,8 @@ namespace {
 
 // How long calls in flight get to finish after SIGINT/SIGTERM.
 constexpr auto kShutdownGrace = std::chrono::seconds(5);
+// Threads gRPC's sync server may run for reflection streams (--reflection=on).
+constexpr int kMaxReflectionThreads = 64;
 
 // "HOST:PORT" -> "HOST" ("[::]:0" -> "[::]").
 std::string HostOf(absl::string_view address) {
@@ -256,6 +258,11 @@ int Daemon::StartServers() {
     health_builder->AddChannelArgument(
         GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES,
         static_cast<int>(ReceiveGuard::kStreamWindowBytes));
+    // Its calls are counted in the grpc_server_* families as --listen's.
+    std::vector<
+        std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+        health_interceptors;
+    health_interceptors.push_back(NewMetricsInterceptorFactory(&grpc_metrics_));
     if (config_.receive_guard_interval > absl::ZeroDuration()) {
       ReceiveGuard::Options guard_options;
       guard_options.max_message_bytes = ReceiveGuard::kHealthRequestMaxBytes;
@@ -267,18 +274,15 @@ int Daemon::StartServers() {
       health_receive_guard_ = std::make_unique<ReceiveGuard>(
           guard_options,
           [this] { rpc_metrics_.RecordOversizedReadCancelled(); });
-      std::vector<std::unique_ptr<
-          grpc::experimental::ServerInterceptorFactoryInterface>>
-          health_interceptors;
       health_interceptors.push_back(
           health_receive_guard_->InterceptorFactory());
-      health_builder->experimental().SetInterceptorCreators(
-          std::move(health_interceptors));
       health_builder->SetCompressionAlgorithmSupportStatus(
           GRPC_COMPRESS_DEFLATE, false);
       health_builder->SetCompressionAlgorithmSupportStatus(GRPC_COMPRESS_GZIP,
                                                            false);
     }
+    health_builder->experimental().SetInterceptorCreators(
+        std::move(health_interceptors));
     health_builder->AddListeningPort(config_.health_listen,
                                      grpc::InsecureServerCredentials(),
                                      &health_port_);
@@ -317,9 +321,16 @@ int Daemon::StartServers() {
   // connections in turn, not of those holding the memory: two tenants
   // within their own bounds got all 50 of a third's sessions cancelled. So
   // it is opt-in (docs/DESIGN.md §4.10).
-  if (config_.grpc_memory_quota_bytes != 0) {
+  // Reflection is gRPC's only sync service here, whose server runs a thread
+  // per open stream: 2,000 unauthenticated reflection streams were 2,150
+  // threads (the re-attack at c1df8aa). The quota's thread limit bounds
+  // them (a stream past it is refused RESOURCE_EXHAUSTED); it counts no
+  // callback or async call.
+  if (config_.grpc_memory_quota_bytes != 0 || config_.serve_reflection) {
     grpc::ResourceQuota quota("cgacctd");
-    quota.Resize(static_cast<size_t>(config_.grpc_memory_quota_bytes));
+    if (config_.grpc_memory_quota_bytes != 0)
+      quota.Resize(static_cast<size_t>(config_.grpc_memory_quota_bytes));
+    if (config_.serve_reflection) quota.SetMaxThreads(kMaxReflectionThreads);
     builder.SetResourceQuota(quota);
   }
   builder.AddListeningPort(config_.listen, credentials_, &port_);
@@ -416,7 +427,9 @@ void Daemon::PrintStartLine() const {
     absl::StrAppend(&security, ", access control",
                     config_.auth.policy.has_value() ? " (policy)" : "");
   }
-  if (!config_.serve_reflection) absl::StrAppend(&security, ", no reflection");
+  absl::StrAppend(&security, config_.serve_reflection
+                                ? ", reflection (unauthenticated)"
+                                : ", no reflection");
   if (config_.metrics_group_series_withheld) {
     absl::StrAppend(&security,
                     ", no per-group metrics without --metrics_token_file");

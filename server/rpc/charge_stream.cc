@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "server/pipeline/batch.h"
 #include "server/rpc/codec.h"
 #include "server/rpc/peer.h"
+#include "server/rpc/receive_guard.h"
 #include "server/rpc/refused_reactors.h"
 #include "server/rpc/status.h"
 
@@ -126,7 +128,9 @@ class ChargeStreamReactor final
         read_outstanding_ = false;
         reads_done_ = true;
         if (cancelled && status_.ok() && !finished_) {
-          status_ = absl::CancelledError("ChargeStream cancelled");
+          std::optional<std::string> guard = GuardCancelReason(context_);
+          status_ = guard ? absl::ResourceExhaustedError(*guard)
+                          : absl::CancelledError("ChargeStream cancelled");
         }
         finish = ShouldFinishLocked();
       }

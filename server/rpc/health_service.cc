@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "server/rpc/codec.h"
 #include "server/rpc/receive_guard.h"
@@ -21,8 +22,11 @@ constexpr char kWatch[] = "/grpc.health.v1.Health/Watch";
 
 // The request of a health call, read: its size bounded, then parsed.
 absl::Status ParseHealthRequest(bool ok, const grpc::ByteBuffer& bytes,
+                                const grpc::ServerContextBase* context,
                                 HealthCheckRequest* request) {
   if (!ok) {
+    if (std::optional<std::string> guard = GuardCancelReason(context))
+      return absl::ResourceExhaustedError(*guard);
     return absl::InvalidArgumentError(
         "request: the call carried no grpc.health.v1.HealthCheckRequest");
   }
@@ -35,17 +39,47 @@ absl::Status ParseHealthRequest(bool ok, const grpc::ByteBuffer& bytes,
   return ParseRequest(bytes, request);
 }
 
+// The client host of a call: its peer without the port ("ipv4:10.0.0.1",
+// "ipv6:[::1]"), "" when unknown.
+std::string PeerHost(const grpc::ServerContextBase* context) {
+  std::string peer = CanonicalPeer(context->peer());
+  const size_t colon = peer.rfind(':');
+  const size_t kind = peer.find(':');
+  if (colon == std::string::npos || colon == kind) return peer;
+  peer.resize(colon);
+  return peer;
+}
+
+absl::Status TooManyCalls(const std::string& host,
+                          HealthStatuses::CallKind kind) {
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "too many health ",
+      kind == HealthStatuses::CallKind::kWatch ? "Watch" : "Check",
+      " calls open (", HealthStatuses::kMaxCallsPerHost, " per client host, ",
+      HealthStatuses::kMaxWatches, " Watches in all); ", host,
+      " is at its share"));
+}
+
 // Check: one read, then one write and OK, or an error.
 class HealthCheckCall final
     : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  explicit HealthCheckCall(HealthStatuses& statuses) : statuses_(statuses) {
+  HealthCheckCall(HealthStatuses& statuses,
+                  const grpc::ServerContextBase* context)
+      : statuses_(statuses), context_(context), host_(PeerHost(context)) {
+    if (!statuses_.BeginCall(host_, HealthStatuses::CallKind::kCheck)) {
+      Finish(ToGrpcStatus(
+          TooManyCalls(host_, HealthStatuses::CallKind::kCheck)));
+      return;
+    }
+    counted_ = true;
     StartRead(&request_bytes_);
   }
 
   void OnReadDone(bool ok) override {
     HealthCheckRequest request;
-    absl::Status status = ParseHealthRequest(ok, request_bytes_, &request);
+    absl::Status status =
+        ParseHealthRequest(ok, request_bytes_, context_, &request);
     request_bytes_.Clear();
     std::optional<HealthStatus> serving;
     if (status.ok()) {
@@ -53,10 +87,13 @@ class HealthCheckCall final
       if (!serving.has_value()) {
         // gRPC's default service answers NOT_FOUND for a name it does not
         // serve.
-        status = absl::NotFoundError(
-            absl::StrCat("service: \"", request.service(),
-                         "\" is not served here (\"\" and "
-                         "\"cgacct.v1.Accounting\" are)"));
+        // (The name quoted up to 64 bytes: a request may carry 4 KB.)
+        const absl::string_view name = request.service();
+        status = absl::NotFoundError(absl::StrCat(
+            "service: \"", absl::CHexEscape(name.substr(0, 64)),
+            name.size() > 64 ? "\"... (" : "\" (",
+            name.size() > 64 ? absl::StrCat(name.size(), " bytes) ") : "",
+            "is not served here (\"\" and \"cgacct.v1.Accounting\" are)"));
       }
     }
     if (status.ok()) {
@@ -72,10 +109,16 @@ class HealthCheckCall final
                         grpc::Status::OK);
   }
 
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    if (counted_) statuses_.EndCall(host_, HealthStatuses::CallKind::kCheck);
+    delete this;
+  }
 
  private:
   HealthStatuses& statuses_;
+  const grpc::ServerContextBase* const context_;
+  const std::string host_;
+  bool counted_ = false;  // set in the constructor, read in OnDone
   grpc::ByteBuffer request_bytes_;
   grpc::ByteBuffer response_bytes_;
 };
@@ -87,13 +130,22 @@ class HealthWatchCall final
     : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
       public HealthStatuses::Watcher {
  public:
-  explicit HealthWatchCall(HealthStatuses& statuses) : statuses_(statuses) {
+  HealthWatchCall(HealthStatuses& statuses,
+                  const grpc::ServerContextBase* context)
+      : statuses_(statuses), context_(context), host_(PeerHost(context)) {
+    if (!statuses_.BeginCall(host_, HealthStatuses::CallKind::kWatch)) {
+      EndWith(ToGrpcStatus(
+          TooManyCalls(host_, HealthStatuses::CallKind::kWatch)));
+      return;
+    }
+    counted_ = true;
     StartRead(&request_bytes_);
   }
 
   void OnReadDone(bool ok) override {
     HealthCheckRequest request;
-    absl::Status status = ParseHealthRequest(ok, request_bytes_, &request);
+    absl::Status status =
+        ParseHealthRequest(ok, request_bytes_, context_, &request);
     request_bytes_.Clear();
     if (!status.ok()) {
       EndWith(ToGrpcStatus(status));
@@ -155,6 +207,7 @@ class HealthWatchCall final
       watching = watching_;
     }
     if (watching) statuses_.RemoveWatcher(this);
+    if (counted_) statuses_.EndCall(host_, HealthStatuses::CallKind::kWatch);
     Unref();
   }
 
@@ -203,6 +256,9 @@ class HealthWatchCall final
   }
 
   HealthStatuses& statuses_;
+  const grpc::ServerContextBase* const context_;
+  const std::string host_;
+  bool counted_ = false;  // set in the constructor, read in OnDone
   // One reference for gRPC's side (given back in OnDone), one per
   // notification under way.
   std::atomic<int> refs_{1};
@@ -294,6 +350,31 @@ void HealthStatuses::RemoveWatcher(Watcher* watcher) {
   watchers_.erase(watcher);
 }
 
+bool HealthStatuses::BeginCall(const std::string& host, CallKind kind) {
+  absl::MutexLock l(&mu_);
+  std::pair<int, int>& open = calls_by_host_[host];
+  int& mine = kind == CallKind::kCheck ? open.first : open.second;
+  if (mine >= kMaxCallsPerHost ||
+      (kind == CallKind::kWatch && watches_ >= kMaxWatches)) {
+    if (open.first == 0 && open.second == 0) calls_by_host_.erase(host);
+    return false;
+  }
+  ++mine;
+  if (kind == CallKind::kWatch) ++watches_;
+  return true;
+}
+
+void HealthStatuses::EndCall(const std::string& host, CallKind kind) {
+  absl::MutexLock l(&mu_);
+  auto it = calls_by_host_.find(host);
+  if (it == calls_by_host_.end()) return;
+  int& mine = kind == CallKind::kCheck ? it->second.first : it->second.second;
+  if (mine > 0) --mine;
+  if (kind == CallKind::kWatch && watches_ > 0) --watches_;
+  if (it->second.first == 0 && it->second.second == 0)
+    calls_by_host_.erase(it);
+}
+
 HealthService::HealthService(HealthStatuses& statuses) {
   HealthStatuses* s = &statuses;
   AddMethod(new grpc::internal::RpcServiceMethod(
@@ -301,16 +382,16 @@ HealthService::HealthService(HealthStatuses& statuses) {
   MarkMethodRawCallback(
       0, new grpc::internal::CallbackBidiHandler<grpc::ByteBuffer,
                                                  grpc::ByteBuffer>(
-             [s](grpc::CallbackServerContext*) {
-               return new HealthCheckCall(*s);
+             [s](grpc::CallbackServerContext* context) {
+               return new HealthCheckCall(*s, context);
              }));
   AddMethod(new grpc::internal::RpcServiceMethod(
       kWatch, grpc::internal::RpcMethod::BIDI_STREAMING, nullptr));
   MarkMethodRawCallback(
       1, new grpc::internal::CallbackBidiHandler<grpc::ByteBuffer,
                                                  grpc::ByteBuffer>(
-             [s](grpc::CallbackServerContext*) {
-               return new HealthWatchCall(*s);
+             [s](grpc::CallbackServerContext* context) {
+               return new HealthWatchCall(*s, context);
              }));
 }
 

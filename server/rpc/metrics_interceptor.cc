@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "absl/time/time.h"
+#include "server/rpc/receive_guard.h"
 
 namespace cgacct {
 namespace {
@@ -17,8 +18,10 @@ using HookPoint = grpc::experimental::InterceptionHookPoints;
 // are shared.
 class MetricsInterceptor final : public grpc::experimental::Interceptor {
  public:
-  MetricsInterceptor(GrpcServerMetrics* metrics, int method)
+  MetricsInterceptor(GrpcServerMetrics* metrics, int method,
+                     const grpc::ServerContextBase* context)
       : metrics_(metrics),
+        context_(context),
         method_(method),
         ended_by_pipeline_(metrics->methods()[method].rpc_method.has_value()),
         start_(std::chrono::steady_clock::now()) {}
@@ -38,8 +41,13 @@ class MetricsInterceptor final : public grpc::experimental::Interceptor {
     // (RpcMetrics): one count per call.
     if (!ended_by_pipeline_ &&
         methods->QueryInterceptionHookPoint(HookPoint::PRE_SEND_STATUS)) {
+      // A call the receive guard cancelled ended RESOURCE_EXHAUSTED for its
+      // client, whatever its handler then said.
+      const int code = GuardCancelReason(context_).has_value()
+                           ? grpc::StatusCode::RESOURCE_EXHAUSTED
+                           : methods->GetSendStatus().error_code();
       metrics_->RecordHandled(
-          method_, methods->GetSendStatus().error_code(),
+          method_, code,
           absl::FromChrono(std::chrono::steady_clock::now() - start_));
     }
     methods->Proceed();
@@ -47,6 +55,7 @@ class MetricsInterceptor final : public grpc::experimental::Interceptor {
 
  private:
   GrpcServerMetrics* const metrics_;
+  const grpc::ServerContextBase* const context_;
   const int method_;
   const bool ended_by_pipeline_;
   const std::chrono::steady_clock::time_point start_;
@@ -64,7 +73,7 @@ class MetricsInterceptorFactory final
         info->method() == nullptr ? -1 : metrics_->MethodIndex(info->method());
     if (method < 0) return nullptr;
     metrics_->RecordStarted(method);
-    return new MetricsInterceptor(metrics_, method);
+    return new MetricsInterceptor(metrics_, method, info->server_context());
   }
 
  private:

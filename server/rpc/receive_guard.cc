@@ -16,6 +16,15 @@
 namespace cgacct {
 namespace {
 
+// The calls a guard cancelled and why, until each ends (GuardCancelReason).
+absl::Mutex cancelled_calls_mu;
+absl::flat_hash_map<const grpc::ServerContextBase*, std::string>&
+CancelledCalls() ABSL_EXCLUSIVE_LOCKS_REQUIRED(cancelled_calls_mu) {
+  static auto* calls =
+      new absl::flat_hash_map<const grpc::ServerContextBase*, std::string>();
+  return *calls;
+}
+
 // The read whose cancel the sampling thread is running, if any: a ReadEnded
 // of that read on this thread runs inside the cancel (gRPC delivering the
 // failed read inline) and must not wait for it.
@@ -61,6 +70,8 @@ class ReceiveGuardInterceptor final : public grpc::experimental::Interceptor {
     if (read_ != 0)
       guard_->ReadEnded(read_, 0, ReceiveGuard::ReadEnd::kFailed);
     if (!peer_.empty()) guard_->CallEnded(peer_);
+    absl::MutexLock lock(&cancelled_calls_mu);
+    CancelledCalls().erase(context_);
   }
 
   void Intercept(
@@ -89,9 +100,14 @@ class ReceiveGuardInterceptor final : public grpc::experimental::Interceptor {
     // that is not done (its POST_RECV_MESSAGE pass comes when it is).
     if (!read_done && read_ == 0 && methods->GetRecvMessage() != nullptr) {
       grpc_call* call = context_->c_call();
+      const grpc::ServerContextBase* context = context_;
       read_ = guard_->ReadStarted(
           peer_,
-          [call](const std::string& message) {
+          [call, context](const std::string& message) {
+            {
+              absl::MutexLock lock(&cancelled_calls_mu);
+              CancelledCalls().emplace(context, message);
+            }
             grpc_call_cancel_with_status(call, GRPC_STATUS_RESOURCE_EXHAUSTED,
                                          message.c_str(), nullptr);
           },
@@ -145,6 +161,14 @@ class ReceiveGuardInterceptorFactory final
 };
 
 }  // namespace
+
+std::optional<std::string> GuardCancelReason(
+    const grpc::ServerContextBase* context) {
+  absl::MutexLock lock(&cancelled_calls_mu);
+  auto it = CancelledCalls().find(context);
+  if (it == CancelledCalls().end()) return std::nullopt;
+  return it->second;
+}
 
 std::string CanonicalPeer(absl::string_view peer) {
   return absl::StrReplaceAll(peer, {{"%5B", "["}, {"%5D", "]"},
@@ -384,7 +408,21 @@ int ReceiveGuard::Check(
           " bytes its reads did not take, over the ", may_hold, " its ",
           pending, " pending read(s) and its streams' windows may hold; ",
           pending == 1 ? "the read is" : "the reads are", " cancelled");
-      std::fprintf(stderr, "cgacctd: receive guard: %s\n", message.c_str());
+      // One line a second at most (each cancel is counted in the metric):
+      // a client can make the guard cancel as often as it likes.
+      if (now - last_report_ >= absl::Seconds(1)) {
+        std::fprintf(stderr, "cgacctd: receive guard: %s%s\n",
+                     message.c_str(),
+                     unreported_ == 0
+                         ? ""
+                         : absl::StrCat(" (and ", unreported_,
+                                        " connection(s) since the last line)")
+                               .c_str());
+        last_report_ = now;
+        unreported_ = 0;
+      } else {
+        ++unreported_;
+      }
       for (auto& [handle, read] : connection.reads) {
         int expected = Read::kPending;
         if (read->state.compare_exchange_strong(expected,

@@ -49,6 +49,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -72,6 +73,14 @@ class ReceivedBytesSource {
   virtual absl::Status Sample(
       absl::flat_hash_map<std::string, uint64_t>* bytes_by_peer) = 0;
 };
+
+// Why a receive guard cancelled the call of `context`, if one did: its
+// RESOURCE_EXHAUSTED message, the status the client received (the call's
+// handler sees only a failed read or a cancelled context, and would answer
+// CANCELLED or INVALID_ARGUMENT, which grpc_server_handled_total and the
+// pipeline's metrics then counted). Valid until the call ends. Thread-safe.
+std::optional<std::string> GuardCancelReason(
+    const grpc::ServerContextBase* context);
 
 // `peer` (grpc::ServerContext::peer()) spelt as ReceivedBytesSource does:
 // gRPC 1.51 escapes an IPv6 address's brackets ("ipv6:%5B::1%5D:5000"),
@@ -262,6 +271,10 @@ class ReceiveGuard {
   const Options options_;
   const std::function<void()> on_cancel_;
   std::unique_ptr<ReceivedBytesSource> source_;  // the sampling thread's
+  // The stderr lines' rate limit (Check's, so the sampling thread's): when
+  // the last was written, and the cancels not written since.
+  absl::Time last_report_ = absl::InfinitePast();
+  uint64_t unreported_ = 0;
   std::atomic<uint64_t> cancelled_{0};
 
   mutable absl::Mutex mu_;

@@ -21,6 +21,7 @@
 #include <atomic>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -30,6 +31,7 @@
 #include "absl/synchronization/mutex.h"
 #include "server/rpc/codec.h"
 #include "server/rpc/peer.h"
+#include "server/rpc/receive_guard.h"
 #include "server/rpc/status.h"
 #include "server/sessions/session_registry.h"
 
@@ -180,8 +182,10 @@ class SessionStreamCall final : public SessionStreamSink {
         return;
       }
       // The client half-closed, or the call is over: the session stays (its
-      // lease runs on; a new stream may attach).
-      EndWith(absl::OkStatus());
+      // lease runs on; a new stream may attach). A read the receive guard
+      // cancelled ended RESOURCE_EXHAUSTED for the client: said so here.
+      std::optional<std::string> guard = GuardCancelReason(&context_);
+      EndWith(guard ? absl::ResourceExhaustedError(*guard) : absl::OkStatus());
       return;
     }
     ++nr_read_;
@@ -362,7 +366,9 @@ class SessionStreamCall final : public SessionStreamSink {
       absl::MutexLock l(&mu_);
       done_seen_ = true;
       if (context_.IsCancelled()) {
-        EndLocked(absl::CancelledError("the call was cancelled"));
+        std::optional<std::string> guard = GuardCancelReason(&context_);
+        EndLocked(guard ? absl::ResourceExhaustedError(*guard)
+                        : absl::CancelledError("the call was cancelled"));
         MaybeFinishLocked();
       }
     }

@@ -57,6 +57,7 @@
 #include "server/pipeline/pipeline.h"
 #include "server/rpc/codec.h"
 #include "server/rpc/peer.h"
+#include "server/rpc/receive_guard.h"
 #include "server/rpc/forwarder.h"
 #include "server/rpc/status.h"
 
@@ -230,6 +231,9 @@ inline absl::Status GoneStatus(const CallContext& call,
         "the call's deadline passed ", when, "; nothing was applied"));
   }
   if (context->IsCancelled()) {
+    // The receive guard's RESOURCE_EXHAUSTED is what the client got.
+    if (std::optional<std::string> reason = GuardCancelReason(context))
+      return absl::ResourceExhaustedError(*reason);
     return absl::CancelledError(
         absl::StrCat("the call was cancelled ", when, "; nothing was applied"));
   }

@@ -35,6 +35,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cgacct/v1/accounting.grpc.pb.h"
+#include "tests/server/http_get.h"
 
 extern char** environ;
 
@@ -485,6 +486,10 @@ struct OversizedCase {
   bool health_port = false;  // to --health_listen instead of --listen
   std::string refusal = "--max_message_bytes=4194304 being received";
   int senders = 4;
+  // The grpc_server_handled_total series the refusals are counted in (with
+  // ResourceExhausted: the code the client got, not what the handler saw,
+  // a failed read), e.g. grpc_method="Check",grpc_service="...".
+  std::string handled_series;
 };
 
 void CheckOversizedMessagesAreCancelled(const OversizedCase& c) {
@@ -496,6 +501,8 @@ void CheckOversizedMessagesAreCancelled(const OversizedCase& c) {
   std::vector<std::string> flags = {"--cpus=2", files.tokens_flag(),
                                     files.policy_flag(),
                                     "--listen=" + c.listen_host + ":0"};
+  if (!c.handled_series.empty())
+    flags.push_back("--metrics_listen=127.0.0.1:0");
   if (c.health_port) flags.push_back("--health_listen=127.0.0.1:0");
   flags.insert(flags.end(), c.flags.begin(), c.flags.end());
   std::string line;
@@ -562,6 +569,28 @@ void CheckOversizedMessagesAreCancelled(const OversizedCase& c) {
         << c.method;
   }
   EXPECT_LT(peak_kb - idle_kb, kMaxGrowthKb) << c.method;
+  if (!c.handled_series.empty()) {
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(
+        line, m, std::regex(R"(metrics on 127\.0\.0\.1:(\d+))")))
+        << line;
+    const std::string scrape =
+        test_util::HttpGet(std::stoi(m[1].str()), "/metrics");
+    const std::string series =
+        "grpc_server_handled_total{grpc_code=\"ResourceExhausted\"," +
+        c.handled_series + "} " + std::to_string(c.senders);
+    // On failure, the method's handled_total lines (not the whole scrape).
+    std::string handled;
+    for (size_t at = scrape.find("grpc_server_handled_total{");
+         at != std::string::npos;
+         at = scrape.find("grpc_server_handled_total{", at + 1)) {
+      const std::string row = scrape.substr(at, scrape.find('\n', at) - at);
+      if (row.find(c.handled_series) != std::string::npos)
+        absl::StrAppend(&handled, row, "\n");
+    }
+    EXPECT_NE(scrape.find(series), std::string::npos)
+        << c.method << ": wanted " << series << "\n" << handled;
+  }
   ExpectCleanExitOnSigterm(pid);
 }
 
@@ -592,6 +621,9 @@ TEST(MemoryReturnTest, SessionStreamAndReflectionMessagesOverTheLimit) {
   OversizedCase session;
   session.method = "/cgacct.v1.Accounting/SessionStream";
   session.senders = 2;
+  session.handled_series =
+      "grpc_method=\"SessionStream\",grpc_service=\"cgacct.v1.Accounting\","
+      "grpc_type=\"bidi_stream\"";
   CheckOversizedMessagesAreCancelled(session);
   OversizedCase reflection;
   reflection.method =
@@ -601,6 +633,9 @@ TEST(MemoryReturnTest, SessionStreamAndReflectionMessagesOverTheLimit) {
   reflection.refusal =
       "a health or reflection request's limit=4096 being received";
   reflection.senders = 2;
+  reflection.handled_series =
+      "grpc_method=\"ServerReflectionInfo\",grpc_service=\"grpc.reflection."
+      "v1alpha.ServerReflection\",grpc_type=\"bidi_stream\"";
   CheckOversizedMessagesAreCancelled(reflection);
 }
 
@@ -617,10 +652,14 @@ TEST(MemoryReturnTest, HealthChecksOverTheLimitAreCancelledWhileArriving) {
   listen.token = false;
   listen.refusal =
       "a health or reflection request's limit=4096 being received";
+  listen.handled_series =
+      "grpc_method=\"Check\",grpc_service=\"grpc.health.v1.Health\","
+      "grpc_type=\"unary\"";
   CheckOversizedMessagesAreCancelled(listen);
   OversizedCase health_port = listen;
   health_port.health_port = true;
   health_port.refusal = "the health request limit=4096 being received";
+  // (Its calls are counted with --listen's.)
   CheckOversizedMessagesAreCancelled(health_port);
 }
 

@@ -171,6 +171,85 @@ TEST_F(HealthServiceTest, WatchSendsChangesThenEndsAtShutdown) {
   EXPECT_EQ(response.status(), HealthCheckResponse::NOT_SERVING);
 }
 
+// Open calls are bounded per client host: 64 Watches (a 65th refused
+// RESOURCE_EXHAUSTED before its request is read; one ending frees its
+// place) and 64 Checks whose request has not come (held open raw).
+TEST_F(HealthServiceTest, OpenCallsAreBoundedPerHost) {
+  statuses_.SetServing(true);
+  constexpr int kMax = HealthStatuses::kMaxCallsPerHost;
+  HealthCheckRequest request;
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<grpc::ClientReader<HealthCheckResponse>>>
+      watches;
+  HealthCheckResponse update;
+  for (int i = 0; i < kMax; ++i) {
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    watches.push_back(stub_->Watch(contexts.back().get(), request));
+    ASSERT_TRUE(watches.back()->Read(&update)) << i;
+  }
+  {
+    grpc::ClientContext context;
+    auto refused = stub_->Watch(&context, request);
+    EXPECT_FALSE(refused->Read(&update));
+    const grpc::Status s = refused->Finish();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_THAT(s.error_message(), HasSubstr("ipv4:127.0.0.1"));
+  }
+  // A Check is still answered (its own bound).
+  HealthCheckResponse response;
+  EXPECT_TRUE(Check("", &response).ok());
+  contexts[0]->TryCancel();
+  while (watches[0]->Read(&update)) {
+  }
+  (void)watches[0]->Finish();
+  // Its place is free once the server has seen the end.
+  bool reopened = false;
+  for (int attempt = 0; attempt < 100 && !reopened; ++attempt) {
+    grpc::ClientContext context;
+    auto again = stub_->Watch(&context, request);
+    reopened = again->Read(&update);
+    context.TryCancel();
+    while (again->Read(&update)) {
+    }
+    (void)again->Finish();
+    if (!reopened) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(reopened);
+  for (size_t i = 1; i < contexts.size(); ++i) {
+    contexts[i]->TryCancel();
+    while (watches[i]->Read(&update)) {
+    }
+    (void)watches[i]->Finish();
+  }
+  // Checks held open with no request: the 65th is refused.
+  std::vector<std::unique_ptr<grpc::ClientContext>> check_contexts;
+  std::vector<std::unique_ptr<
+      grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>>>
+      checks;
+  for (int i = 0; i <= kMax; ++i) {
+    check_contexts.push_back(std::make_unique<grpc::ClientContext>());
+    checks.emplace_back(
+        grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer,
+                                                  grpc::ByteBuffer>::
+            Create(channel_.get(),
+                   grpc::internal::RpcMethod(
+                       "/grpc.health.v1.Health/Check",
+                       grpc::internal::RpcMethod::BIDI_STREAMING),
+                   check_contexts.back().get()));
+  }
+  grpc::ByteBuffer ignored;
+  EXPECT_FALSE(checks.back()->Read(&ignored));
+  const grpc::Status refused = checks.back()->Finish();
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << refused.error_message();
+  for (int i = 0; i < kMax; ++i) {
+    check_contexts[i]->TryCancel();
+    while (checks[i]->Read(&ignored)) {
+    }
+    (void)checks[i]->Finish();
+  }
+}
+
 // Many watchers coming and going (cancelled by their clients) while the
 // status flips: each ends, and the last status every live one reads is the
 // last one set.
