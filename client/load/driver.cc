@@ -248,8 +248,11 @@ absl::Status LoadRun::OpenChannels() {
       o_.channels == 0 ? nr_workers_ : std::min(o_.channels, nr_workers_);
   channels_.reserve(nr_channels);
   for (int i = 0; i < nr_channels; ++i) {
+    // Several targets (a cluster's nodes): the connections go to them in
+    // turn, so the workers spread over the nodes.
     absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
-        load::Connect(o_.target, o_.connect_timeout, /*own_connection=*/true);
+        load::Connect(TargetFor(o_.targets, o_.target, i), o_.connect_timeout,
+                      /*own_connection=*/true);
     if (!channel.ok()) return channel.status();
     channels_.push_back(*std::move(channel));
   }
@@ -514,7 +517,7 @@ LoadReport ReportHeader(const LoadOptions& o, const v1::EngineInfo& info,
                         uint32_t hog_cpus) {
   LoadReport report;
   report.scenario = o.scenario;
-  report.target = o.target;
+  report.target = TargetsText(o.targets, o.target);
   report.group = o.group;
   report.flush_mode = o.flush_name;
   report.duration = o.duration;

@@ -385,7 +385,8 @@ absl::Status NetperfRun::OpenClients() {
   }
   for (int i = 0; i < o_.streams; ++i) {
     absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
-        Connect(o_.target, o_.connect_timeout, /*own_connection=*/true);
+        Connect(TargetFor(o_.targets, o_.target, i), o_.connect_timeout,
+                /*own_connection=*/true);
     if (!channel.ok()) return channel.status();
     stubs_.push_back(v1::Accounting::NewStub(*channel));
   }

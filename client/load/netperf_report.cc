@@ -54,7 +54,7 @@ int OpsPerMessage(const NetperfOptions& o) {
 std::string FormatNetperfTable(const NetperfOptions& o,
                                const NetperfReport& r) {
   std::string out = "cgacct-load netperf\n";
-  AppendRow(&out, "target", o.target);
+  AppendRow(&out, "target", TargetsText(o.targets, o.target));
   AppendRow(&out, "group",
             absl::StrCat(NetperfLeafPath(o),
                          o.deep ? absl::StrCat(" (min=low=", r.protection_bytes,
@@ -95,7 +95,7 @@ std::string NetperfJson(const NetperfOptions& o, const NetperfReport& r) {
   JsonWriter w;
   w.BeginObject();
   w.Key("scenario").String("netperf");
-  w.Key("target").String(o.target);
+  w.Key("target").String(TargetsText(o.targets, o.target));
   w.Key("group").String(NetperfLeafPath(o));
   w.Key("hierarchy").String(o.deep ? "deep" : "root");
   w.Key("rpc").String(o.rpc_name);

@@ -8,11 +8,17 @@
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_split.h"
 #include "client/cli/cli_util.h"
 #include "client/cli/wire_names.h"
 
 // Every scenario.
-ABSL_FLAG(std::string, target, "127.0.0.1:50051", "cgacctd gRPC address");
+ABSL_FLAG(std::string, target, "127.0.0.1:50051",
+          "cgacctd gRPC address, or several separated by ',' (a cluster's "
+          "nodes: the workers' connections go to them in turn; the first sets "
+          "up the groups and its /metrics is scraped)");
 ABSL_FLAG(std::string, metrics_target, "",
           "HOST:PORT of cgacctd's /metrics (loopback only); default: the "
           "--target host with port 9464");
@@ -116,6 +122,24 @@ std::string MetricsTarget(const std::string& target) {
 }
 
 // The scenarios that make child groups of --group need one below the root.
+// --target: one HOST:PORT or several, comma-separated (a cluster's nodes).
+absl::Status SetTargets(std::vector<std::string>* targets,
+                        std::string* first) {
+  const std::string flag = absl::GetFlag(FLAGS_target);
+  targets->clear();
+  for (absl::string_view t : absl::StrSplit(flag, ',')) {
+    t = absl::StripAsciiWhitespace(t);
+    if (t.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--target=", flag,
+          ": an empty address (one HOST:PORT, or several separated by ',')"));
+    }
+    targets->emplace_back(t);
+  }
+  *first = targets->front();
+  return absl::OkStatus();
+}
+
 absl::Status CheckGroupBelowRoot(const std::string& group) {
   if (group.empty() || group.front() != '/' || group == "/") {
     return absl::InvalidArgumentError(
@@ -261,9 +285,14 @@ absl::Status SetTransport(LoadOptions* o) {
 
 std::string ScenarioFlag() { return absl::GetFlag(FLAGS_scenario); }
 
+std::string TargetsText(const std::vector<std::string>& targets,
+                        const std::string& target) {
+  return targets.empty() ? target : absl::StrJoin(targets, ",");
+}
+
 absl::StatusOr<LoadOptions> LoadOptionsFromFlags() {
   LoadOptions o;
-  o.target = absl::GetFlag(FLAGS_target);
+  if (absl::Status s = SetTargets(&o.targets, &o.target); !s.ok()) return s;
   o.metrics_target = MetricsTarget(o.target);
   o.scenario = absl::GetFlag(FLAGS_scenario);
   // In this order: the first error found is the one reported.
@@ -277,7 +306,7 @@ absl::StatusOr<LoadOptions> LoadOptionsFromFlags() {
 
 absl::StatusOr<NetperfOptions> NetperfOptionsFromFlags() {
   NetperfOptions o;
-  o.target = absl::GetFlag(FLAGS_target);
+  if (absl::Status s = SetTargets(&o.targets, &o.target); !s.ok()) return s;
   o.group = absl::GetFlag(FLAGS_group);
   o.duration = absl::GetFlag(FLAGS_duration);
   o.json_path = absl::GetFlag(FLAGS_json);
@@ -309,6 +338,11 @@ absl::StatusOr<NetperfOptions> NetperfOptionsFromFlags() {
   } else if (o.rpc_name == "library") {
     o.rpc = RpcKind::kLibrary;
     o.metrics_target = MetricsTarget(o.target);
+    if (o.targets.size() > 1) {
+      return absl::InvalidArgumentError(
+          "--target: --rpc=library takes one target (the C++ library does "
+          "not route by a cluster's map yet: give one node, which forwards)");
+    }
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
         "--rpc=", o.rpc_name, ": expected stream, batch, unary or library"));
@@ -332,7 +366,7 @@ absl::StatusOr<NetperfOptions> NetperfOptionsFromFlags() {
 
 absl::StatusOr<SessionChurnOptions> SessionChurnOptionsFromFlags() {
   SessionChurnOptions o;
-  o.target = absl::GetFlag(FLAGS_target);
+  if (absl::Status s = SetTargets(&o.targets, &o.target); !s.ok()) return s;
   o.metrics_target = MetricsTarget(o.target);
   o.group = absl::GetFlag(FLAGS_group);
   o.json_path = absl::GetFlag(FLAGS_json);

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -25,6 +26,10 @@ namespace cgacct::load {
 // The scenarios of the run driver (driver.h): stat readers, hogs and
 // writers, each 0 when the scenario has none.
 struct LoadOptions {
+  // --target's addresses, in order (several: a cluster's nodes, §4.18: the
+  // workers' connections go to them in turn); `target` is the first, which
+  // sets up the groups and whose /metrics is scraped.
+  std::vector<std::string> targets;
   std::string target;
   std::string metrics_target;  // "" when neither given nor derivable
   std::string scenario;        // stat-reader, hog, seed-rstat or reclaim
@@ -58,10 +63,21 @@ std::string ScenarioFlag();
 // The options of --scenario=stat-reader|hog|seed-rstat|reclaim.
 absl::StatusOr<LoadOptions> LoadOptionsFromFlags();
 
+// The `i`th connection's address: `targets` in turn, or `target` when
+// `targets` is empty (options built by hand, as tests do).
+inline const std::string& TargetFor(const std::vector<std::string>& targets,
+                                    const std::string& target, size_t i) {
+  return targets.empty() ? target : targets[i % targets.size()];
+}
+// The targets as the reports show them: comma-separated.
+std::string TargetsText(const std::vector<std::string>& targets,
+                        const std::string& target);
+
 // How netperf sends its ops (--rpc).
 enum class RpcKind { kStream, kBatch, kUnary, kLibrary };
 
 struct NetperfOptions {
+  std::vector<std::string> targets;  // as LoadOptions' (streams in turn)
   std::string target;
   std::string group;
   absl::Duration duration;
@@ -84,6 +100,7 @@ struct NetperfOptions {
 absl::StatusOr<NetperfOptions> NetperfOptionsFromFlags();
 
 struct SessionChurnOptions {
+  std::vector<std::string> targets;  // as LoadOptions' (children in turn)
   std::string target;
   std::string metrics_target;  // "" when neither given nor derivable
   std::string group;

@@ -157,7 +157,8 @@ std::vector<Child> ChurnParent::SpawnChildren() {
   std::vector<Child> children;
   for (int i = 0; i < o_.clients; ++i) {
     children.push_back(Spawn(
-        argv0_, {"--session_churn_child", absl::StrCat("--target=", o_.target),
+        argv0_, {"--session_churn_child",
+                 absl::StrCat("--target=", TargetFor(o_.targets, o_.target, i)),
                  absl::StrCat("--group=", o_.group),
                  absl::StrCat("--churn_pages=", o_.pages),
                  absl::StrCat("--session_ttl_ms=", o_.ttl_ms),
@@ -281,7 +282,7 @@ std::string FormatSessionChurnTable(const SessionChurnOptions& o,
                                     const std::string& first_error) {
   constexpr int kWidth = 26;
   std::string out = "cgacct-load session-churn\n";
-  AppendRow(&out, "target", o.target, kWidth);
+  AppendRow(&out, "target", TargetsText(o.targets, o.target), kWidth);
   AppendRow(&out, "group", o.group, kWidth);
   AppendRow(&out, "clients x rounds",
             absl::StrCat(o.clients, " x ", o.rounds,
@@ -314,7 +315,7 @@ std::string SessionChurnJson(const SessionChurnOptions& o,
   JsonWriter w;
   w.BeginObject();
   w.Key("scenario").String("session-churn");
-  w.Key("target").String(o.target);
+  w.Key("target").String(TargetsText(o.targets, o.target));
   w.Key("group").String(o.group);
   w.Key("clients").Int(o.clients);
   w.Key("session_ttl_ms").Uint(o.ttl_ms);

@@ -12,6 +12,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "client/cli/cli_util.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 ABSL_DECLARE_FLAG(std::string, target);
@@ -169,6 +170,33 @@ TEST_F(LoadOptionsTest, MetricsTargetGivenOrDerivedOrNone) {
   absl::SetFlag(&FLAGS_metrics_target, "");
   absl::SetFlag(&FLAGS_target, "unix:/run/cgacct.sock");
   EXPECT_EQ(LoadOptionsFromFlags()->metrics_target, "");
+}
+
+// Several targets (a cluster's nodes, issue 23): in order, the first sets
+// up the groups and gives the metrics target; an empty one is refused;
+// the connections go to them in turn; the report shows them all.
+TEST_F(LoadOptionsTest, SeveralTargetsInTurn) {
+  absl::SetFlag(&FLAGS_target, "127.0.0.1:7001, 127.0.0.1:7002,[::1]:7003");
+  absl::StatusOr<LoadOptions> o = LoadOptionsFromFlags();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_THAT(o->targets, ::testing::ElementsAre("127.0.0.1:7001",
+                                                 "127.0.0.1:7002", "[::1]:7003"));
+  EXPECT_EQ(o->target, "127.0.0.1:7001");
+  EXPECT_EQ(o->metrics_target, "127.0.0.1:9464");
+  EXPECT_EQ(TargetFor(o->targets, o->target, 0), "127.0.0.1:7001");
+  EXPECT_EQ(TargetFor(o->targets, o->target, 4), "127.0.0.1:7002");
+  EXPECT_EQ(TargetsText(o->targets, o->target),
+            "127.0.0.1:7001,127.0.0.1:7002,[::1]:7003");
+  absl::SetFlag(&FLAGS_target, "127.0.0.1:7001,,127.0.0.1:7002");
+  EXPECT_THAT(Error(LoadOptionsFromFlags()),
+              ::testing::HasSubstr("an empty address"));
+  absl::SetFlag(&FLAGS_target, "127.0.0.1:7001,127.0.0.1:7002");
+  absl::SetFlag(&FLAGS_rpc, "library");
+  EXPECT_THAT(Error(NetperfOptionsFromFlags()),
+              ::testing::HasSubstr("--rpc=library takes one target"));
+  absl::SetFlag(&FLAGS_rpc, "stream");
+  EXPECT_EQ(NetperfOptionsFromFlags()->targets.size(), 2u);
+  EXPECT_EQ(SessionChurnOptionsFromFlags()->targets.size(), 2u);
 }
 
 TEST_F(LoadOptionsTest, IoThreadsBounded) {

@@ -37,6 +37,8 @@ from etcd_cluster import (Etcd, Node as ClusterNode, free_ports, text,  # noqa: 
 
 TTL_S = 3
 PAGE = 4096
+# cgacct-load (CMake passes it in the environment).
+LOAD = os.environ.get("CGACCT_LOAD", "")
 FORWARDED = (("cgacct-forwarded", "1"),)
 
 
@@ -205,6 +207,42 @@ class ClusterTest(unittest.TestCase):
             other.stub.Charge(pb.ChargeRequest(path=s.encode(), nr_pages=200,
                                                kind=pb.PAGE_KIND_ANON), timeout=5)
         self.assertEqual(e.exception.code(), grpc.StatusCode.RESOURCE_EXHAUSTED)
+
+    def test_load_client_spreads_over_the_nodes(self):
+        """cgacct-load --target=A,B,C: its workers' connections go to the
+        nodes in turn; every node answers its share (the owner itself,
+        the others forwarding), and the run ends clean."""
+        self.assertTrue(LOAD, "CGACCT_LOAD is not set")
+        ports = free_ports(6)
+        for i in range(3):
+            self.nodes.append(ClusterNode(CGACCTD, self.etcd, self.prefix,
+                                          ports[i], TTL_S,
+                                          metrics_port=ports[3 + i]))
+        self.create(self.nodes[0], "/load")
+
+        def owned_everywhere():
+            maps = [self.owners(n) for n in self.nodes]
+            return all(m.get("/load") and m == maps[0] for m in maps)
+
+        self.assertTrue(wait_for(owned_everywhere, 10))
+        targets = ",".join(n.address for n in self.nodes)
+        run = subprocess.run(
+            [LOAD, "--target=" + targets, "--metrics_target=" + self.nodes[0].metrics,
+             "--scenario=stat-reader", "--group=/load", "--threads=6",
+             "--duration=2s", "--warmup=0s"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+        self.assertEqual(run.returncode, 0, run.stderr[-2000:])
+        self.assertIn(targets, run.stdout)
+        handled = []
+        for n in self.nodes:
+            scrape = urllib.request.urlopen("http://%s/metrics" % n.metrics,
+                                            timeout=5).read().decode()
+            m = re.search(r'^cgacct_grpc_server_handled_total\{code="OK",'
+                          r'method="GetStats"\} (\d+)', scrape, re.M)
+            handled.append(int(m.group(1)) if m else 0)
+        print("cgacct-load over 3 nodes, 6 readers for 2 s: GetStats answered "
+              "per node %s" % handled)
+        self.assertTrue(all(h > 0 for h in handled), handled)
 
     def owned_by(self, address):
         return [r for r, o in self.owners(self.nodes[0]).items() if o == address]
