@@ -5,6 +5,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <optional>
 #include <utility>
@@ -70,8 +71,11 @@ class ReceiveGuardInterceptor final : public grpc::experimental::Interceptor {
     if (read_ != 0)
       guard_->ReadEnded(read_, 0, ReceiveGuard::ReadEnd::kFailed);
     if (!peer_.empty()) guard_->CallEnded(peer_);
-    absl::MutexLock lock(&cancelled_calls_mu);
-    CancelledCalls().erase(context_);
+    // (ReadEnded above waited for a cancel under way: none runs now.)
+    if (cancelled_.load(std::memory_order_acquire)) {
+      absl::MutexLock lock(&cancelled_calls_mu);
+      CancelledCalls().erase(context_);
+    }
   }
 
   void Intercept(
@@ -100,14 +104,14 @@ class ReceiveGuardInterceptor final : public grpc::experimental::Interceptor {
     // that is not done (its POST_RECV_MESSAGE pass comes when it is).
     if (!read_done && read_ == 0 && methods->GetRecvMessage() != nullptr) {
       grpc_call* call = context_->c_call();
-      const grpc::ServerContextBase* context = context_;
       read_ = guard_->ReadStarted(
           peer_,
-          [call, context](const std::string& message) {
+          [this, call](const std::string& message) {
             {
               absl::MutexLock lock(&cancelled_calls_mu);
-              CancelledCalls().emplace(context, message);
+              CancelledCalls().emplace(context_, message);
             }
+            cancelled_.store(true, std::memory_order_release);
             grpc_call_cancel_with_status(call, GRPC_STATUS_RESOURCE_EXHAUSTED,
                                          message.c_str(), nullptr);
           },
@@ -138,6 +142,9 @@ class ReceiveGuardInterceptor final : public grpc::experimental::Interceptor {
   grpc::ServerContextBase* const context_;
   const WatchedMethod method_;
   std::string peer_;   // "" until the call has one
+  // Set by the guard's cancel (the sampling thread) once the call is in
+  // CancelledCalls(); the destructor then takes it out.
+  std::atomic<bool> cancelled_{false};
   uint64_t read_ = 0;  // the pending read's handle, 0 if none
 };
 
