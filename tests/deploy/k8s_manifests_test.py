@@ -4,7 +4,9 @@
   k8s_manifests_test.py CGACCTD SOURCE_DIR
 
 Parses every YAML document of deploy/kubernetes/*.yaml (python3-yaml) and
-checks: the kinds (Namespace, DaemonSet, Service) and their namespace; the
+checks: the kinds (Namespace, DaemonSet, Service, NetworkPolicy) and their
+namespace; the NetworkPolicy admitting the grpc and metrics ports and not
+the health port; the
 DaemonSet's selector against its pod labels; every container argument is a
 flag the real CGACCTD knows (its --helpfull); the container ports match the
 ports of --listen, --metrics_listen and --health_listen; the probes are
@@ -80,7 +82,7 @@ class KubernetesManifests(unittest.TestCase):
 
     def test_kinds_and_namespace(self):
         self.assertEqual(sorted(k for k in self.by_kind),
-                         ["DaemonSet", "Namespace", "Service"])
+                         ["DaemonSet", "Namespace", "NetworkPolicy", "Service"])
         for name, doc in self.docs:
             self.assertIn("apiVersion", doc, name)
             self.assertIn("name", doc["metadata"], name)
@@ -176,6 +178,24 @@ class KubernetesManifests(unittest.TestCase):
         self.assertEqual(sorted(targets), ["grpc", "metrics"])
         for p in svc["spec"]["ports"]:
             self.assertEqual(p["port"], self.ports[p["targetPort"]], p)
+
+    def test_network_policy_admits_grpc_and_metrics_not_health(self):
+        # The health-only port is plaintext and unauthenticated: no pod
+        # reaches it (the kubelet's probes come from the node).
+        policy = self.by_kind["NetworkPolicy"][0]
+        self.assertEqual(policy["apiVersion"], "networking.k8s.io/v1")
+        labels = self.pod["metadata"]["labels"]
+        for key, value in policy["spec"]["podSelector"]["matchLabels"].items():
+            self.assertEqual(labels.get(key), value, key)
+        self.assertEqual(policy["spec"]["policyTypes"], ["Ingress"])
+        admitted = []
+        for rule in policy["spec"]["ingress"]:
+            self.assertIn("ports", rule, "a rule without ports admits all of them")
+            for p in rule["ports"]:
+                admitted.append(p["port"])
+        self.assertEqual(sorted(admitted), ["grpc", "metrics"])
+        for port in admitted:
+            self.assertIn(port, self.ports)
 
     def test_no_scrape_annotations(self):
         # The shipped scrape config uses a static target, not the
