@@ -229,6 +229,31 @@ int Daemon::StartMetrics() {
   return 0;
 }
 
+std::unique_ptr<ReceiveGuard> Daemon::AddReceiveGuard(
+    grpc::ServerBuilder& builder,
+    std::vector<
+        std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>&
+        interceptors,
+    uint64_t max_message_bytes, const std::string& limit_name) {
+  ReceiveGuard::Options options;
+  options.max_message_bytes = max_message_bytes;
+  options.limit_name = limit_name;
+  options.interval = config_.receive_guard_interval;
+  options.stream_window_bytes_per_connection =
+      uint64_t{config_.streams_per_connection} *
+      ReceiveGuard::kStreamWindowBytes;
+  auto guard = std::make_unique<ReceiveGuard>(
+      options, [this] { rpc_metrics_.RecordOversizedReadCancelled(); });
+  interceptors.push_back(guard->InterceptorFactory());
+  // A compressed message's wire size is hidden from the guard (it sees
+  // the inflated message): gzip requests of ~4 KB inflating to 4 MiB
+  // credited it enough to let a 1.5 GB message in alongside. Compressed
+  // requests are refused UNIMPLEMENTED (no client of ours compresses).
+  builder.SetCompressionAlgorithmSupportStatus(GRPC_COMPRESS_DEFLATE, false);
+  builder.SetCompressionAlgorithmSupportStatus(GRPC_COMPRESS_GZIP, false);
+  return guard;
+}
+
 int Daemon::StartServers() {
   // grpc.health.v1 is cgacctd's own (server/rpc/health_service.h): gRPC's
   // default health service reads a request of any size whole.
@@ -264,22 +289,10 @@ int Daemon::StartServers() {
         health_interceptors;
     health_interceptors.push_back(NewMetricsInterceptorFactory(&grpc_metrics_));
     if (config_.receive_guard_interval > absl::ZeroDuration()) {
-      ReceiveGuard::Options guard_options;
-      guard_options.max_message_bytes = ReceiveGuard::kHealthRequestMaxBytes;
-      guard_options.limit_name = "the health request limit";
-      guard_options.interval = config_.receive_guard_interval;
-      guard_options.stream_window_bytes_per_connection =
-          uint64_t{config_.streams_per_connection} *
-          ReceiveGuard::kStreamWindowBytes;
-      health_receive_guard_ = std::make_unique<ReceiveGuard>(
-          guard_options,
-          [this] { rpc_metrics_.RecordOversizedReadCancelled(); });
-      health_interceptors.push_back(
-          health_receive_guard_->InterceptorFactory());
-      health_builder->SetCompressionAlgorithmSupportStatus(
-          GRPC_COMPRESS_DEFLATE, false);
-      health_builder->SetCompressionAlgorithmSupportStatus(GRPC_COMPRESS_GZIP,
-                                                           false);
+      health_receive_guard_ =
+          AddReceiveGuard(*health_builder, health_interceptors,
+                          ReceiveGuard::kHealthRequestMaxBytes,
+                          "the health request limit");
     }
     health_builder->experimental().SetInterceptorCreators(
         std::move(health_interceptors));
@@ -345,21 +358,9 @@ int Daemon::StartServers() {
   // receive_guard.h); without, gRPC reads unary requests first.
   if (config_.access_control &&
       config_.receive_guard_interval > absl::ZeroDuration()) {
-    ReceiveGuard::Options guard_options;
-    guard_options.max_message_bytes = config_.max_message_bytes;
-    guard_options.interval = config_.receive_guard_interval;
-    guard_options.stream_window_bytes_per_connection =
-        uint64_t{config_.streams_per_connection} *
-        ReceiveGuard::kStreamWindowBytes;
-    receive_guard_ = std::make_unique<ReceiveGuard>(
-        guard_options, [this] { rpc_metrics_.RecordOversizedReadCancelled(); });
-    interceptors.push_back(receive_guard_->InterceptorFactory());
-    // A compressed message's wire size is hidden from the guard (it sees
-    // the inflated message): gzip requests of ~4 KB inflating to 4 MiB
-    // credited it enough to let a 1.5 GB message in alongside. Compressed
-    // requests are refused UNIMPLEMENTED (no client of ours compresses).
-    builder.SetCompressionAlgorithmSupportStatus(GRPC_COMPRESS_DEFLATE, false);
-    builder.SetCompressionAlgorithmSupportStatus(GRPC_COMPRESS_GZIP, false);
+    receive_guard_ = AddReceiveGuard(builder, interceptors,
+                                     config_.max_message_bytes,
+                                     "--max_message_bytes");
   }
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   server_ = builder.BuildAndStart();

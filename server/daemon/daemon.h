@@ -17,6 +17,7 @@
 #include <thread>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/synchronization/mutex.h"
 #include "engine/engine.h"
@@ -58,6 +59,16 @@ class Daemon {
   int StartCluster();
   int StartMetrics();
   int StartServers();
+  // A receive guard for the server `builder` builds (not started; it needs
+  // the bound port): its interceptor added to `interceptors`, compressed
+  // requests refused; reads of `max_message_bytes` (named `limit_name` in
+  // its refusals), --receive_guard_interval, the server's stream windows.
+  std::unique_ptr<ReceiveGuard> AddReceiveGuard(
+      grpc::ServerBuilder& builder,
+      std::vector<std::unique_ptr<
+          grpc::experimental::ServerInterceptorFactoryInterface>>&
+          interceptors,
+      uint64_t max_message_bytes, const std::string& limit_name);
   void PrintStartLine() const;
   void Reload();
   void Shutdown(const sigset_t& signals, int signal_number);

@@ -50,15 +50,40 @@ std::string PeerHost(const grpc::ServerContextBase* context) {
   return peer;
 }
 
-absl::Status TooManyCalls(const std::string& host,
-                          HealthStatuses::CallKind kind) {
-  return absl::ResourceExhaustedError(absl::StrCat(
-      "too many health ",
-      kind == HealthStatuses::CallKind::kWatch ? "Watch" : "Check",
-      " calls open (", HealthStatuses::kMaxCallsPerHost, " per client host, ",
-      HealthStatuses::kMaxWatches, " Watches in all); ", host,
-      " is at its share"));
-}
+// A health call's place among its client host's open calls
+// (HealthStatuses::BeginCall): taken when the call starts, given back when
+// the reactor holding it is destroyed. Used by one reactor.
+class CallSlot {
+ public:
+  CallSlot(HealthStatuses& statuses, const grpc::ServerContextBase* context,
+           HealthStatuses::CallKind kind)
+      : statuses_(statuses),
+        host_(PeerHost(context)),
+        kind_(kind),
+        taken_(statuses_.BeginCall(host_, kind_)) {}
+  CallSlot(const CallSlot&) = delete;
+  CallSlot& operator=(const CallSlot&) = delete;
+  ~CallSlot() {
+    if (taken_) statuses_.EndCall(host_, kind_);
+  }
+
+  bool taken() const { return taken_; }
+  // Why the call was refused (when !taken()).
+  grpc::Status Refusal() const {
+    return ToGrpcStatus(absl::ResourceExhaustedError(absl::StrCat(
+        "too many health ",
+        kind_ == HealthStatuses::CallKind::kWatch ? "Watch" : "Check",
+        " calls open (", HealthStatuses::kMaxCallsPerHost,
+        " per client host, ", HealthStatuses::kMaxWatches,
+        " Watches in all); ", host_, " is at its share")));
+  }
+
+ private:
+  HealthStatuses& statuses_;
+  const std::string host_;
+  const HealthStatuses::CallKind kind_;
+  const bool taken_;
+};
 
 // Check: one read, then one write and OK, or an error.
 class HealthCheckCall final
@@ -66,13 +91,13 @@ class HealthCheckCall final
  public:
   HealthCheckCall(HealthStatuses& statuses,
                   const grpc::ServerContextBase* context)
-      : statuses_(statuses), context_(context), host_(PeerHost(context)) {
-    if (!statuses_.BeginCall(host_, HealthStatuses::CallKind::kCheck)) {
-      Finish(ToGrpcStatus(
-          TooManyCalls(host_, HealthStatuses::CallKind::kCheck)));
+      : statuses_(statuses),
+        context_(context),
+        slot_(statuses, context, HealthStatuses::CallKind::kCheck) {
+    if (!slot_.taken()) {
+      Finish(slot_.Refusal());
       return;
     }
-    counted_ = true;
     StartRead(&request_bytes_);
   }
 
@@ -109,16 +134,12 @@ class HealthCheckCall final
                         grpc::Status::OK);
   }
 
-  void OnDone() override {
-    if (counted_) statuses_.EndCall(host_, HealthStatuses::CallKind::kCheck);
-    delete this;
-  }
+  void OnDone() override { delete this; }
 
  private:
   HealthStatuses& statuses_;
   const grpc::ServerContextBase* const context_;
-  const std::string host_;
-  bool counted_ = false;  // set in the constructor, read in OnDone
+  CallSlot slot_;
   grpc::ByteBuffer request_bytes_;
   grpc::ByteBuffer response_bytes_;
 };
@@ -132,13 +153,13 @@ class HealthWatchCall final
  public:
   HealthWatchCall(HealthStatuses& statuses,
                   const grpc::ServerContextBase* context)
-      : statuses_(statuses), context_(context), host_(PeerHost(context)) {
-    if (!statuses_.BeginCall(host_, HealthStatuses::CallKind::kWatch)) {
-      EndWith(ToGrpcStatus(
-          TooManyCalls(host_, HealthStatuses::CallKind::kWatch)));
+      : statuses_(statuses),
+        context_(context),
+        slot_(statuses, context, HealthStatuses::CallKind::kWatch) {
+    if (!slot_.taken()) {
+      EndWith(slot_.Refusal());
       return;
     }
-    counted_ = true;
     StartRead(&request_bytes_);
   }
 
@@ -207,7 +228,6 @@ class HealthWatchCall final
       watching = watching_;
     }
     if (watching) statuses_.RemoveWatcher(this);
-    if (counted_) statuses_.EndCall(host_, HealthStatuses::CallKind::kWatch);
     Unref();
   }
 
@@ -257,8 +277,7 @@ class HealthWatchCall final
 
   HealthStatuses& statuses_;
   const grpc::ServerContextBase* const context_;
-  const std::string host_;
-  bool counted_ = false;  // set in the constructor, read in OnDone
+  CallSlot slot_;
   // One reference for gRPC's side (given back in OnDone), one per
   // notification under way.
   std::atomic<int> refs_{1};

@@ -1,6 +1,8 @@
 // The metrics interceptor (server/rpc/metrics_interceptor.h).
 #include "server/rpc/metrics_interceptor.h"
 
+#include <grpcpp/server_context.h>
+
 #include <chrono>
 
 #include "absl/time/time.h"
@@ -43,7 +45,9 @@ class MetricsInterceptor final : public grpc::experimental::Interceptor {
         methods->QueryInterceptionHookPoint(HookPoint::PRE_SEND_STATUS)) {
       // A call the receive guard cancelled ended RESOURCE_EXHAUSTED for its
       // client, whatever its handler then said.
-      const int code = GuardCancelReason(context_).has_value()
+      // (Only a cancelled call is looked up: no lock on the common path.)
+      const int code = context_ != nullptr && context_->IsCancelled() &&
+                               GuardCancelReason(context_).has_value()
                            ? grpc::StatusCode::RESOURCE_EXHAUSTED
                            : methods->GetSendStatus().error_code();
       metrics_->RecordHandled(

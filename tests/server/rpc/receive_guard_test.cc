@@ -122,6 +122,39 @@ TEST_F(ReceiveGuardTest, AReadOfUnknownSizeIsAllowedItsLimit) {
   EXPECT_TRUE(messages_.empty());
 }
 
+// The same at a rate the leak does not cover: on a connection whose bucket
+// an authenticated read made one message a second, 20 reflection requests
+// of 4,000 bytes every 20 ms (4 MB/s) for 3 s. Allowed their limit, none is
+// taken for an oversized message; counted as messages of 0 bytes (no
+// allowance), the same requests are, within the 3 s.
+TEST(ReceiveGuardUnknownSizeTest, CreditedAtARateTheLeakDoesNotCover) {
+  auto passes_until_cancelled = [](ReceiveGuard::ReadEnd end) {
+    absl::Time now = absl::UnixEpoch();
+    int cancels = 0;
+    ReceiveGuard guard(WithClock(SmallOptions(), &now), [&] { ++cancels; });
+    guard.CallStarted(kPeer);
+    guard.ReadStarted(kPeer, [](const std::string&) {});  // an Accounting read
+    uint64_t bytes = 0;
+    guard.BeginSample();
+    guard.Check({{kPeer, bytes}}, now);
+    for (int pass = 0; pass < 150; ++pass) {
+      for (int r = 0; r < 20; ++r) {
+        const uint64_t read = guard.ReadStarted(
+            kPeer, [](const std::string&) {},
+            ReceiveGuard::kReflectionRequestMaxBytes);
+        bytes += 4000;
+        guard.ReadEnded(read, 0, end);
+      }
+      now += absl::Milliseconds(20);
+      guard.BeginSample();
+      if (guard.Check({{kPeer, bytes}}, now) > 0) return pass;
+    }
+    return -1;
+  };
+  EXPECT_EQ(passes_until_cancelled(ReceiveGuard::ReadEnd::kSizeUnknown), -1);
+  EXPECT_GE(passes_until_cancelled(ReceiveGuard::ReadEnd::kDelivered), 0);
+}
+
 TEST_F(ReceiveGuardTest, DeliveredMessagesAreNotHeld) {
   guard_.CallStarted(kPeer);
   uint64_t bytes = 5000;
