@@ -2,6 +2,7 @@
 
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
@@ -32,6 +33,20 @@ std::string ReadFileOrEmpty(const std::string& path) {
 }
 
 }  // namespace
+
+std::vector<std::string> ChannelFlags() {
+  std::vector<std::string> flags;
+  for (const auto& [name, value] :
+       {std::pair<const char*, std::string>{"tls_ca",
+                                            absl::GetFlag(FLAGS_tls_ca)},
+        {"tls_cert", absl::GetFlag(FLAGS_tls_cert)},
+        {"tls_key", absl::GetFlag(FLAGS_tls_key)},
+        {"tls_server_name", absl::GetFlag(FLAGS_tls_server_name)},
+        {"token_file", absl::GetFlag(FLAGS_token_file)}}) {
+    if (!value.empty()) flags.push_back(absl::StrCat("--", name, "=", value));
+  }
+  return flags;
+}
 
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target,
                                            bool own_connection) {

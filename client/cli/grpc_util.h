@@ -9,6 +9,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
@@ -31,6 +32,11 @@ namespace cgacct::cli {
 // connection between channels with equal arguments. Does not connect yet.
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target,
                                            bool own_connection = false);
+
+// The client TLS and token flags above that are set, as command-line
+// arguments ("--tls_ca=PATH", ...): what a process spawned to make the same
+// channels (cgacct-load's session-churn children) must be given.
+std::vector<std::string> ChannelFlags();
 
 // Blocks until `channel` is connected or `timeout` passes. Errors:
 // UNAVAILABLE with a one-line message naming `target` on timeout.

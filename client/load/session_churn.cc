@@ -11,6 +11,8 @@
 #include <iostream>
 #include <memory>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -156,14 +158,18 @@ absl::Status ChurnParent::SetUp() {
 std::vector<Child> ChurnParent::SpawnChildren() {
   std::vector<Child> children;
   for (int i = 0; i < o_.clients; ++i) {
-    children.push_back(Spawn(
-        argv0_, {"--session_churn_child",
-                 absl::StrCat("--target=", TargetFor(o_.targets, o_.target, i)),
-                 absl::StrCat("--group=", o_.group),
-                 absl::StrCat("--churn_pages=", o_.pages),
-                 absl::StrCat("--session_ttl_ms=", o_.ttl_ms),
-                 absl::StrCat("--rpc_timeout=",
-                              absl::FormatDuration(o_.rpc_timeout))}));
+    std::vector<std::string> flags = {
+        "--session_churn_child",
+        absl::StrCat("--target=", TargetFor(o_.targets, o_.target, i)),
+        absl::StrCat("--group=", o_.group),
+        absl::StrCat("--churn_pages=", o_.pages),
+        absl::StrCat("--session_ttl_ms=", o_.ttl_ms),
+        absl::StrCat("--rpc_timeout=", absl::FormatDuration(o_.rpc_timeout))};
+    // The parent's TLS and token flags: without them a child of a run
+    // against access control was refused UNAUTHENTICATED.
+    for (std::string& flag : cli::ChannelFlags())
+      flags.push_back(std::move(flag));
+    children.push_back(Spawn(argv0_, flags));
   }
   return children;
 }
