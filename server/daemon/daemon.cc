@@ -243,7 +243,8 @@ std::unique_ptr<ReceiveGuard> Daemon::AddReceiveGuard(
       uint64_t{config_.streams_per_connection} *
       ReceiveGuard::kStreamWindowBytes;
   auto guard = std::make_unique<ReceiveGuard>(
-      options, [this] { rpc_metrics_.RecordOversizedReadCancelled(); });
+      options, [this] { rpc_metrics_.RecordOversizedReadCancelled(); },
+      [this] { rpc_metrics_.RecordFloodingConnectionClosed(); });
   interceptors.push_back(guard->InterceptorFactory());
   // A compressed message's wire size is hidden from the guard (it sees
   // the inflated message): gzip requests of ~4 KB inflating to 4 MiB
@@ -365,7 +366,7 @@ int Daemon::StartServers() {
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   server_ = builder.BuildAndStart();
   if (server_ != nullptr && port_ != 0 && receive_guard_ != nullptr) {
-    receive_guard_->Start(NewSockDiagSource(static_cast<uint16_t>(port_)));
+    receive_guard_->Start(NewSocketSource(static_cast<uint16_t>(port_)));
   }
   if (server_ != nullptr) service_->StartSessionStreams();
   if (config_.trim_interval > absl::ZeroDuration()) {
@@ -382,7 +383,7 @@ int Daemon::StartServers() {
     if (health_server_ != nullptr && health_port_ != 0 &&
         health_receive_guard_ != nullptr) {
       health_receive_guard_->Start(
-          NewSockDiagSource(static_cast<uint16_t>(health_port_)));
+          NewSocketSource(static_cast<uint16_t>(health_port_)));
     }
     if (health_server_ == nullptr || health_port_ == 0) {
       server_->Shutdown();

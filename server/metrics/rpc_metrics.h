@@ -114,6 +114,14 @@ class RpcMetrics {
   uint64_t oversized_reads_cancelled() const {
     return oversized_reads_cancelled_.load(std::memory_order_relaxed);
   }
+  // One connection closed by a receive guard: it had read more than its
+  // calls could account for (an HTTP/2 header block that does not end).
+  void RecordFloodingConnectionClosed() {
+    flooding_connections_closed_.fetch_add(1, std::memory_order_relaxed);
+  }
+  uint64_t flooding_connections_closed() const {
+    return flooding_connections_closed_.load(std::memory_order_relaxed);
+  }
   // One call shed by a per-identity limit (server/pipeline/call_limiter.h); the
   // only count behind cgacct_shed_total{reason}.
   void RecordShed(ShedReason reason);
@@ -136,6 +144,7 @@ class RpcMetrics {
   std::array<LatencyHistogram, kNrRpcMethods> latency_;
   std::atomic<uint64_t> state_store_errors_{0};  // rare: one shared counter
   std::atomic<uint64_t> oversized_reads_cancelled_{0};  // rare, too
+  std::atomic<uint64_t> flooding_connections_closed_{0};  // rare, too
 };
 
 }  // namespace cgacct

@@ -182,8 +182,11 @@ std::string CanonicalPeer(absl::string_view peer) {
                                     {"%5b", "["}, {"%5d", "]"}});
 }
 
-ReceiveGuard::ReceiveGuard(Options options, std::function<void()> on_cancel)
-    : options_(options), on_cancel_(std::move(on_cancel)) {}
+ReceiveGuard::ReceiveGuard(Options options, std::function<void()> on_cancel,
+                           std::function<void()> on_close)
+    : options_(options),
+      on_cancel_(std::move(on_cancel)),
+      on_close_(std::move(on_close)) {}
 
 ReceiveGuard::~ReceiveGuard() {
   {
@@ -207,6 +210,7 @@ void ReceiveGuard::CallStarted(absl::string_view peer) {
   absl::MutexLock lock(&mu_);
   Connection& connection = connections_[peer];
   ++connection.open_calls;
+  connection.call_started = true;
   AllowLocked(connection, kAllowancePerCall);
 }
 
@@ -254,7 +258,6 @@ uint64_t ReceiveGuard::ReadStarted(
   connection.pending_read_bytes += read->max_bytes;
   connection.reads.emplace(handle, std::move(read));
   handles_.emplace(handle, ReadHandle{std::string(peer)});
-  ++pending_reads_;
   return handle;
 }
 
@@ -274,7 +277,6 @@ void ReceiveGuard::ReadEnded(uint64_t handle, uint64_t delivered_bytes,
     if (r != connection.reads.end()) {
       read = std::move(r->second);
       connection.reads.erase(r);
-      --pending_reads_;
       max_bytes = read->max_bytes;
       connection.pending_read_bytes -= max_bytes;
     }
@@ -325,9 +327,32 @@ void ReceiveGuard::AllowLocked(Connection& connection, uint64_t bytes) {
 
 void ReceiveGuard::MaybeEraseLocked(const std::string& peer,
                                     Connection& connection) {
-  if (connection.open_calls == 0 && connection.reads.empty()) {
+  // A connection the sampler follows stays until a sample no longer lists
+  // it (its unclaimed bytes outlive its calls).
+  if (connection.open_calls == 0 && connection.reads.empty() &&
+      !connection.have_sample) {
     connections_.erase(peer);
   }
+}
+
+void ReceiveGuard::Report(const std::string& message, absl::Time now) {
+  if (now - last_report_ >= absl::Seconds(1)) {
+    std::fprintf(stderr, "cgacctd: receive guard: %s%s\n", message.c_str(),
+                 unreported_ == 0
+                     ? ""
+                     : absl::StrCat(" (and ", unreported_,
+                                    " connection(s) since the last line)")
+                           .c_str());
+    last_report_ = now;
+    unreported_ = 0;
+  } else {
+    ++unreported_;
+  }
+}
+
+void ReceiveGuard::ConnectionClosed() {
+  closed_.fetch_add(1, std::memory_order_relaxed);
+  if (on_close_) on_close_();
 }
 
 void ReceiveGuard::BeginSample() {
@@ -342,7 +367,7 @@ void ReceiveGuard::BeginSample() {
 
 int ReceiveGuard::Check(
     const absl::flat_hash_map<std::string, uint64_t>& bytes_by_peer,
-    absl::Time now) {
+    absl::Time now, std::vector<std::string>* to_close) {
   struct Victim {
     std::shared_ptr<Read> read;
     std::string message;
@@ -350,20 +375,33 @@ int ReceiveGuard::Check(
   std::vector<Victim> victims;
   {
     absl::MutexLock lock(&mu_);
-    // Every connection with a call open is followed (so that a read
-    // starting on it is counted from its connection's last sample); only
-    // those with a read pending can be over.
-    for (auto& [peer, connection] : connections_) {
-      auto b = bytes_by_peer.find(peer);
-      if (b == bytes_by_peer.end()) continue;  // closed, or not TCP
-      const uint64_t bytes = b->second;
+    const bool resync = resync_;
+    resync_ = false;
+    recheck_soon_ = false;
+    // A connection the sample does not list has ended (or is not TCP): it
+    // is forgotten once it has no call either; listed again, it is new.
+    for (auto it = connections_.begin(); it != connections_.end();) {
+      if (!bytes_by_peer.contains(it->first)) {
+        it->second.have_sample = false;
+        if (it->second.open_calls == 0 && it->second.reads.empty()) {
+          connections_.erase(it++);
+          continue;
+        }
+      }
+      ++it;
+    }
+    for (const auto& [peer, bytes] : bytes_by_peer) {
+      Connection& connection = connections_[peer];
       if (!connection.have_sample) {
+        // Opened since the last pass (the sampler runs all along): counted
+        // from its first byte, with the credits its calls had so far; after
+        // passes that could not sample, from now.
         connection.have_sample = true;
-        connection.last_bytes = bytes;
+        connection.last_bytes = resync ? bytes : 0;
         connection.last_time = now;
-        connection.sampled_credit_bytes = 0;
         connection.held_bytes = 0;
-        continue;
+        connection.unclaimed_bytes = 0;
+        connection.unclaimed_over = false;
       }
       const double seconds =
           std::max(0.0, absl::ToDoubleSeconds(now - connection.last_time));
@@ -371,11 +409,13 @@ int ReceiveGuard::Check(
           static_cast<uint64_t>(seconds * kLeakBytesPerSecond);
       // The two counts the source subtracts are not read at one instant:
       // the difference may step back a little.
-      const uint64_t grown =
-          connection.held_bytes +
-          (bytes > connection.last_bytes ? bytes - connection.last_bytes : 0);
+      const uint64_t growth =
+          bytes > connection.last_bytes ? bytes - connection.last_bytes : 0;
       const uint64_t taken = connection.sampled_credit_bytes + leak;
+      const uint64_t grown = connection.held_bytes + growth;
       connection.held_bytes = grown > taken ? grown - taken : 0;
+      const uint64_t unclaimed = connection.unclaimed_bytes + growth;
+      connection.unclaimed_bytes = unclaimed > taken ? unclaimed - taken : 0;
       connection.last_bytes = std::max(connection.last_bytes, bytes);
       connection.last_time = now;
       connection.sampled_credit_bytes = 0;
@@ -387,58 +427,105 @@ int ReceiveGuard::Check(
       // counted at the next pass).
       const uint64_t pending = std::max<uint64_t>(
           connection.reads_since_begin, connection.reads.size());
-      if (pending == 0) {
-        // No read since the last pass: nothing of it can be held (what a
-        // read that failed had received is gone with it).
-        connection.held_bytes = 0;
-        continue;
-      }
       const uint64_t may_hold = std::max(connection.read_bytes_since_begin,
                                          connection.pending_read_bytes) +
                                 options_.stream_window_bytes_per_connection +
                                 options_.slack_bytes;
-      if (connection.reads.empty() || connection.held_bytes <= may_hold)
-        continue;
-      // The limit named is the smallest of the pending reads' (a health or
-      // reflection read's on --listen).
-      uint64_t smallest = options_.max_message_bytes;
-      for (const auto& [handle, read] : connection.reads)
-        smallest = std::min(smallest, read->max_bytes);
-      const std::string limit =
-          smallest == options_.max_message_bytes
-              ? absl::StrCat(options_.limit_name, "=", smallest)
-              : absl::StrCat("a health or reflection request's limit=",
-                             smallest);
-      const std::string message = absl::StrCat(
-          "message larger than ", limit, " being received: connection ", peer,
-          " received ", connection.held_bytes,
-          " bytes its reads did not take, over the ", may_hold, " its ",
-          pending, " pending read(s) and its streams' windows may hold; ",
-          pending == 1 ? "the read is" : "the reads are", " cancelled");
-      // One line a second at most (each cancel is counted in the metric):
-      // a client can make the guard cancel as often as it likes.
-      if (now - last_report_ >= absl::Seconds(1)) {
-        std::fprintf(stderr, "cgacctd: receive guard: %s%s\n",
-                     message.c_str(),
-                     unreported_ == 0
-                         ? ""
-                         : absl::StrCat(" (and ", unreported_,
-                                        " connection(s) since the last line)")
-                               .c_str());
-        last_report_ = now;
-        unreported_ = 0;
-      } else {
-        ++unreported_;
+      if (pending == 0) {
+        // No read since the last pass: nothing of it can be held (what a
+        // read that failed had received is gone with it). The unclaimed
+        // bytes stay.
+        connection.held_bytes = 0;
       }
-      for (auto& [handle, read] : connection.reads) {
-        int expected = Read::kPending;
-        if (read->state.compare_exchange_strong(expected,
-                                                Read::kCancelling)) {
-          victims.push_back({read, message});
+      // Bytes no call took are what gRPC cannot have handed over yet: each
+      // pending read's message, each open call's stream window, and a
+      // little more for streams whose calls are not open yet. Not every
+      // stream's window whatever the calls: each byte of an endless header
+      // block can decode to ~100 bytes of metadata. Over it at two passes
+      // in a row: a burst of new streams' HEADERS and first windows can be
+      // read before their calls' first hooks run, not for a whole pass.
+      const uint64_t close_at =
+          std::max(connection.read_bytes_since_begin,
+                   connection.pending_read_bytes) +
+          std::min<uint64_t>(
+              uint64_t{connection.open_calls} * kStreamWindowBytes,
+              options_.stream_window_bytes_per_connection) +
+          kUnclaimedSlackBytes;
+      // A call that started since the last pass means no header block was
+      // left open across it (HTTP/2 allows nothing but CONTINUATION frames
+      // while one is): what is over the bound then is the bodies of calls
+      // refused before their request was read (shed, unauthenticated),
+      // which gRPC drops. Not counted past the bound.
+      if (connection.call_started) {
+        connection.call_started = false;
+        connection.unclaimed_bytes =
+            std::min(connection.unclaimed_bytes, close_at);
+      }
+      const bool unclaimed_over = connection.unclaimed_bytes > close_at;
+      const bool over_twice = unclaimed_over && connection.unclaimed_over;
+      connection.unclaimed_over = unclaimed_over;
+      if (unclaimed_over && !over_twice) recheck_soon_ = true;
+      const bool reads_over =
+          !connection.reads.empty() && connection.held_bytes > may_hold;
+      if (!reads_over && !over_twice) continue;
+      if (!connection.reads.empty() &&
+          now - connection.last_cancel >= kRecancelAfter) {
+        // The pending reads' calls are cancelled, once: gRPC drops what
+        // they had. Over again within kRecancelAfter, the connection is
+        // closed (the bytes were not theirs, or the client goes on).
+        connection.last_cancel = now;
+        // The limit named is the smallest of the pending reads' (a health
+        // or reflection read's on --listen).
+        uint64_t smallest = options_.max_message_bytes;
+        for (const auto& [handle, read] : connection.reads)
+          smallest = std::min(smallest, read->max_bytes);
+        const std::string limit =
+            smallest == options_.max_message_bytes
+                ? absl::StrCat(options_.limit_name, "=", smallest)
+                : absl::StrCat("a health or reflection request's limit=",
+                               smallest);
+        const std::string message = absl::StrCat(
+            "message larger than ", limit, " being received: connection ",
+            peer, " received ",
+            reads_over ? connection.held_bytes : connection.unclaimed_bytes,
+            " bytes its reads did not take, over the ",
+            reads_over ? may_hold : close_at, " its ", pending,
+            " pending read(s) and its streams' windows may hold; ",
+            pending == 1 ? "the read is" : "the reads are", " cancelled");
+        Report(message, now);
+        for (auto& [handle, read] : connection.reads) {
+          int expected = Read::kPending;
+          if (read->state.compare_exchange_strong(expected,
+                                                  Read::kCancelling)) {
+            victims.push_back({read, message});
+          }
         }
+        // What arrives from now on is counted afresh (gRPC drops what the
+        // cancelled calls had).
+        connection.held_bytes = 0;
+        connection.unclaimed_bytes = 0;
+        connection.unclaimed_over = false;
+        continue;
       }
-      // What arrives from now on is counted afresh.
-      connection.have_sample = false;
+      // A read that ended during this pass has its delivery counted at the
+      // next.
+      if (connection.reads.empty() && pending > 0) continue;
+      Report(absl::StrCat(
+                 "connection ", peer, " read ",
+                 std::max(connection.unclaimed_bytes, connection.held_bytes),
+                 " bytes that no call took (", connection.open_calls,
+                 " call(s) open, ", connection.reads.size(),
+                 " read(s) pending: a header block that does not end, "
+                 "streams reset before they were handed over, frames gRPC "
+                 "ignores, or a read cancelled again), over the ",
+                 reads_over ? may_hold : close_at, " it may hold; ",
+                 to_close != nullptr ? "the connection is closed"
+                                     : "not closed (no source to close it)"),
+             now);
+      if (to_close != nullptr) to_close->push_back(peer);
+      connection.held_bytes = 0;
+      connection.unclaimed_bytes = 0;
+      connection.unclaimed_over = false;
     }
   }
   for (Victim& victim : victims) {
@@ -454,33 +541,25 @@ int ReceiveGuard::Check(
 
 void ReceiveGuard::Run() {
   absl::flat_hash_map<std::string, uint64_t> bytes_by_peer;
+  std::vector<std::string> to_close;
   bool reported_error = false;
+  absl::Duration pass_time;
   while (true) {
     {
       absl::MutexLock lock(&mu_);
       auto stopped = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
         return stop_;
       };
-      if (pending_reads_ > 0) {
-        // One interval between samples (or the stop).
-        if (mu_.AwaitWithTimeout(absl::Condition(&stopped),
-                                 options_.interval)) {
-          return;
-        }
-      } else {
-        // Asleep while no read is pending (a ReadStarted or the destructor
-        // wakes it through the condition); then sampled at once, every
-        // connection counted afresh from there.
-        auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-          return stop_ || pending_reads_ > 0;
-        };
-        mu_.Await(absl::Condition(&wake));
-        if (stop_) return;
-        for (auto& [peer, connection] : connections_) {
-          connection.have_sample = false;
-        }
-      }
+      // Every interval, whether a read is pending or not: a connection
+      // without a call can flood too ("Connections, not only reads"); a
+      // quarter of it after a pass that found one over its bound once; at
+      // most a fifth of the thread's time.
+      const absl::Duration wait = std::max(
+          recheck_soon_ ? options_.interval / 4 : options_.interval,
+          4 * pass_time);
+      if (mu_.AwaitWithTimeout(absl::Condition(&stopped), wait)) return;
     }
+    const absl::Time pass_start = absl::Now();
     BeginSample();
     absl::Status sampled = source_->Sample(&bytes_by_peer);
     if (!sampled.ok()) {
@@ -492,10 +571,27 @@ void ReceiveGuard::Run() {
                      std::string(sampled.message()).c_str());
         reported_error = true;
       }
+      // Unfollowed until a sample lists them again (then counted afresh).
+      absl::MutexLock lock(&mu_);
+      resync_ = true;
+      for (auto it = connections_.begin(); it != connections_.end();) {
+        it->second.have_sample = false;
+        if (it->second.open_calls == 0 && it->second.reads.empty()) {
+          connections_.erase(it++);
+        } else {
+          ++it;
+        }
+      }
       continue;
     }
     reported_error = false;
-    Check(bytes_by_peer, options_.clock());
+    to_close.clear();
+    Check(bytes_by_peer, options_.clock(), &to_close);
+    // NOT_FOUND: it ended meanwhile.
+    for (const std::string& peer : to_close) {
+      if (source_->Close(peer).ok()) ConnectionClosed();
+    }
+    pass_time = absl::Now() - pass_start;
   }
 }
 

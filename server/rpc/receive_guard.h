@@ -11,11 +11,10 @@
 // bounds memory only if each read takes at most one message of
 // --max_message_bytes.
 //
-// The guard watches each connection that has a read pending, from the
-// kernel's side: tcp_info's tcpi_bytes_received, sampled every --
-// receive_guard_interval by a NETLINK_SOCK_DIAG dump (the interface of
-// ss(8)). From each sample's growth it takes away what the connection's
-// reads delivered and allowances for headers, framing and failed reads
+// The guard watches each connection of its port, from the kernel's side:
+// tcp_info's tcpi_bytes_received, sampled every --receive_guard_interval
+// from the process's own descriptors (getsockopt(TCP_INFO)). From each
+// sample's growth it takes away what the connection's reads delivered and allowances for headers, framing and failed reads
 // (granted from a bucket of one message a second), keeping an
 // estimate of the bytes gRPC has read and not yet delivered (the socket's
 // receive queue is the kernel's; never below zero, leaking
@@ -27,14 +26,18 @@
 // buffered for them. A message over the limit costs at most the limit, the
 // slack, and what arrives in one interval before the guard sees it, unless
 // it arrives no faster than the leak plus the allowance bucket (docs/
-// DESIGN.md §4.10 lists what the guard does not cover).
+// DESIGN.md §4.10 lists what the guard does not cover). A connection that
+// has read more than its calls can account for, with or without a call (an
+// endless HTTP/2 header block), is closed (see "Connections, not only
+// reads" below).
 //
-// Only calls of cgacct.v1.Accounting are watched (its messages are raw
-// bytes, so what a read delivered is known), and only with access control:
+// The calls watched are cgacct.v1.Accounting's (its messages are raw
+// bytes, so what a read delivered is known), health's and reflection's,
+// and on --listen only with access control:
 // then every Accounting request is read after its call is admitted (server/
 // rpc/unary.h), so each pending read is seen. Without access control gRPC
 // reads unary requests before any hook runs, and every caller is one
-// identity: the guard is off.
+// identity: --listen's guard is off (--health_listen's is on).
 //
 // Thread safety: thread-safe. The sampling thread and the interceptor's
 // hooks share one mutex (a leaf lock: nothing is called under it; calls are
@@ -72,6 +75,11 @@ class ReceivedBytesSource {
   // source covers. Errors: what the kernel answered.
   virtual absl::Status Sample(
       absl::flat_hash_map<std::string, uint64_t>* bytes_by_peer) = 0;
+  // Ends the connection of `peer` listed by the last Sample(): shuts its
+  // socket down both ways (shutdown(2), so gRPC reads an end of stream and
+  // drops the connection with all it holds, as if its client had gone).
+  // Errors: NOT_FOUND if that connection is no longer open.
+  virtual absl::Status Close(absl::string_view peer) = 0;
 };
 
 // Why a receive guard cancelled the call of `context`, if one did: its
@@ -87,12 +95,19 @@ std::optional<std::string> GuardCancelReason(
 // which become "ipv6:[::1]:5000".
 std::string CanonicalPeer(absl::string_view peer);
 
-// tcp_info's tcpi_bytes_received of the established TCP connections (IPv4
-// and IPv6, in this network namespace) whose local port is `local_port`, by
-// NETLINK_SOCK_DIAG dumps filtered in the kernel (inet_diag bytecode, as
-// `ss -ti sport = :PORT`). IPv4-mapped IPv6 peers are spelt ipv4, as gRPC
-// does. Not thread-safe: one sampler.
-std::unique_ptr<ReceivedBytesSource> NewSockDiagSource(uint16_t local_port);
+// tcp_info's tcpi_bytes_received, less the receive queue (SIOCINQ), of
+// this process's established TCP connections (IPv4 and IPv6) whose local
+// port is `local_port`: each pass lists /proc/self/fd and reads
+// getsockopt(TCP_INFO) of those sockets (a socket's port and peer are read
+// once, by inode). IPv4-mapped IPv6 peers are spelt ipv4, as gRPC does.
+// Close() shuts down a dup(2) of the listed socket's descriptor whose inode
+// it has checked again (the descriptor may have been closed and its number
+// reused meanwhile; shutdown(2) acts on the socket, whichever descriptor
+// names it). A pass costs a few microseconds per descriptor of the
+// process (a NETLINK_SOCK_DIAG dump walks the kernel's whole TCP hash
+// table: 8.8% of a core every 20 ms with no connection at all, 1.3 cores
+// with 1,000 idle ones). Not thread-safe: one sampler.
+std::unique_ptr<ReceivedBytesSource> NewSocketSource(uint16_t local_port);
 
 class ReceiveGuard {
  public:
@@ -142,6 +157,35 @@ class ReceiveGuard {
   // GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES).
   static constexpr uint64_t kStreamWindowBytes = 65535;
 
+  // Connections, not only reads. What gRPC reads of a connection that no
+  // read takes is not always a message: a header block that never ends (an
+  // HTTP/2 CONTINUATION flood, which gRPC 1.51 buffers whole before it
+  // makes a call: 38 MB sent took cgacctd to 3.7-4.2 GB), streams reset
+  // before gRPC hands them over, frames of unknown types. No call has them
+  // to cancel. So the guard follows every connection of its port, with or
+  // without a call, and keeps a second estimate per connection, its
+  // unclaimed bytes: received, less the same credits and leak, but never
+  // forgotten for want of a pending read (only once the guard has cancelled
+  // reads, whose calls' buffers gRPC then drops). A connection whose
+  // unclaimed bytes pass what gRPC may hold for its calls (each pending
+  // read's message, each open call's stream window) plus
+  // kUnclaimedSlackBytes at two passes in a row (the second a quarter
+  // interval after the first), no call having started
+  // between them (while a header block is open HTTP/2 allows no other
+  // frame, so no call can start; a call that starts caps the count at the
+  // bound: what is over it then is the requests of calls refused before
+  // their request was read, which gRPC drops), has its pending reads
+  // cancelled as above if it has any, and is closed if it has none
+  // (ReceivedBytesSource::Close) or had reads cancelled less than
+  // kRecancelAfter before. The bound
+  // is tight because the bytes are not what they cost: HPACK lets one byte
+  // on the wire name a header of ~100 bytes in its table.
+  static constexpr uint64_t kUnclaimedSlackBytes = 64 * 1024;
+  // A connection over a bound again within this long of the guard
+  // cancelling its reads is closed instead: cancelled reads reset the
+  // counts, so a client restarting reads could otherwise go on flooding.
+  static constexpr absl::Duration kRecancelAfter = absl::Seconds(10);
+
   struct Options {
     // The largest message a cgacct.v1.Accounting read may take (and the
     // allowance bucket's size).
@@ -154,23 +198,28 @@ class ReceiveGuard {
     uint64_t stream_window_bytes_per_connection = 100 * kStreamWindowBytes;
     // Added to what a connection's calls may hold.
     uint64_t slack_bytes = 1u << 20;
-    // Between two samples while a read is pending; the sampler sleeps while
-    // none is.
+    // Between two samples.
     absl::Duration interval = absl::Milliseconds(20);
     // The allowance bucket's clock (tests give their own).
     std::function<absl::Time()> clock = [] { return absl::Now(); };
   };
 
-  // `on_cancel` (may be empty) is run once per read cancelled, on the
-  // sampling thread (a metric's count).
-  ReceiveGuard(Options options, std::function<void()> on_cancel);
+  // `on_cancel` (may be empty) is run once per read cancelled, and
+  // `on_close` (may be empty) once per connection closed, on the sampling
+  // thread (metrics' counts).
+  ReceiveGuard(Options options, std::function<void()> on_cancel,
+               std::function<void()> on_close = nullptr);
   ReceiveGuard(const ReceiveGuard&) = delete;
   ReceiveGuard& operator=(const ReceiveGuard&) = delete;
   // Stops the sampling thread. Interceptors made by InterceptorFactory()
   // must be gone (the server shut down and destroyed).
   ~ReceiveGuard();
 
-  // Starts the sampling thread on `source` (once).
+  // Starts the sampling thread on `source` (once). It samples every
+  // interval whether or not a read is pending (a connection without a call
+  // can flood too), or every 4 passes' time if a pass takes longer than a
+  // quarter interval (the guard takes at most ~20% of a core whatever the
+  // number of connections).
   void Start(std::unique_ptr<ReceivedBytesSource> source);
 
   // An interceptor factory for grpc::ServerBuilder::experimental()
@@ -210,15 +259,22 @@ class ReceiveGuard {
   // then samples the kernel's counts, and Check() compares at `now`. (Taken
   // before the sample, every delivery counted has its bytes in it: a read
   // that ends between the two is counted at the next pass.) Check cancels
-  // what it must and returns how many reads.
+  // what it must and returns how many reads; the connections to close (see
+  // "Connections, not only reads") go to `*to_close` (the caller closes
+  // them and counts each with ConnectionClosed()), or are only logged if
+  // it is null. A connection listed for the first time is counted from its
+  // first byte: the sampler runs all along, so it opened since the last
+  // pass.
   void BeginSample();
   int Check(const absl::flat_hash_map<std::string, uint64_t>& bytes_by_peer,
-            absl::Time now);
+            absl::Time now, std::vector<std::string>* to_close = nullptr);
+  void ConnectionClosed();
 
-  // Reads cancelled so far.
+  // Reads cancelled and connections closed so far.
   uint64_t cancelled() const {
     return cancelled_.load(std::memory_order_relaxed);
   }
+  uint64_t closed() const { return closed_.load(std::memory_order_relaxed); }
   const Options& options() const { return options_; }
 
  private:
@@ -249,6 +305,13 @@ class ReceiveGuard {
     // The sum of the pending reads' max_bytes.
     uint64_t pending_read_bytes = 0;
     uint64_t held_bytes = 0;
+    // The unclaimed bytes ("Connections, not only reads"), whether they
+    // were over the bound at the last pass, and when the guard last
+    // cancelled the connection's reads.
+    uint64_t unclaimed_bytes = 0;
+    bool unclaimed_over = false;
+    bool call_started = false;  // since the last pass
+    absl::Time last_cancel = absl::InfinitePast();
     // The allowance bucket (kAllowanceBucketsPerSecond): its size (the
     // largest max_bytes of the connection's reads so far, at least
     // kUnprovenAllowanceBytes, at most max_message_bytes), the bytes it may
@@ -264,26 +327,38 @@ class ReceiveGuard {
   void Run();
   void MaybeEraseLocked(const std::string& peer, Connection& connection)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes `message` to stderr, one line a second at most (Check's, so the
+  // sampling thread's): a client can make the guard act as often as it
+  // likes; each action is counted in a metric.
+  void Report(const std::string& message, absl::Time now);
   // Credits `connection` with up to `bytes` from its allowance bucket.
   void AllowLocked(Connection& connection, uint64_t bytes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
   const std::function<void()> on_cancel_;
+  const std::function<void()> on_close_;
   std::unique_ptr<ReceivedBytesSource> source_;  // the sampling thread's
   // The stderr lines' rate limit (Check's, so the sampling thread's): when
   // the last was written, and the cancels not written since.
   absl::Time last_report_ = absl::InfinitePast();
   uint64_t unreported_ = 0;
   std::atomic<uint64_t> cancelled_{0};
+  std::atomic<uint64_t> closed_{0};
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, Connection> connections_
       ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, ReadHandle> handles_ ABSL_GUARDED_BY(mu_);
   uint64_t next_handle_ ABSL_GUARDED_BY(mu_) = 1;
-  uint64_t pending_reads_ ABSL_GUARDED_BY(mu_) = 0;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  // Set when a pass could not sample: the next Check() counts the
+  // connections it lists from their present count, not from 0.
+  bool resync_ ABSL_GUARDED_BY(mu_) = false;
+  // Set by a Check() that found a connection over the unclaimed bound for
+  // the first time: the next pass comes after a quarter interval (a flood
+  // goes on meanwhile; a burst's calls have started by then).
+  bool recheck_soon_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 

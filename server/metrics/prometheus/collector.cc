@@ -191,6 +191,12 @@ void MetricsCollector::CollectEngineCounters(Families& out,
                  "received more than its pending reads may hold (a message "
                  "over --max_message_bytes).",
                  rpc_.oversized_reads_cancelled());
+  counter_family("cgacct_flooding_connections_closed_total",
+                 "Connections closed by the receive guard (on --listen or "
+                 "--health_listen): they had read more than their calls "
+                 "took or may hold, with or without a call (an HTTP/2 "
+                 "header block that does not end).",
+                 rpc_.flooding_connections_closed());
   counter_family("cgacct_uncharges_total", "Successful uncharges.",
                  counters.uncharges);
   counter_family("cgacct_stock_hits_total",

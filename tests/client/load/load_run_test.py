@@ -211,9 +211,15 @@ class LibraryLoadAgainstCgacctd(unittest.TestCase):
     /metrics on, which both scenarios scrape."""
 
     def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="cgacct_load_lib_")
+        self.addCleanup(shutil.rmtree, self.tmp, ignore_errors=True)
+        self.start_daemon()
+
+    def start_daemon(self, *flags):
+        """cgacctd with /metrics on and `flags`; returns its start line."""
         self.daemon = subprocess.Popen(
             [CGACCTD, "--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0",
-             "--cpus=2"],
+             "--cpus=2"] + list(flags),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = self.daemon.stdout.readline()
         m = re.search(r"listening on 127\.0\.0\.1:(\d+) \(metrics on "
@@ -223,8 +229,7 @@ class LibraryLoadAgainstCgacctd(unittest.TestCase):
             raise RuntimeError("no start line: %r" % line)
         self.target = "127.0.0.1:%s" % m.group(1)
         self.metrics = "127.0.0.1:%s" % m.group(2)
-        self.tmp = tempfile.mkdtemp(prefix="cgacct_load_lib_")
-        self.addCleanup(shutil.rmtree, self.tmp, ignore_errors=True)
+        return line
 
     def tearDown(self):
         self.daemon.terminate()
@@ -270,6 +275,60 @@ class LibraryLoadAgainstCgacctd(unittest.TestCase):
             self.assertLessEqual(rnd["to_zero_ms"], 1500, r)
             self.assertEqual(rnd["sessions_expired"], 2, r)
             self.assertEqual(rnd["returned_pages_expire"], rnd["held_pages"], r)
+
+
+class GuardedLoadAgainstCgacctd(LibraryLoadAgainstCgacctd):
+    """The same with access control (a bearer token; the receive guard on):
+    session-churn's children get the parent's --token_file (they were
+    refused UNAUTHENTICATED), and honest load of every kind is never taken
+    for a flood: no read cancelled, no connection closed by the guard."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="cgacct_load_guard_")
+        self.addCleanup(shutil.rmtree, self.tmp, ignore_errors=True)
+        token = "load-token-0123456789abcdef"
+        with open(os.path.join(self.tmp, "tokens"), "w") as f:
+            f.write("loader %s\n" % token)
+        with open(os.path.join(self.tmp, "policy"), "w") as f:
+            f.write("token:loader admin\n")
+        self.token_file = os.path.join(self.tmp, "token")
+        with open(self.token_file, "w") as f:
+            f.write(token + "\n")
+        line = self.start_daemon(
+            "--tokens_file=" + os.path.join(self.tmp, "tokens"),
+            "--authz_policy=" + os.path.join(self.tmp, "policy"))
+        self.assertIn("access control", line)
+
+    def load(self, *args):
+        return super().load("--token_file=" + self.token_file, *args)
+
+    def guard_counts(self):
+        import urllib.request
+        body = urllib.request.urlopen(
+            "http://%s/metrics" % self.metrics, timeout=10).read().decode()
+        counts = {}
+        for name in ("cgacct_oversized_reads_cancelled_total",
+                     "cgacct_flooding_connections_closed_total"):
+            m = re.search(r"^%s (\S+)$" % name, body, re.M)
+            self.assertIsNotNone(m, name)
+            counts[name] = float(m.group(1))
+        return counts
+
+    def tearDown(self):
+        # Whatever the test ran, the guard cut nothing.
+        try:
+            for name, value in self.guard_counts().items():
+                self.assertEqual(value, 0, name)
+        finally:
+            super().tearDown()
+
+    def test_netperf_streams_and_unary_calls(self):
+        for rpc in ("stream", "unary"):
+            code, r = self.load("--scenario=netperf", "--rpc=" + rpc,
+                                "--streams=8", "--duration=1.5s")
+            self.assertEqual(code, 0, self.last_output)
+            self.assertEqual(r["op_errors"], 0, r)
+            self.assertGreater(r["ops"], 1000, r)
 
 
 if __name__ == "__main__":

@@ -16,13 +16,18 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/support/sync_stream.h>
 #include <gtest/gtest.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -35,6 +40,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cgacct/v1/accounting.grpc.pb.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "tests/server/http_get.h"
 
 extern char** environ;
@@ -666,6 +672,174 @@ TEST(MemoryReturnTest, HealthChecksOverTheLimitAreCancelledWhileArriving) {
 // With the receive guard on (access control), compressed requests are
 // refused: it sees messages inflated, and ~4 KB gzip messages that inflate
 // to 4 MiB credited a connection enough to take a 1.5 GB message whole.
+// An HTTP/2 header block that never ends: a HEADERS frame without
+// END_HEADERS that puts a 105-byte header in HPACK's table, then
+// CONTINUATION frames of 1-byte references to it. gRPC 1.51 decodes and
+// keeps the block whole before it makes a call, so no call and no read sees
+// it (the third re-attack: 38 MB sent took cgacctd to 3.7-4.2 GB). The
+// receive guard closes such a connection ("Connections, not only reads",
+// server/rpc/receive_guard.h). Sends on a fresh TCP connection to
+// 127.0.0.1:`port` until `limit_bytes` are sent or the server ends the
+// connection (its FIN, or an error); returns the bytes sent and sets
+// *ended.
+uint64_t FloodContinuation(int port, uint64_t limit_bytes, bool* ended) {
+  *ended = false;
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address = {};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) !=
+      0) {
+    close(fd);
+    return 0;
+  }
+  auto frame = [](uint8_t type, uint8_t flags, uint32_t stream,
+                  const std::string& payload) {
+    std::string f;
+    const uint32_t n = static_cast<uint32_t>(payload.size());
+    f.push_back(static_cast<char>(n >> 16));
+    f.push_back(static_cast<char>(n >> 8));
+    f.push_back(static_cast<char>(n));
+    f.push_back(static_cast<char>(type));
+    f.push_back(static_cast<char>(flags));
+    for (int shift = 24; shift >= 0; shift -= 8)
+      f.push_back(static_cast<char>(stream >> shift));
+    return f + payload;
+  };
+  // HPACK literals without indexing, new names of < 127 bytes.
+  auto literal = [](const std::string& name, const std::string& value) {
+    return std::string(1, '\0') + static_cast<char>(name.size()) + name +
+           static_cast<char>(value.size()) + value;
+  };
+  // The table entry: a literal with incremental indexing (0x40).
+  std::string indexed = literal("x-big", std::string(100, 'v'));
+  indexed[0] = '\x40';
+  const std::string start =
+      std::string("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n") +
+      frame(0x4, 0, 0, "") +  // SETTINGS
+      frame(0x1, 0, 1,        // HEADERS, no END_HEADERS
+            "\x83\x86" + literal(":path", "/grpc.health.v1.Health/Check") +
+                literal(":authority", "x") +
+                literal("content-type", "application/grpc") + indexed);
+  // Index 62: the first entry of the dynamic table.
+  const std::string references(16000, '\xbe');
+  std::string chunk;
+  for (int i = 0; i < 4; ++i) chunk += frame(0x9, 0, 1, references);
+  uint64_t sent = 0;
+  bool ok = send(fd, start.data(), start.size(), MSG_NOSIGNAL) ==
+            static_cast<ssize_t>(start.size());
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (ok && sent < limit_bytes &&
+         std::chrono::steady_clock::now() < deadline) {
+    pollfd p = {fd, POLLOUT | POLLRDHUP, 0};
+    if (poll(&p, 1, 100) < 0) break;
+    // The server's FIN or reset: it ended the connection.
+    if ((p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) {
+      *ended = true;
+      break;
+    }
+    if ((p.revents & POLLOUT) == 0) continue;
+    const ssize_t n =
+        send(fd, chunk.data(), chunk.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) continue;
+    if (n <= 0) {
+      *ended = true;
+      break;
+    }
+    sent += static_cast<uint64_t>(n);
+  }
+  close(fd);
+  return sent;
+}
+
+TEST(MemoryReturnTest, EndlessHeaderBlocksAreClosed) {
+#ifdef CGACCT_ASAN
+  GTEST_SKIP() << "RSS under AddressSanitizer is not cgacctd's";
+#endif
+  constexpr uint64_t kLimitBytes = uint64_t{64} << 20;  // per connection
+  constexpr int kConnections = 4;                      // per port
+  constexpr long kMaxGrowthKb = 128 * 1024;
+  const TokenFiles files;
+  pid_t pid = -1;
+  std::string line;
+  const std::string target = SpawnDaemon(
+      {"--cpus=2", files.tokens_flag(), files.policy_flag(),
+       "--health_listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0"},
+      &pid, &line);
+  ASSERT_FALSE(target.empty());
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      line, m, std::regex(R"(health on 127\.0\.0\.1:(\d+))")))
+      << line;
+  const int health_port = std::stoi(m[1].str());
+  ASSERT_TRUE(std::regex_search(
+      line, m, std::regex(R"(metrics on 127\.0\.0\.1:(\d+))")))
+      << line;
+  const int metrics_port = std::stoi(m[1].str());
+  const int listen_port = std::stoi(target.substr(target.rfind(':') + 1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const long idle_kb = RssKb(pid);
+  for (const int port : {listen_port, health_port}) {
+    std::atomic<bool> done{false};
+    const long before_kb = RssKb(pid);
+    long peak_kb = before_kb;
+    std::thread sampler([&] {
+      while (!done.load()) {
+        peak_kb = std::max(peak_kb, RssKb(pid));
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    });
+    std::vector<uint64_t> sent(kConnections);
+    std::vector<char> ended(kConnections);
+    std::vector<std::thread> floods;
+    for (int i = 0; i < kConnections; ++i) {
+      floods.emplace_back([&, i] {
+        bool e = false;
+        sent[i] = FloodContinuation(port, kLimitBytes, &e);
+        ended[i] = e;
+      });
+    }
+    for (std::thread& t : floods) t.join();
+    done = true;
+    sampler.join();
+    std::printf("RSS: idle %ld KiB, %ld KiB before; %d endless header blocks "
+                "to port %d: peak %ld KiB (%+ld); sent (MB):",
+                idle_kb, before_kb, kConnections, port, peak_kb,
+                peak_kb - before_kb);
+    for (int i = 0; i < kConnections; ++i) {
+      std::printf(" %.1f%s", sent[i] / 1e6, ended[i] ? "" : " (not ended)");
+      EXPECT_TRUE(ended[i]) << "connection " << i << " to port " << port
+                            << " took " << sent[i] << " bytes";
+      EXPECT_GT(sent[i], 100000u) << "the flood did not run";
+    }
+    std::printf("\n");
+    EXPECT_LT(peak_kb - before_kb, kMaxGrowthKb) << "port " << port;
+  }
+  // Counted; and both ports still answer.
+  const std::string scrape = test_util::HttpGet(metrics_port, "/metrics");
+  EXPECT_NE(scrape.find(absl::StrCat("cgacct_flooding_connections_closed_total ",
+                                     2 * kConnections)),
+            std::string::npos)
+      << "no cgacct_flooding_connections_closed_total "
+      << 2 * kConnections;
+  for (const int port : {listen_port, health_port}) {
+    auto health = grpc::health::v1::Health::NewStub(grpc::CreateChannel(
+        absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(10));
+    grpc::health::v1::HealthCheckRequest request;
+    grpc::health::v1::HealthCheckResponse response;
+    const grpc::Status status = health->Check(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << port << ": " << status.error_message();
+    EXPECT_EQ(response.status(),
+              grpc::health::v1::HealthCheckResponse::SERVING);
+  }
+  ExpectCleanExitOnSigterm(pid);
+}
+
 TEST(MemoryReturnTest, CompressedRequestsAreRefusedWithTheReceiveGuard) {
   const TokenFiles files;
   pid_t pid = -1;

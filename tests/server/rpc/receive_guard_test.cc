@@ -1,4 +1,4 @@
-// The receive guard's arithmetic on made-up samples, and its sock_diag
+// The receive guard's arithmetic on made-up samples, and its socket
 // source against a real loopback connection (server/rpc/receive_guard.h).
 #include "server/rpc/receive_guard.h"
 
@@ -15,11 +15,13 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
 namespace cgacct {
 namespace {
 
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 constexpr char kPeer[] = "ipv4:127.0.0.1:40000";
@@ -48,11 +50,11 @@ uint64_t MayHold(uint64_t reads) {
 class ReceiveGuardTest : public ::testing::Test {
  protected:
   // One pass with the kernel's count of kPeer at `bytes`, 20 ms after the
-  // previous one.
+  // previous one. The connections to close go to closes_.
   int Pass(uint64_t bytes) {
     now_ += absl::Milliseconds(20);
     guard_.BeginSample();
-    return guard_.Check({{kPeer, bytes}}, now_);
+    return guard_.Check({{kPeer, bytes}}, now_, &closes_);
   }
   uint64_t StartRead() {
     return guard_.ReadStarted(kPeer, [this](const std::string& message) {
@@ -64,6 +66,7 @@ class ReceiveGuardTest : public ::testing::Test {
   absl::Time now_ = absl::UnixEpoch();
   ReceiveGuard guard_{WithClock(SmallOptions(), &now_), [this] { ++counted_; }};
   std::vector<std::string> messages_;
+  std::vector<std::string> closes_;
   int counted_ = 0;
 };
 
@@ -120,6 +123,7 @@ TEST_F(ReceiveGuardTest, AReadOfUnknownSizeIsAllowedItsLimit) {
     EXPECT_EQ(Pass(bytes), 0) << i;
   }
   EXPECT_TRUE(messages_.empty());
+  EXPECT_TRUE(closes_.empty());
 }
 
 // The same at a rate the leak does not cover: on a connection whose bucket
@@ -171,6 +175,7 @@ TEST_F(ReceiveGuardTest, DeliveredMessagesAreNotHeld) {
   StartRead();
   EXPECT_EQ(Pass(bytes), 0);
   EXPECT_TRUE(messages_.empty());
+  EXPECT_TRUE(closes_.empty());
 }
 
 // A read that ends between BeginSample() and Check() has its bytes in the
@@ -194,20 +199,29 @@ TEST_F(ReceiveGuardTest, AReadEndingDuringAPassStillCounts) {
   EXPECT_TRUE(messages_.empty());
 }
 
-// Bytes a failed read had received are never delivered; they are forgotten
-// once the connection has a pass with no read, not credited (a client could
-// fail reads to hide an oversized message).
-TEST_F(ReceiveGuardTest, AFailedReadsBytesAreForgottenWhenNoReadIsPending) {
+// Bytes a read received and did not deliver (here: a read that delivered
+// an empty message while 3 MiB came) are forgotten by the held count once
+// the connection has a pass with no read, not by its unclaimed count: with
+// the next read they are counted again (a client could otherwise end reads
+// to hide an endless header block), and over the bound at two passes the
+// read is cancelled. A read that failed is credited its whole message from
+// the bucket instead (AnOccasionalFailedUploadIsNotTakenForAnOversizedOne).
+TEST_F(ReceiveGuardTest, BytesNoReadDeliveredAreStillUnclaimed) {
   guard_.CallStarted(kPeer);
   const uint64_t read = StartRead();
   EXPECT_EQ(Pass(0), 0);
   EXPECT_EQ(Pass(3 * kMax / 4), 0);
-  guard_.ReadEnded(read, 0);  // failed: nothing delivered
-  EXPECT_EQ(Pass(3 * kMax / 4), 0);  // no read: held forgotten
+  guard_.ReadEnded(read, 0);  // an empty message
+  // No read: the held count forgets; the unclaimed count is over its
+  // bound without a read (one call's window and the slack), once.
+  EXPECT_EQ(Pass(3 * kMax / 4), 0);
   StartRead();
-  // Had the 3 MiB been kept, this would be over.
-  EXPECT_EQ(Pass(3 * kMax / 4 + MayHold(1) - kMax / 2), 0);
-  EXPECT_TRUE(messages_.empty());
+  // 2 MiB more: under the held bound (MayHold(1)), over the unclaimed one
+  // with the read (its message, one call's window, the slack) a second
+  // time in a row: the read is cancelled.
+  EXPECT_EQ(Pass(3 * kMax / 4 + kMax / 2), 1);
+  ASSERT_EQ(messages_.size(), 1u);
+  EXPECT_TRUE(closes_.empty());
 }
 
 // An honest client whose uploads time out now and then (a read fails after
@@ -229,6 +243,7 @@ TEST_F(ReceiveGuardTest, AnOccasionalFailedUploadIsNotTakenForAnOversizedOne) {
     EXPECT_EQ(Pass(bytes), 0) << i;
   }
   EXPECT_TRUE(messages_.empty());
+  EXPECT_TRUE(closes_.empty());
 }
 
 // ... but only one message's worth a second: failing reads on purpose does
@@ -303,9 +318,224 @@ TEST_F(ReceiveGuardTest, AnUnprovenConnectionsBucketIsSmall) {
     bytes += 60'000;  // 3 MB/s
     if (Pass(bytes) > 0) cancelled_at = pass;
   }
-  // (1.7 MB of windows and slack) / (3 MB/s - 20 KiB/s): ~0.6 s, 29 passes.
+  // (1.7 MB of windows and slack) / (3 MB/s - 20 KiB/s): ~0.6 s, 29 passes
+  // (calls start on the connection: the unclaimed count is capped).
   EXPECT_GE(cancelled_at, 20);
   EXPECT_LT(cancelled_at, 40);
+}
+
+// Connections, not only reads: one that reads what no call takes (an HTTP/2
+// CONTINUATION flood, a header block that never ends, which gRPC 1.51
+// buffers whole before it makes a call: the third re-attack's 38 MB of
+// CONTINUATION frames took cgacctd to 3.7-4.2 GB) is closed once it is over
+// kUnclaimedSlackBytes at two passes in a row, with no call to cancel.
+TEST_F(ReceiveGuardTest, AConnectionWithoutACallIsClosedPastItsBound) {
+  const uint64_t close_at = ReceiveGuard::kUnclaimedSlackBytes;
+  EXPECT_EQ(Pass(0), 0);
+  EXPECT_EQ(Pass(close_at), 0);  // at the bound (less a pass's leak)
+  EXPECT_EQ(Pass(close_at + 4096), 0);  // over it once: a burst, maybe
+  EXPECT_TRUE(closes_.empty());
+  EXPECT_EQ(Pass(close_at + 8192), 0);  // twice
+  EXPECT_THAT(closes_, ElementsAre(kPeer));
+  EXPECT_TRUE(messages_.empty());
+  // Counted afresh from there (the source has shut it down).
+  closes_.clear();
+  EXPECT_EQ(Pass(close_at + 12288), 0);
+  EXPECT_TRUE(closes_.empty());
+}
+
+// A burst that is over once and then claimed (the calls' hooks ran, their
+// messages were read) is not taken for a flood.
+TEST_F(ReceiveGuardTest, ABurstOverTheBoundForOnePassIsNotClosed) {
+  EXPECT_EQ(Pass(0), 0);
+  const uint64_t burst = 100 * 60000;  // 100 new streams' requests
+  EXPECT_EQ(Pass(burst), 0);
+  for (int i = 0; i < 100; ++i) {
+    guard_.CallStarted(kPeer);
+    const uint64_t read = StartRead();
+    guard_.ReadEnded(read, 60000 - 200);
+  }
+  EXPECT_EQ(Pass(burst), 0);
+  EXPECT_EQ(Pass(burst + 1000), 0);
+  EXPECT_TRUE(closes_.empty());
+  EXPECT_TRUE(messages_.empty());
+}
+
+// A call open without a pending read (a health Watch whose request was
+// read, a server stream) does not make the connection's unclaimed bytes
+// forgotten as held bytes are: 64 KiB of an endless header block per pass
+// (3.2 MB/s) closes it at the 4th pass, and cancels nothing.
+TEST_F(ReceiveGuardTest, UnclaimedBytesAreNotForgottenForWantOfARead) {
+  guard_.CallStarted(kPeer);
+  uint64_t bytes = 0;
+  EXPECT_EQ(Pass(bytes), 0);
+  int closed_at = -1;
+  for (int pass = 0; pass < 100 && closed_at < 0; ++pass) {
+    bytes += 64 * 1024;
+    EXPECT_EQ(Pass(bytes), 0);
+    if (!closes_.empty()) closed_at = pass;
+  }
+  // Over (one call's window + the slack: 128 KiB, less 327 bytes of leak a
+  // pass) first at the 3rd pass, closed at the 4th.
+  EXPECT_EQ(closed_at, 3);
+  EXPECT_EQ(guard_.cancelled(), 0u);
+}
+
+// Calls refused before their request was read (shed, unauthenticated)
+// leave their requests' bytes unclaimed, which gRPC drops: a call that
+// starts caps the count at the bound (no header block can be open across
+// it), so 10 passes of 5 refused 60 KB requests each, then quiet, do not
+// close the connection.
+TEST_F(ReceiveGuardTest, RefusedRequestsOfCallsThatStartAreNotAFlood) {
+  uint64_t bytes = 0;
+  EXPECT_EQ(Pass(bytes), 0);
+  for (int pass = 0; pass < 10; ++pass) {
+    for (int call = 0; call < 5; ++call) {
+      guard_.CallStarted(kPeer);
+      guard_.CallEnded(kPeer);
+      bytes += 60000;
+    }
+    EXPECT_EQ(Pass(bytes), 0);
+  }
+  for (int pass = 0; pass < 5; ++pass) EXPECT_EQ(Pass(bytes), 0);
+  EXPECT_TRUE(closes_.empty());
+}
+
+// With a read pending, a message over the limit is cancelled first (the
+// read's call ends, gRPC drops its bytes): its connection is not closed.
+// Over a bound again within kRecancelAfter, it is: bytes that go on coming
+// were not the read's (or the client goes on).
+TEST_F(ReceiveGuardTest, AnOversizedMessageCancelsItsReadNotItsConnection) {
+  guard_.CallStarted(kPeer);
+  const uint64_t read = StartRead();
+  uint64_t bytes = 0;
+  EXPECT_EQ(Pass(bytes), 0);
+  int cancelled_at = -1;
+  for (int pass = 0; pass < 20 && cancelled_at < 0; ++pass) {
+    bytes += 1u << 20;
+    if (Pass(bytes) > 0) cancelled_at = pass;
+  }
+  EXPECT_GE(cancelled_at, 0);
+  EXPECT_EQ(messages_.size(), 1u);
+  EXPECT_TRUE(closes_.empty());
+  guard_.ReadEnded(read, 0, ReceiveGuard::ReadEnd::kFailed);
+  // The client starts another read and the bytes go on.
+  StartRead();
+  for (int pass = 0; pass < 20 && closes_.empty(); ++pass) {
+    bytes += 1u << 20;
+    EXPECT_EQ(Pass(bytes), 0);
+  }
+  EXPECT_THAT(closes_, ElementsAre(kPeer));
+  EXPECT_EQ(messages_.size(), 1u);
+  // After kRecancelAfter, a read is cancelled again.
+  now_ += ReceiveGuard::kRecancelAfter;
+  closes_.clear();
+  int again = 0;
+  for (int pass = 0; pass < 20 && again == 0; ++pass) {
+    bytes += 1u << 20;
+    again = Pass(bytes);
+  }
+  EXPECT_EQ(again, 1);
+  EXPECT_TRUE(closes_.empty());
+}
+
+// A connection first listed by a pass opened since the one before (the
+// sampler runs all along): counted from its first byte, so one that floods
+// faster than a pass is closed at the first.
+TEST(ReceiveGuardConnectionTest, ANewConnectionIsCountedFromItsFirstByte) {
+  ReceiveGuard guard(SmallOptions(), nullptr);
+  std::vector<std::string> to_close;
+  for (int pass = 0; pass < 2; ++pass) {  // over at two passes in a row
+    guard.BeginSample();
+    guard.Check(
+        {{"ipv4:127.0.0.1:1", 1000}, {"ipv4:127.0.0.1:2", 100 * kMax + pass}},
+        absl::UnixEpoch() + absl::Milliseconds(20 * pass), &to_close);
+  }
+  EXPECT_THAT(to_close, ElementsAre("ipv4:127.0.0.1:2"));
+}
+
+// The sampling thread: samples with no read pending, closes through the
+// source and counts it; after a pass that could not sample, connections
+// are counted from their count then (not from 0: a long-lived connection
+// would be taken for a flood).
+class FakeSource final : public ReceivedBytesSource {
+ public:
+  absl::Status Sample(
+      absl::flat_hash_map<std::string, uint64_t>* bytes_by_peer) override {
+    absl::MutexLock lock(&mu_);
+    ++samples_;
+    if (failures_ > 0) {
+      --failures_;
+      return absl::UnavailableError("no sample");
+    }
+    *bytes_by_peer = bytes_;
+    return absl::OkStatus();
+  }
+  absl::Status Close(absl::string_view peer) override {
+    absl::MutexLock lock(&mu_);
+    closed_.emplace_back(peer);
+    bytes_.erase(peer);
+    return absl::OkStatus();
+  }
+  void Set(const std::string& peer, uint64_t bytes) {
+    absl::MutexLock lock(&mu_);
+    bytes_[peer] = bytes;
+  }
+  void FailNext(int n) {
+    absl::MutexLock lock(&mu_);
+    failures_ = n;
+  }
+  // Waits until `n` more samples were taken.
+  void AwaitSamples(int n) {
+    int target = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      target = samples_ + n;
+    }
+    absl::MutexLock lock(&mu_);
+    auto reached = [this, target]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return samples_ >= target;
+    };
+    mu_.Await(absl::Condition(&reached));
+  }
+  std::vector<std::string> closed() {
+    absl::MutexLock lock(&mu_);
+    return closed_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, uint64_t> bytes_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> closed_ ABSL_GUARDED_BY(mu_);
+  int samples_ ABSL_GUARDED_BY(mu_) = 0;
+  int failures_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+TEST(ReceiveGuardRunTest, TheSamplerClosesThroughItsSource) {
+  ReceiveGuard::Options options = SmallOptions();
+  options.interval = absl::Milliseconds(1);
+  std::atomic<int> on_close{0};
+  ReceiveGuard guard(options, nullptr, [&] { ++on_close; });
+  auto owned = std::make_unique<FakeSource>();
+  FakeSource* source = owned.get();
+  guard.Start(std::move(owned));
+  source->Set("ipv4:127.0.0.1:1", 1000);
+  source->AwaitSamples(3);
+  source->Set("ipv4:127.0.0.1:1", 100 * kMax);  // no read pending, no call
+  source->AwaitSamples(3);
+  EXPECT_THAT(source->closed(), ElementsAre("ipv4:127.0.0.1:1"));
+  EXPECT_EQ(guard.closed(), 1u);
+  EXPECT_EQ(on_close.load(), 1);
+  // A connection the guard lost sight of (failed samples) is counted from
+  // where it is found again.
+  source->FailNext(1 << 30);
+  source->AwaitSamples(2);
+  source->Set("ipv4:127.0.0.1:2", 100 * kMax);
+  source->FailNext(0);
+  source->AwaitSamples(3);
+  source->Set("ipv4:127.0.0.1:2", 100 * kMax + 1000);
+  source->AwaitSamples(3);
+  EXPECT_EQ(guard.closed(), 1u);
 }
 
 TEST(CanonicalPeerTest, UnescapesGrpcsIpv6Brackets) {
@@ -405,7 +635,7 @@ struct LoopbackConnection {
 
 // The kernel's side: 100,000 bytes sent and read; the source lists the
 // client's end by gRPC's spelling with what the server side has read.
-TEST(SockDiagSourceTest, ListsALoopbackConnectionWithTheBytesRead) {
+TEST(SocketSourceTest, ListsALoopbackConnectionWithTheBytesRead) {
   LoopbackConnection c(AF_INET);
   const std::string data(100000, 'x');
   size_t sent = 0;
@@ -414,7 +644,7 @@ TEST(SockDiagSourceTest, ListsALoopbackConnectionWithTheBytesRead) {
     ASSERT_GT(n, 0);
     sent += static_cast<size_t>(n);
   }
-  auto source = NewSockDiagSource(c.port);
+  auto source = NewSocketSource(c.port);
   absl::flat_hash_map<std::string, uint64_t> bytes;
   // Not yet read by the server: in its receive queue, the kernel's.
   ASSERT_TRUE(source->Sample(&bytes).ok());
@@ -435,15 +665,40 @@ TEST(SockDiagSourceTest, ListsALoopbackConnectionWithTheBytesRead) {
   EXPECT_EQ(bytes.size(), 1u);
 }
 
+// Close() shuts the listed connection's socket down (its client reads the
+// end of the stream); a peer not listed, or closed already, is NOT_FOUND.
+TEST(SocketSourceTest, ClosesAListedConnection) {
+  LoopbackConnection c(AF_INET);
+  LoopbackConnection other(AF_INET);
+  ASSERT_EQ(send(c.client, "hello", 5, 0), 5);
+  char buffer[8];
+  ASSERT_EQ(recv(c.server, buffer, 5, MSG_WAITALL), 5);
+  auto source = NewSocketSource(c.port);
+  EXPECT_EQ(source->Close(c.peer).code(), absl::StatusCode::kNotFound);
+  absl::flat_hash_map<std::string, uint64_t> bytes;
+  ASSERT_TRUE(source->Sample(&bytes).ok());
+  ASSERT_TRUE(bytes.contains(c.peer)) << c.peer;
+  EXPECT_FALSE(bytes.contains(other.peer));  // another port's
+  ASSERT_TRUE(source->Close(c.peer).ok());
+  EXPECT_EQ(recv(c.client, buffer, sizeof(buffer), 0), 0);  // end of stream
+  EXPECT_EQ(source->Close(c.peer).code(), absl::StatusCode::kNotFound);
+  // The other connection is untouched.
+  ASSERT_EQ(send(other.client, "hi", 2, 0), 2);
+  EXPECT_EQ(recv(other.server, buffer, 2, MSG_WAITALL), 2);
+  // Sampled again: a shut-down connection is no longer established.
+  ASSERT_TRUE(source->Sample(&bytes).ok());
+  EXPECT_FALSE(bytes.contains(c.peer));
+}
+
 // An IPv6 connection is listed as gRPC spells its peer (the re-attack at
 // 7a995c3: with the brackets compared escaped, no IPv6 connection was
 // guarded).
-TEST(SockDiagSourceTest, ListsAnIpv6LoopbackConnection) {
+TEST(SocketSourceTest, ListsAnIpv6LoopbackConnection) {
   LoopbackConnection c(AF_INET6);
   ASSERT_EQ(send(c.client, "hello", 5, 0), 5);
   char buffer[8];
   ASSERT_EQ(recv(c.server, buffer, 5, MSG_WAITALL), 5);
-  auto source = NewSockDiagSource(c.port);
+  auto source = NewSocketSource(c.port);
   absl::flat_hash_map<std::string, uint64_t> bytes;
   ASSERT_TRUE(source->Sample(&bytes).ok());
   ASSERT_TRUE(bytes.contains(c.peer)) << c.peer;
