@@ -70,7 +70,7 @@ class ReceiveGuardInterceptor final : public grpc::experimental::Interceptor {
   ~ReceiveGuardInterceptor() override {
     if (read_ != 0)
       guard_->ReadEnded(read_, 0, ReceiveGuard::ReadEnd::kFailed);
-    if (!peer_.empty()) guard_->CallEnded(peer_);
+    if (!peer_.empty()) guard_->CallEnded(peer_, read_started_);
     // (ReadEnded above waited for a cancel under way: none runs now.)
     if (cancelled_.load(std::memory_order_acquire)) {
       absl::MutexLock lock(&cancelled_calls_mu);
@@ -104,6 +104,7 @@ class ReceiveGuardInterceptor final : public grpc::experimental::Interceptor {
     // that is not done (its POST_RECV_MESSAGE pass comes when it is).
     if (!read_done && read_ == 0 && methods->GetRecvMessage() != nullptr) {
       grpc_call* call = context_->c_call();
+      read_started_ = true;
       read_ = guard_->ReadStarted(
           peer_,
           [this, call](const std::string& message) {
@@ -146,6 +147,7 @@ class ReceiveGuardInterceptor final : public grpc::experimental::Interceptor {
   // CancelledCalls(); the destructor then takes it out.
   std::atomic<bool> cancelled_{false};
   uint64_t read_ = 0;  // the pending read's handle, 0 if none
+  bool read_started_ = false;  // whether the call ever started a read
 };
 
 class ReceiveGuardInterceptorFactory final
@@ -214,14 +216,17 @@ void ReceiveGuard::CallStarted(absl::string_view peer) {
   AllowLocked(connection, kAllowancePerCall);
 }
 
-void ReceiveGuard::CallEnded(absl::string_view peer) {
+void ReceiveGuard::CallEnded(absl::string_view peer, bool read_started) {
   absl::MutexLock lock(&mu_);
   auto it = connections_.find(peer);
   if (it == connections_.end()) return;
   Connection& connection = it->second;
   if (connection.open_calls > 0) --connection.open_calls;
-  // Its END_STREAM or RST_STREAM.
-  AllowLocked(connection, kAllowancePerMessage);
+  // Its END_STREAM or RST_STREAM; and, for a call refused or shed before
+  // its request was read, what its stream's window had taken of that
+  // request, which gRPC drops with the call.
+  AllowLocked(connection, kAllowancePerMessage +
+                              (read_started ? 0 : kStreamWindowBytes));
   MaybeEraseLocked(it->first, connection);
 }
 
@@ -377,7 +382,6 @@ int ReceiveGuard::Check(
     absl::MutexLock lock(&mu_);
     const bool resync = resync_;
     resync_ = false;
-    recheck_soon_ = false;
     // A connection the sample does not list has ended (or is not TCP): it
     // is forgotten once it has no call either; listed again, it is new.
     for (auto it = connections_.begin(); it != connections_.end();) {
@@ -401,7 +405,7 @@ int ReceiveGuard::Check(
         connection.last_time = now;
         connection.held_bytes = 0;
         connection.unclaimed_bytes = 0;
-        connection.unclaimed_over = false;
+        connection.over_passes = 0;
       }
       const double seconds =
           std::max(0.0, absl::ToDoubleSeconds(now - connection.last_time));
@@ -461,10 +465,16 @@ int ReceiveGuard::Check(
         connection.unclaimed_bytes =
             std::min(connection.unclaimed_bytes, close_at);
       }
+      // Over at kOverPasses passes in a row, and more since the last: still
+      // arriving (a burst of new streams' first windows is bounded, and
+      // waits for its calls' first hooks, which a loaded machine can delay
+      // by passes).
       const bool unclaimed_over = connection.unclaimed_bytes > close_at;
-      const bool over_twice = unclaimed_over && connection.unclaimed_over;
-      connection.unclaimed_over = unclaimed_over;
-      if (unclaimed_over && !over_twice) recheck_soon_ = true;
+      connection.over_passes = unclaimed_over ? connection.over_passes + 1 : 0;
+      const bool over_twice =
+          connection.over_passes >= kOverPasses &&
+          connection.unclaimed_bytes > connection.unclaimed_at_last_pass;
+      connection.unclaimed_at_last_pass = connection.unclaimed_bytes;
       const bool reads_over =
           !connection.reads.empty() && connection.held_bytes > may_hold;
       if (!reads_over && !over_twice) continue;
@@ -504,7 +514,7 @@ int ReceiveGuard::Check(
         // cancelled calls had).
         connection.held_bytes = 0;
         connection.unclaimed_bytes = 0;
-        connection.unclaimed_over = false;
+        connection.over_passes = 0;
         continue;
       }
       // A read that ended during this pass has its delivery counted at the
@@ -525,7 +535,7 @@ int ReceiveGuard::Check(
       if (to_close != nullptr) to_close->push_back(peer);
       connection.held_bytes = 0;
       connection.unclaimed_bytes = 0;
-      connection.unclaimed_over = false;
+      connection.over_passes = 0;
     }
   }
   for (Victim& victim : victims) {
@@ -551,12 +561,9 @@ void ReceiveGuard::Run() {
         return stop_;
       };
       // Every interval, whether a read is pending or not: a connection
-      // without a call can flood too ("Connections, not only reads"); a
-      // quarter of it after a pass that found one over its bound once; at
+      // without a call can flood too ("Connections, not only reads"); at
       // most a fifth of the thread's time.
-      const absl::Duration wait = std::max(
-          recheck_soon_ ? options_.interval / 4 : options_.interval,
-          4 * pass_time);
+      const absl::Duration wait = std::max(options_.interval, 4 * pass_time);
       if (mu_.AwaitWithTimeout(absl::Condition(&stopped), wait)) return;
     }
     const absl::Time pass_start = absl::Now();

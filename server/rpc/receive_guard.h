@@ -169,8 +169,10 @@ class ReceiveGuard {
   // reads, whose calls' buffers gRPC then drops). A connection whose
   // unclaimed bytes pass what gRPC may hold for its calls (each pending
   // read's message, each open call's stream window) plus
-  // kUnclaimedSlackBytes at two passes in a row (the second a quarter
-  // interval after the first), no call having started
+  // kUnclaimedSlackBytes at kOverPasses passes in a row, growing at the
+  // last (a burst of new streams' first windows is bounded and waits for
+  // its calls' first hooks, which a loaded machine can delay by passes), no
+  // call having started
   // between them (while a header block is open HTTP/2 allows no other
   // frame, so no call can start; a call that starts caps the count at the
   // bound: what is over it then is the requests of calls refused before
@@ -181,6 +183,7 @@ class ReceiveGuard {
   // is tight because the bytes are not what they cost: HPACK lets one byte
   // on the wire name a header of ~100 bytes in its table.
   static constexpr uint64_t kUnclaimedSlackBytes = 64 * 1024;
+  static constexpr uint32_t kOverPasses = 3;
   // A connection over a bound again within this long of the guard
   // cancelling its reads is closed instead: cancelled reads reset the
   // counts, so a client restarting reads could otherwise go on flooding.
@@ -231,9 +234,12 @@ class ReceiveGuard {
   // The calls' side, used by the interceptor (and tests). `peer` is the
   // call's connection (grpc::ServerContext::peer()).
   //
-  // A call opened on `peer`; CallEnded() when it ends.
+  // A call opened on `peer`; CallEnded() when it ends, saying whether it
+  // started a read (one that did not, refused or shed before its request
+  // was read, is allowed its stream's window from the bucket: the bytes of
+  // its request gRPC had taken, and drops).
   void CallStarted(absl::string_view peer);
-  void CallEnded(absl::string_view peer);
+  void CallEnded(absl::string_view peer, bool read_started = true);
   // Received or sent bytes the allowances cover (metadata, framing).
   void Allow(absl::string_view peer, uint64_t bytes);
   // A read started on `peer`, of a message of at most `max_bytes` (0: the
@@ -309,7 +315,8 @@ class ReceiveGuard {
     // were over the bound at the last pass, and when the guard last
     // cancelled the connection's reads.
     uint64_t unclaimed_bytes = 0;
-    bool unclaimed_over = false;
+    uint32_t over_passes = 0;  // passes in a row over the bound
+    uint64_t unclaimed_at_last_pass = 0;
     bool call_started = false;  // since the last pass
     absl::Time last_cancel = absl::InfinitePast();
     // The allowance bucket (kAllowanceBucketsPerSecond): its size (the
@@ -355,10 +362,6 @@ class ReceiveGuard {
   // Set when a pass could not sample: the next Check() counts the
   // connections it lists from their present count, not from 0.
   bool resync_ ABSL_GUARDED_BY(mu_) = false;
-  // Set by a Check() that found a connection over the unclaimed bound for
-  // the first time: the next pass comes after a quarter interval (a flood
-  // goes on meanwhile; a burst's calls have started by then).
-  bool recheck_soon_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 
