@@ -445,9 +445,8 @@ int ReceiveGuard::Check(
       // pending read's message, each open call's stream window, and a
       // little more for streams whose calls are not open yet. Not every
       // stream's window whatever the calls: each byte of an endless header
-      // block can decode to ~100 bytes of metadata. Over it at two passes
-      // in a row: a burst of new streams' HEADERS and first windows can be
-      // read before their calls' first hooks run, not for a whole pass.
+      // block can decode to ~100 bytes of metadata (acted on only after
+      // kOverPasses passes over it, below).
       const uint64_t close_at =
           std::max(connection.read_bytes_since_begin,
                    connection.pending_read_bytes) +
