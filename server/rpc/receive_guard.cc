@@ -340,6 +340,20 @@ void ReceiveGuard::MaybeEraseLocked(const std::string& peer,
   }
 }
 
+void ReceiveGuard::UnfollowLocked(
+    const absl::flat_hash_map<std::string, uint64_t>* listed) {
+  for (auto it = connections_.begin(); it != connections_.end();) {
+    if (listed == nullptr || !listed->contains(it->first)) {
+      it->second.have_sample = false;
+      if (it->second.open_calls == 0 && it->second.reads.empty()) {
+        connections_.erase(it++);
+        continue;
+      }
+    }
+    ++it;
+  }
+}
+
 void ReceiveGuard::Report(const std::string& message, absl::Time now) {
   if (now - last_report_ >= absl::Seconds(1)) {
     std::fprintf(stderr, "cgacctd: receive guard: %s%s\n", message.c_str(),
@@ -382,18 +396,8 @@ int ReceiveGuard::Check(
     absl::MutexLock lock(&mu_);
     const bool resync = resync_;
     resync_ = false;
-    // A connection the sample does not list has ended (or is not TCP): it
-    // is forgotten once it has no call either; listed again, it is new.
-    for (auto it = connections_.begin(); it != connections_.end();) {
-      if (!bytes_by_peer.contains(it->first)) {
-        it->second.have_sample = false;
-        if (it->second.open_calls == 0 && it->second.reads.empty()) {
-          connections_.erase(it++);
-          continue;
-        }
-      }
-      ++it;
-    }
+    // A connection the sample does not list has ended (or is not TCP).
+    UnfollowLocked(&bytes_by_peer);
     for (const auto& [peer, bytes] : bytes_by_peer) {
       Connection& connection = connections_[peer];
       if (!connection.have_sample) {
@@ -580,14 +584,7 @@ void ReceiveGuard::Run() {
       // Unfollowed until a sample lists them again (then counted afresh).
       absl::MutexLock lock(&mu_);
       resync_ = true;
-      for (auto it = connections_.begin(); it != connections_.end();) {
-        it->second.have_sample = false;
-        if (it->second.open_calls == 0 && it->second.reads.empty()) {
-          connections_.erase(it++);
-        } else {
-          ++it;
-        }
-      }
+      UnfollowLocked(nullptr);
       continue;
     }
     reported_error = false;

@@ -98,15 +98,16 @@ std::string CanonicalPeer(absl::string_view peer);
 // tcp_info's tcpi_bytes_received, less the receive queue (SIOCINQ), of
 // this process's established TCP connections (IPv4 and IPv6) whose local
 // port is `local_port`: each pass lists /proc/self/fd and reads
-// getsockopt(TCP_INFO) of those sockets (a socket's port and peer are read
-// once, by inode). IPv4-mapped IPv6 peers are spelt ipv4, as gRPC does.
+// getsockopt(TCP_INFO) of those sockets (a descriptor's port and peer are
+// read once, again when its inode changes). IPv4-mapped IPv6 peers are spelt ipv4, as gRPC does.
 // Close() shuts down a dup(2) of the listed socket's descriptor whose inode
 // it has checked again (the descriptor may have been closed and its number
 // reused meanwhile; shutdown(2) acts on the socket, whichever descriptor
-// names it). A pass costs a few microseconds per descriptor of the
-// process (a NETLINK_SOCK_DIAG dump walks the kernel's whole TCP hash
-// table: 8.8% of a core every 20 ms with no connection at all, 1.3 cores
-// with 1,000 idle ones). Not thread-safe: one sampler.
+// names it). A pass: 12 us with no connection, 0.29 ms with 100, 6.1 ms
+// with 1,000 (a NETLINK_SOCK_DIAG dump, which walks the kernel's whole TCP
+// hash table: 2.4, 2.3 and 6.1 ms; tests/bench/RESULTS.md). Sample()
+// errors: UNAVAILABLE if /proc/self/fd cannot be listed. Not thread-safe:
+// one sampler.
 std::unique_ptr<ReceivedBytesSource> NewSocketSource(uint16_t local_port);
 
 class ReceiveGuard {
@@ -274,6 +275,7 @@ class ReceiveGuard {
   void BeginSample();
   int Check(const absl::flat_hash_map<std::string, uint64_t>& bytes_by_peer,
             absl::Time now, std::vector<std::string>* to_close = nullptr);
+  // Counts one connection of `*to_close` closed (closed(), `on_close`).
   void ConnectionClosed();
 
   // Reads cancelled and connections closed so far.
@@ -333,6 +335,12 @@ class ReceiveGuard {
 
   void Run();
   void MaybeEraseLocked(const std::string& peer, Connection& connection)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stops following the connections `listed` does not list (every one if
+  // null): a later listing counts one as new. One with no call and no read
+  // is forgotten.
+  void UnfollowLocked(
+      const absl::flat_hash_map<std::string, uint64_t>* listed)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes `message` to stderr, one line a second at most (Check's, so the
   // sampling thread's): a client can make the guard act as often as it
