@@ -3,6 +3,7 @@
 
 #include <grpc/grpc.h>
 #include <grpcpp/grpcpp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -384,9 +385,21 @@ void ReceiveGuard::BeginSample() {
   }
 }
 
+std::optional<uint64_t> ProcessResidentBytes() {
+  std::FILE* file = std::fopen("/proc/self/statm", "r");
+  if (file == nullptr) return std::nullopt;
+  unsigned long long size_pages = 0, resident_pages = 0;
+  const int read = std::fscanf(file, "%llu %llu", &size_pages, &resident_pages);
+  std::fclose(file);
+  const long page_bytes = sysconf(_SC_PAGESIZE);
+  if (read != 2 || page_bytes <= 0) return std::nullopt;
+  return uint64_t{resident_pages} * static_cast<uint64_t>(page_bytes);
+}
+
 int ReceiveGuard::Check(
     const absl::flat_hash_map<std::string, uint64_t>& bytes_by_peer,
-    absl::Time now, std::vector<std::string>* to_close) {
+    absl::Time now, std::vector<std::string>* to_close,
+    std::optional<uint64_t> resident_bytes) {
   struct Victim {
     std::shared_ptr<Read> read;
     std::string message;
@@ -398,6 +411,20 @@ int ReceiveGuard::Check(
     resync_ = false;
     // A connection the sample does not list has ended (or is not TCP).
     UnfollowLocked(&bytes_by_peer);
+    // "Amplification": what every connection received in this pass (each
+    // counted as below), and where the window of a connection first over
+    // its tight bound at this pass starts (the previous pass).
+    const uint64_t wire_before = wire_bytes_;
+    const std::optional<uint64_t> resident_before = last_resident_bytes_;
+    for (const auto& [peer, bytes] : bytes_by_peer) {
+      auto it = connections_.find(peer);
+      const uint64_t last =
+          it != connections_.end() && it->second.have_sample
+              ? it->second.last_bytes
+              : (resync ? bytes : 0);
+      wire_bytes_ += bytes > last ? bytes - last : 0;
+    }
+    last_resident_bytes_ = resident_bytes;
     for (const auto& [peer, bytes] : bytes_by_peer) {
       Connection& connection = connections_[peer];
       if (!connection.have_sample) {
@@ -410,6 +437,7 @@ int ReceiveGuard::Check(
         connection.held_bytes = 0;
         connection.unclaimed_bytes = 0;
         connection.over_passes = 0;
+        connection.tight_over_passes = 0;
       }
       const double seconds =
           std::max(0.0, absl::ToDoubleSeconds(now - connection.last_time));
@@ -451,13 +479,14 @@ int ReceiveGuard::Check(
       // stream's window whatever the calls: each byte of an endless header
       // block can decode to ~100 bytes of metadata (acted on only after
       // kOverPasses passes over it, below).
-      const uint64_t close_at =
-          std::max(connection.read_bytes_since_begin,
-                   connection.pending_read_bytes) +
+      const uint64_t reads_may_hold = std::max(
+          connection.read_bytes_since_begin, connection.pending_read_bytes);
+      const uint64_t tight_at =
           std::min<uint64_t>(
               uint64_t{connection.open_calls} * kStreamWindowBytes,
               options_.stream_window_bytes_per_connection) +
           kUnclaimedSlackBytes;
+      const uint64_t close_at = reads_may_hold + tight_at;
       // A call that started since the last pass means no header block was
       // left open across it (HTTP/2 allows nothing but CONTINUATION frames
       // while one is): what is over the bound then is the bodies of calls
@@ -474,14 +503,40 @@ int ReceiveGuard::Check(
       // by passes).
       const bool unclaimed_over = connection.unclaimed_bytes > close_at;
       connection.over_passes = unclaimed_over ? connection.over_passes + 1 : 0;
-      const bool over_twice =
-          connection.over_passes >= kOverPasses &&
+      const bool growing =
           connection.unclaimed_bytes > connection.unclaimed_at_last_pass;
+      const bool over_twice =
+          connection.over_passes >= kOverPasses && growing;
       connection.unclaimed_at_last_pass = connection.unclaimed_bytes;
       const bool reads_over =
           !connection.reads.empty() && connection.held_bytes > may_hold;
-      if (!reads_over && !over_twice) continue;
-      if (!connection.reads.empty() &&
+      // "Amplification": over the bound without the reads' messages, while
+      // the process's memory grows far faster than the wire explains.
+      if (connection.unclaimed_bytes > tight_at) {
+        if (connection.tight_over_passes++ == 0) {
+          connection.resident_at_tight_over = resident_before;
+          connection.wire_at_tight_over = wire_before;
+        }
+      } else {
+        connection.tight_over_passes = 0;
+      }
+      uint64_t amplified_bytes = 0;  // the memory grown past the wire's cost
+      if (connection.tight_over_passes >= kAmplifiedPasses && growing &&
+          resident_bytes.has_value() &&
+          connection.resident_at_tight_over.has_value() &&
+          *resident_bytes > *connection.resident_at_tight_over) {
+        const uint64_t grown_bytes =
+            *resident_bytes - *connection.resident_at_tight_over;
+        const uint64_t explained_bytes =
+            kHonestCostPerWireByte *
+                (wire_bytes_ - connection.wire_at_tight_over) +
+            kAmplifiedSlackBytes;
+        if (grown_bytes > explained_bytes) amplified_bytes = grown_bytes;
+      }
+      // (Over its bound too, its reads are cancelled first, as below.)
+      const bool amplified = amplified_bytes > 0 && !over_twice && !reads_over;
+      if (!reads_over && !over_twice && !amplified) continue;
+      if (!amplified && !connection.reads.empty() &&
           now - connection.last_cancel >= kRecancelAfter) {
         // The pending reads' calls are cancelled, once: gRPC drops what
         // they had. Over again within kRecancelAfter, the connection is
@@ -518,11 +573,12 @@ int ReceiveGuard::Check(
         connection.held_bytes = 0;
         connection.unclaimed_bytes = 0;
         connection.over_passes = 0;
+        connection.tight_over_passes = 0;
         continue;
       }
       // A read that ended during this pass has its delivery counted at the
       // next.
-      if (connection.reads.empty() && pending > 0) continue;
+      if (!amplified && connection.reads.empty() && pending > 0) continue;
       Report(absl::StrCat(
                  "connection ", peer, " read ",
                  std::max(connection.unclaimed_bytes, connection.held_bytes),
@@ -531,7 +587,15 @@ int ReceiveGuard::Check(
                  " read(s) pending: a header block that does not end, "
                  "streams reset before they were handed over, frames gRPC "
                  "ignores, or a read cancelled again), over the ",
-                 reads_over ? may_hold : close_at, " it may hold; ",
+                 reads_over ? may_hold : (over_twice ? close_at : tight_at),
+                 " it may hold",
+                 amplified
+                     ? absl::StrCat(" without its reads' messages, while "
+                                    "cgacctd's memory grew ",
+                                    amplified_bytes,
+                                    " bytes: more than messages' bytes cost")
+                     : "",
+                 "; ",
                  to_close != nullptr ? "the connection is closed"
                                      : "not closed (no source to close it)"),
              now);
@@ -539,6 +603,7 @@ int ReceiveGuard::Check(
       connection.held_bytes = 0;
       connection.unclaimed_bytes = 0;
       connection.over_passes = 0;
+      connection.tight_over_passes = 0;
     }
   }
   for (Victim& victim : victims) {
@@ -589,7 +654,8 @@ void ReceiveGuard::Run() {
     }
     reported_error = false;
     to_close.clear();
-    Check(bytes_by_peer, options_.clock(), &to_close);
+    Check(bytes_by_peer, options_.clock(), &to_close,
+          options_.resident_bytes ? options_.resident_bytes() : std::nullopt);
     // NOT_FOUND: it ended meanwhile.
     for (const std::string& peer : to_close) {
       if (source_->Close(peer).ok()) ConnectionClosed();

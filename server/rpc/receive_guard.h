@@ -110,6 +110,12 @@ std::string CanonicalPeer(absl::string_view peer);
 // one sampler.
 std::unique_ptr<ReceivedBytesSource> NewSocketSource(uint16_t local_port);
 
+// This process's resident memory in bytes (/proc/self/statm's resident
+// pages times the page size: one read of that file); nullopt if it cannot
+// be read.
+// Thread-safe.
+std::optional<uint64_t> ProcessResidentBytes();
+
 class ReceiveGuard {
  public:
   // Allowances for what is received besides the messages' own bytes: per
@@ -190,6 +196,30 @@ class ReceiveGuard {
   // counts, so a client restarting reads could otherwise go on flooding.
   static constexpr absl::Duration kRecancelAfter = absl::Seconds(10);
 
+  // Amplification. A connection with reads pending may hold their
+  // messages, so its bound above includes one --max_message_bytes per read:
+  // an authenticated client with an idle ChargeStream could send 4 MiB of
+  // an endless header block behind it, ~430 MB once decoded (the re-attack
+  // of e2dc5c3: 522 MB to 2.25 GB). The wire cannot tell those bytes from a
+  // message's (both are bytes no call took yet); what they cost can, though
+  // only process-wide: a message's bytes cost about what they weigh, a
+  // header block of 1-byte references ~100 times more. So from the pass a
+  // connection first goes over its bound without its reads' messages (its
+  // "tight" bound: its calls' windows and kUnclaimedSlackBytes), the guard
+  // keeps the process's resident memory and every connection's received
+  // bytes at the pass before; when, kAmplifiedPasses passes or more in a
+  // row over it and still growing, the memory has grown more than
+  // kHonestCostPerWireByte times what all connections received since, plus
+  // kAmplifiedSlackBytes, the connection is closed (cancelling its reads
+  // would not help: the bytes are not theirs). What is not caught: a header
+  // block that grows the process's memory by less than kAmplifiedSlackBytes
+  // over the time it stays over; and the memory is not attributed, so a
+  // connection whose upload is slow while another amplifies is closed with
+  // it.
+  static constexpr uint64_t kHonestCostPerWireByte = 4;
+  static constexpr uint64_t kAmplifiedSlackBytes = uint64_t{32} << 20;
+  static constexpr uint32_t kAmplifiedPasses = 2;
+
   struct Options {
     // The largest message a cgacct.v1.Accounting read may take (and the
     // allowance bucket's size).
@@ -206,6 +236,10 @@ class ReceiveGuard {
     absl::Duration interval = absl::Milliseconds(20);
     // The allowance bucket's clock (tests give their own).
     std::function<absl::Time()> clock = [] { return absl::Now(); };
+    // The process's resident memory, read by the sampler at each pass
+    // ("Amplification"); nullopt when unknown (the rule is then off).
+    std::function<std::optional<uint64_t>()> resident_bytes =
+        ProcessResidentBytes;
   };
 
   // `on_cancel` (may be empty) is run once per read cancelled, and
@@ -271,10 +305,12 @@ class ReceiveGuard {
   // them and counts each with ConnectionClosed()), or are only logged if
   // it is null. A connection listed for the first time is counted from its
   // first byte: the sampler runs all along, so it opened since the last
-  // pass.
+  // pass. `resident_bytes` is the process's resident memory at the sample
+  // ("Amplification"; nullopt: unknown, the rule is off).
   void BeginSample();
   int Check(const absl::flat_hash_map<std::string, uint64_t>& bytes_by_peer,
-            absl::Time now, std::vector<std::string>* to_close = nullptr);
+            absl::Time now, std::vector<std::string>* to_close = nullptr,
+            std::optional<uint64_t> resident_bytes = std::nullopt);
   // Counts one connection of `*to_close` closed (closed(), `on_close`).
   void ConnectionClosed();
 
@@ -320,6 +356,12 @@ class ReceiveGuard {
     uint32_t over_passes = 0;  // passes in a row over the bound
     uint64_t unclaimed_at_last_pass = 0;
     bool call_started = false;  // since the last pass
+    // "Amplification": passes in a row over the tight bound, and the
+    // process's resident memory and wire_bytes_ at the first of them
+    // (resident nullopt: unknown then).
+    uint32_t tight_over_passes = 0;
+    std::optional<uint64_t> resident_at_tight_over;
+    uint64_t wire_at_tight_over = 0;
     absl::Time last_cancel = absl::InfinitePast();
     // The allowance bucket (kAllowanceBucketsPerSecond): its size (the
     // largest max_bytes of the connection's reads so far, at least
@@ -370,6 +412,11 @@ class ReceiveGuard {
   // Set when a pass could not sample: the next Check() counts the
   // connections it lists from their present count, not from 0.
   bool resync_ ABSL_GUARDED_BY(mu_) = false;
+  // The growth of every listed connection's received bytes, summed over
+  // all passes ("Amplification").
+  uint64_t wire_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // The resident memory Check() was last given.
+  std::optional<uint64_t> last_resident_bytes_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
 };
 

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,10 +52,11 @@ class ReceiveGuardTest : public ::testing::Test {
  protected:
   // One pass with the kernel's count of kPeer at `bytes`, 20 ms after the
   // previous one. The connections to close go to closes_.
-  int Pass(uint64_t bytes) {
+  int Pass(uint64_t bytes,
+           std::optional<uint64_t> resident_bytes = std::nullopt) {
     now_ += absl::Milliseconds(20);
     guard_.BeginSample();
-    return guard_.Check({{kPeer, bytes}}, now_, &closes_);
+    return guard_.Check({{kPeer, bytes}}, now_, &closes_, resident_bytes);
   }
   uint64_t StartRead() {
     return guard_.ReadStarted(kPeer, [this](const std::string& message) {
@@ -455,6 +457,70 @@ TEST_F(ReceiveGuardTest, AnOversizedMessageCancelsItsReadNotItsConnection) {
     again = Pass(bytes);
   }
   EXPECT_EQ(again, 1);
+  EXPECT_TRUE(closes_.empty());
+}
+
+// "Amplification": an endless header block behind a pending read (an
+// authenticated client's idle ChargeStream) stays under the read's 4 MiB,
+// but the process's memory grows ~100 times faster than the bytes: the
+// connection is closed (its read is not cancelled: the bytes are not its)
+// once it has been over its bound without the read's message for
+// kAmplifiedPasses passes, still growing, and the memory has grown past
+// kHonestCostPerWireByte per byte received plus kAmplifiedSlackBytes.
+TEST_F(ReceiveGuardTest, AnAmplifyingHeaderBlockBehindAReadIsClosed) {
+  guard_.CallStarted(kPeer);
+  StartRead();
+  uint64_t bytes = 0;
+  uint64_t resident = 100u << 20;
+  EXPECT_EQ(Pass(bytes, resident), 0);
+  int closed_at = -1;
+  for (int pass = 1; pass <= 20 && closed_at < 0; ++pass) {
+    bytes += 100 * 1024;    // 2 MB in all: under the read's 4 MiB
+    resident += 10u << 20;  // ~100 bytes a byte
+    EXPECT_EQ(Pass(bytes, resident), 0);
+    if (!closes_.empty()) closed_at = pass;
+  }
+  // Over 2 x 65535 + 64 KiB from the second pass (the window starts at the
+  // first); at the fourth, 30 MiB grown is under 4 x 300 KiB + 32 MiB; at
+  // the fifth, 40 MiB is over 4 x 400 KiB + 32 MiB.
+  EXPECT_EQ(closed_at, 5);
+  EXPECT_THAT(closes_, ElementsAre(kPeer));
+  EXPECT_TRUE(messages_.empty());
+}
+
+// The same bytes costing what a message's bytes cost (a slow upload into
+// the pending read): held to the read's limit, not cut.
+TEST_F(ReceiveGuardTest, ASlowUploadBehindAReadIsNotTakenForAmplification) {
+  guard_.CallStarted(kPeer);
+  StartRead();
+  uint64_t bytes = 0;
+  uint64_t resident = 100u << 20;
+  EXPECT_EQ(Pass(bytes, resident), 0);
+  for (int pass = 1; pass <= 30; ++pass) {
+    bytes += 100 * 1024;      // 3 MB in all
+    resident += 200 * 1024;   // twice what arrives
+    EXPECT_EQ(Pass(bytes, resident), 0) << pass;
+  }
+  EXPECT_TRUE(messages_.empty());
+  EXPECT_TRUE(closes_.empty());
+}
+
+// Memory that grew before the connection went over its tight bound (other
+// work of the process) is not held against it.
+TEST_F(ReceiveGuardTest, MemoryGrownBeforeTheConnectionWasOverIsNotItsOwn) {
+  guard_.CallStarted(kPeer);
+  StartRead();
+  uint64_t bytes = 0;
+  uint64_t resident = 100u << 20;
+  EXPECT_EQ(Pass(bytes, resident), 0);
+  resident += 500u << 20;  // under the bound still
+  EXPECT_EQ(Pass(bytes + 1000, resident), 0);
+  for (int pass = 1; pass <= 20; ++pass) {
+    bytes += 100 * 1024;
+    resident += 100 * 1024;
+    EXPECT_EQ(Pass(bytes, resident), 0) << pass;
+  }
+  EXPECT_TRUE(messages_.empty());
   EXPECT_TRUE(closes_.empty());
 }
 
