@@ -451,7 +451,11 @@ int ReceiveGuard::Check(
       const uint64_t grown = connection.held_bytes + growth;
       connection.held_bytes = grown > taken ? grown - taken : 0;
       const uint64_t unclaimed = connection.unclaimed_bytes + growth;
-      connection.unclaimed_bytes = unclaimed > taken ? unclaimed - taken : 0;
+      const uint64_t unclaimed_taken =
+          connection.sampled_credit_bytes +
+          static_cast<uint64_t>(seconds * kUnclaimedLeakBytesPerSecond);
+      connection.unclaimed_bytes =
+          unclaimed > unclaimed_taken ? unclaimed - unclaimed_taken : 0;
       connection.last_bytes = std::max(connection.last_bytes, bytes);
       connection.last_time = now;
       connection.sampled_credit_bytes = 0;

@@ -171,7 +171,8 @@ class ReceiveGuard {
   // before gRPC hands them over, frames of unknown types. No call has them
   // to cancel. So the guard follows every connection of its port, with or
   // without a call, and keeps a second estimate per connection, its
-  // unclaimed bytes: received, less the same credits and leak, but never
+  // unclaimed bytes: received, less the same credits and a slower leak
+  // (kUnclaimedLeakBytesPerSecond), but never
   // forgotten for want of a pending read (only once the guard has cancelled
   // reads, whose calls' buffers gRPC then drops). A connection whose
   // unclaimed bytes pass what gRPC may hold for its calls (each pending
@@ -190,6 +191,14 @@ class ReceiveGuard {
   // is tight because the bytes are not what they cost: HPACK lets one byte
   // on the wire name a header of ~100 bytes in its table.
   static constexpr uint64_t kUnclaimedSlackBytes = 64 * 1024;
+  // The unclaimed count's leak. What a connection receives that no credit
+  // covers, besides header blocks, is PINGs and SETTINGS (an honest
+  // client's keepalive: 17 bytes every 10 s or more); at the reads' 16 KiB/s
+  // an endless header block dripped just under it grew cgacctd without end
+  // (4 connections at 12 KB/s: +50 MB in 15 s, ~70 bytes decoded a byte).
+  // At this rate a drip is closed unless slower than it, where it decodes
+  // to ~9 KB/s a connection.
+  static constexpr uint64_t kUnclaimedLeakBytesPerSecond = 128;
   static constexpr uint32_t kOverPasses = 3;
   // A connection over a bound again within this long of the guard
   // cancelling its reads is closed instead: cancelled reads reset the

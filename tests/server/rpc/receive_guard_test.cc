@@ -488,6 +488,36 @@ TEST_F(ReceiveGuardTest, AnAmplifyingHeaderBlockBehindAReadIsClosed) {
   EXPECT_TRUE(messages_.empty());
 }
 
+// An endless header block dripped at 12 KB/s (under the reads' 16 KiB/s
+// leak, which hid it: 4 such connections grew cgacctd by 50 MB in 15 s,
+// without end) is held to the unclaimed count's own leak, and closed.
+TEST_F(ReceiveGuardTest, AHeaderBlockDrippedUnderTheReadsLeakIsClosed) {
+  uint64_t bytes = 0;
+  EXPECT_EQ(Pass(bytes), 0);
+  int closed_at = -1;
+  for (int pass = 1; pass <= 500 && closed_at < 0; ++pass) {
+    bytes += 240;  // 12 KB/s at a pass every 20 ms
+    EXPECT_EQ(Pass(bytes), 0);
+    if (!closes_.empty()) closed_at = pass;
+  }
+  // 64 KiB over the leak's ~3 bytes a pass: ~280 passes (5.6 s), +2.
+  EXPECT_GT(closed_at, 250);
+  EXPECT_LT(closed_at, 300);
+  EXPECT_THAT(closes_, ElementsAre(kPeer));
+}
+
+// An idle connection's keepalive PINGs (17 bytes every 10 s) never reach
+// the bound.
+TEST_F(ReceiveGuardTest, KeepalivePingsAreNotAFlood) {
+  uint64_t bytes = 0;
+  EXPECT_EQ(Pass(bytes), 0);
+  for (int pass = 1; pass <= 100000; ++pass) {  // 2,000 s
+    if (pass % 500 == 0) bytes += 17;
+    EXPECT_EQ(Pass(bytes), 0);
+  }
+  EXPECT_TRUE(closes_.empty());
+}
+
 // The same bytes costing what a message's bytes cost (a slow upload into
 // the pending read): held to the read's limit, not cut.
 TEST_F(ReceiveGuardTest, ASlowUploadBehindAReadIsNotTakenForAmplification) {
