@@ -438,6 +438,7 @@ int ReceiveGuard::Check(
         connection.unclaimed_bytes = 0;
         connection.over_passes = 0;
         connection.tight_over_passes = 0;
+        connection.parked_passes = 0;
       }
       const double seconds =
           std::max(0.0, absl::ToDoubleSeconds(now - connection.last_time));
@@ -491,16 +492,26 @@ int ReceiveGuard::Check(
               options_.stream_window_bytes_per_connection) +
           kUnclaimedSlackBytes;
       const uint64_t close_at = reads_may_hold + tight_at;
+      // "Parked header blocks": the bound less its slack, plus
+      // kParkedSlackBytes.
+      const uint64_t parked_at =
+          close_at - kUnclaimedSlackBytes + kParkedSlackBytes;
       // A call that started since the last pass means no header block was
       // left open across it (HTTP/2 allows nothing but CONTINUATION frames
       // while one is): what is over the bound then is the bodies of calls
       // refused before their request was read (shed, unauthenticated),
-      // which gRPC drops. Not counted past the bound.
-      if (connection.call_started) {
+      // which gRPC drops. Not counted past the parked bound (so that an
+      // honest connection's leftovers do not make it look parked).
+      const bool call_started = connection.call_started;
+      if (call_started) {
         connection.call_started = false;
         connection.unclaimed_bytes =
-            std::min(connection.unclaimed_bytes, close_at);
+            std::min(connection.unclaimed_bytes, parked_at);
       }
+      connection.parked_passes =
+          !call_started && connection.unclaimed_bytes > parked_at
+              ? connection.parked_passes + 1
+              : 0;
       // Over at kOverPasses passes in a row, and more since the last: still
       // arriving (a burst of new streams' first windows is bounded, and
       // waits for its calls' first hooks, which a loaded machine can delay
@@ -578,6 +589,7 @@ int ReceiveGuard::Check(
         connection.unclaimed_bytes = 0;
         connection.over_passes = 0;
         connection.tight_over_passes = 0;
+        connection.parked_passes = 0;
         continue;
       }
       // A read that ended during this pass has its delivery counted at the
@@ -608,7 +620,9 @@ int ReceiveGuard::Check(
       connection.unclaimed_bytes = 0;
       connection.over_passes = 0;
       connection.tight_over_passes = 0;
+      connection.parked_passes = 0;
     }
+    CloseParkedLocked(now, to_close);
   }
   for (Victim& victim : victims) {
     cancelling_read = victim.read.get();
@@ -619,6 +633,48 @@ int ReceiveGuard::Check(
     if (on_cancel_) on_cancel_();
   }
   return static_cast<int>(victims.size());
+}
+
+void ReceiveGuard::CloseParkedLocked(absl::Time now,
+                                     std::vector<std::string>* to_close) {
+  // Each host's parked connections, the most unclaimed bytes first.
+  absl::flat_hash_map<absl::string_view,
+                      std::vector<std::pair<uint64_t, const std::string*>>>
+      parked_by_host;
+  for (const auto& [peer, connection] : connections_) {
+    if (!connection.have_sample || connection.parked_passes < kParkedPasses)
+      continue;
+    const absl::string_view p(peer);
+    const size_t port = p.rfind(':');
+    parked_by_host[port == absl::string_view::npos ? p : p.substr(0, port)]
+        .push_back({connection.unclaimed_bytes, &peer});
+  }
+  for (auto& [host, parked] : parked_by_host) {
+    if (parked.size() <= kMaxParkedConnectionsPerHost) continue;
+    std::sort(parked.begin(), parked.end(),
+              [](const auto& a, const auto& b) { return a.first > b.first; });
+    const size_t excess = parked.size() - kMaxParkedConnectionsPerHost;
+    for (size_t i = 0; i < excess; ++i) {
+      const std::string& peer = *parked[i].second;
+      Connection& connection = connections_.find(peer)->second;
+      Report(absl::StrCat("connection ", peer, " holds ",
+                          connection.unclaimed_bytes,
+                          " bytes no call took, with no call started for ",
+                          connection.parked_passes, " passes (a header block "
+                          "left open), one of ", parked.size(),
+                          " such connections of ", host, ", over ",
+                          kMaxParkedConnectionsPerHost, "; ",
+                          to_close != nullptr
+                              ? "the connection is closed"
+                              : "not closed (no source to close it)"),
+             now);
+      if (to_close != nullptr) to_close->push_back(peer);
+      connection.unclaimed_bytes = 0;
+      connection.over_passes = 0;
+      connection.tight_over_passes = 0;
+      connection.parked_passes = 0;
+    }
+  }
 }
 
 void ReceiveGuard::Run() {

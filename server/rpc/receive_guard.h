@@ -229,6 +229,22 @@ class ReceiveGuard {
   static constexpr uint64_t kAmplifiedSlackBytes = uint64_t{32} << 20;
   static constexpr uint32_t kAmplifiedPasses = 2;
 
+  // Parked header blocks. Under its bound, a header block left open costs
+  // what it decodes to for as long as its connection stays (200 unproven
+  // connections each sending 60 KB of one and waiting held 835 MB), and no
+  // call can start on that connection meanwhile. A connection is parked
+  // when its unclaimed bytes are over its bound less kUnclaimedSlackBytes
+  // plus kParkedSlackBytes with no call started, kParkedPasses passes in a
+  // row (a call that starts caps the count at that: what is over it then
+  // was dropped by gRPC with refused calls). A host may have
+  // kMaxParkedConnectionsPerHost parked connections; past that, those with
+  // the most unclaimed bytes are closed. A burst of new streams' first
+  // windows is parked only until its calls' first hooks run: only past 16
+  // connections of one host delayed that long is one closed.
+  static constexpr uint64_t kParkedSlackBytes = 8 * 1024;
+  static constexpr uint32_t kParkedPasses = 2;
+  static constexpr size_t kMaxParkedConnectionsPerHost = 16;
+
   struct Options {
     // The largest message a cgacct.v1.Accounting read may take (and the
     // allowance bucket's size).
@@ -369,6 +385,7 @@ class ReceiveGuard {
     // process's resident memory and wire_bytes_ at the first of them
     // (resident nullopt: unknown then).
     uint32_t tight_over_passes = 0;
+    uint32_t parked_passes = 0;  // passes in a row parked
     std::optional<uint64_t> resident_at_tight_over;
     uint64_t wire_at_tight_over = 0;
     absl::Time last_cancel = absl::InfinitePast();
@@ -392,6 +409,11 @@ class ReceiveGuard {
   // is forgotten.
   void UnfollowLocked(
       const absl::flat_hash_map<std::string, uint64_t>* listed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // "Parked header blocks": closes (adds to *to_close, or only reports
+  // if it is null) each host's parked connections past
+  // kMaxParkedConnectionsPerHost. Check()'s, at the end of a pass.
+  void CloseParkedLocked(absl::Time now, std::vector<std::string>* to_close)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes `message` to stderr, one line a second at most (Check's, so the
   // sampling thread's): a client can make the guard act as often as it

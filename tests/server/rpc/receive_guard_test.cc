@@ -518,6 +518,46 @@ TEST_F(ReceiveGuardTest, KeepalivePingsAreNotAFlood) {
   EXPECT_TRUE(closes_.empty());
 }
 
+// "Parked header blocks": a host's connections holding a header block
+// open under the bound, no call starting, past kMaxParkedConnectionsPerHost:
+// those with the most unclaimed bytes are closed. Another host's are its
+// own; a connection whose calls start is not parked.
+TEST(ReceiveGuardParkedTest, AHostsParkedConnectionsPastTheLimitAreClosed) {
+  ReceiveGuard guard(SmallOptions(), nullptr);
+  constexpr int kLimit =
+      static_cast<int>(ReceiveGuard::kMaxParkedConnectionsPerHost);
+  constexpr int kParked = kLimit + 4;
+  auto peer = [](const std::string& host, int i) {
+    return absl::StrCat("ipv4:", host, ":", 1000 + i);
+  };
+  absl::flat_hash_map<std::string, uint64_t> bytes;
+  std::vector<std::string> to_close;
+  for (int pass = 0; pass < 4; ++pass) {
+    for (int i = 0; i < kParked; ++i) {
+      // Each 20-40 KB, held: over 8 KiB, under the bound of 64 KiB.
+      bytes[peer("10.0.0.1", i)] = 20000 + 1000 * i;
+      bytes[peer("10.0.0.2", i)] = 20000 + 1000 * i;
+      if (i < kLimit) {
+        bytes[peer("10.0.0.3", i)] = 20000 + 1000 * i;
+      }
+    }
+    // 10.0.0.2's connections start a call at every pass.
+    for (int i = 0; i < kParked; ++i) guard.CallStarted(peer("10.0.0.2", i));
+    guard.BeginSample();
+    guard.Check(bytes, absl::UnixEpoch() + absl::Milliseconds(20 * pass),
+                &to_close);
+    if (pass == 0) {
+      EXPECT_TRUE(to_close.empty());
+    }
+  }
+  // At the second pass parked: 10.0.0.1's four largest closed, once.
+  std::vector<std::string> expected;
+  for (int i = kParked - 1; i >= kLimit; --i) {
+    expected.push_back(peer("10.0.0.1", i));
+  }
+  EXPECT_THAT(to_close, ::testing::UnorderedElementsAreArray(expected));
+}
+
 // The same bytes costing what a message's bytes cost (a slow upload into
 // the pending read): held to the read's limit, not cut.
 TEST_F(ReceiveGuardTest, ASlowUploadBehindAReadIsNotTakenForAmplification) {
