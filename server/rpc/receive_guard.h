@@ -187,7 +187,8 @@ class ReceiveGuard {
   // their request was read, which gRPC drops), has its pending reads
   // cancelled as above if it has any, and is closed if it has none
   // (ReceivedBytesSource::Close) or had reads cancelled less than
-  // kRecancelAfter before. The bound
+  // kRecancelAfter before, provided the process's memory shows it ("Memory
+  // evidence"; always when the memory is not known). The bound
   // is tight because the bytes are not what they cost: HPACK lets one byte
   // on the wire name a header of ~100 bytes in its table.
   static constexpr uint64_t kUnclaimedSlackBytes = 64 * 1024;
@@ -205,29 +206,30 @@ class ReceiveGuard {
   // counts, so a client restarting reads could otherwise go on flooding.
   static constexpr absl::Duration kRecancelAfter = absl::Seconds(10);
 
-  // Amplification. A connection with reads pending may hold their
-  // messages, so its bound above includes one --max_message_bytes per read:
-  // an authenticated client with an idle ChargeStream could send 4 MiB of
-  // an endless header block behind it, ~430 MB once decoded (the re-attack
-  // of e2dc5c3: 522 MB to 2.25 GB). The wire cannot tell those bytes from a
-  // message's (both are bytes no call took yet); what they cost can, though
-  // only process-wide: a message's bytes cost about what they weigh, a
-  // header block of 1-byte references ~100 times more. So from the pass a
-  // connection first goes over its bound without its reads' messages (its
-  // "tight" bound: its calls' windows and kUnclaimedSlackBytes), the guard
-  // keeps the process's resident memory and every connection's received
-  // bytes at the pass before; when, kAmplifiedPasses passes or more in a
-  // row over it and still growing, the memory has grown more than
-  // kHonestCostPerWireByte times what all connections received since, plus
-  // kAmplifiedSlackBytes, the connection is closed (cancelling its reads
-  // would not help: the bytes are not theirs). What is not caught: a header
-  // block that grows the process's memory by less than kAmplifiedSlackBytes
-  // over the time it stays over; and the memory is not attributed, so a
-  // connection whose upload is slow while another amplifies is closed with
-  // it.
+  // Memory evidence. Not every byte over the bound costs memory: gRPC drops
+  // the requests of calls refused before their read (shed, unauthenticated)
+  // and streams reset, and a loaded machine can keep every call's first
+  // hook waiting for passes while such bytes arrive (4 connections of 100
+  // concurrent refused 4 MB requests under one CPU hog: one closed with its
+  // 100 calls in 2 runs of 4; an identity being shed, 40 connections x 16
+  // concurrent 1 MB requests: 1-3 connections closed in 4 runs of 5). So
+  // when the process's resident memory is known, a connection over its
+  // bound is acted on only if the memory shows it: from the pass it first
+  // went over its bound without its reads' messages (its "tight" bound:
+  // its calls' windows and kUnclaimedSlackBytes), the guard keeps the
+  // resident memory and the bytes connections received, and the memory must
+  // have grown more than those bytes explain plus kMemorySlackBytes: the
+  // bytes of connections under their tight bounds kHonestCostPerWireByte
+  // each, those of connections over theirs (the bytes in question) one
+  // each. A flood is then cut at ~32 MiB of the process's memory rather than
+  // at its bytes. Memory is not attributed to connections, so this only
+  // ever holds an action back. (Closing a connection with a read pending on
+  // this evidence alone, the endless header block behind an authenticated
+  // read, was tried and withdrawn: another tenant's ListGroups answers grew
+  // the memory 36-81 MB and honest uploads at 0.2-1 MB/s were closed, and
+  // the attacker's own traffic or 16 reads under the slack evaded it.)
   static constexpr uint64_t kHonestCostPerWireByte = 4;
-  static constexpr uint64_t kAmplifiedSlackBytes = uint64_t{32} << 20;
-  static constexpr uint32_t kAmplifiedPasses = 2;
+  static constexpr uint64_t kMemorySlackBytes = uint64_t{32} << 20;
 
   // Parked header blocks. Under its bound, a header block left open costs
   // what it decodes to for as long as its connection stays (200 unproven
@@ -266,7 +268,7 @@ class ReceiveGuard {
     // The allowance bucket's clock (tests give their own).
     std::function<absl::Time()> clock = [] { return absl::Now(); };
     // The process's resident memory, read by the sampler at each pass
-    // ("Amplification"); nullopt when unknown (the rule is then off).
+    // ("Memory evidence"); nullopt when unknown (no evidence is asked).
     std::function<std::optional<uint64_t>()> resident_bytes =
         ProcessResidentBytes;
   };
@@ -335,7 +337,7 @@ class ReceiveGuard {
   // it is null. A connection listed for the first time is counted from its
   // first byte: the sampler runs all along, so it opened since the last
   // pass. `resident_bytes` is the process's resident memory at the sample
-  // ("Amplification"; nullopt: unknown, the rule is off).
+  // ("Memory evidence"; nullopt: unknown, none is asked).
   void BeginSample();
   int Check(const absl::flat_hash_map<std::string, uint64_t>& bytes_by_peer,
             absl::Time now, std::vector<std::string>* to_close = nullptr,
@@ -385,13 +387,14 @@ class ReceiveGuard {
     uint32_t over_passes = 0;  // passes in a row over the bound
     uint64_t unclaimed_at_last_pass = 0;
     bool call_started = false;  // since the last pass
-    // "Amplification": passes in a row over the tight bound, and the
+    // "Memory evidence": passes in a row over the tight bound, and the
     // process's resident memory and wire_bytes_ at the first of them
     // (resident nullopt: unknown then).
     uint32_t tight_over_passes = 0;
     uint32_t parked_passes = 0;  // passes in a row parked
     std::optional<uint64_t> resident_at_tight_over;
     uint64_t wire_at_tight_over = 0;
+    uint64_t suspect_wire_at_tight_over = 0;  // suspect_wire_bytes_ then
     absl::Time last_cancel = absl::InfinitePast();
     // The allowance bucket (kAllowanceBucketsPerSecond): its size (the
     // largest max_bytes of the connection's reads so far, at least
@@ -448,8 +451,10 @@ class ReceiveGuard {
   // connections it lists from their present count, not from 0.
   bool resync_ ABSL_GUARDED_BY(mu_) = false;
   // The growth of every listed connection's received bytes, summed over
-  // all passes ("Amplification").
+  // all passes ("Memory evidence").
   uint64_t wire_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // The part of it received by connections over their tight bound.
+  uint64_t suspect_wire_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   // The resident memory Check() was last given.
   std::optional<uint64_t> last_resident_bytes_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
