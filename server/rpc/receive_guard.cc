@@ -341,6 +341,14 @@ void ReceiveGuard::MaybeEraseLocked(const std::string& peer,
   }
 }
 
+void ReceiveGuard::ForgetCounts(Connection& connection) {
+  connection.held_bytes = 0;
+  connection.unclaimed_bytes = 0;
+  connection.over_passes = 0;
+  connection.tight_over_passes = 0;
+  connection.parked_passes = 0;
+}
+
 void ReceiveGuard::UnfollowLocked(
     const absl::flat_hash_map<std::string, uint64_t>* listed) {
   for (auto it = connections_.begin(); it != connections_.end();) {
@@ -435,11 +443,7 @@ int ReceiveGuard::Check(
         connection.have_sample = true;
         connection.last_bytes = resync ? bytes : 0;
         connection.last_time = now;
-        connection.held_bytes = 0;
-        connection.unclaimed_bytes = 0;
-        connection.over_passes = 0;
-        connection.tight_over_passes = 0;
-        connection.parked_passes = 0;
+        ForgetCounts(connection);
       }
       const double seconds =
           std::max(0.0, absl::ToDoubleSeconds(now - connection.last_time));
@@ -607,11 +611,7 @@ int ReceiveGuard::Check(
         }
         // What arrives from now on is counted afresh (gRPC drops what the
         // cancelled calls had).
-        connection.held_bytes = 0;
-        connection.unclaimed_bytes = 0;
-        connection.over_passes = 0;
-        connection.tight_over_passes = 0;
-        connection.parked_passes = 0;
+        ForgetCounts(connection);
         continue;
       }
       // A read that ended during this pass has its delivery counted at the
@@ -637,11 +637,7 @@ int ReceiveGuard::Check(
                                      : "not closed (no source to close it)"),
              now);
       if (to_close != nullptr) to_close->push_back(peer);
-      connection.held_bytes = 0;
-      connection.unclaimed_bytes = 0;
-      connection.over_passes = 0;
-      connection.tight_over_passes = 0;
-      connection.parked_passes = 0;
+      ForgetCounts(connection);
     }
     CloseParkedLocked(now, to_close);
   }
@@ -690,10 +686,7 @@ void ReceiveGuard::CloseParkedLocked(absl::Time now,
                               : "not closed (no source to close it)"),
              now);
       if (to_close != nullptr) to_close->push_back(peer);
-      connection.unclaimed_bytes = 0;
-      connection.over_passes = 0;
-      connection.tight_over_passes = 0;
-      connection.parked_passes = 0;
+      ForgetCounts(connection);
     }
   }
 }

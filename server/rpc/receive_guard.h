@@ -409,6 +409,10 @@ class ReceiveGuard {
   };
 
   void Run();
+  // Zeroes `connection`'s counts and passes (after the guard acted on it,
+  // or when it is first listed): what arrives from then on is counted
+  // afresh.
+  static void ForgetCounts(Connection& connection);
   void MaybeEraseLocked(const std::string& peer, Connection& connection)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Stops following the connections `listed` does not list (every one if
