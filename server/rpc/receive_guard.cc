@@ -549,10 +549,11 @@ int ReceiveGuard::Check(
         connection.tight_over_passes = 0;
       }
       // "Memory evidence": the memory grown past what the bytes received
-      // since the connection went over its tight bound explain (0 if not): kHonestCostPerWireByte for each byte of connections under
+      // since the connection went over its tight bound explain (0 if
+      // not): kHonestCostPerWireByte for each byte of connections under
       // their tight bounds, one for each byte of those over (theirs are
-      // the bytes in question: a message's cost what they weigh, a header
-      // block of 1-byte references ~100 times more).
+      // the bytes in question: a message's bytes cost what they weigh, a
+      // header block of 1-byte references ~100 times more).
       uint64_t unexplained_bytes = 0;
       if (connection.tight_over_passes > 0 && resident_bytes.has_value() &&
           connection.resident_at_tight_over.has_value() &&
