@@ -345,7 +345,7 @@ void ReceiveGuard::ForgetCounts(Connection& connection) {
   connection.held_bytes = 0;
   connection.unclaimed_bytes = 0;
   connection.over_passes = 0;
-  connection.tight_over_passes = 0;
+  connection.tight_over = false;
   connection.parked_passes = 0;
 }
 
@@ -419,20 +419,12 @@ int ReceiveGuard::Check(
     resync_ = false;
     // A connection the sample does not list has ended (or is not TCP).
     UnfollowLocked(&bytes_by_peer);
-    // "Memory evidence": what every connection received in this pass (each
-    // counted as below), and where the window of a connection first over
-    // its tight bound at this pass starts (the previous pass).
+    // "Memory evidence": where the window of a connection first over its
+    // tight bound at this pass starts (the previous pass; what connections
+    // receive is added below, each as it is counted).
     const uint64_t wire_before = wire_bytes_;
     const uint64_t suspect_wire_before = suspect_wire_bytes_;
     const std::optional<uint64_t> resident_before = last_resident_bytes_;
-    for (const auto& [peer, bytes] : bytes_by_peer) {
-      auto it = connections_.find(peer);
-      const uint64_t last =
-          it != connections_.end() && it->second.have_sample
-              ? it->second.last_bytes
-              : (resync ? bytes : 0);
-      wire_bytes_ += bytes > last ? bytes - last : 0;
-    }
     last_resident_bytes_ = resident_bytes;
     for (const auto& [peer, bytes] : bytes_by_peer) {
       Connection& connection = connections_[peer];
@@ -453,6 +445,7 @@ int ReceiveGuard::Check(
       // the difference may step back a little.
       const uint64_t growth =
           bytes > connection.last_bytes ? bytes - connection.last_bytes : 0;
+      wire_bytes_ += growth;
       const uint64_t taken = connection.sampled_credit_bytes + leak;
       const uint64_t grown = connection.held_bytes + growth;
       connection.held_bytes = grown > taken ? grown - taken : 0;
@@ -534,7 +527,8 @@ int ReceiveGuard::Check(
       // without its reads' messages.
       if (connection.unclaimed_bytes > tight_at) {
         suspect_wire_bytes_ += growth;
-        if (connection.tight_over_passes++ == 0) {
+        if (!connection.tight_over) {
+          connection.tight_over = true;
           connection.resident_at_tight_over = resident_before;
           connection.wire_at_tight_over = wire_before;
           connection.suspect_wire_at_tight_over = suspect_wire_before;
@@ -546,7 +540,7 @@ int ReceiveGuard::Check(
           connection.suspect_wire_at_tight_over = suspect_wire_bytes_;
         }
       } else {
-        connection.tight_over_passes = 0;
+        connection.tight_over = false;
       }
       // "Memory evidence": the memory grown past what the bytes received
       // since the connection went over its tight bound explain (0 if
@@ -555,7 +549,7 @@ int ReceiveGuard::Check(
       // the bytes in question: a message's bytes cost what they weigh, a
       // header block of 1-byte references ~100 times more).
       uint64_t unexplained_bytes = 0;
-      if (connection.tight_over_passes > 0 && resident_bytes.has_value() &&
+      if (connection.tight_over && resident_bytes.has_value() &&
           connection.resident_at_tight_over.has_value() &&
           *resident_bytes > *connection.resident_at_tight_over) {
         const uint64_t grown_bytes =

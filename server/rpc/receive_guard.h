@@ -99,7 +99,8 @@ std::string CanonicalPeer(absl::string_view peer);
 // this process's established TCP connections (IPv4 and IPv6) whose local
 // port is `local_port`: each pass lists /proc/self/fd and reads
 // getsockopt(TCP_INFO) of those sockets (a descriptor's port and peer are
-// read once, again when its inode changes). IPv4-mapped IPv6 peers are spelt ipv4, as gRPC does.
+// read once, again when its inode changes). IPv4-mapped IPv6 peers are
+// spelt ipv4, as gRPC does.
 // Close() shuts down a dup(2) of the listed socket's descriptor whose inode
 // it has checked again (the descriptor may have been closed and its number
 // reused meanwhile; shutdown(2) acts on the socket, whichever descriptor
@@ -112,8 +113,7 @@ std::unique_ptr<ReceivedBytesSource> NewSocketSource(uint16_t local_port);
 
 // This process's resident memory in bytes (/proc/self/statm's resident
 // pages times the page size: one read of that file); nullopt if it cannot
-// be read.
-// Thread-safe.
+// be read. Thread-safe.
 std::optional<uint64_t> ProcessResidentBytes();
 
 class ReceiveGuard {
@@ -387,10 +387,11 @@ class ReceiveGuard {
     uint32_t over_passes = 0;  // passes in a row over the bound
     uint64_t unclaimed_at_last_pass = 0;
     bool call_started = false;  // since the last pass
-    // "Memory evidence": passes in a row over the tight bound, and the
-    // process's resident memory and wire_bytes_ at the first of them
-    // (resident nullopt: unknown then).
-    uint32_t tight_over_passes = 0;
+    // "Memory evidence": whether the connection was over its tight bound
+    // at the last pass, and the process's resident memory, wire_bytes_ and
+    // suspect_wire_bytes_ at the pass before it went over (resident
+    // nullopt: unknown then).
+    bool tight_over = false;
     uint32_t parked_passes = 0;  // passes in a row parked
     std::optional<uint64_t> resident_at_tight_over;
     uint64_t wire_at_tight_over = 0;

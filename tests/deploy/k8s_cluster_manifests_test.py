@@ -157,22 +157,19 @@ class ClusterManifests(unittest.TestCase):
             self.assertEqual(env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"],
                              "metadata.name", name)
 
+    def assert_flags_known(self, command, flags, sample):
+        """Every name in `flags` is listed ("  --name ...") by `command`'s help."""
+        out = subprocess.run(command, capture_output=True, text=True, timeout=30)
+        known = set(re.findall(r"^\s+--([a-z0-9_-]+)", out.stdout + out.stderr, re.MULTILINE))
+        self.assertIn(sample, known, command)
+        for flag in flags:
+            self.assertIn(flag, known, "%s has no --%s" % (command[0], flag))
+
     def test_every_cgacctd_argument_is_a_flag_of_cgacctd(self):
-        helpfull = subprocess.run([CGACCTD, "--helpfull"], capture_output=True, text=True,
-                                  timeout=30)
-        known = set(re.findall(r"^\s+--([a-z_0-9]+)", helpfull.stdout + helpfull.stderr,
-                               re.MULTILINE))
-        self.assertIn("etcd_endpoints", known)
-        for flag in self.cgacctd_flags:
-            self.assertIn(flag, known, "cgacctd has no --%s" % flag)
+        self.assert_flags_known([CGACCTD, "--helpfull"], self.cgacctd_flags, "etcd_endpoints")
 
     def test_every_etcd_argument_is_a_flag_of_etcd(self):
-        help_text = subprocess.run([ETCD, "--help"], capture_output=True, text=True, timeout=30)
-        known = set(re.findall(r"^\s+--([a-z0-9-]+)", help_text.stdout + help_text.stderr,
-                               re.MULTILINE))
-        self.assertIn("initial-cluster", known)
-        for flag in self.etcd_flags:
-            self.assertIn(flag, known, "etcd has no --%s" % flag)
+        self.assert_flags_known([ETCD, "--help"], self.etcd_flags, "initial-cluster")
 
     def test_cgacctd_is_in_cluster_mode_on_every_member(self):
         f = self.cgacctd_flags

@@ -692,8 +692,8 @@ TEST(MemoryReturnTest, HealthChecksOverTheLimitAreCancelledWhileArriving) {
 // 127.0.0.1:`port` until `limit_bytes` are sent or the server ends the
 // connection (its FIN, or an error); returns the bytes sent and sets
 // *ended.
-uint64_t FloodContinuation(int port, uint64_t limit_bytes, bool* ended) {
-  *ended = false;
+// A TCP connection to 127.0.0.1:`port`, or -1.
+int ConnectLoopback(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in address = {};
   address.sin_family = AF_INET;
@@ -702,8 +702,15 @@ uint64_t FloodContinuation(int port, uint64_t limit_bytes, bool* ended) {
   if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) !=
       0) {
     close(fd);
-    return 0;
+    return -1;
   }
+  return fd;
+}
+
+uint64_t FloodContinuation(int port, uint64_t limit_bytes, bool* ended) {
+  *ended = false;
+  const int fd = ConnectLoopback(port);
+  if (fd < 0) return 0;
   auto frame = [](uint8_t type, uint8_t flags, uint32_t stream,
                   const std::string& payload) {
     std::string f;
@@ -884,15 +891,10 @@ std::vector<int> ParkContinuations(int port, int connections,
                                  '\xbe'));
   }
   for (int i = 0; i < connections; ++i) {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in address = {};
-    address.sin_family = AF_INET;
-    address.sin_port = htons(static_cast<uint16_t>(port));
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) !=
-            0 ||
-        send(fd, message.data(), message.size(), MSG_NOSIGNAL) !=
-            static_cast<ssize_t>(message.size())) {
+    const int fd = ConnectLoopback(port);
+    if (fd < 0) continue;
+    if (send(fd, message.data(), message.size(), MSG_NOSIGNAL) !=
+        static_cast<ssize_t>(message.size())) {
       close(fd);
       continue;
     }
