@@ -41,6 +41,7 @@
 #include "client/lib/rpcs.h"
 #include "client/lib/session_link.h"
 #include "client/lib/stock.h"
+#include "engine/group_path.h"
 #include "grpcpp/grpcpp.h"
 
 namespace cgacct::client {
@@ -543,5 +544,85 @@ ClientStats Client::stats() const {
 }
 
 uint64_t Client::stocked_pages() const { return impl_->stock.pages(); }
+
+uint64_t Client::held_pages(std::string_view group, PageKind kind) const {
+  const HeldKey key{std::string(group), static_cast<int>(kind)};
+  const uint64_t stocked = impl_->stock.PagesOf(key);
+  absl::MutexLock l(&impl_->held_mu);
+  auto it = impl_->held.find(key);
+  const uint64_t held = it == impl_->held.end() ? 0 : it->second;
+  return held > stocked ? held - stocked : 0;
+}
+
+Client::Holdings Client::Forget(std::string_view root) {
+  Impl& m = *impl_;
+  // No charge-path RPC in flight: the books and the stock change together.
+  absl::WriterMutexLock w(&m.rpc_mu);
+  std::map<HeldKey, uint64_t> stocked;
+  for (const Returned& r : m.stock.Take(root)) {
+    stocked[{r.path, r.kind}] += r.nr_pages;
+  }
+  const absl::string_view subtree(root.data(), root.size());
+  Holdings app;
+  absl::MutexLock l(&m.held_mu);
+  for (auto it = m.held.begin(); it != m.held.end();) {
+    if (!PathAtOrBelow(it->first.first, subtree)) {
+      ++it;
+      continue;
+    }
+    const uint64_t st = stocked[it->first];
+    if (it->second > st) app[it->first] = it->second - st;
+    it = m.held.erase(it);
+  }
+  return app;
+}
+
+grpc::Status Client::Adopt(std::string_view group, int kind,
+                           uint64_t nr_pages) {
+  Impl& m = *impl_;
+  for (int round = 0; round < 2; ++round) {
+    if (m.closed.load(std::memory_order_relaxed))
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          "cgacct::client: Charge after Close");
+    uint64_t gen;
+    grpc::Status s;
+    {
+      absl::ReaderMutexLock r(&m.rpc_mu);
+      std::string sid;
+      std::tie(sid, gen) = m.link.Session();
+      s = m.rpcs.Charge(sid, group, nr_pages, kind, nullptr,
+                        /*batch_pages=*/0, /*charged=*/nullptr,
+                        /*resume=*/true);
+      if (s.ok()) {
+        m.AddHeld(std::string(group), kind, static_cast<int64_t>(nr_pages));
+        m.SawCharge(gen);
+        return s;
+      }
+    }
+    if (!SessionGone(s) || round > 0) return s;
+    grpc::Status rs = m.Reopen(gen);
+    if (!rs.ok()) return rs;
+  }
+  return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                      "cgacct::client: Charge: session lost twice");
+}
+
+void Client::Restore(const Holdings& holdings) {
+  for (const auto& [k, n] : holdings) {
+    impl_->AddHeld(k.first, k.second, static_cast<int64_t>(n));
+  }
+}
+
+grpc::Status Client::Disown(std::string_view group, int kind,
+                            uint64_t nr_pages) {
+  Impl& m = *impl_;
+  absl::ReaderMutexLock r(&m.rpc_mu);
+  grpc::Status s =
+      m.rpcs.Uncharge(m.link.Session().first, group, nr_pages, kind);
+  // Out of the books either way: on a failure the session returns them
+  // when it ends.
+  m.AddHeld(std::string(group), kind, -static_cast<int64_t>(nr_pages));
+  return s;
+}
 
 }  // namespace cgacct::client

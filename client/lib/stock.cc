@@ -127,4 +127,16 @@ uint64_t Stock::pages() const {
   return n;
 }
 
+uint64_t Stock::PagesOf(const HeldKey& key) const {
+  uint64_t n = 0;
+  for (int i = 0; i < nr_slots_; ++i) {
+    const Slot& slot = slots_[i];
+    SlotLock l(&slot.mu);
+    for (const StockEntry& e : slot.entries) {
+      if (e.kind == key.second && e.path == key.first) n += e.nr_pages;
+    }
+  }
+  return n;
+}
+
 }  // namespace cgacct::client::internal

@@ -210,6 +210,9 @@ class Stock {
   // Pages over all slots and entries.
   uint64_t pages() const;
 
+  // Pages of `key` over all slots.
+  uint64_t PagesOf(const HeldKey& key) const;
+
  private:
   // What a slot keeps of one entry: max_batch_pages, 0 without batching.
   uint64_t cap() const { return batch_pages_ == 0 ? 0 : max_batch_pages_; }

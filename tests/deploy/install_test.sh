@@ -50,14 +50,16 @@ for f in prometheus/prometheus.yml prometheus/cgacct-alerts.yml \
          kubernetes/namespace.yaml kubernetes/service.yaml; do
   cmp -s "$prefix/share/cgacct/$f" "$src/deploy/$f" || fail "share/cgacct/$f missing or not deploy/$f"
 done
-for f in include/cgacct/client.h include/cgacct/v1/accounting.pb.h \
+for f in include/cgacct/client.h include/cgacct/cluster_client.h include/cgacct/v1/accounting.pb.h \
          include/cgacct/v1/accounting.grpc.pb.h lib/libcgacct_client.a lib/libcgacct_proto.a \
          lib/cmake/cgacct/cgacctConfig.cmake lib/cmake/cgacct/cgacctConfigVersion.cmake \
          lib/cmake/cgacct/cgacctTargets.cmake; do
   [ -f "$prefix/$f" ] || fail "$f missing"
 done
-# The public header names no generated type.
-! grep -q 'cgacct/v1\|v1::' "$prefix/include/cgacct/client.h" || fail "client.h includes generated code"
+# The public headers name no generated type.
+for h in client.h cluster_client.h; do
+  ! grep -q 'cgacct/v1\|v1::' "$prefix/include/cgacct/$h" || fail "$h includes generated code"
+done
 
 # A consumer built against the prefix only, with the compiler and the
 # sanitizer instrumentation the installed static libraries were built with

@@ -58,9 +58,11 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include <grpcpp/channel.h>
 #include <grpcpp/support/status.h>
@@ -212,10 +214,34 @@ class Client {
   ClientStats stats() const;
   // Pages currently in this process's stock, over all slots and groups.
   uint64_t stocked_pages() const;
+  // Pages of (group, kind) the application holds through this Client (what
+  // its session holds there, less this process's stock of it).
+  uint64_t held_pages(std::string_view group,
+                      PageKind kind = PageKind::kAnon) const;
 
  private:
+  friend class ClusterClient;
+  // (group, kind as int) -> pages.
+  using Holdings = std::map<std::pair<std::string, int>, uint64_t>;
+
   struct Impl;
   explicit Client(std::unique_ptr<Impl> impl);
+
+  // For ClusterClient, when a shard moves to another node. Forget(): drops
+  // from the books (and the stock) everything at or below `root` without
+  // returning it (this node no longer owns that shard: the pages died with
+  // its ownership) and returns what the application held there. Adopt():
+  // charges `nr_pages` on this Client's session as a resume
+  // (ChargeRequest.resume: a new owner admits it in its takeover grace) and
+  // counts them as the application's; nothing counted on an error.
+  // Restore(): puts forgotten holdings back into the books (no RPC), when a
+  // move is given up. Disown(): one Uncharge RPC of pages adopted by a move
+  // that was given up, and out of the books.
+  Holdings Forget(std::string_view root);
+  grpc::Status Adopt(std::string_view group, int kind, uint64_t nr_pages);
+  void Restore(const Holdings& holdings);
+  grpc::Status Disown(std::string_view group, int kind, uint64_t nr_pages);
+
   std::unique_ptr<Impl> impl_;
 };
 

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "cgacct/client.h"
+#include "cgacct/cluster_client.h"
 #include "cgacct/v1/accounting.grpc.pb.h"
 #include "client/load/metrics_scrape.h"
 #include "gmock/gmock.h"
@@ -845,6 +846,78 @@ TEST(ClientLibTest, BatchThatDoesNotFitDropsToWhatIsNeededInOneRpc) {
   EXPECT_EQ(server.Stats("/b").events().max(), 0u);
   ASSERT_TRUE(c->Close().ok());
   EXPECT_EQ(server.CurrentPages("/b"), 0u);
+}
+
+// Against a node that is not in cluster mode, a ClusterClient is one Client
+// of it for every path: one map read, one session, the stock as a Client's;
+// refusals that are not routing's come back at once; bad options and
+// unreachable targets are statuses naming what is wrong. (Against a real
+// cluster: ClusterTest.test_cpp_library_follows_its_shards_owner_through_a_
+// failover, tests/server/cluster.)
+TEST(ClientLibTest, ClusterClientAgainstASingleNodeIsOneClient) {
+  Server server;
+  server.CreateGroup("/app", /*max_pages=*/1000);
+  client::ClusterOptions options;
+  options.client.nr_slots = 1;
+  options.failover_timeout = std::chrono::seconds(5);
+  std::unique_ptr<client::ClusterClient> cc;
+  ASSERT_TRUE(
+      client::ClusterClient::Open({server.target}, options, &cc).ok());
+  EXPECT_EQ(cc->owner("/app"), server.target);
+  EXPECT_EQ(cc->owner("/"), server.target);
+  for (int i = 0; i < 100; ++i) {
+    ChargeResult r = cc->Charge("/app", 3);
+    ASSERT_TRUE(r.ok()) << r.status.error_message();
+  }
+  EXPECT_EQ(cc->held_pages("/app"), 300u);
+  // The first batch 64, then the adaptive batch: far fewer RPCs than
+  // charges.
+  client::ClusterStats st = cc->stats();
+  EXPECT_EQ(st.map_reads, 1u);
+  EXPECT_EQ(st.moves, 0u);
+  EXPECT_EQ(st.clients.charges, 100u);
+  EXPECT_LT(st.clients.charge_rpcs, 10u);
+  // One slot: memory.current is what the application holds plus at most
+  // max_batch_pages of stock.
+  const uint64_t current = server.CurrentPages("/app");
+  EXPECT_GE(current, 300u);
+  EXPECT_LE(current, 300u + options.client.max_batch_pages);
+  ASSERT_TRUE(cc->Uncharge("/app", 300).ok());
+  EXPECT_EQ(cc->held_pages("/app"), 0u);
+  // Not routing's: at once, with the server's status.
+  const auto t0 = Clock::now();
+  EXPECT_EQ(cc->Charge("/app", 2000).status.error_code(),
+            grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(cc->Charge("/nosuch", 1).status.error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(cc->Uncharge("/app", 100000).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_LT(Clock::now() - t0, std::chrono::seconds(4));
+  ASSERT_TRUE(cc->Close().ok());
+  EXPECT_EQ(server.CurrentPages("/app"), 0u);
+  EXPECT_EQ(cc->Charge("/app", 1).status.error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+
+  // Bad options name the option; a target nobody serves is UNAVAILABLE
+  // naming it, once failover_timeout has passed.
+  std::unique_ptr<client::ClusterClient> bad;
+  grpc::Status s = client::ClusterClient::Open({}, options, &bad);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), testing::HasSubstr("targets"));
+  client::ClusterOptions zero = options;
+  zero.failover_timeout = std::chrono::milliseconds(0);
+  s = client::ClusterClient::Open({server.target}, zero, &bad);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), testing::HasSubstr("failover_timeout"));
+  client::ClusterOptions quick = options;
+  quick.failover_timeout = std::chrono::milliseconds(1500);
+  quick.client.call_timeout = std::chrono::milliseconds(300);
+  const auto t1 = Clock::now();
+  s = client::ClusterClient::Open({"127.0.0.1:1"}, quick, &bad);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(s.error_message(), testing::HasSubstr("127.0.0.1:1"));
+  EXPECT_LT(Clock::now() - t1, std::chrono::seconds(5));
+  EXPECT_EQ(bad, nullptr);
 }
 
 }  // namespace

@@ -1,9 +1,12 @@
 // consumer TARGET GROUP: opens a cgacct::client::Client on TARGET, charges
 // and uncharges 3 pages of GROUP 1000 times (the stock absorbs all but the
-// first), closes, and prints "consumer: OK charges=N rpcs=M". Exit 0 only if
-// every call succeeded and the stock hit (fewer than 10 Charge RPCs).
+// first), closes, and prints "consumer: OK charges=N rpcs=M"; then charges
+// and uncharges GROUP once through a cgacct::client::ClusterClient (one
+// node, not in cluster mode). Exit 0 only if every call succeeded and the
+// stock hit (fewer than 10 Charge RPCs).
 #include <cstdio>
 #include <cgacct/client.h>
+#include <cgacct/cluster_client.h>
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 
@@ -39,5 +42,14 @@ int main(int argc, char** argv) {
   std::printf("consumer: OK charges=%llu rpcs=%llu\n",
               static_cast<unsigned long long>(st.charges),
               static_cast<unsigned long long>(st.charge_rpcs));
+  std::unique_ptr<cgacct::client::ClusterClient> cluster;
+  s = cgacct::client::ClusterClient::Open({argv[1]}, {}, &cluster);
+  if (s.ok()) s = cluster->Charge(argv[2], 3).status;
+  if (s.ok()) s = cluster->Uncharge(argv[2], 3);
+  if (s.ok()) s = cluster->Close();
+  if (!s.ok()) {
+    std::fprintf(stderr, "consumer: ClusterClient: %s\n", s.error_message().c_str());
+    return 1;
+  }
   return st.charges == 1000 && st.charge_rpcs < 10 ? 0 : 1;
 }

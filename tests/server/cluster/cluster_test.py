@@ -39,6 +39,9 @@ TTL_S = 3
 PAGE = 4096
 # cgacct-load (CMake passes it in the environment).
 LOAD = os.environ.get("CGACCT_LOAD", "")
+# tests/client/lib/cluster_client_probe: cgacct::client::ClusterClient (C++)
+# driven from stdin.
+PROBE = os.environ.get("CGACCT_CLUSTER_PROBE", "")
 FORWARDED = (("cgacct-forwarded", "1"),)
 
 
@@ -93,6 +96,18 @@ class ClusterTest(unittest.TestCase):
         md = () if forwarded_ok else FORWARDED
         return node.stub.GetStats(pb.GetStatsRequest(path=path.encode()), timeout=5,
                                   metadata=md).memory_current_bytes
+
+    def start_library_shards(self, prefix, grace_s):
+        """The library failover tests' cluster: 3 nodes with a takeover
+        grace of grace_s, shards PREFIX0..2 (max 1000 pages) each with an
+        "app" child, balanced over the nodes. Returns the shard roots."""
+        self.start_nodes(extra=["--cluster_takeover_grace=%ds" % grace_s])
+        shards = ["%s%d" % (prefix, i) for i in range(3)]
+        for s in shards:
+            self.create(self.nodes[0], s, max_bytes=1000 * PAGE)
+            self.create(self.nodes[0], s + "/app")
+        self.assertTrue(wait_for(lambda: self.balanced(shards), 10))
+        return shards
 
     def node_at(self, address):
         return next(n for n in self.nodes if n.address == address)
@@ -402,13 +417,7 @@ class ClusterTest(unittest.TestCase):
 
     def test_python_library_follows_its_shards_owner_through_a_failover(self):
         grace_s = 2
-        self.start_nodes(extra=["--cluster_takeover_grace=%ds" % grace_s])
-        shards = ["/p%d" % i for i in range(3)]
-        for s in shards:
-            self.create(self.nodes[0], s, max_bytes=1000 * PAGE)
-            self.create(self.nodes[0], s + "/app")
-        owners = wait_for(lambda: self.balanced(shards), 10)
-        self.assertTrue(owners)
+        shards = self.start_library_shards("/p", grace_s)
         # batch 0: no stock, so that memory.current is what the
         # application holds; short attempts, so that a dead owner is given
         # up well within the failover budget.
@@ -464,6 +473,73 @@ class ClusterTest(unittest.TestCase):
             self.assertLess(time.monotonic() - t0, 10)
         finally:
             cc.close()
+
+    def test_cpp_library_follows_its_shards_owner_through_a_failover(self):
+        """cgacct::client::ClusterClient, as the Python library above: a
+        Client per owner, the held pages charged again at the heir as a
+        resume after kill -9 of their owner, refusals not routing's at
+        once."""
+        self.assertTrue(PROBE and os.path.exists(PROBE), "CGACCT_CLUSTER_PROBE: %r" % PROBE)
+        grace_s = 2
+        shards = self.start_library_shards("/q", grace_s)
+        probe = subprocess.Popen([PROBE, self.nodes[0].address, "30000"],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 text=True)
+
+        def ask(line):
+            probe.stdin.write(line + "\n")
+            probe.stdin.flush()
+            out = probe.stdout.readline()
+            self.assertTrue(out, "cluster_client_probe ended at %r" % line)
+            return json.loads(out)
+
+        def ok(line):
+            r = ask(line)
+            self.assertEqual(r["code"], 0, "%s: %s" % (line, r))
+            return r
+
+        try:
+            for s in shards:
+                ok("charge %s/app 100" % s)
+                node = self.node_at(ask("owner %s/app" % s)["owner"])
+                self.assertEqual(self.current_bytes(node, s + "/app", forwarded_ok=False),
+                                 100 * PAGE)
+            victim = self.node_at(ask("owner %s/app" % shards[0])["owner"])
+            victim.proc.kill()
+            took = ok("charge %s/app 100" % shards[0])["took_s"]
+            heir = self.node_at(ask("owner %s/app" % shards[0])["owner"])
+            self.assertIsNot(heir, victim)
+            self.assertEqual(self.current_bytes(heir, shards[0] + "/app",
+                                                forwarded_ok=False), 200 * PAGE)
+            self.assertEqual(ask("held %s/app" % shards[0])["held"], 200)
+            stats = ask("stats")
+            self.assertEqual(stats["moves"], 1, stats)
+            self.assertEqual(stats["recharge_failed_pages"], 0, stats)
+            print("C++ library charge after kill -9 of its owner: %.2f s (TTL %d s, "
+                  "grace %d s)" % (took, TTL_S, grace_s), file=sys.stderr)
+            self.assertLess(took, TTL_S + grace_s + 10)
+            for s in shards[1:]:
+                ok("charge %s/app 100" % s)
+                ok("uncharge %s/app 200" % s)
+            ok("uncharge %s/app 200" % shards[0])
+            for s in shards:
+                node = self.node_at(ask("owner %s/app" % s)["owner"])
+                self.assertEqual(self.current_bytes(node, s + "/app",
+                                                    forwarded_ok=False), 0)
+            t0 = time.monotonic()
+            codes = [ask("uncharge %s/app 1" % shards[1])["code"],
+                     ask("charge %s/app 2000" % shards[1])["code"],
+                     ask("charge /nosuchshard/x 1")["code"]]
+            self.assertEqual(codes, [grpc.StatusCode.FAILED_PRECONDITION.value[0],
+                                     grpc.StatusCode.RESOURCE_EXHAUSTED.value[0],
+                                     grpc.StatusCode.NOT_FOUND.value[0]])
+            self.assertLess(time.monotonic() - t0, 10)
+            self.assertEqual(ask("close")["code"], 0)
+            self.assertEqual(probe.wait(timeout=30), 0)
+        finally:
+            if probe.poll() is None:
+                probe.kill()
+                probe.wait()
 
     def test_kill9_owner_moves_its_shards_within_ttl(self):
         self.start_nodes()

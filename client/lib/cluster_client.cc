@@ -1,0 +1,375 @@
+// cgacct::client::ClusterClient (client/include/cgacct/cluster_client.h):
+// the routing by cluster map over one Client per owner node. The same rules
+// as Python's cgacct.ClusterClient (client/python/cgacct/cluster.py).
+//
+// Locks: Impl::mu guards the map, the per-owner Clients, the shards' homes
+// and the counters. It is held while the map is read and while a shard's
+// holdings move (RPCs: bounded by the Clients' attempts), never while the
+// caller's own charge or uncharge runs.
+#include "cgacct/cluster_client.h"
+
+#include <algorithm>
+#include <optional>
+#include <thread>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "cgacct/v1/accounting.grpc.pb.h"
+#include "engine/group_path.h"
+#include "grpcpp/grpcpp.h"
+
+namespace cgacct::client {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Codes after which the map is read again and the call tried again.
+bool Rerouted(grpc::StatusCode code) {
+  return code == grpc::StatusCode::UNAVAILABLE ||
+         code == grpc::StatusCode::DEADLINE_EXCEEDED ||
+         code == grpc::StatusCode::FAILED_PRECONDITION;
+}
+
+void AddClientStats(const ClientStats& s, ClientStats* sum) {
+  sum->charges += s.charges;
+  sum->stock_hits += s.stock_hits;
+  sum->charge_rpcs += s.charge_rpcs;
+  sum->uncharge_rpcs += s.uncharge_rpcs;
+  sum->retries += s.retries;
+  sum->drains += s.drains;
+  sum->drained_pages += s.drained_pages;
+  sum->reopened_sessions += s.reopened_sessions;
+  sum->reattached_streams += s.reattached_streams;
+  sum->reconciles += s.reconciles;
+}
+
+}  // namespace
+
+struct ClusterClient::Impl {
+  Impl(std::vector<std::string> t, ClusterOptions o)
+      : targets(std::move(t)), options(std::move(o)) {}
+
+  const std::vector<std::string> targets;
+  const ClusterOptions options;
+
+  mutable absl::Mutex mu;
+  // Shard root -> its owner's address ("" while it has none), as of the
+  // last map read.
+  std::map<std::string, std::string> owners ABSL_GUARDED_BY(mu);
+  // Address -> the Client there (opened by the first call routed to it).
+  std::map<std::string, std::shared_ptr<Client>> clients ABSL_GUARDED_BY(mu);
+  // Shard root -> the address whose Client holds the application's pages
+  // of that shard.
+  std::map<std::string, std::string> home ABSL_GUARDED_BY(mu);
+  std::map<std::string, std::shared_ptr<grpc::Channel>> channels
+      ABSL_GUARDED_BY(mu);
+  uint64_t map_reads ABSL_GUARDED_BY(mu) = 0;
+  uint64_t moves ABSL_GUARDED_BY(mu) = 0;
+  uint64_t recharge_failed_pages ABSL_GUARDED_BY(mu) = 0;
+  bool closed ABSL_GUARDED_BY(mu) = false;
+
+  std::shared_ptr<grpc::Channel> ChannelFor(const std::string& address)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    std::shared_ptr<grpc::Channel>& channel = channels[address];
+    if (channel == nullptr) {
+      channel = options.channel_factory
+                    ? options.channel_factory(address)
+                    : grpc::CreateChannel(address,
+                                          grpc::InsecureChannelCredentials());
+    }
+    return channel;
+  }
+
+  // The longest shard root of the last map read at or above `group`.
+  std::optional<std::string> RootOf(std::string_view group) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    const absl::string_view path(group.data(), group.size());
+    std::optional<std::string> best;
+    for (const auto& [root, address] : owners) {
+      if (PathAtOrBelow(path, root) &&
+          (!best.has_value() || root.size() > best->size()))
+        best = root;
+    }
+    return best;
+  }
+
+  // GetClusterMap from the first node that answers: the targets, then every
+  // address the last map named; tried again every 200 ms until `give_up`.
+  // Errors: UNAVAILABLE naming the targets and the last failure.
+  grpc::Status ReadMap(Clock::time_point give_up)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    grpc::Status last(grpc::StatusCode::UNAVAILABLE, "no target");
+    while (true) {
+      std::vector<std::string> candidates = targets;
+      for (const auto& [root, address] : owners) {
+        if (!address.empty() &&
+            std::find(candidates.begin(), candidates.end(), address) ==
+                candidates.end())
+          candidates.push_back(address);
+      }
+      for (const std::string& target : candidates) {
+        auto stub = v1::Accounting::NewStub(ChannelFor(target));
+        grpc::ClientContext context;
+        context.set_deadline(std::chrono::system_clock::now() +
+                             options.client.call_timeout);
+        v1::ClusterMap map;
+        grpc::Status s =
+            stub->GetClusterMap(&context, v1::GetClusterMapRequest(), &map);
+        if (!s.ok()) {
+          last = s;
+          continue;
+        }
+        ++map_reads;
+        owners.clear();
+        if (!map.cluster_mode()) {
+          // A single node serves every path.
+          owners["/"] = target;
+        } else {
+          for (const v1::ShardOwner& shard : map.shards()) {
+            owners[shard.shard_root()] = shard.owner_address();
+          }
+        }
+        return grpc::Status::OK;
+      }
+      if (Clock::now() + std::chrono::milliseconds(200) > give_up) {
+        return grpc::Status(
+            grpc::StatusCode::UNAVAILABLE,
+            absl::StrCat("cgacct::client::ClusterClient: no node answered "
+                         "GetClusterMap (",
+                         absl::StrJoin(targets, ", "),
+                         "): ", last.error_message()));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  }
+
+  grpc::Status ClientFor(const std::string& address,
+                         std::shared_ptr<Client>* client)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    auto it = clients.find(address);
+    if (it != clients.end()) {
+      *client = it->second;
+      return grpc::Status::OK;
+    }
+    std::unique_ptr<Client> opened;
+    grpc::Status s = Client::Open(ChannelFor(address), options.client, &opened);
+    if (!s.ok()) return s;
+    *client = std::shared_ptr<Client>(std::move(opened));
+    clients[address] = *client;
+    return grpc::Status::OK;
+  }
+
+  // Charges what the application holds in shard `root` at `address` (as a
+  // resume) if it was charged at another node. On a routing error (the new
+  // owner refusing for now) nothing has moved and the error is returned;
+  // pages the new owner refuses for good are counted in
+  // recharge_failed_pages.
+  grpc::Status MoveHome(const std::string& root, const std::string& address,
+                        Client& to) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    auto old = home.find(root);
+    if (old != home.end() && old->second == address) return grpc::Status::OK;
+    if (old != home.end()) {
+      Client& from = *clients.at(old->second);
+      const Client::Holdings held = from.Forget(root);
+      Client::Holdings moved;
+      uint64_t refused = 0;
+      for (const auto& [k, n] : held) {
+        grpc::Status s = to.Adopt(k.first, k.second, n);
+        if (s.ok()) {
+          moved[k] = n;
+        } else if (Rerouted(s.error_code())) {
+          // Not this time: the holdings stay the old Client's; what the
+          // new owner took already goes back there.
+          Client::Holdings left;
+          for (const auto& [lk, ln] : held) {
+            if (moved.count(lk) == 0) left[lk] = ln;
+          }
+          from.Restore(left);
+          for (const auto& [mk, mn] : moved) to.Disown(mk.first, mk.second, mn);
+          return s;
+        } else {
+          refused += n;
+        }
+      }
+      recharge_failed_pages += refused;
+      ++moves;
+    }
+    home[root] = address;
+    return grpc::Status::OK;
+  }
+
+  // Runs `call` on the Client of `group`'s owner, re-reading the map and
+  // trying again after a routing error until failover_timeout.
+  template <typename Call>
+  grpc::Status Routed(std::string_view group, Call call) {
+    const Clock::time_point give_up = Clock::now() + options.failover_timeout;
+    std::chrono::milliseconds delay(50);
+    while (true) {
+      std::shared_ptr<Client> client;
+      std::optional<std::string> root;
+      std::string address;
+      grpc::Status error;
+      {
+        absl::MutexLock l(&mu);
+        if (closed)
+          return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                              "cgacct::client::ClusterClient: closed");
+        root = RootOf(group);
+        if (!root.has_value()) {
+          error = grpc::Status(
+              grpc::StatusCode::NOT_FOUND,
+              absl::StrCat("group: no shard of the cluster map holds ",
+                           std::string(group)));
+        } else if ((address = owners[*root]).empty()) {
+          error = grpc::Status(
+              grpc::StatusCode::UNAVAILABLE,
+              absl::StrCat("group: shard ", *root,
+                           " has no owner now (a failover)"));
+        } else {
+          error = ClientFor(address, &client);
+          if (error.ok()) error = MoveHome(*root, address, *client);
+        }
+      }
+      if (error.ok()) {
+        error = call(*client);
+        if (error.ok()) return error;
+      }
+      const grpc::StatusCode code = error.error_code();
+      const bool may_move = code == grpc::StatusCode::FAILED_PRECONDITION ||
+                            code == grpc::StatusCode::NOT_FOUND;
+      if (!(Rerouted(code) || may_move) || Clock::now() + delay > give_up)
+        return error;
+      std::this_thread::sleep_for(delay);
+      delay = std::min(2 * delay, std::chrono::milliseconds(1000));
+      bool moved;
+      {
+        absl::MutexLock l(&mu);
+        if (!ReadMap(give_up).ok()) {
+          if (may_move) return error;
+          continue;  // tried again until give_up
+        }
+        std::optional<std::string> now = RootOf(group);
+        moved = now != root || (root.has_value() && owners[*root] != address);
+      }
+      // A refusal that is not routing's (the map did not change: an
+      // uncharge of more than was charged, a group that does not exist) is
+      // the caller's.
+      if (may_move && !moved) return error;
+    }
+  }
+};
+
+grpc::Status ClusterClient::Open(std::vector<std::string> targets,
+                                 ClusterOptions options,
+                                 std::unique_ptr<ClusterClient>* client) {
+  auto bad = [](std::string_view what) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("cgacct::client::ClusterOptions: ",
+                                     std::string(what)));
+  };
+  if (targets.empty()) return bad("targets: one or more \"host:port\"");
+  for (const std::string& t : targets) {
+    if (t.empty()) return bad("targets: an empty target");
+  }
+  if (options.failover_timeout.count() <= 0)
+    return bad("failover_timeout must be > 0");
+  if (options.client.max_attempts < 1)
+    return bad("client.max_attempts must be >= 1");
+  if (options.client.call_timeout.count() <= 0)
+    return bad("client.call_timeout must be > 0");
+  const auto give_up = Clock::now() + options.failover_timeout;
+  auto impl = std::make_unique<Impl>(std::move(targets), std::move(options));
+  {
+    absl::MutexLock l(&impl->mu);
+    grpc::Status s = impl->ReadMap(give_up);
+    if (!s.ok()) return s;
+  }
+  client->reset(new ClusterClient(std::move(impl)));
+  return grpc::Status::OK;
+}
+
+ClusterClient::ClusterClient(std::unique_ptr<Impl> impl)
+    : impl_(std::move(impl)) {}
+
+ClusterClient::~ClusterClient() { Close(); }
+
+ChargeResult ClusterClient::Charge(std::string_view group, uint64_t nr_pages,
+                                   PageKind kind) {
+  ChargeResult result;
+  result.status = impl_->Routed(group, [&](Client& c) {
+    result = c.Charge(group, nr_pages, kind);
+    return result.status;
+  });
+  return result;
+}
+
+grpc::Status ClusterClient::Uncharge(std::string_view group,
+                                     uint64_t nr_pages, PageKind kind) {
+  return impl_->Routed(
+      group, [&](Client& c) { return c.Uncharge(group, nr_pages, kind); });
+}
+
+grpc::Status ClusterClient::Close() {
+  std::vector<std::shared_ptr<Client>> clients;
+  {
+    absl::MutexLock l(&impl_->mu);
+    if (impl_->closed) return grpc::Status::OK;
+    impl_->closed = true;
+    for (auto& [address, c] : impl_->clients) clients.push_back(c);
+  }
+  // At once: a node that is gone costs its Client's attempts, not the sum.
+  std::vector<grpc::Status> results(clients.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < clients.size(); ++i) {
+    threads.emplace_back([&, i] { results[i] = clients[i]->Close(); });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const grpc::Status& s : results) {
+    // A node that is gone: its session's lease returns the pages.
+    if (!s.ok() && s.error_code() != grpc::StatusCode::UNAVAILABLE &&
+        s.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED)
+      return s;
+  }
+  return grpc::Status::OK;
+}
+
+std::string ClusterClient::owner(std::string_view group) const {
+  absl::MutexLock l(&impl_->mu);
+  std::optional<std::string> root = impl_->RootOf(group);
+  if (!root.has_value()) return "";
+  auto it = impl_->owners.find(*root);
+  return it == impl_->owners.end() ? "" : it->second;
+}
+
+uint64_t ClusterClient::held_pages(std::string_view group,
+                                   PageKind kind) const {
+  std::shared_ptr<Client> client;
+  {
+    absl::MutexLock l(&impl_->mu);
+    std::optional<std::string> root = impl_->RootOf(group);
+    if (!root.has_value()) return 0;
+    auto home = impl_->home.find(*root);
+    if (home == impl_->home.end()) return 0;
+    client = impl_->clients.at(home->second);
+  }
+  return client->held_pages(group, kind);
+}
+
+ClusterStats ClusterClient::stats() const {
+  ClusterStats out;
+  std::vector<std::shared_ptr<Client>> clients;
+  {
+    absl::MutexLock l(&impl_->mu);
+    out.map_reads = impl_->map_reads;
+    out.moves = impl_->moves;
+    out.recharge_failed_pages = impl_->recharge_failed_pages;
+    for (auto& [address, c] : impl_->clients) clients.push_back(c);
+  }
+  for (const auto& c : clients) AddClientStats(c->stats(), &out.clients);
+  return out;
+}
+
+}  // namespace cgacct::client
