@@ -58,6 +58,17 @@ int WatchEvents(Ctl& ctl, const Invocation& inv) {
   return kExitOk;
 }
 
+// Cluster mode, a group above the shard roots: the sums miss the shards
+// listed (their owner did not answer, or none now). Said on stderr, so that
+// the files on stdout keep their shape.
+void WarnMissingShards(const std::string& what, const v1::GroupStats& stats) {
+  if (stats.missing_shards().empty()) return;
+  std::cerr << "cgacctctl: " << what << ": the sums above the shard roots miss "
+            << stats.missing_shards_size() << " shard(s):";
+  for (const std::string& root : stats.missing_shards()) std::cerr << " " << root;
+  std::cerr << " (no owner now, or the owner did not answer)\n";
+}
+
 }  // namespace
 
 // memory.stat exactly as the file prints it; --json adds everything
@@ -68,6 +79,7 @@ int Stat(Ctl& ctl, const Invocation& inv) {
   if (!status.ok()) {
     return PrintRpcError(absl::StrCat("stat ", inv.path), status);
   }
+  WarnMissingShards(absl::StrCat("stat ", inv.path), stats);
   return PrintAnswer(ctl, stats,
                      [&] { std::cout << CatText(stats, "memory.stat"); });
 }
@@ -78,6 +90,7 @@ int Cat(Ctl& ctl, const Invocation& inv) {
   if (!status.ok()) {
     return PrintRpcError(absl::StrCat("cat ", inv.path), status);
   }
+  WarnMissingShards(absl::StrCat("cat ", inv.path), stats);
   if (ctl.json()) {
     Json json = Json::object();
     for (const std::string& file : inv.files) {
@@ -97,6 +110,7 @@ int Events(Ctl& ctl, const Invocation& inv) {
   if (!status.ok()) {
     return PrintRpcError(absl::StrCat("events ", inv.path), status);
   }
+  WarnMissingShards(absl::StrCat("events ", inv.path), stats);
   v1::EventsUpdate update;
   update.set_path(stats.path());
   *update.mutable_events() = stats.events();

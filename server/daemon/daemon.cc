@@ -174,7 +174,7 @@ int Daemon::StartCluster() {
   service_->pipeline().AttachCluster(cluster_.get());
   // Nodes dial each other in plaintext: a TLS node's clients follow the
   // cgacct-owner trailer instead (server/rpc/forwarder.h).
-  if (config_.tls.cert.empty()) service_->EnableForwarding();
+  if (config_.tls.cert.empty()) service_->EnableForwarding(cluster_.get());
   // etcd may be starting with us (a whole cluster brought up at once).
   const absl::Status started =
       cluster_->Start(absl::Now() + absl::Seconds(30));

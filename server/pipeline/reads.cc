@@ -59,29 +59,138 @@ absl::Status ReadOps::GetStats(const CallContext& call,
                                    /*read_above_shards=*/true);
       !s.ok())
     return s;
+  const bool above_shards =
+      cluster_ != nullptr &&
+      cluster_->Route(request.path()).kind == ShardRoute::Kind::kAboveShards;
+  std::vector<std::string> roots;
+  if (above_shards) {
+    absl::StatusOr<std::vector<std::string>> listed =
+        ShardRootsBelow(request);
+    if (!listed.ok()) return listed.status();
+    roots = *std::move(listed);
+  }
   absl::StatusOr<GroupStats> stats = engine_.GetStats(request.path(), *mode);
   if (!stats.ok()) return stats.status();
+  StatsToProto(*std::move(stats), response);
+  if (above_shards) SumOwnedShards(roots, *mode, response);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> ReadOps::ShardRootsBelow(
+    const v1::GetStatsRequest& request) const {
+  std::vector<std::string> roots;
+  if (request.shard_roots().empty()) {
+    for (ClusterMapView::Shard& shard : cluster_->Map().shards) {
+      if (PathStrictlyBelow(shard.root, request.path()))
+        roots.push_back(std::move(shard.root));
+    }
+    return roots;
+  }
+  for (const std::string& root : request.shard_roots()) {
+    if (!ValidateGroupPath(root).ok() ||
+        !PathStrictlyBelow(root, request.path()) ||
+        cluster_->ShardRootOf(root) != root) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "shard_roots: ", QuotePath(root), " is not a shard root below ",
+          QuotePath(request.path()), " (--shard_depth=",
+          cluster_->options().shard_depth, ")"));
+    }
+    roots.push_back(root);
+  }
+  std::sort(roots.begin(), roots.end());
+  roots.erase(std::unique(roots.begin(), roots.end()), roots.end());
+  return roots;
+}
+
+void ReadOps::StatsToProto(GroupStats stats, v1::GroupStats* response) const {
   // Pages never exceed page_counter_max(), so pages * page_size fits.
   const uint64_t page_size = units_.page_size_bytes();
-  response->set_path(stats->path);
-  response->set_memory_current_bytes(stats->memory_current_pages * page_size);
-  response->set_memory_peak_bytes(stats->memory_peak_pages * page_size);
-  units_.LimitsToProto(stats->limits, response->mutable_limits());
-  response->mutable_limits()->set_oom_group(stats->oom_group);
-  response->mutable_stat()->Reserve(static_cast<int>(stats->stat.size()));
-  for (StatEntry& entry : stats->stat) {
+  response->set_path(stats.path);
+  response->set_memory_current_bytes(stats.memory_current_pages * page_size);
+  response->set_memory_peak_bytes(stats.memory_peak_pages * page_size);
+  units_.LimitsToProto(stats.limits, response->mutable_limits());
+  response->mutable_limits()->set_oom_group(stats.oom_group);
+  response->mutable_stat()->Reserve(static_cast<int>(stats.stat.size()));
+  for (StatEntry& entry : stats.stat) {
     v1::StatEntry* out = response->add_stat();
     out->set_name(std::move(entry.name));
     out->set_value(entry.value);  // already in memory.stat units
   }
-  EventsToProto(stats->events, response->mutable_events());
-  EventsToProto(stats->events_local, response->mutable_events_local());
-  response->set_failcnt(stats->failcnt);
-  response->set_emin_bytes(stats->emin_pages * page_size);
-  response->set_elow_bytes(stats->elow_pages * page_size);
-  response->set_flushed(stats->flushed);
-  response->set_max_staleness_us(DurationToMicros(stats->max_staleness));
-  return absl::OkStatus();
+  EventsToProto(stats.events, response->mutable_events());
+  EventsToProto(stats.events_local, response->mutable_events_local());
+  response->set_failcnt(stats.failcnt);
+  response->set_emin_bytes(stats.emin_pages * page_size);
+  response->set_elow_bytes(stats.elow_pages * page_size);
+  response->set_flushed(stats.flushed);
+  response->set_max_staleness_us(DurationToMicros(stats.max_staleness));
+}
+
+void ReadOps::SumOwnedShards(const std::vector<std::string>& roots,
+                             FlushMode mode, v1::GroupStats* response) const {
+  // The sums start from 0: the group's own view at this node (its engine's
+  // hierarchical counters) would hold whatever is left here of shards this
+  // node no longer owns.
+  response->set_memory_current_bytes(0);
+  for (v1::StatEntry& entry : *response->mutable_stat()) entry.set_value(0);
+  response->mutable_events()->Clear();
+  response->set_flushed(true);
+  response->set_max_staleness_us(0);
+  for (const std::string& root : roots) {
+    absl::StatusOr<GroupStats> stats;
+    if (cluster_->Route(root).kind == ShardRoute::Kind::kLocal)
+      stats = engine_.GetStats(root, mode);
+    if (!stats.ok()) {  // not this node's (now), or gone meanwhile
+      response->add_missing_shards(root);
+      continue;
+    }
+    v1::GroupStats shard;
+    StatsToProto(*std::move(stats), &shard);
+    shard.add_summed_shards(root);
+    AddShardSums(shard, response);
+  }
+}
+
+void AddShardSums(const v1::GroupStats& from, v1::GroupStats* into) {
+  into->set_memory_current_bytes(into->memory_current_bytes() +
+                                 from.memory_current_bytes());
+  // memory.stat has the same names in the same order everywhere; by name
+  // all the same (an older node may lack a line).
+  for (const v1::StatEntry& entry : from.stat()) {
+    v1::StatEntry* match = nullptr;
+    for (v1::StatEntry& mine : *into->mutable_stat()) {
+      if (mine.name() == entry.name()) {
+        match = &mine;
+        break;
+      }
+    }
+    if (match == nullptr) {
+      match = into->add_stat();
+      match->set_name(entry.name());
+    }
+    match->set_value(match->value() + entry.value());
+  }
+  const v1::MemoryEvents& e = from.events();
+  v1::MemoryEvents* out = into->mutable_events();
+  out->set_low(out->low() + e.low());
+  out->set_high(out->high() + e.high());
+  out->set_max(out->max() + e.max());
+  out->set_oom(out->oom() + e.oom());
+  out->set_oom_kill(out->oom_kill() + e.oom_kill());
+  out->set_oom_group_kill(out->oom_group_kill() + e.oom_group_kill());
+  out->set_sock_throttled(out->sock_throttled() + e.sock_throttled());
+  into->set_flushed(into->flushed() && from.flushed());
+  into->set_max_staleness_us(
+      std::max(into->max_staleness_us(), from.max_staleness_us()));
+  for (const std::string& root : from.summed_shards()) {
+    into->add_summed_shards(root);
+    auto* missing = into->mutable_missing_shards();
+    for (int i = 0; i < missing->size(); ++i) {
+      if ((*missing)[i] == root) {
+        missing->DeleteSubrange(i, 1);
+        break;
+      }
+    }
+  }
 }
 
 absl::Status ReadOps::Reclaim(const CallContext& call,

@@ -6,6 +6,8 @@
 #define CGACCT_SERVER_PIPELINE_READS_H_
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "cgacct/v1/accounting.pb.h"
@@ -35,8 +37,13 @@ class ReadOps {
           const Authorizer* authorizer, TransportLimits transport);
 
   // memory.current/peak/stat/events of a group; FLUSH_MODE_UNSPECIFIED is
-  // EXACT. Errors: INVALID_ARGUMENT bad path or unknown flush;
-  // PERMISSION_DENIED; NOT_FOUND.
+  // EXACT. Cluster mode, a group above the shard roots: current, stat and
+  // events are the sums over the shard roots below it (or over
+  // request.shard_roots) that this node owns, listed in summed_shards; the
+  // others are in missing_shards (the rpc room asks their owners:
+  // server/rpc/forwarder.h FanOutStats()). Errors: INVALID_ARGUMENT bad
+  // path, unknown flush, or shard_roots naming what is not a shard root
+  // below the path; PERMISSION_DENIED; NOT_FOUND.
   absl::Status GetStats(const CallContext& call,
                         const v1::GetStatsRequest& request,
                         v1::GroupStats* response) const;
@@ -53,12 +60,24 @@ class ReadOps {
   void GetEngineInfo(const CallContext& call, v1::EngineInfo* response) const;
 
   // Cluster mode: GetStats and Reclaim of a shard this node does not own
-  // are refused with its owner (server/cluster/routing.h); above the shard
-  // depth they answer this node's engine (its own shards' usage only). Set
-  // once, before serving.
+  // are refused with its owner (server/cluster/routing.h); GetStats above
+  // the shard depth sums the shards this node owns (GetStats()). Set once,
+  // before serving.
   void AttachCluster(const ClusterNode* cluster) { cluster_ = cluster; }
 
  private:
+  // The shard roots a GetStats above the shard depth sums:
+  // request.shard_roots (INVALID_ARGUMENT naming it if one is not a shard
+  // root below the path), else every shard root below the path in this
+  // node's map.
+  absl::StatusOr<std::vector<std::string>> ShardRootsBelow(
+      const v1::GetStatsRequest& request) const;
+  void StatsToProto(GroupStats stats, v1::GroupStats* response) const;
+  // Replaces response's current, stat and events with the sums over
+  // `roots` this node owns (summed_shards), the rest in missing_shards.
+  void SumOwnedShards(const std::vector<std::string>& roots, FlushMode mode,
+                      v1::GroupStats* response) const;
+
   Engine& engine_;
   const WireUnits& units_;
   const OpValidator& validator_;
@@ -68,6 +87,13 @@ class ReadOps {
   const TransportLimits transport_;
   const ClusterNode* cluster_ = nullptr;  // set once, before serving
 };
+
+// Adds one owner's answer for shard roots (`from`: memory_current_bytes,
+// stat by name, events, summed_shards) to a sum above the shard roots
+// `into`: its summed shards leave into's missing_shards; flushed is the
+// AND, max_staleness_us the largest. Limits and the group's own fields of
+// `into` are left as they are.
+void AddShardSums(const v1::GroupStats& from, v1::GroupStats* into);
 
 }  // namespace cgacct
 

@@ -90,9 +90,12 @@ class AccountingService final : public RawAccountingService {
   void StopSessionStreams() { session_streams_.Stop(); }
 
   // Cluster mode: unary calls for shards other nodes own are forwarded to
-  // their owner (server/rpc/forwarder.h). Once, before serving.
-  void EnableForwarding() {
-    forwarder_ = std::make_unique<Forwarder>(pipeline_.authenticates());
+  // their owner, and GetStats above the shard roots fanned out to the
+  // owners below (server/rpc/forwarder.h). Once, before serving; `cluster`
+  // must outlive the service.
+  void EnableForwarding(const ClusterNode* cluster) {
+    forwarder_ =
+        std::make_unique<Forwarder>(pipeline_.authenticates(), cluster);
   }
   const Forwarder* forwarder() const { return forwarder_.get(); }
 

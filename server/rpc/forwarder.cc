@@ -3,8 +3,12 @@
 
 #include <utility>
 
+#include <map>
+
 #include "absl/strings/str_cat.h"
 #include "server/cluster/routing.h"
+#include "server/pipeline/reads.h"
+#include "server/rpc/codec.h"
 
 namespace cgacct {
 namespace {
@@ -23,17 +27,73 @@ struct Pending {
 
 }  // namespace
 
+bool Forwarder::MayPassOn(const grpc::CallbackServerContext& context) const {
+  const auto& metadata = context.client_metadata();
+  if (metadata.find(kForwardedKey) != metadata.end()) return false;
+  return !authenticates_ ||
+         metadata.find(kAuthorizationKey) != metadata.end();
+}
+
 std::optional<std::string> Forwarder::Target(
     const absl::Status& status,
     const grpc::CallbackServerContext& context) const {
   std::optional<std::string> owner = OwnerAddressOf(status);
-  if (!owner.has_value()) return std::nullopt;
-  const auto& metadata = context.client_metadata();
-  if (metadata.find(kForwardedKey) != metadata.end()) return std::nullopt;
-  if (authenticates_ &&
-      metadata.find(kAuthorizationKey) == metadata.end())
-    return std::nullopt;
+  if (!owner.has_value() || !MayPassOn(context)) return std::nullopt;
   return owner;
+}
+
+bool Forwarder::StatsFanOutWanted(const grpc::CallbackServerContext& context,
+                                  const v1::GetStatsRequest& request,
+                                  const v1::GroupStats& response) const {
+  return cluster_ != nullptr && !response.missing_shards().empty() &&
+         request.shard_roots().empty() && MayPassOn(context);
+}
+
+void Forwarder::FanOutStats(const grpc::CallbackServerContext& context,
+                            const v1::GetStatsRequest& request,
+                            v1::GroupStats* response,
+                            std::function<void()> done) {
+  // The missing shards by owner (none now: left missing).
+  std::map<std::string, v1::GetStatsRequest> asks;
+  for (const std::string& root : response->missing_shards()) {
+    const ShardRoute route = cluster_->Route(root);
+    if (route.kind != ShardRoute::Kind::kElsewhere) continue;
+    v1::GetStatsRequest& ask = asks[route.owner_address];
+    if (ask.path().empty()) {
+      ask.set_path(request.path());
+      ask.set_flush(request.flush());
+    }
+    ask.add_shard_roots(root);
+  }
+  if (asks.empty()) {
+    done();
+    return;
+  }
+  // The answers come on gRPC's threads: the sums and the count under mu.
+  struct FanOut {
+    FanOut(v1::GroupStats* r, size_t n, std::function<void()> d)
+        : response(r), pending(n), done(std::move(d)) {}
+    absl::Mutex mu;
+    v1::GroupStats* const response ABSL_PT_GUARDED_BY(mu);
+    size_t pending ABSL_GUARDED_BY(mu);
+    const std::function<void()> done;
+  };
+  auto state = std::make_shared<FanOut>(response, asks.size(), std::move(done));
+  for (const auto& [address, ask] : asks) {
+    Forward(address, RpcMethod::kGetStats, context, ask,
+            [state](const grpc::Status& status, grpc::ByteBuffer bytes) {
+              v1::GroupStats answer;
+              const bool ok = status.ok() &&
+                              ParseRequest(bytes, &answer).ok();
+              bool last;
+              {
+                absl::MutexLock l(&state->mu);
+                if (ok) AddShardSums(answer, state->response);
+                last = --state->pending == 0;
+              }
+              if (last) state->done();
+            });
+  }
 }
 
 std::shared_ptr<grpc::GenericStub> Forwarder::StubFor(

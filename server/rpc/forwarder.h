@@ -12,7 +12,9 @@
 // owner would see this node's connection, not the caller's): it gets the
 // refusal with the `cgacct-owner` trailer and follows it. Nodes dial each
 // other in plaintext: a node serving TLS does not forward (its clients
-// follow the trailer).
+// follow the trailer). The same hop, under the same rules, fans a GetStats
+// above the shard roots out to the owners of the shards below it
+// (FanOutStats()).
 //
 // Thread safety: thread-safe.
 #ifndef CGACCT_SERVER_RPC_FORWARDER_H_
@@ -32,7 +34,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "cgacct/v1/accounting.pb.h"
 #include "google/protobuf/message.h"
+#include "server/cluster/cluster_node.h"
 #include "server/metrics/rpc_metrics.h"
 
 namespace cgacct {
@@ -40,7 +44,10 @@ namespace cgacct {
 class Forwarder {
  public:
   // `authenticates`: access control is on (only token callers forwarded).
-  explicit Forwarder(bool authenticates) : authenticates_(authenticates) {}
+  // `cluster`: the node's map (who owns the shards a read above the shard
+  // roots misses); must outlive the Forwarder.
+  Forwarder(bool authenticates, const ClusterNode* cluster)
+      : authenticates_(authenticates), cluster_(cluster) {}
   Forwarder(const Forwarder&) = delete;
   Forwarder& operator=(const Forwarder&) = delete;
 
@@ -58,6 +65,24 @@ class Forwarder {
                const google::protobuf::Message& request,
                std::function<void(const grpc::Status&, grpc::ByteBuffer)> done);
 
+  // GetStats above the shard roots (docs/DESIGN.md §4.18): whether this
+  // node's answer `response` (ReadOps::GetStats(): the shards it owns)
+  // misses shards, `request` named no shard_roots and the call may be
+  // passed on (as Target(): not itself forwarded, a token caller under
+  // access control).
+  bool StatsFanOutWanted(const grpc::CallbackServerContext& context,
+                         const v1::GetStatsRequest& request,
+                         const v1::GroupStats& response) const;
+  // Then: asks each owner of a missing shard once for GetStats of the same
+  // path with shard_roots = the missing shards it owns (with the caller's
+  // deadline and token, marked forwarded), adds their answers in
+  // (AddShardSums()) and calls `done` once (on a gRPC thread; at once when
+  // no missing shard has an owner now). An owner that fails leaves its
+  // shards in missing_shards. `response` must stay valid until `done`.
+  void FanOutStats(const grpc::CallbackServerContext& context,
+                   const v1::GetStatsRequest& request,
+                   v1::GroupStats* response, std::function<void()> done);
+
   // Calls forwarded, by method (cgacct_cluster_forwards_total).
   uint64_t forwarded(RpcMethod method) const {
     return forwarded_[static_cast<size_t>(method)].load(
@@ -67,7 +92,11 @@ class Forwarder {
  private:
   std::shared_ptr<grpc::GenericStub> StubFor(const std::string& address);
 
+  // Whether `context`'s call may be passed on to another node.
+  bool MayPassOn(const grpc::CallbackServerContext& context) const;
+
   const bool authenticates_;
+  const ClusterNode* const cluster_;
   absl::Mutex mu_;
   // One channel per owner address seen (a cluster has a few nodes).
   absl::flat_hash_map<std::string, std::shared_ptr<grpc::GenericStub>> stubs_

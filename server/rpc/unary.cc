@@ -40,4 +40,29 @@ grpc::ServerUnaryReactor* MaybeForward(
   return reactor;
 }
 
+grpc::ServerUnaryReactor* FanOutStats(Forwarder& forwarder, Pipeline& pipeline,
+                                      grpc::CallbackServerContext* context,
+                                      CallContext& call,
+                                      const v1::GetStatsRequest& request,
+                                      v1::GroupStats response,
+                                      grpc::ByteBuffer* response_bytes) {
+  grpc::ServerUnaryReactor* const reactor = context->DefaultReactor();
+  // The call and its answer move into the completion: ended there, once.
+  struct State {
+    CallContext call;
+    v1::GroupStats response;
+  };
+  auto state = std::make_shared<State>();
+  state->call = std::move(call);
+  state->response = std::move(response);
+  forwarder.FanOutStats(
+      *context, request, &state->response,
+      [&pipeline, context, reactor, response_bytes, state] {
+        const absl::Status s =
+            SerializeResponse(state->response, response_bytes);
+        FinishUnary(pipeline, context, state->call, s, reactor);
+      });
+  return reactor;
+}
+
 }  // namespace cgacct::rpc_internal

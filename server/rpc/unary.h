@@ -84,6 +84,17 @@ grpc::ServerUnaryReactor* MaybeForward(
     grpc::ByteBuffer* response_bytes,
     grpc::ServerUnaryReactor* reactor = nullptr);
 
+// Cluster mode, a GetStats above the shard roots whose answer misses
+// shards other nodes own (Forwarder::StatsFanOutWanted()): asks their
+// owners (Forwarder::FanOutStats()) and finishes the call with the sums on
+// the context's DefaultReactor(), which it returns.
+grpc::ServerUnaryReactor* FanOutStats(Forwarder& forwarder, Pipeline& pipeline,
+                                      grpc::CallbackServerContext* context,
+                                      CallContext& call,
+                                      const v1::GetStatsRequest& request,
+                                      v1::GroupStats response,
+                                      grpc::ByteBuffer* response_bytes);
+
 // The stages before the body: admission, authentication, decoding.
 template <typename Request>
 absl::Status Prologue(Pipeline& pipeline, CallContext& call,
@@ -115,6 +126,13 @@ grpc::ServerUnaryReactor* Unary(
   if (status.ok()) {
     Response response;
     status = (pipeline.*body)(call, request, &response);
+    if constexpr (std::is_same_v<Response, v1::GroupStats>) {
+      if (status.ok() && forwarder != nullptr &&
+          forwarder->StatsFanOutWanted(*context, request, response))
+        return rpc_internal::FanOutStats(*forwarder, pipeline, context, call,
+                                         request, std::move(response),
+                                         response_bytes);
+    }
     if (status.ok()) status = SerializeResponse(response, response_bytes);
   }
   if (!status.ok()) {
@@ -358,6 +376,17 @@ class UnaryCall final
   // Ends the call in the pipeline with `status` (recorded once, permit
   // given back), converts it once and finishes: with the response when OK.
   void Answer(absl::Status status) {
+    if constexpr (std::is_same_v<Response, v1::GroupStats>) {
+      if (status.ok() && !fanned_out_ && forwarder_ != nullptr &&
+          forwarder_->StatsFanOutWanted(*context_, request_, response_)) {
+        // The sums above the shard roots, from their owners; answered
+        // after (its slot held until then, as a forward's).
+        fanned_out_ = true;
+        forwarder_->FanOutStats(*context_, request_, &response_,
+                                [this] { Answer(absl::OkStatus()); });
+        return;
+      }
+    }
     if (status.ok()) status = SerializeResponse(response_, &response_bytes_);
     if (!status.ok() && forwarder_ != nullptr) {
       if (std::optional<std::string> owner =
@@ -407,6 +436,9 @@ class UnaryCall final
   // A large request: its slot ends with Answer. Written before the hand-over
   // to the large-request pool, read after it (the pool's mutex orders them).
   bool hold_slot_ = false;
+  // A GetStats above the shard roots went to the owners (Answer() again
+  // when they answered).
+  bool fanned_out_ = false;
   grpc::ByteBuffer request_bytes_;
   grpc::ByteBuffer response_bytes_;
   Request request_;

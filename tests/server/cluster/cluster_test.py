@@ -12,9 +12,11 @@ import base64
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import unittest
 import urllib.request
@@ -59,12 +61,25 @@ class ClusterTest(unittest.TestCase):
             n.close()
         self.etcd.close()
 
-    def start_nodes(self, count=3, extra=()):
-        ports = free_ports(count)
-        for p in ports:
-            self.nodes.append(ClusterNode(CGACCTD, self.etcd, self.prefix, p,
-                                          TTL_S, extra))
+    def start_nodes(self, count=3, extra=(), metrics=False):
+        """`metrics`: each node serves /metrics too (Node.metrics)."""
+        ports = free_ports(2 * count if metrics else count)
+        for i in range(count):
+            self.nodes.append(ClusterNode(CGACCTD, self.etcd, self.prefix, ports[i],
+                                          TTL_S, extra,
+                                          metrics_port=ports[count + i] if metrics else None))
         return self.nodes
+
+    def engine_current_bytes(self, node, path):
+        """cgacct_group_memory_current_bytes{path} at `node`: its own
+        engine's memory.current of `path` (above the shard roots, GetStats
+        answers sums over the owners instead)."""
+        body = text(urllib.request.urlopen("http://%s/metrics" % node.metrics,
+                                           timeout=5).read())
+        m = re.search(r'^cgacct_group_memory_current_bytes\{path="%s"\} (\S+)$'
+                      % re.escape(path), body, re.M)
+        self.assertIsNotNone(m, "no cgacct_group_memory_current_bytes for %s" % path)
+        return float(m.group(1))
 
     def create(self, node, path, max_bytes=None):
         limits = pb.Limits()
@@ -73,13 +88,14 @@ class ClusterTest(unittest.TestCase):
         return node.stub.CreateGroup(pb.CreateGroupRequest(path=path.encode(), limits=limits),
                                      timeout=10)
 
-    def owners(self, node):
-        m = node.stub.GetClusterMap(pb.GetClusterMapRequest(), timeout=5)
+    def owners(self, node, metadata=()):
+        m = node.stub.GetClusterMap(pb.GetClusterMapRequest(), timeout=5,
+                                    metadata=metadata)
         return {text(s.shard_root): s.owner_address for s in m.shards}
 
-    def balanced(self, shards):
+    def balanced(self, shards, metadata=()):
         """Every shard owned, as every node sees it, about 1/N each."""
-        maps = [self.owners(n) for n in self.nodes]
+        maps = [self.owners(n, metadata) for n in self.nodes]
         if any(len([r for r in m if m[r]]) != len(shards) for m in maps):
             return None
         if any(m != maps[0] for m in maps):
@@ -599,7 +615,7 @@ class ClusterTest(unittest.TestCase):
         # Two shards on three nodes: each owner has its fair share (one),
         # so the paused node, once back, wins nothing back by rebalancing:
         # every charge it is sent must be refused.
-        self.start_nodes()
+        self.start_nodes(metrics=True)
         shards = ["/p0", "/p1"]
         for s in shards:
             self.create(self.nodes[0], s)
@@ -643,9 +659,9 @@ class ClusterTest(unittest.TestCase):
         self.assertEqual(admitted, 0)
         self.assertGreater(refused, 0)
         self.assertEqual(self.etcd_owner(shard), taken)
-        # It found out: its engine holds nothing of the shard it lost ("/"
-        # is above the shards: this node's own engine, which owns none).
-        self.assertTrue(wait_for(lambda: self.current_bytes(victim, "/") == 0, 10))
+        # It found out: its engine holds nothing of the shard it lost (its
+        # own engine's "/", which owns none now).
+        self.assertTrue(wait_for(lambda: self.engine_current_bytes(victim, "/") == 0, 10))
 
     def test_groups_above_the_shard_roots_are_read_not_charged(self):
         node = self.start_nodes(count=1, extra=["--shard_depth=2"])[0]
@@ -664,8 +680,110 @@ class ClusterTest(unittest.TestCase):
                 call()
             self.assertEqual(e.exception.code(), grpc.StatusCode.FAILED_PRECONDITION)
             self.assertIn("above the shard roots", e.exception.details())
-        # Read: this node's own view (it owns /tenants/acme).
+        # Read: the sum over the shard roots below (it owns /tenants/acme;
+        # the engine's per-CPU stock counts in memory.current).
+        self.assertEqual(self.current_bytes(node, "/tenants"),
+                         self.current_bytes(node, "/tenants/acme"))
         self.assertGreaterEqual(self.current_bytes(node, "/tenants"), 4096)
+
+    def test_stats_above_the_shard_roots_sum_every_owner(self):
+        """GetStats of / and of a group above the shard roots (--shard_depth=2)
+        at any node: the sums over the shard roots below, each read at its
+        owner (one GetStats per other owner), summed_shards naming them;
+        after kill -9 of an owner its shards are in missing_shards and out
+        of the sums, not an error."""
+        self.start_nodes(extra=["--shard_depth=2"])
+        node = self.nodes[0]
+        self.create(node, "/tenants")
+        self.create(node, "/infra")
+        shards = ["/tenants/t%d" % i for i in range(5)] + ["/infra/i0"]
+        for s in shards:
+            self.create(node, s)
+        owners = wait_for(lambda: self.balanced(shards), 15)
+        self.assertTrue(owners)
+        pages = {}
+        for i, s in enumerate(shards):
+            # 64 pages or more: the engine's per-CPU stock keeps no
+            # surplus in memory.current.
+            pages[s] = 64 * (i + 1)
+            # At its owner (marked forwarded: not passed on elsewhere).
+            self.node_at(owners[s]).stub.Charge(
+                pb.ChargeRequest(path=s.encode(), nr_pages=pages[s], kind=pb.PAGE_KIND_ANON),
+                timeout=5, metadata=FORWARDED)
+        tenants = [s for s in shards if s.startswith("/tenants/")]
+
+        def stats(n, path, **kw):
+            return n.stub.GetStats(pb.GetStatsRequest(path=path.encode(), **kw), timeout=10)
+
+        def anon(st):
+            return next(e.value for e in st.stat if e.name == "anon")
+
+        for n in self.nodes:
+            for path, below in (("/", shards), ("/tenants", tenants)):
+                st = stats(n, path)
+                self.assertEqual(st.memory_current_bytes,
+                                 sum(pages[s] for s in below) * PAGE, (n.address, path))
+                self.assertEqual(anon(st), sum(pages[s] for s in below) * PAGE)
+                self.assertEqual(sorted(st.summed_shards), sorted(below))
+                self.assertEqual(list(st.missing_shards), [])
+                self.assertTrue(st.flushed)
+        # Asked for some shard roots only: those this node owns of them.
+        mine = [s for s in tenants if owners[s] == node.address]
+        st = stats(node, "/tenants", shard_roots=[s.encode() for s in tenants])
+        self.assertEqual(sorted(st.summed_shards), sorted(mine))
+        self.assertEqual(sorted(st.missing_shards), sorted(set(tenants) - set(mine)))
+        self.assertEqual(st.memory_current_bytes, sum(pages[s] for s in mine) * PAGE)
+        for bad in (b"/infra/i0", b"/tenants", b"/tenants/t0/x"):
+            with self.assertRaises(grpc.RpcError) as e:
+                stats(node, "/tenants", shard_roots=[bad])
+            self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertIn("shard_roots", e.exception.details())
+        # kill -9 of an owner: its shards are missing, the others summed.
+        victim = next(n for n in self.nodes[1:]
+                      if any(owners[s] == n.address for s in shards))
+        lost = [s for s in shards if owners[s] == victim.address]
+        victim.proc.kill()
+        victim.proc.wait()
+        st = stats(node, "/")
+        self.assertEqual(sorted(st.missing_shards), sorted(lost))
+        self.assertEqual(sorted(st.summed_shards), sorted(set(shards) - set(lost)))
+        self.assertEqual(st.memory_current_bytes,
+                         sum(pages[s] for s in shards if s not in lost) * PAGE)
+
+    def test_stats_fan_out_passes_the_callers_token_on(self):
+        """With access control, the fan-out above the shard roots goes
+        through the authenticated path and carries the caller's bearer
+        token to each owner, which authorizes it again."""
+        tmp = tempfile.mkdtemp(prefix="cgacct-cluster-auth-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        token = "a" * 24 + "-cluster"
+        with open(os.path.join(tmp, "tokens"), "w") as f:
+            f.write("reader %s\n" % token)
+        with open(os.path.join(tmp, "policy"), "w") as f:
+            f.write("token:reader rw /\n")
+        os.chmod(os.path.join(tmp, "tokens"), 0o600)
+        self.start_nodes(extra=["--tokens_file=" + os.path.join(tmp, "tokens"),
+                                "--authz_policy=" + os.path.join(tmp, "policy")])
+        md = (("authorization", "Bearer " + token),)
+        node = self.nodes[0]
+        shards = ["/a%d" % i for i in range(4)]
+        for s in shards:
+            node.stub.CreateGroup(pb.CreateGroupRequest(path=s.encode()), timeout=10,
+                                  metadata=md)
+        owners = wait_for(lambda: self.balanced(shards, md), 15)
+        self.assertTrue(owners)
+        for i, s in enumerate(shards):
+            self.node_at(owners[s]).stub.Charge(
+                pb.ChargeRequest(path=s.encode(), nr_pages=64 * (i + 1),
+                                 kind=pb.PAGE_KIND_ANON),
+                timeout=5, metadata=md + FORWARDED)
+        for n in self.nodes:
+            st = n.stub.GetStats(pb.GetStatsRequest(path=b"/"), timeout=10, metadata=md)
+            self.assertEqual(st.memory_current_bytes, 64 * 10 * PAGE, n.address)
+            self.assertEqual(sorted(st.summed_shards), shards)
+        with self.assertRaises(grpc.RpcError) as e:
+            node.stub.GetStats(pb.GetStatsRequest(path=b"/"), timeout=10)
+        self.assertEqual(e.exception.code(), grpc.StatusCode.UNAUTHENTICATED)
 
     def test_etcd_quorum_lost_changes_fail_charges_stop_at_the_fence(self):
         self.start_nodes(count=1)
