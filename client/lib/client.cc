@@ -84,7 +84,17 @@ struct Client::Impl : internal::SessionLink::Handler {
   int returns_in_flight ABSL_GUARDED_BY(seen_mu) = 0;
 
   // Statistics: relaxed.
-  std::atomic<uint64_t> drains{0}, drained_pages{0}, reopened{0}, reconciles{0};
+  std::atomic<uint64_t> drains{0}, drained_pages{0}, reopened{0}, reconciles{0},
+      resume_deferred{0}, return_failed{0};
+
+  // A re-charge refused with one of these was refused because this node
+  // does not serve the group now (a cluster's shard moved, or the node has
+  // no lease), not because the group is full or gone.
+  static bool NotServedHere(grpc::StatusCode code) {
+    return code == grpc::StatusCode::UNAVAILABLE ||
+           code == grpc::StatusCode::DEADLINE_EXCEEDED ||
+           code == grpc::StatusCode::FAILED_PRECONDITION;
+  }
 
   // Set when the server's drain took the stock (before the take), cleared
   // by the next charge that refilled it: meanwhile Uncharge() sends what
@@ -174,7 +184,11 @@ struct Client::Impl : internal::SessionLink::Handler {
   }
 
   // Gives `pages` back to the server with Uncharge RPCs (caller holds
-  // rpc_mu as reader); on failure puts them back into slot 0. Counted in
+  // rpc_mu as reader). Pages that fail to go back leave the books and are
+  // dropped, not stocked again: a later charge would consume pages nobody
+  // may count any more (in a cluster, a node that lost the shard ended the
+  // session that held them). If the server still counts them, the session
+  // does until it closes (or a Reconcile() returns them). Counted in
   // returns_in_flight meanwhile (a drain waits for it: WaitForRefills).
   grpc::Status ReturnPages(const std::string& sid,
                            const std::vector<Returned>& pages) {
@@ -191,7 +205,8 @@ struct Client::Impl : internal::SessionLink::Handler {
         continue;
       }
       if (first.ok()) first = s;
-      stock.PutBack(r);
+      AddHeld(r.path, r.kind, -static_cast<int64_t>(r.nr_pages));
+      return_failed.fetch_add(r.nr_pages, std::memory_order_relaxed);
     }
     absl::MutexLock l(&seen_mu);
     --returns_in_flight;
@@ -232,6 +247,11 @@ struct Client::Impl : internal::SessionLink::Handler {
       if (cs.ok()) {
         SawCharge(new_gen);
         AddHeld(k.first, k.second, static_cast<int64_t>(n));
+      } else if (NotServedHere(cs.error_code())) {
+        // Kept in the books for ClusterClient's move (Forget()).
+        AddHeld(k.first, k.second, static_cast<int64_t>(n));
+        resume_deferred.fetch_add(n, std::memory_order_relaxed);
+        Emit(Event::Type::kRechargeDeferred, k.first, n, cs);
       } else {
         Emit(Event::Type::kRechargeFailed, k.first, n, cs);
       }
@@ -271,6 +291,13 @@ struct Client::Impl : internal::SessionLink::Handler {
         if (s.ok()) {
           SawCharge(gen);
           AddHeld(k.first, k.second, static_cast<int64_t>(phantom));
+        } else if (NotServedHere(s.error_code())) {
+          // As in Reopen(): kept for ClusterClient's move. Tried again
+          // after the next keepalive while the node keeps refusing.
+          if (first.ok()) first = s;
+          AddHeld(k.first, k.second, static_cast<int64_t>(phantom));
+          resume_deferred.fetch_add(phantom, std::memory_order_relaxed);
+          Emit(Event::Type::kRechargeDeferred, k.first, phantom, s);
         } else {
           if (first.ok()) first = s;
           Emit(Event::Type::kRechargeFailed, k.first, phantom, s);
@@ -540,6 +567,8 @@ ClientStats Client::stats() const {
   s.reopened_sessions = m.reopened.load();
   s.reattached_streams = m.link.reattached();
   s.reconciles = m.reconciles.load();
+  s.resume_deferred_pages = m.resume_deferred.load();
+  s.return_failed_pages = m.return_failed.load();
   return s;
 }
 

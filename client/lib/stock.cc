@@ -65,22 +65,6 @@ std::vector<Returned> Stock::Take(std::string_view subtree) {
   return out;
 }
 
-void Stock::PutBack(const Returned& r) {
-  Slot& slot = slots_[0];
-  SlotLock l(&slot.mu);
-  bool found = false;
-  for (StockEntry& e : slot.entries) {
-    if (e.kind == r.kind && e.path == r.path) {
-      e.nr_pages += r.nr_pages;
-      found = true;
-    }
-  }
-  if (!found) {
-    slot.entries.push_back(
-        StockEntry{r.path, r.kind, r.nr_pages, batch_pages_});
-  }
-}
-
 std::map<HeldKey, uint64_t> Stock::TakeAll() {
   std::map<HeldKey, uint64_t> taken;
   for (int i = 0; i < nr_slots_; ++i) {

@@ -194,9 +194,6 @@ class Stock {
   // slots, summed per (group, kind).
   std::vector<Returned> Take(std::string_view subtree);
 
-  // Puts pages that could not be returned back into slot 0.
-  void PutBack(const Returned& r);
-
   // Empties every slot; returns what they held per (group, kind).
   std::map<HeldKey, uint64_t> TakeAll();
 

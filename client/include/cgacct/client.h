@@ -99,6 +99,13 @@ struct Event {
     kDrained,
     // The session stream broke with `status` and is being re-attached.
     kStreamBroken,
+    // After kSessionReopened: the same, refused because the node does not
+    // serve `group` now (UNAVAILABLE, DEADLINE_EXCEEDED, FAILED_PRECONDITION:
+    // in a cluster its shard moved, or the node has no etcd lease). The
+    // `nr_pages` pages stay the application's in the books, uncounted at
+    // this node; ClusterClient charges them again at the shard's new owner
+    // (dropping them would let that owner admit fresh charges over them).
+    kRechargeDeferred,
   };
   Type type;
   std::string session_id;
@@ -153,6 +160,13 @@ struct ClientStats {
   uint64_t drained_pages = 0;   // stocked pages they returned
   uint64_t reopened_sessions = 0;
   uint64_t reattached_streams = 0;
+  // Pages a re-charge after a reopen could not put back because the node
+  // does not serve their group now (Event::kRechargeDeferred).
+  uint64_t resume_deferred_pages = 0;
+  // Pages Uncharge() or a drain could not give back to the server (after
+  // the attempts): dropped, never stocked again; the session holds them on
+  // the server, if it still counts them, until it closes.
+  uint64_t return_failed_pages = 0;
   // Times the books were brought back to GetSession's holdings after a call
   // failed ambiguously (its last attempt UNAVAILABLE, DEADLINE_EXCEEDED or
   // ABORTED: it may have been applied). Done by the keepalive thread.

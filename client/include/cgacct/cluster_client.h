@@ -109,7 +109,11 @@ class ClusterClient {
   ChargeResult Charge(std::string_view group, uint64_t nr_pages,
                       PageKind kind = PageKind::kAnon);
 
-  // Client::Uncharge() at the owner of `group`'s shard.
+  // Client::Uncharge() at the owner of `group`'s shard. Only the routing
+  // is tried again: once the Client's Uncharge ran, its answer is the
+  // caller's (the pages left the books before its RPC; on a failure the
+  // node that held them no longer counts them, or its session holds them
+  // until it ends), so a failover never uncharges them twice.
   grpc::Status Uncharge(std::string_view group, uint64_t nr_pages,
                         PageKind kind = PageKind::kAnon);
 

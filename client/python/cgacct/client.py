@@ -56,6 +56,11 @@ _KINDS = {ANON: ANON, FILE: FILE, "anon": ANON, "file": FILE}
 _RETRIED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
             grpc.StatusCode.ABORTED)
 _U64_MAX = (1 << 64) - 1
+# A re-charge after a lost session that fails with one of these was refused
+# because this node does not serve the group now (in a cluster: its shard
+# moved, or the node has no lease), not because the group is full or gone.
+_NOT_HERE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
+             grpc.StatusCode.FAILED_PRECONDITION)
 # Adaptive batch: a miss sooner than _FAST_MISS_S after the previous miss of
 # the same slot and group doubles its batch (up to stock_cap); one later than
 # _SLOW_MISS_S halves it (down to batch).
@@ -99,7 +104,10 @@ Event.__doc__ = """Something the client did on its own, given to on_event.
 type: "session_reopened" (the session was gone: a new one, session_id, was
   opened), "recharge_failed" (after that, charging again nr_pages pages the
   application holds of group failed with code/details: the server no
-  longer counts them), "drained" (a drain request answered: nr_pages
+  longer counts them), "recharge_deferred" (the same, refused because the
+  node does not serve the group now: UNAVAILABLE, DEADLINE_EXCEEDED or
+  FAILED_PRECONDITION; the pages stay the application's, for ClusterClient
+  to charge again at the shard's new owner), "drained" (a drain request answered: nr_pages
   stocked pages of groups at or below group returned), "stream_broken"
   (the SessionStream ended with code and is being re-attached).
 session_id, group: bytes; nr_pages: pages; code: a grpc.StatusCode or None.
@@ -521,9 +529,10 @@ class Client:
         through this client (unlike the C++ library, which leaves that to
         the server), INVALID_ARGUMENT for bad arguments; nothing changes
         then. If the server cannot take the returned pages back (after the
-        retries), they stay in the stock (counted in return_failed_pages)
-        and the uncharge still succeeds: the application no longer holds
-        them either way."""
+        retries), they are dropped, not stocked (counted in
+        return_failed_pages; the session holds them until it closes, if the
+        server still counts them) and the uncharge still succeeds: the
+        application no longer holds them either way."""
         key = (_wire_path(path), _check_kind(kind))
         _check_pages(nr_pages)
         self._check_open()
@@ -607,8 +616,8 @@ class Client:
         attempts not included), retries (attempts after the first, all
         RPCs), keepalives sent, drains answered, drained_pages (stocked
         pages they returned), reopened_sessions, reattached_streams,
-        recharge_failed_pages, throttled_us (slept). As the C++ library's
-        ClientStats."""
+        recharge_failed_pages, resume_deferred_pages, throttled_us
+        (slept). As the C++ library's ClientStats."""
         with self._stats_mu:
             return dict(self._stats)
 
@@ -720,8 +729,9 @@ class Client:
 
     def _return_pages(self, session_id, gen, slot, returns):
         """Uncharges `returns` ([(key, pages)]) on the session. Never raises:
-        pages it cannot return go back into the slot (over its cap; a drain
-        or close() returns them later). Returns (lost_gen, pages returned):
+        pages it cannot return are dropped (counted in return_failed_pages;
+        the session holds them on the server, if it still does, until it
+        closes), never stocked again. Returns (lost_gen, pages returned):
         lost_gen is `gen` if the session turned out to be gone (the caller
         resumes; its pages went with it), else None. Caller is inside the
         gate (shared)."""
@@ -744,10 +754,12 @@ class Client:
             except _SessionLost:
                 return gen, returned  # everything the session held is gone already
             except Error:
-                with slot.lock:
-                    if self._gen == gen:
-                        for k, m in returns[i:]:
-                            slot.stock[k] = slot.stock.get(k, 0) + m
+                # Not back into the stock: a later charge would consume
+                # pages nobody may count any more (in a cluster, a node that
+                # lost the shard ended the session that held them: charges
+                # served from them were admitted nowhere, 1.10x the max in
+                # ClusterTest's black-holed link). Dropped: if the server
+                # still counts them, the session does until it closes.
                 self._count("return_failed_pages", sum(m for _, m in returns[i:]))
                 return None, returned
             returned += n
@@ -965,7 +977,10 @@ class Client:
         lease expired): drop the stock (the server uncharged it), open a new
         session and charge again what the application holds. Pages that
         cannot be charged again (the group is full, or deleted) are counted
-        in recharge_failed_pages and dropped by later uncharges."""
+        in recharge_failed_pages and dropped by later uncharges; those this
+        node refuses because it does not serve the group now are counted in
+        resume_deferred_pages and kept (ClusterClient moves them to the
+        shard's new owner)."""
         self._gate.enter_exclusive()
         try:
             with self._mu:
@@ -995,11 +1010,21 @@ class Client:
                     self._charge_rpc(session_id, key, n, resume=True)
                     self._saw_charge(self._current()[1])
                 except (Error, _SessionLost) as e:
+                    code, details = ((e.code(), e.details()) if isinstance(e, Error)
+                                     else (grpc.StatusCode.NOT_FOUND, "session_id: lost again"))
+                    if code in _NOT_HERE:
+                        # This node does not serve the group now (in a
+                        # cluster: it lost the shard, or has no lease): the
+                        # pages stay the application's, uncounted here, for
+                        # ClusterClient to charge again at the shard's new
+                        # owner (_forget moves them). Dropping them would
+                        # let the new owner admit fresh charges over them.
+                        self._count("resume_deferred_pages", n)
+                        self._event("recharge_deferred", session_id, key[0], n, code, details)
+                        continue
                     self._count("recharge_failed_pages", n)
                     with self._held_mu:
                         self._unaccounted[key] += n
-                    code, details = ((e.code(), e.details()) if isinstance(e, Error)
-                                     else (grpc.StatusCode.NOT_FOUND, "session_id: lost again"))
                     self._event("recharge_failed", session_id, key[0], n, code, details)
         finally:
             self._gate.leave_exclusive()

@@ -11,7 +11,7 @@
 //   owner PATH   {"owner": "host:port"}
 //   held PATH    {"held": N}
 //   stats        {"map_reads": N, "moves": N, "recharge_failed_pages": N,
-//                 "reopened_sessions": N}
+//                 "reopened_sessions": N, "resume_deferred_pages": N}
 //   close        {"code": C, "message": "..."}, then exits 0
 // Exits 1 with a line on stderr when Open fails, 2 on bad usage.
 #include <chrono>
@@ -61,6 +61,23 @@ int main(int argc, char** argv) {
   options.client.max_batch_pages = 0;
   options.client.call_timeout = std::chrono::milliseconds(1000);
   options.client.max_attempts = 2;
+  // What the library did on its own, on stderr (the test prints it when it
+  // fails).
+  const auto t0 = std::chrono::steady_clock::now();
+  options.client.on_event = [t0](const cgacct::client::Event& e) {
+    static const char* const kNames[] = {"session_reopened", "recharge_failed",
+                                         "drained", "stream_broken",
+                                         "recharge_deferred"};
+    const int type = static_cast<int>(e.type);
+    if (e.type == cgacct::client::Event::Type::kDrained) return;
+    std::fprintf(stderr, "event %.3f %s %s %llu %d %s\n",
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+                     .count(),
+                 type < 5 ? kNames[type] : "?", e.group.c_str(),
+                 static_cast<unsigned long long>(e.nr_pages),
+                 static_cast<int>(e.status.error_code()),
+                 e.status.error_message().c_str());
+  };
   std::unique_ptr<cgacct::client::ClusterClient> cc;
   const grpc::Status opened =
       cgacct::client::ClusterClient::Open({argv[1]}, options, &cc);
@@ -97,7 +114,9 @@ int main(int argc, char** argv) {
                ", \"recharge_failed_pages\": " +
                std::to_string(st.recharge_failed_pages) +
                ", \"reopened_sessions\": " +
-               std::to_string(st.clients.reopened_sessions) + "}";
+               std::to_string(st.clients.reopened_sessions) +
+               ", \"resume_deferred_pages\": " +
+               std::to_string(st.clients.resume_deferred_pages) + "}";
     } else if (command == "close") {
       std::cout << "{" << StatusJson(cc->Close()) << "}" << std::endl;
       return 0;

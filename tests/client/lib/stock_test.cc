@@ -123,24 +123,12 @@ TEST(ClientStockTest, TakeDrainsASubtreeAtSegmentBoundaries) {
   EXPECT_EQ(stock.pages(), 0u);
 }
 
-TEST(ClientStockTest, PutBackReturnsPagesToSlotZero) {
-  Stock stock = OneSlot();
-  std::vector<Returned> excess;
-  stock.Refill("/a", kAnon, 1, &excess);
-  stock.PutBack({"/a", kAnon, 5});
-  stock.PutBack({"/b", kFile, 2});
-  uint64_t batch = 0;
-  EXPECT_TRUE(stock.Consume("/a", kAnon, 6, &batch));
-  EXPECT_TRUE(stock.Consume("/b", kFile, 2, &batch));
-  EXPECT_EQ(stock.pages(), 0u);
-}
-
 TEST(ClientStockTest, TakeAllEmptiesEverySlot) {
   Stock stock(2, 7, 64, 256);
   std::vector<Returned> excess;
   stock.Refill("/a", kAnon, 3, &excess);
-  stock.PutBack({"/a", kAnon, 4});
-  stock.PutBack({"/b", kFile, 5});
+  stock.Refill("/a", kAnon, 4, &excess);
+  stock.Refill("/b", kFile, 5, &excess);
   std::map<HeldKey, uint64_t> all = stock.TakeAll();
   EXPECT_EQ((all[{"/a", kAnon}]), 7u);
   EXPECT_EQ((all[{"/b", kFile}]), 5u);

@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 
 import grpc
@@ -121,3 +122,90 @@ class Node:
             self.proc.send_signal(signal.SIGCONT)
             self.proc.kill()
         self.proc.wait()
+
+
+class BlackHoleProxy:
+    """A TCP relay on loopback in front of `target` ("host:port") that can
+    black-hole the link: while `black_holed` is set it relays nothing in
+    either direction and answers nothing on new connections, and closes
+    nothing (no RST, no FIN: the peers see silence, as behind a dropped
+    route). Threads; `close()` ends them."""
+
+    def __init__(self, target):
+        host, port = target.rsplit(":", 1)
+        self.target = (host, int(port))
+        self.black_holed = threading.Event()
+        self.listener = socket.socket()
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(64)
+        self.address = "127.0.0.1:%d" % self.listener.getsockname()[1]
+        self.closed = False
+        self.socks = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while not self.closed:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(self.target, timeout=5)
+            except OSError:
+                client.close()
+                continue
+            upstream.settimeout(None)
+            self.socks += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._relay, args=(a, b), daemon=True).start()
+
+    def _relay(self, src, dst):
+        while not self.closed:
+            while self.black_holed.is_set() and not self.closed:
+                time.sleep(0.01)  # read nothing: the sender's data waits
+            try:
+                data = src.recv(65536)
+            except OSError:
+                break
+            if not data:
+                break
+            while self.black_holed.is_set() and not self.closed:
+                time.sleep(0.01)  # read before the hole: held, not sent
+            try:
+                dst.sendall(data)
+            except OSError:
+                break
+        for sock in (src, dst):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def close(self):
+        self.closed = True
+        self.listener.close()
+        for sock in self.socks:
+            try:
+                sock.close()
+            except OSError:
+                pass
+
+
+class ProxiedEtcd:
+    """`etcd` as one node sees it: every member behind a BlackHoleProxy
+    (Node takes it where it takes an Etcd)."""
+
+    def __init__(self, etcd):
+        self.proxies = [BlackHoleProxy(member) for member in etcd.client]
+
+    def endpoints(self):
+        return ",".join(p.address for p in self.proxies)
+
+    def black_hole(self, on):
+        for p in self.proxies:
+            (p.black_holed.set if on else p.black_holed.clear)()
+
+    def close(self):
+        for p in self.proxies:
+            p.close()
