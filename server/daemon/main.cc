@@ -25,6 +25,7 @@
 #include "absl/synchronization/mutex.h"
 #include "server/daemon/daemon.h"
 #include "server/daemon/flags.h"
+#include "server/daemon/grpc_log.h"
 
 int main(int argc, char** argv) {
   cgacct::ParseDaemonFlags(argc, argv);
@@ -44,6 +45,10 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  // gRPC logs some lines once per connection attempt (a handshake without
+  // the required certificate): at most a few a second per call site.
+  cgacct::InstallGrpcLogLimiter();
 
   absl::StatusOr<cgacct::DaemonConfig> config = cgacct::ConfigFromFlags();
   if (!config.ok()) {
