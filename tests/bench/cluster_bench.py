@@ -14,7 +14,12 @@ Prints, as medians over the rounds (one value per round):
   - failover: kill -9 of an owner, and SIGTERM, until a re-charge (resume)
     of its shard is admitted elsewhere;
   - CreateGroup latency in cluster mode divided by single-node mode with
-    --state_dir (SQLite), the same Python client for both.
+    --state_dir (SQLite), the same Python client for both;
+  - library charges/s: one cgacct::client::ClusterClient, 4 threads each
+    charging and uncharging 1 page of 6 groups in turn (6 shards spread over
+    the 3 nodes; the same 6 groups on the single node), with batching off
+    (every call an RPC at its shard's owner) and at batch 64, against 3
+    nodes divided by against one (tests/bench/cluster_client_throughput).
 Not part of the test run (tests/bench/README in RESULTS.md).
 """
 import json
@@ -29,8 +34,13 @@ import urllib.request
 CGACCTD, LOAD, STUBS = sys.argv[1:4]
 ROUNDS = 3
 SECONDS = 5
+THROUGHPUT = os.path.join(os.path.dirname(os.path.abspath(LOAD)), "..", "tests",
+                          "bench", "cluster_client_throughput")
+LIB_GROUPS = ["/lib%d" % i for i in range(6)]
 for arg in sys.argv[4:]:
-    if arg.startswith("--rounds="):
+    if arg.startswith("--throughput="):
+        THROUGHPUT = arg.split("=", 1)[1]
+    elif arg.startswith("--rounds="):
         ROUNDS = int(arg.split("=", 1)[1])
     elif arg.startswith("--seconds="):
         SECONDS = int(arg.split("=", 1)[1])
@@ -61,6 +71,15 @@ def netperf(target, metrics):
     if report["rpc_errors"] or report["op_errors"]:
         raise RuntimeError("netperf errors at %s: %s" % (target, report["first_error"]))
     return report
+
+
+def library_pairs_per_s(target, batch):
+    out = subprocess.run([THROUGHPUT, target, ",".join(LIB_GROUPS), "4", str(SECONDS),
+                          str(batch)], check=True, capture_output=True, text=True)
+    r = json.loads(out.stdout)
+    if r["errors"]:
+        raise RuntimeError("library errors at %s: %s" % (target, out.stderr))
+    return r["pairs_per_s"]
 
 
 def metric(metrics, name, labels=""):
@@ -130,6 +149,10 @@ def main():
     # --- single node: the baseline, and SQLite's CreateGroup ---
     single = Single()
     base = [netperf(single.address, single.metrics) for _ in range(ROUNDS)]
+    for g in LIB_GROUPS:
+        single.stub.CreateGroup(pb.CreateGroupRequest(path=g.encode()), timeout=10)
+    lib_single = {b: [library_pairs_per_s(single.address, b) for _ in range(ROUNDS)]
+                  for b in (0, 64)}
     single.close()
     state = tempfile.mkdtemp(prefix="cgacct-bench-state-")
     single = Single(["--state_dir=" + state])
@@ -159,6 +182,17 @@ def main():
         keeps = sum(metric(n.metrics, "cgacct_cluster_keepalives_total") for n in nodes) - keep0
         charges = sum(r["ops"] for r in at_owner + forwarded) / 2  # charge+uncharge pairs
         cluster_create = [med(create_latencies_ms(other.stub, "/c%d" % r)) for r in range(ROUNDS)]
+        for g in LIB_GROUPS:
+            nodes[0].stub.CreateGroup(pb.CreateGroupRequest(path=g.encode()), timeout=10)
+
+        def spread():
+            m = owners(nodes[0])
+            mine = [m.get(g) for g in LIB_GROUPS]
+            return all(mine) and len(set(mine)) == 3
+        if not wait_for(spread, 20):
+            raise RuntimeError("the library's 6 shards did not spread over 3 nodes")
+        lib_cluster = {b: [library_pairs_per_s(nodes[0].address, b) for _ in range(ROUNDS)]
+                       for b in (0, 64)}
 
         # Failovers: each round kills the shard's owner and starts a node in
         # its place (three nodes again).
@@ -202,6 +236,7 @@ def main():
         "seconds": elapsed,
         "kill9_failover_s": kill9, "sigterm_failover_s": sigterm,
         "create_ms_cluster": cluster_create, "create_ms_sqlite": sqlite_create,
+        "library_pairs_per_s_single": lib_single, "library_pairs_per_s_cluster": lib_cluster,
     }
     print(json.dumps(results, indent=1))
     print("charge p50 at the owner / single node: %.2fx (%.1f / %.1f us); p99 %.2fx"
@@ -216,6 +251,10 @@ def main():
     print("failover after kill -9: median %.2f s %s; after SIGTERM: median %.2f s %s (TTL %d s)"
           % (med(kill9), [round(x, 2) for x in kill9], med(sigterm),
              [round(x, 2) for x in sigterm], TTL_S))
+    for b in (0, 64):
+        print("library charge+uncharge pairs/s, batch %d: 3 nodes / 1: %.2fx (%.0f / %.0f)"
+              % (b, med(lib_cluster[b]) / med(lib_single[b]), med(lib_cluster[b]),
+                 med(lib_single[b])))
     print("CreateGroup p50, cluster / SQLite: %.2fx (%.2f / %.2f ms)"
           % (med(cluster_create) / med(sqlite_create), med(cluster_create),
              med(sqlite_create)))
