@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
@@ -38,6 +39,17 @@ bool LogSiteLimiter::Admit(const std::string& site, absl::Time now,
     s.suppressed = 0;
   }
   return true;
+}
+
+std::vector<LogSiteLimiter::HeldBack> LogSiteLimiter::TakeHeldBack(
+    absl::Time now, absl::Duration older_than) {
+  std::vector<HeldBack> out;
+  for (auto& [site, s] : sites_) {
+    if (s.suppressed == 0 || now - s.first_suppressed < older_than) continue;
+    out.push_back({site, s.suppressed, now - s.first_suppressed});
+    s.suppressed = 0;
+  }
+  return out;
 }
 
 namespace {
@@ -82,6 +94,23 @@ void LimitedLog(gpr_log_func_args* args) {
   WriteLine(args);
 }
 
+void SayHeldBack(absl::Duration older_than) {
+  std::vector<LogSiteLimiter::HeldBack> held;
+  {
+    absl::MutexLock l(&g_mu);
+    if (g_limiter == nullptr) return;
+    held = g_limiter->TakeHeldBack(absl::Now(), older_than);
+  }
+  for (const LogSiteLimiter::HeldBack& h : held) {
+    std::fprintf(stderr,
+                 "cgacctd: gRPC: %llu lines from %s suppressed in the last "
+                 "%s\n",
+                 static_cast<unsigned long long>(h.count), h.site.c_str(),
+                 absl::FormatDuration(absl::Trunc(h.since, absl::Milliseconds(100)))
+                     .c_str());
+  }
+}
+
 }  // namespace
 
 void InstallGrpcLogLimiter() {
@@ -91,6 +120,15 @@ void InstallGrpcLogLimiter() {
     g_limiter = new LogSiteLimiter;  // lives as long as gRPC may log
   }
   gpr_set_log_function(&LimitedLog);
+  // Detached: it only sleeps and prints, until the process exits.
+  std::thread([] {
+    for (;;) {
+      absl::SleepFor(absl::Seconds(1));
+      SayHeldBack(absl::Seconds(1));
+    }
+  }).detach();
 }
+
+void FlushGrpcLogHeldBack() { SayHeldBack(absl::ZeroDuration()); }
 
 }  // namespace cgacct

@@ -8,8 +8,9 @@
 // function (gpr_set_log_function) with one that passes at most kBurst lines
 // of one call site (file:line) at once and kPerSecond a second after, in
 // gRPC's own format on stderr, and says how many it held back the next time
-// that site gets a line through: "cgacctd: gRPC: N lines like this one from
-// FILE:LINE suppressed in the last S s". gRPC's verbosity
+// that site gets a line through: "cgacctd: gRPC: N lines like the next one
+// from FILE:LINE suppressed in the last S", or within a second if it does
+// not, and at exit. gRPC's verbosity
 // (GRPC_VERBOSITY) still chooses which lines are written at all.
 //
 // Thread safety: the log function is called from any gRPC thread; its
@@ -19,6 +20,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/time/time.h"
@@ -38,6 +40,15 @@ class LogSiteLimiter {
   bool Admit(const std::string& site, absl::Time now, uint64_t* suppressed,
              absl::Duration* since);
 
+  // Sites whose first held-back line is at least `older_than` before
+  // `now`: their counts, which restart at 0.
+  struct HeldBack {
+    std::string site;
+    uint64_t count = 0;
+    absl::Duration since;
+  };
+  std::vector<HeldBack> TakeHeldBack(absl::Time now, absl::Duration older_than);
+
  private:
   struct Site {
     double tokens = kBurst;
@@ -49,8 +60,13 @@ class LogSiteLimiter {
 };
 
 // Installs the rate-limited log function (once, before the first gRPC
-// object; later calls do nothing).
+// object; later calls do nothing), and a thread that says every second how
+// many lines each quiet site held back (a site that goes quiet after a
+// burst has no next line to say it with).
 void InstallGrpcLogLimiter();
+
+// Says now how many lines every site held back (at exit).
+void FlushGrpcLogHeldBack();
 
 }  // namespace cgacct
 

@@ -59,5 +59,6 @@ int main(int argc, char** argv) {
   cgacct::Daemon daemon(*std::move(config));
   if (const int rc = daemon.Start(); rc != 0) return rc;
   daemon.Run(signals);
+  cgacct::FlushGrpcLogHeldBack();
   return 0;
 }

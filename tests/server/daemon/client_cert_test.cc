@@ -216,6 +216,7 @@ TEST_F(ClientCertTest, HandshakeRefusesClientsWithoutACertificate) {
     ++lines;
   EXPECT_GE(lines, 1u) << err;
   EXPECT_LE(lines, 30u) << err;
+  // Said within a second, or at exit at the latest.
   EXPECT_THAT(err, HasSubstr("suppressed in the last")) << err;
 
   std::unique_ptr<Daemon> optional = StartDaemon({});

@@ -3,6 +3,8 @@
 // the next line through.
 #include "server/daemon/grpc_log.h"
 
+#include <vector>
+
 #include "gtest/gtest.h"
 
 namespace cgacct {
@@ -37,6 +39,25 @@ TEST(LogSiteLimiterTest, ABurstThenAFewASecondPerSiteWithTheCountHeldBack) {
   }
   EXPECT_GE(written, 19);
   EXPECT_LE(written, 21);
+  // A site that goes quiet after a burst: its count is taken once the
+  // first held-back line is old enough, then starts again at 0.
+  for (int i = 0; i < 50; ++i)
+    limiter.Admit("c.cc:3", t0 + absl::Seconds(30), &suppressed, &since);
+  EXPECT_TRUE(limiter.TakeHeldBack(t0 + absl::Seconds(30) + absl::Milliseconds(500),
+                                   absl::Seconds(1))
+                  .empty());
+  std::vector<LogSiteLimiter::HeldBack> held =
+      limiter.TakeHeldBack(t0 + absl::Seconds(31), absl::Seconds(1));
+  bool found = false;
+  for (const LogSiteLimiter::HeldBack& h : held) {
+    if (h.site != "c.cc:3") continue;
+    found = true;
+    EXPECT_EQ(h.count, 50u - LogSiteLimiter::kBurst);
+    EXPECT_EQ(h.since, absl::Seconds(1));
+  }
+  EXPECT_TRUE(found);
+  EXPECT_TRUE(limiter.TakeHeldBack(t0 + absl::Seconds(40), absl::ZeroDuration())
+                  .empty());
   // Quiet for long enough, the burst is whole again.
   written = 0;
   for (int i = 0; i < 100; ++i)
