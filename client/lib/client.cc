@@ -47,6 +47,7 @@
 namespace cgacct::client {
 
 using internal::HeldKey;
+using internal::NotServedHere;
 using internal::Returned;
 using internal::SessionGone;
 
@@ -87,14 +88,6 @@ struct Client::Impl : internal::SessionLink::Handler {
   std::atomic<uint64_t> drains{0}, drained_pages{0}, reopened{0}, reconciles{0},
       resume_deferred{0}, return_failed{0};
 
-  // A re-charge refused with one of these was refused because this node
-  // does not serve the group now (a cluster's shard moved, or the node has
-  // no lease), not because the group is full or gone.
-  static bool NotServedHere(grpc::StatusCode code) {
-    return code == grpc::StatusCode::UNAVAILABLE ||
-           code == grpc::StatusCode::DEADLINE_EXCEEDED ||
-           code == grpc::StatusCode::FAILED_PRECONDITION;
-  }
 
   // Set when the server's drain took the stock (before the take), cleared
   // by the next charge that refilled it: meanwhile Uncharge() sends what

@@ -18,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "cgacct/v1/accounting.grpc.pb.h"
+#include "client/lib/rpcs.h"
 #include "engine/group_path.h"
 #include "grpcpp/grpcpp.h"
 
@@ -26,12 +27,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Codes after which the map is read again and the call tried again.
-bool Rerouted(grpc::StatusCode code) {
-  return code == grpc::StatusCode::UNAVAILABLE ||
-         code == grpc::StatusCode::DEADLINE_EXCEEDED ||
-         code == grpc::StatusCode::FAILED_PRECONDITION;
-}
+// After these the map is read again and the call tried again.
+using internal::NotServedHere;
 
 void AddClientStats(const ClientStats& s, ClientStats* sum) {
   sum->charges += s.charges;
@@ -182,7 +179,7 @@ struct ClusterClient::Impl {
         grpc::Status s = to.Adopt(k.first, k.second, n);
         if (s.ok()) {
           moved[k] = n;
-        } else if (Rerouted(s.error_code())) {
+        } else if (NotServedHere(s.error_code())) {
           // Not this time: the holdings stay the old Client's; what the
           // new owner took already goes back there.
           Client::Holdings left;
@@ -247,7 +244,7 @@ struct ClusterClient::Impl {
       const grpc::StatusCode code = error.error_code();
       const bool may_move = code == grpc::StatusCode::FAILED_PRECONDITION ||
                             code == grpc::StatusCode::NOT_FOUND;
-      if (!(Rerouted(code) || may_move) || Clock::now() + delay > give_up)
+      if (!(NotServedHere(code) || may_move) || Clock::now() + delay > give_up)
         return error;
       std::this_thread::sleep_for(delay);
       delay = std::min(2 * delay, std::chrono::milliseconds(1000));

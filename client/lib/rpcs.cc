@@ -19,6 +19,12 @@ std::string RandomRequestPrefix() {
 
 }  // namespace
 
+bool NotServedHere(grpc::StatusCode code) {
+  return code == grpc::StatusCode::UNAVAILABLE ||
+         code == grpc::StatusCode::DEADLINE_EXCEEDED ||
+         code == grpc::StatusCode::FAILED_PRECONDITION;
+}
+
 bool Retryable(grpc::StatusCode code) {
   return code == grpc::StatusCode::UNAVAILABLE ||
          code == grpc::StatusCode::DEADLINE_EXCEEDED ||

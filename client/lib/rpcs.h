@@ -28,6 +28,13 @@ namespace cgacct::client::internal {
 // UNAVAILABLE, DEADLINE_EXCEEDED or ABORTED: worth another attempt.
 bool Retryable(grpc::StatusCode code);
 
+// UNAVAILABLE, DEADLINE_EXCEEDED or FAILED_PRECONDITION: the node did not
+// serve the group (in a cluster: another node owns its shard, nobody does
+// now, or this node has no lease), rather than refusing the request itself.
+// A re-charge so refused is kept for ClusterClient's move; ClusterClient
+// re-reads the map after it.
+bool NotServedHere(grpc::StatusCode code);
+
 // NOT_FOUND naming the session (closed, expired, server restarted), as
 // opposed to NOT_FOUND naming a group.
 bool SessionGone(const grpc::Status& s);

@@ -27,7 +27,9 @@
 
 namespace cgacct {
 
-// The per-call-site token buckets, separate from gRPC for tests.
+// The per-call-site token buckets (kBurst lines, kPerSecond lines a
+// second), separate from gRPC for tests. Not thread-safe: the log function
+// holds its mutex around every call. No errors.
 class LogSiteLimiter {
  public:
   static constexpr double kBurst = 10;

@@ -30,13 +30,14 @@ import time
 
 import grpc
 
-from cgacct.client import ANON, Client, Error, _check_kind, _check_pages, _under, _wire_path
+from cgacct.client import (ANON, Client, Error, _NOT_HERE, _check_kind, _check_pages, _under,
+                           _wire_path)
 from cgacct.v1 import accounting_pb2 as pb
 from cgacct.v1 import accounting_pb2_grpc as pb_grpc
 
-# Codes after which the map is read again and the call tried again.
-_REROUTED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
-             grpc.StatusCode.FAILED_PRECONDITION)
+# Codes after which the map is read again and the call tried again: the
+# node did not serve the path (client._NOT_HERE).
+_REROUTED = _NOT_HERE
 
 
 class ClusterClient:
