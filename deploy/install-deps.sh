@@ -26,6 +26,9 @@
 #   - libcurl4-openssl-dev: cgacct-load's /metrics scrape and the tests' HTTP
 #     GET (client/load/metrics_scrape.cc, tests/server/http_get.h) use libcurl
 #     instead of a hand-written HTTP client;
+#   - libssl-dev: OpenSSL's X.509 parser reads the client certificates a
+#     trusted front proxy passes on (server/auth/forwarded_certificate.cc;
+#     Debian's gRPC is built against the same OpenSSL 3);
 #   - nlohmann-json3-dev: the clients' JSON (cgacct-load's reports, cgacctctl
 #     --json for cat/ls/tree/top) instead of a hand-written JSON writer;
 #   - prometheus (Debian's 2.42; Debian ships promtool only in it),
@@ -65,7 +68,7 @@ build_packages=(
   cmake g++ make pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev libsqlite3-dev
-  libcurl4-openssl-dev nlohmann-json3-dev
+  libcurl4-openssl-dev nlohmann-json3-dev libssl-dev
 )
 packages=(
   "${build_packages[@]}"

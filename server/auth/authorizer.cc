@@ -8,6 +8,7 @@
 #include "absl/strings/strip.h"
 #include "engine/group_path.h"
 #include "server/auth/config_text.h"
+#include "server/auth/forwarded_certificate.h"
 
 namespace cgacct {
 
@@ -17,14 +18,18 @@ struct Caller::State {
   bool client_certificates = false;
   std::optional<TokenTable> tokens;
   std::optional<AuthzPolicy> policy;
+  std::vector<std::string> trusted_proxies;
 };
 
 namespace {
 
 constexpr const char* kFailureNames[kNrAuthFailures] = {
-    "no_credentials",   "malformed_authorization", "bad_token",
-    "unknown_identity", "outside_grants",          "read_only",
-    "grant_root",       "cpu_slot",
+    "no_credentials",      "malformed_authorization",
+    "bad_token",           "untrusted_forwarder",
+    "bad_forwarded_certificate",
+    "unknown_identity",    "outside_grants",
+    "read_only",           "grant_root",
+    "cpu_slot",
 };
 
 absl::Status Refusal(AuthFailure failure, std::string message) {
@@ -42,7 +47,9 @@ const char* AuthFailureName(AuthFailure failure) {
 bool IsUnauthenticated(AuthFailure failure) {
   return failure == AuthFailure::kNoCredentials ||
          failure == AuthFailure::kMalformedAuthorization ||
-         failure == AuthFailure::kBadToken;
+         failure == AuthFailure::kBadToken ||
+         failure == AuthFailure::kUntrustedForwarder ||
+         failure == AuthFailure::kBadForwardedCertificate;
 }
 
 Authorizer::Authorizer(AuthConfig config, AuthFailureCounts* counts)
@@ -51,6 +58,7 @@ Authorizer::Authorizer(AuthConfig config, AuthFailureCounts* counts)
   state->client_certificates = config.client_certificates;
   state->tokens = std::move(config.tokens);
   state->policy = std::move(config.policy);
+  state->trusted_proxies = std::move(config.trusted_proxies);
   state_ = std::move(state);
 }
 
@@ -59,6 +67,7 @@ void Authorizer::Reload(std::optional<TokenTable> tokens,
   absl::MutexLock l(&mu_);
   auto state = std::make_shared<Caller::State>();
   state->client_certificates = state_->client_certificates;
+  state->trusted_proxies = state_->trusted_proxies;
   state->tokens = std::move(tokens);
   state->policy = std::move(policy);
   state_ = std::move(state);
@@ -84,8 +93,22 @@ Authentication Authorizer::Authenticate(const Credentials& credentials) const {
     out.status = Refusal(failure, std::move(message));
     return std::move(out);
   };
+  // A caller whose own certificate names a trusted proxy speaks for the
+  // client behind it; anyone else's x-cgacct-client-cert is a forgery.
+  bool via_proxy = false;
+  for (const std::string& name : credentials.certificate_names) {
+    for (const std::string& proxy : state.trusted_proxies)
+      via_proxy = via_proxy || name == proxy;
+  }
+  if (credentials.forwarded_certificate.has_value() && !via_proxy) {
+    return refuse(AuthFailure::kUntrustedForwarder,
+                  absl::StrCat(kForwardedClientCertKey,
+                               " metadata is accepted only from a front "
+                               "proxy named by --trusted_proxies"));
+  }
   // The identities the credentials prove: the token's, else the
-  // certificate's (all SANs, or the CN).
+  // certificate's (all SANs, or the CN): behind a trusted proxy the
+  // certificate it passed on, none without one (never the proxy's own).
   std::vector<std::string> ids;
   if (credentials.authorization.has_value()) {
     absl::string_view token = *credentials.authorization;
@@ -103,6 +126,16 @@ Authentication Authorizer::Authenticate(const Credentials& credentials) const {
                           "--tokens_file)");
     }
     ids.push_back(absl::StrCat("token:", *identity));
+  } else if (via_proxy) {
+    if (credentials.forwarded_certificate.has_value()) {
+      absl::StatusOr<std::vector<std::string>> names =
+          ForwardedCertificateNames(*credentials.forwarded_certificate);
+      if (!names.ok()) {
+        return refuse(AuthFailure::kBadForwardedCertificate,
+                      std::string(names.status().message()));
+      }
+      ids = *std::move(names);
+    }
   } else {
     ids = credentials.certificate_names;
   }

@@ -6,7 +6,10 @@
 //    client certificate's names, each typed by its source ("uri:", "dns:",
 //    "email:", "ip:", "cn:"; server/auth/credentials.h), the first one the
 //    policy names. A token, when sent, must be valid: it is never silently
-//    ignored in favour of a certificate.
+//    ignored in favour of a certificate. Behind a front proxy that checks
+//    client certificates itself (AuthConfig::trusted_proxies), the caller
+//    is the client whose certificate the proxy passed on
+//    (server/auth/forwarded_certificate.h), never the proxy.
 //  - Policy (--authz_policy, server/auth/policy.h): identity -> grants. A
 //    grant is `admin` (every RPC on every group, unredacted GetEngineInfo),
 //    `ro SUBTREE` (read: ListGroups, GetStats, WatchEvents) or `rw SUBTREE`
@@ -62,6 +65,11 @@ enum class AuthFailure : uint8_t {
   kNoCredentials,           // neither a verified certificate nor a token
   kMalformedAuthorization,  // "authorization" metadata is not "Bearer TOKEN"
   kBadToken,                // token not in the table (or no table)
+  // x-cgacct-client-cert sent by a caller that is not a --trusted_proxies
+  // identity (a client forging the header, or a proxy not trusted)
+  kUntrustedForwarder,
+  // x-cgacct-client-cert from a trusted proxy that is not a certificate
+  kBadForwardedCertificate,
   // PERMISSION_DENIED
   kUnknownIdentity,  // authenticated, but not in the policy
   kOutsideGrants,    // no grant covers the path
@@ -69,7 +77,7 @@ enum class AuthFailure : uint8_t {
   kGrantRoot,        // configure the root of one's own grant
   kCpuSlot,          // name a modelled CPU slot (`cpu`) without admin
 };
-inline constexpr int kNrAuthFailures = 8;
+inline constexpr int kNrAuthFailures = 10;
 // "no_credentials", "malformed_authorization", ...
 const char* AuthFailureName(AuthFailure failure);
 // true for the UNAUTHENTICATED reasons.
@@ -100,6 +108,14 @@ struct AuthConfig {
   bool client_certificates = false;
   std::optional<TokenTable> tokens;
   std::optional<AuthzPolicy> policy;
+  // --trusted_proxies: certificate identities ("cn:front-proxy",
+  // "uri:spiffe://..."; not token:) of front proxies that verify client
+  // certificates themselves and pass each on in `x-cgacct-client-cert`. A
+  // call whose verified certificate names one of these is the client's
+  // (its token, else the forwarded certificate's names), never the
+  // proxy's: with neither it is UNAUTHENTICATED. Fixed for the
+  // Authorizer's life (a reload keeps it).
+  std::vector<std::string> trusted_proxies;
 };
 
 // The caller of one call or stream: its identity, the one key of every

@@ -37,6 +37,10 @@ struct Credentials {
   // name no URI identity), its DNS, email and IP SANs, then its CN. Empty
   // without a verified certificate.
   std::vector<std::string> certificate_names;
+  // The `x-cgacct-client-cert` metadata (server/auth/forwarded_certificate.h)
+  // as it came, if sent: a client certificate a front proxy verified and
+  // passed on. Believed only from a --trusted_proxies caller.
+  std::optional<std::string> forwarded_certificate;
 };
 
 }  // namespace cgacct

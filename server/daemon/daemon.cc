@@ -140,6 +140,7 @@ void Daemon::BuildService() {
     auth_config.client_certificates = !config_.tls.client_ca.empty();
     auth_config.tokens = config_.auth.tokens;
     auth_config.policy = config_.auth.policy;
+    auth_config.trusted_proxies = config_.trusted_proxies;
     authorizer_ =
         std::make_unique<Authorizer>(std::move(auth_config), &auth_failures_);
   }

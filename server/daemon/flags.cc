@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -18,6 +19,7 @@
 #include "absl/strings/string_view.h"
 #include "engine/engine.h"
 #include "engine/types.h"
+#include "server/auth/credentials.h"
 #include "server/common/read_file.h"
 #include "server/metrics/prometheus/process_metrics.h"
 #include "server/pipeline/call_limiter.h"
@@ -135,6 +137,11 @@ ABSL_FLAG(bool, require_client_cert, false,
           "with --client_ca: the TLS handshake refuses clients without a "
           "certificate from it (no bearer-token-only clients), so their "
           "traffic never reaches HTTP/2");
+ABSL_FLAG(std::vector<std::string>, trusted_proxies, {},
+          "with --client_ca: certificate identities (uri:, dns:, email:, ip:, "
+          "cn:) of front proxies that verify client certificates themselves "
+          "and pass each on in x-cgacct-client-cert (deploy/front-proxy/"
+          "haproxy-mtls.cfg); their calls are the client's, never theirs");
 ABSL_FLAG(absl::Duration, tls_refresh_interval, absl::Seconds(10),
           "how often the TLS files are re-read (>= 1s)");
 ABSL_FLAG(std::string, tokens_file, "",
@@ -432,6 +439,20 @@ absl::Status SecurityFromFlags(DaemonConfig* config) {
     return Usage(
         "--require_client_cert needs --tls_cert, --tls_key and --client_ca");
   }
+  for (const std::string& proxy : absl::GetFlag(FLAGS_trusted_proxies)) {
+    if (!HasIdentityKind(proxy) || absl::StartsWith(proxy, "token:")) {
+      return Usage(absl::StrCat(
+          "--trusted_proxies: \"", proxy,
+          "\" is not a certificate identity (uri:, dns:, email:, ip: or cn: "
+          "and a name)"));
+    }
+    config->trusted_proxies.push_back(proxy);
+  }
+  if (!config->trusted_proxies.empty() && config->tls.client_ca.empty()) {
+    return Usage(
+        "--trusted_proxies needs --tls_cert, --tls_key and --client_ca (a "
+        "proxy proves itself with its client certificate)");
+  }
   absl::StatusOr<AuthFiles> auth_files = LoadAuthFiles();
   if (!auth_files.ok()) return auth_files.status();
   config->auth = *std::move(auth_files);
@@ -599,7 +620,8 @@ void ParseDaemonFlags(int argc, char** argv) {
       "          [--grpc_memory_quota_bytes=0] [--receive_guard_interval=20ms]\n"
       "          [--memory_trim_interval=1s]\n"
       "          [--tls_cert=PEM --tls_key=PEM\n"
-      "           [--client_ca=PEM [--require_client_cert]]]\n"
+      "           [--client_ca=PEM [--require_client_cert]\n"
+      "            [--trusted_proxies=IDENTITY,...]]]\n"
       "          [--tokens_file=FILE] [--authz_policy=FILE] [--insecure]\n"
       "          [--metrics_token_file=FILE] [--reflection=off|on|auto]\n"
       "          [--state_dir=DIR [--state_recover]]\n"

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -53,6 +54,9 @@ struct DaemonConfig {
   std::string health_listen;   // empty: no health-only port
   TlsFiles tls;                // tls.cert empty: plaintext
   AuthFiles auth;
+  // --trusted_proxies: certificate identities of front proxies whose
+  // x-cgacct-client-cert metadata names the caller (AuthConfig).
+  std::vector<std::string> trusted_proxies;
   // A client CA, a token table or a policy: every call authenticates.
   bool access_control = false;
   std::string metrics_token;  // empty: /metrics without basic auth

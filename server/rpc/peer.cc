@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "server/auth/forwarded_certificate.h"
 
 namespace cgacct {
 namespace {
@@ -25,6 +26,9 @@ Credentials CredentialsOf(const grpc::ServerContextBase& context) {
   auto it = metadata.find("authorization");
   if (it != metadata.end())
     out.authorization.emplace(it->second.data(), it->second.size());
+  it = metadata.find(kForwardedClientCertKey);
+  if (it != metadata.end())
+    out.forwarded_certificate.emplace(it->second.data(), it->second.size());
   const std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
   if (auth == nullptr || !auth->IsPeerAuthenticated()) return out;
   auto add = [&](const char* property, const char* kind) {

@@ -15,8 +15,9 @@
 
 namespace cgacct {
 
-// The "authorization" metadata (if sent) and the identities of the client
-// certificate gRPC verified (every SAN, else the CN; none without one).
+// The "authorization" and "x-cgacct-client-cert" metadata (if sent) and the
+// identities of the client certificate gRPC verified (server/auth/
+// credentials.h; none without one).
 Credentials CredentialsOf(const grpc::ServerContextBase& context);
 
 // pipeline.BeginCall() for the call of `context`: its deadline, its

@@ -177,14 +177,18 @@ def shipped_settings(shipped):
 
 
 def render_config(shipped, out, frontend_port, backend_port, crt,
-                  timeouts=None):
+                  timeouts=None, paths=None):
     """The shipped config with only its bind address and certificate, its
     server's port, its log (stdout, which the test sends to a file) and,
     when not root, its chroot/user/group lines changed; `timeouts`
     ({"client": "2s"}) replaces those timeouts' values (the quiet-stream
-    copies). Every other line as shipped. Fails if the shipped file lacks a
-    line changed (the test would no longer run the recipe)."""
+    copies); `paths` ({"/etc/cgacct/x.pem": "/tmp/x.pem"}) replaces those
+    files' paths wherever they appear, each at least once. Every other line
+    as shipped. Fails if the shipped file lacks a line changed (the test
+    would no longer run the recipe)."""
     timeouts = dict(timeouts or {})
+    paths = dict(paths or {})
+    paths_seen = set()
     root = os.geteuid() == 0
     seen = set()
     lines = []
@@ -216,11 +220,18 @@ def render_config(shipped, out, frontend_port, backend_port, crt,
             elif key == "timeout" and len(words) >= 3 and words[1] in timeouts:
                 line = re.sub(r"^(\s*timeout\s+\S+\s+)\S+",
                               r"\g<1>" + timeouts.pop(words[1]), line)
+            if key:
+                for old, new in paths.items():
+                    if re.search(r"(?<!\S)%s(?!\S)" % re.escape(old), line):
+                        paths_seen.add(old)
+                        line = re.sub(r"(?<!\S)%s(?!\S)" % re.escape(old),
+                                      new, line)
             lines.append(line)
     missing = {"bind", "server", "log"} - seen
-    if missing or timeouts:
+    if missing or timeouts or set(paths) - paths_seen:
         raise RuntimeError("%s has no %s line" % (
-            shipped, sorted(missing) + ["timeout " + t for t in timeouts]))
+            shipped, sorted(missing) + ["timeout " + t for t in timeouts] +
+            sorted(set(paths) - paths_seen)))
     with open(out, "w") as f:
         f.write("\n".join(lines) + "\n")
 

@@ -27,7 +27,9 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "cgacct/v1/accounting.grpc.pb.h"
 #include "tests/server/daemon.h"
 #include "tests/server/test_certs.h"
@@ -231,6 +233,88 @@ TEST_F(ClientCertTest, HandshakeRefusesClientsWithoutACertificate) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
   optional->Signal(SIGTERM);
   EXPECT_EQ(optional->WaitExit(kTimeout), 0) << optional->ReadStderr();
+}
+
+// --trusted_proxies (deploy/front-proxy/haproxy-mtls.cfg): a front proxy
+// that checked the client's certificate itself passes it on in
+// x-cgacct-client-cert (base64 DER, as HAProxy's %[ssl_c_der,base64]);
+// cgacctd believes it only from a connection whose own certificate names a
+// trusted proxy, and the caller is then the client, never the proxy.
+TEST_F(ClientCertTest, ATrustedProxyPassesItsClientsCertificateOn) {
+  ASSERT_EQ(certs_.MakeLeaf("proxy", "ca", "front-proxy", "", "clientAuth"),
+            0);
+  ASSERT_EQ(certs_.MakeLeaf("spiffe-a", "other-ca", "a",
+                            "URI:spiffe://t/a", "clientAuth"),
+            0);
+  std::string der64;
+  for (absl::string_view line :
+       absl::StrSplit(certs_.Read("spiffe-a.pem"), '\n')) {
+    if (!line.empty() && !absl::StartsWith(line, "-----"))
+      absl::StrAppend(&der64, line);
+  }
+  std::unique_ptr<Daemon> daemon = StartDaemon(
+      {"--require_client_cert", "--trusted_proxies=cn:front-proxy"});
+  const std::string line = daemon->ReadStdoutLine(kTimeout);
+  const int port = PortOf(line);
+  ASSERT_GT(port, 0) << line;
+  auto info = [&](const std::string& leaf, int id, bool token,
+                  const std::string& forwarded, std::string* who) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(10));
+    if (token)
+      context.AddMetadata("authorization", absl::StrCat("Bearer ", kToken));
+    if (!forwarded.empty())
+      context.AddMetadata("x-cgacct-client-cert", forwarded);
+    v1::EngineInfo reply;
+    const grpc::Status status =
+        v1::Accounting::NewStub(Channel(port, leaf, id))
+            ->GetEngineInfo(&context, v1::GetEngineInfoRequest(), &reply);
+    *who = reply.caller_identity();
+    return status;
+  };
+  std::string who;
+  grpc::Status status = info("proxy", 0, false, der64, &who);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(who, "uri:spiffe://t/a");
+  // The proxy with nothing to pass on is nobody; with a token, its holder.
+  status = info("proxy", 0, false, "", &who);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED)
+      << status.error_message();
+  status = info("proxy", 0, true, "", &who);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(who, "token:token-tenant");
+  // A tenant connecting with its own certificate cannot pass one on.
+  status = info("tenant", 1, false, der64, &who);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_THAT(status.error_message(), HasSubstr("x-cgacct-client-cert"));
+  status = info("proxy", 0, false, "bm90IGEgY2VydA==", &who);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_THAT(status.error_message(),
+              HasSubstr("not one DER X.509 certificate"));
+  daemon->Signal(SIGTERM);
+  EXPECT_EQ(daemon->WaitExit(kTimeout), 0) << daemon->ReadStderr();
+
+  // Bad flags: one line, exit 2.
+  for (const std::vector<std::string>& flags :
+       {std::vector<std::string>{"--listen=127.0.0.1:0", "--metrics_listen=",
+                                 "--trusted_proxies=cn:front-proxy"},
+        std::vector<std::string>{"--listen=127.0.0.1:0", "--metrics_listen=",
+                                 "--tls_cert=" + certs_.Path("server.pem"),
+                                 "--tls_key=" + certs_.Path("server.key"),
+                                 "--client_ca=" + certs_.Path("ca.pem"),
+                                 "--trusted_proxies=token:front-proxy"},
+        std::vector<std::string>{"--listen=127.0.0.1:0", "--metrics_listen=",
+                                 "--tls_cert=" + certs_.Path("server.pem"),
+                                 "--tls_key=" + certs_.Path("server.key"),
+                                 "--client_ca=" + certs_.Path("ca.pem"),
+                                 "--trusted_proxies=front-proxy"}}) {
+    Daemon bad(flags);
+    EXPECT_EQ(bad.WaitExit(kTimeout), 2);
+    const std::string err = bad.ReadStderr();
+    EXPECT_THAT(err, HasSubstr("--trusted_proxies"));
+    EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+  }
 }
 
 LoadResult ClientCertTest::LargeRequestsWithoutCertificate(
