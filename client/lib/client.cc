@@ -240,8 +240,12 @@ struct Client::Impl : internal::SessionLink::Handler {
       if (cs.ok()) {
         SawCharge(new_gen);
         AddHeld(k.first, k.second, static_cast<int64_t>(n));
-      } else if (NotServedHere(cs.error_code())) {
-        // Kept in the books for ClusterClient's move (Forget()).
+      } else if (NotServedHere(cs.error_code()) || SessionGone(cs)) {
+        // Kept in the books for ClusterClient's move (Forget()). A new
+        // session gone before its re-charges (seen at a cluster node
+        // resumed after a pause past its fence) says nothing of the group:
+        // the next Reopen() charges them again. Dropped, their room went
+        // to fresh charges at the shard's next owner.
         AddHeld(k.first, k.second, static_cast<int64_t>(n));
         resume_deferred.fetch_add(n, std::memory_order_relaxed);
         Emit(Event::Type::kRechargeDeferred, k.first, n, cs);

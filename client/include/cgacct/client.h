@@ -101,7 +101,8 @@ struct Event {
     kStreamBroken,
     // After kSessionReopened: the same, refused because the node does not
     // serve `group` now (UNAVAILABLE, DEADLINE_EXCEEDED, FAILED_PRECONDITION:
-    // in a cluster its shard moved, or the node has no etcd lease). The
+    // in a cluster its shard moved, or the node has no etcd lease), or
+    // because the new session was gone already (the next reopen tries). The
     // `nr_pages` pages stay the application's in the books, uncounted at
     // this node; ClusterClient charges them again at the shard's new owner
     // (dropping them would let that owner admit fresh charges over them).
@@ -161,7 +162,8 @@ struct ClientStats {
   uint64_t reopened_sessions = 0;
   uint64_t reattached_streams = 0;
   // Pages a re-charge after a reopen could not put back because the node
-  // does not serve their group now (Event::kRechargeDeferred).
+  // does not serve their group now, or the new session was gone already
+  // (Event::kRechargeDeferred).
   uint64_t resume_deferred_pages = 0;
   // Pages Uncharge() or a drain could not give back to the server (after
   // the attempts): dropped, never stocked again; the session holds them on

@@ -106,7 +106,8 @@ type: "session_reopened" (the session was gone: a new one, session_id, was
   application holds of group failed with code/details: the server no
   longer counts them), "recharge_deferred" (the same, refused because the
   node does not serve the group now: UNAVAILABLE, DEADLINE_EXCEEDED or
-  FAILED_PRECONDITION; the pages stay the application's, for ClusterClient
+  FAILED_PRECONDITION, or because the new session was gone already; the
+  pages stay the application's, for the next resume or for ClusterClient
   to charge again at the shard's new owner), "drained" (a drain request answered: nr_pages
   stocked pages of groups at or below group returned), "stream_broken"
   (the SessionStream ended with code and is being re-attached).
@@ -978,8 +979,9 @@ class Client:
         session and charge again what the application holds. Pages that
         cannot be charged again (the group is full, or deleted) are counted
         in recharge_failed_pages and dropped by later uncharges; those this
-        node refuses because it does not serve the group now are counted in
-        resume_deferred_pages and kept (ClusterClient moves them to the
+        node refuses because it does not serve the group now, or whose new
+        session is gone already, are counted in resume_deferred_pages and
+        kept (ClusterClient moves them to the
         shard's new owner)."""
         self._gate.enter_exclusive()
         try:
@@ -1012,13 +1014,17 @@ class Client:
                 except (Error, _SessionLost) as e:
                     code, details = ((e.code(), e.details()) if isinstance(e, Error)
                                      else (grpc.StatusCode.NOT_FOUND, "session_id: lost again"))
-                    if code in _NOT_HERE:
+                    if code in _NOT_HERE or (code == grpc.StatusCode.NOT_FOUND and
+                                             details.startswith("session_id")):
                         # This node does not serve the group now (in a
-                        # cluster: it lost the shard, or has no lease): the
+                        # cluster: it lost the shard, or has no lease), or
+                        # the new session is gone already (seen at a node
+                        # resumed after a pause past its fence): the
                         # pages stay the application's, uncounted here, for
-                        # ClusterClient to charge again at the shard's new
-                        # owner (_forget moves them). Dropping them would
-                        # let the new owner admit fresh charges over them.
+                        # the next resume or for ClusterClient to charge
+                        # again at the shard's new owner (_forget moves
+                        # them). Dropping them would let the new owner
+                        # admit fresh charges over them.
                         self._count("resume_deferred_pages", n)
                         self._event("recharge_deferred", session_id, key[0], n, code, details)
                         continue
