@@ -11,14 +11,12 @@ and stops them after. The figures (failover times) are printed.
 import base64
 import json
 import os
-import random
 import re
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import unittest
 import urllib.request
@@ -38,6 +36,7 @@ from cgacct.v1 import accounting_pb2 as pb  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from etcd_cluster import (Etcd, Node as ClusterNode, ProxiedEtcd, free_ports,  # noqa: E402
                           text, wait_for)
+from holders import Holders  # noqa: E402
 
 TTL_S = 3
 PAGE = 4096
@@ -47,6 +46,10 @@ LOAD = os.environ.get("CGACCT_LOAD", "")
 # driven from stdin.
 PROBE = os.environ.get("CGACCT_CLUSTER_PROBE", "")
 FORWARDED = (("cgacct-forwarded", "1"),)
+# The fault tests' held shard: its memory.max, in pages (Holders keep it
+# there), and the takeover grace of their nodes.
+HELD_MAX = 400
+HELD_GRACE_S = 2
 
 
 class ClusterTest(unittest.TestCase):
@@ -129,6 +132,38 @@ class ClusterTest(unittest.TestCase):
 
     def node_at(self, address):
         return next(n for n in self.nodes if n.address == address)
+
+    def holders(self, shard, watched, max_pages=HELD_MAX):
+        """Holders (holders.py: the session-following checker) of `shard`
+        entering at a node other than `watched`, the node the fault is done
+        to and the probe charges."""
+        self.assertTrue(PROBE and os.path.exists(PROBE), "CGACCT_CLUSTER_PROBE: %r" % PROBE)
+        entry = next(n for n in self.nodes if n is not watched)
+        h = Holders(shard, max_pages, entry.address, watched, PROBE)
+        self.addCleanup(h.abort)
+        return h
+
+    def start_held_shards(self, prefix, count, grace_s=HELD_GRACE_S):
+        """The fault tests' cluster: 3 nodes (/metrics on, takeover grace
+        HELD_GRACE_S), shard roots PREFIX0.. of max HELD_MAX pages, every
+        one owned as every node sees it: balanced when there are at least
+        as many shards as nodes, else each on its own node (so that no
+        rebalance moves them back). Returns (shards, owners)."""
+        self.start_nodes(extra=["--cluster_takeover_grace=%ds" % grace_s], metrics=True)
+        shards = ["%s%d" % (prefix, i) for i in range(count)]
+        for s in shards:
+            self.create(self.nodes[0], s, max_bytes=HELD_MAX * PAGE)
+
+        def spread():
+            maps = [self.owners(n) for n in self.nodes]
+            m = maps[0]
+            if any(x != m for x in maps) or not all(m.get(s) for s in shards):
+                return None
+            return m if len(set(m[s] for s in shards)) == count else None
+        owners = wait_for(lambda: self.balanced(shards) if count >= len(self.nodes)
+                          else spread(), 15)
+        self.assertTrue(owners)
+        return shards, owners
 
     # --- tests ---
 
@@ -560,25 +595,35 @@ class ClusterTest(unittest.TestCase):
                 probe.wait()
 
     def test_kill9_owner_moves_its_shards_within_ttl(self):
-        self.start_nodes()
-        shards = ["/k%d" % i for i in range(6)]
-        for s in shards:
-            self.create(self.nodes[0], s)
-        owners = wait_for(lambda: self.balanced(shards), 10)
-        self.assertTrue(owners)
+        """kill -9 of an owner: its shards serve again elsewhere within TTL
+        + slack (a resume admitted there), and under the session-following
+        checker (holders.py) one of them held at its max by five holders:
+        never above max, served elsewhere within TTL + grace + slack, every
+        counter 0 once the sessions close."""
+        shards, owners = self.start_held_shards("/k", 6)
         victim = self.nodes[1]
         lost = [s for s in shards if owners[s] == victim.address]
-        self.assertTrue(lost)
+        self.assertGreaterEqual(len(lost), 2)
+        h = self.holders(lost[0], victim)
+        h.start()
         victim.proc.kill()
         t0 = time.monotonic()
-        for s in lost:
+        for s in lost[1:]:
             n = wait_for(lambda: self.serves_elsewhere(s, victim), TTL_S + 8)
             self.assertIsNotNone(n, "%s not served after kill -9" % s)
         took = time.monotonic() - t0
-        print("failover after kill -9: %.2f s (TTL %d s)" % (took, TTL_S),
-              file=sys.stderr)
+        served = h.wait_served(t0, TTL_S + HELD_GRACE_S + 10, elsewhere=True)
+        self.assertTrue(served, "nobody else served %s: %s" % (lost[0], h.counts))
+        time.sleep(1)
+        h.stop()
+        h.report("kill -9 owner", served_elsewhere_s=served - t0, resume_admitted_s=took,
+                 bound_s=float(TTL_S + HELD_GRACE_S + 5))
+        h.assert_held(self, cpp_moved=True)
+        self.assertEqual(h.late(t0), [])
         self.assertLess(took, TTL_S + 2 + 3)  # slack for 2 loaded cores
-
+        self.assertLess(served - t0, TTL_S + HELD_GRACE_S + 5)
+        h.close()
+        h.assert_all_returned(self, self.nodes, self.engine_current_bytes)
     def test_a_black_holed_etcd_link_fences_its_node(self):
         """One node's link to etcd black-holed (a TCP relay inside the test
         stops relaying, closing nothing) while session holders charge and
@@ -594,7 +639,7 @@ class ClusterTest(unittest.TestCase):
         C++ one (cluster_client_probe). Before the libraries' fixes it found
         three ways past max, 1.02x-1.26x (DESIGN 4.18, "Holders across a
         failover")."""
-        grace_s = 2
+        grace_s = HELD_GRACE_S
         extra = ["--cluster_takeover_grace=%ds" % grace_s]
         self.start_nodes(count=2, extra=extra, metrics=True)
         proxied = ProxiedEtcd(self.etcd)
@@ -603,188 +648,76 @@ class ClusterTest(unittest.TestCase):
         victim = ClusterNode(CGACCTD, proxied, self.prefix, port, TTL_S, extra,
                              metrics_port=metrics_port)
         self.nodes.append(victim)
-        max_pages = 400
+        max_pages = HELD_MAX
         shards = ["/bh%d" % i for i in range(3)]
         for sh in shards:
             self.create(self.nodes[0], sh, max_bytes=max_pages * PAGE)
         owners = wait_for(lambda: self.balanced(shards), 15)
         self.assertTrue(owners)
         shard = next(sh for sh in shards if owners[sh] == victim.address)
-
-        lock = threading.Lock()
-        # worker -> pages it holds: charges acknowledged, less what it freed
-        # (the truth the checker follows; what the server lost is still held).
-        ledger = {}
-        acks_elsewhere = []   # monotonic times of acks at another owner
-        counts = {"refused": 0, "errors": 0, "acks": 0}
-        stop = threading.Event()
-        clients = []
-
-        def worker(i):
-            cc = cgacct.ClusterClient([self.nodes[0].address], failover_s=30,
-                                      ttl_ms=3000, batch=0, deadline=1.0, retries=1)
-            with lock:
-                clients.append(cc)
-                ledger[i] = 0
-            want = 120  # 4 x 120 > max: the group is kept at its max
-            rng = random.Random(i)
-            while not stop.is_set():
-                held = ledger[i]
-                try:
-                    if held < want and (held == 0 or rng.random() < 0.6):
-                        # Used once acknowledged: counted after.
-                        cc.charge(shard, 8)
-                        delta = 8
-                    else:
-                        # Freed before the server is told (and freed
-                        # whatever it answers): counted before.
-                        with lock:
-                            ledger[i] -= 8
-                        delta = 0
-                        cc.uncharge(shard, 8)
-                except cgacct.Error as e:
-                    with lock:
-                        key = ("refused" if e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-                               else "errors")
-                        counts[key] += 1
-                    time.sleep(0.02)
-                    continue
-                with lock:
-                    ledger[i] += delta
-                    counts["acks"] += 1
-                    if cc.owner(shard) != victim.address:
-                        acks_elsewhere.append(time.monotonic())
-
-        truth_max = [0]
-        over_at = [None]
-
-        def checker():
-            while not stop.is_set():
-                with lock:
-                    truth = sum(ledger.values())
-                if truth > truth_max[0] and truth > max_pages and over_at[0] is None:
-                    over_at[0] = time.monotonic()
-                truth_max[0] = max(truth_max[0], truth)
-                time.sleep(0.01)
-
-        probe_acks = []  # (send time, acked) of charges sent to the victim
-
-        def probe():
-            while not stop.is_set():
-                t = time.monotonic()
-                try:
-                    victim.stub.Charge(pb.ChargeRequest(path=shard.encode(), nr_pages=1,
-                                                        kind=pb.PAGE_KIND_ANON),
-                                       timeout=1, metadata=FORWARDED)
-                    probe_acks.append((t, True))
-                    victim.stub.Uncharge(pb.UnchargeRequest(path=shard.encode(), nr_pages=1,
-                                                            kind=pb.PAGE_KIND_ANON),
-                                         timeout=1, metadata=FORWARDED)
-                except grpc.RpcError:
-                    probe_acks.append((t, False))
-                time.sleep(0.02)
-
-        # A fifth holder through the C++ library (cluster_client_probe),
-        # the same ledger.
-        cpp = subprocess.Popen([PROBE, self.nodes[0].address, "30000"],
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        self.addCleanup(lambda: cpp.poll() is None and cpp.kill())
-        cpp_stats = {}
-
-        def cpp_worker(i):
-            def ask(line):
-                cpp.stdin.write(line + "\n")
-                cpp.stdin.flush()
-                return json.loads(cpp.stdout.readline())
-            with lock:
-                ledger[i] = 0
-            rng = random.Random(i)
-            while not stop.is_set():
-                if ledger[i] < 80 and (ledger[i] == 0 or rng.random() < 0.6):
-                    r = ask("charge %s 8" % shard)
-                    if r["code"] == 0:
-                        with lock:
-                            ledger[i] += 8
-                    else:
-                        time.sleep(0.02)
-                else:
-                    with lock:
-                        ledger[i] -= 8
-                    ask("uncharge %s 8" % shard)
-            cpp_stats.update(ask("stats"))
-            ask("close")
-
-        threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
-        threads += [threading.Thread(target=cpp_worker, args=(4,))]
-        threads += [threading.Thread(target=checker), threading.Thread(target=probe)]
-        for t in threads:
-            t.start()
-        try:
-            time.sleep(2)
-            t_hole = time.monotonic()
-            proxied.black_hole(True)
-            taken = wait_for(lambda: acks_elsewhere and acks_elsewhere[0], TTL_S + grace_s + 10)
-            self.assertTrue(taken, "nobody else served %s after the black hole: %s %s %s" % (
-                shard, counts, [c.stats() for c in clients], self.owners(self.nodes[0])))
-            time.sleep(2)
-            # The load stops before the link comes back: the rebalance that
-            # follows (the node owns nothing, so a shard may move back to it)
-            # is another move, not this fault's.
-            stop.set()
-            for t in threads:
-                t.join(timeout=60)
-            proxied.black_hole(False)
-            # It finds out: its engine drops the shard, and refuses it.
-            self.assertTrue(wait_for(
-                lambda: self.engine_current_bytes(victim, shard) == 0, 10))
-            refusals = [self.fresh_charge(victim, shard) for _ in range(10)]
-            self.assertTrue(all(r is not None for r in refusals),
-                            "the victim admitted its lost shard after the link came back")
-        finally:
-            stop.set()
-            for t in threads:
-                t.join(timeout=60)
-        late = [t for t, ok in probe_acks if ok and t > t_hole + TTL_S]
-        print("black-holed etcd link: served elsewhere %.2f s after the hole "
-              "(TTL %d s, grace %d s); truth max %d of %d pages (%.3fx); %d acks, "
-              "%d refused at max, %d other errors; victim acks after its fence "
-              "deadline: %d" % (taken - t_hole, TTL_S, grace_s, truth_max[0], max_pages,
-                                truth_max[0] / max_pages, counts["acks"], counts["refused"],
-                                counts["errors"], len(late)), file=sys.stderr)
-        print("C++ holder: %s" % cpp_stats, file=sys.stderr)
-        if over_at[0] is not None:
-            print("over max at %.2f s after the hole; clients: %s" % (
-                over_at[0] - t_hole, [c.stats() for c in clients]), file=sys.stderr)
-        self.assertLessEqual(truth_max[0], max_pages)
+        h = self.holders(shard, victim)
+        h.start()
+        t_hole = time.monotonic()
+        proxied.black_hole(True)
+        taken = h.wait_served(t_hole, TTL_S + grace_s + 10, elsewhere=True)
+        self.assertTrue(taken, "nobody else served %s after the black hole: %s %s %s" % (
+            shard, h.counts, [c.stats() for c in h.clients], self.owners(self.nodes[0])))
+        time.sleep(2)
+        # The load stops before the link comes back: the rebalance that
+        # follows (the node owns nothing, so a shard may move back to it)
+        # is another move, not this fault's.
+        h.stop()
+        proxied.black_hole(False)
+        # It finds out: its engine drops the shard, and refuses it.
+        self.assertTrue(wait_for(
+            lambda: self.engine_current_bytes(victim, shard) == 0, 10))
+        refusals = [self.fresh_charge(victim, shard) for _ in range(10)]
+        self.assertTrue(all(r is not None for r in refusals),
+                        "the victim admitted its lost shard after the link came back")
+        late = h.late(t_hole + TTL_S)
+        h.report("black-holed etcd link", served_elsewhere_s=taken - t_hole,
+                 bound_s=float(TTL_S + grace_s + 5), late_acks=len(late))
+        h.assert_held(self, cpp_moved=True)
         self.assertEqual(late, [])
         self.assertLess(taken - t_hole, TTL_S + grace_s + 5)
-        self.assertGreater(counts["refused"], 0)  # the group was at its max
-        self.assertGreaterEqual(cpp_stats.get("moves", 0), 1, cpp_stats)
-        for cc in clients:
-            cc.close()
-        for n in self.nodes:
-            self.assertTrue(wait_for(lambda: self.engine_current_bytes(n, shard) == 0, 10),
-                            "%s still counts %s" % (n.address, shard))
+        h.close()
+        h.assert_all_returned(self, self.nodes, self.engine_current_bytes)
 
     def test_sigterm_gives_shards_back_at_once(self):
-        self.start_nodes()
-        shards = ["/t%d" % i for i in range(6)]
-        for s in shards:
-            self.create(self.nodes[0], s)
-        owners = wait_for(lambda: self.balanced(shards), 10)
-        self.assertTrue(owners)
+        """A planned SIGTERM: the owner's shards move before its TTL could
+        have run out (a resume admitted elsewhere), and under the checker
+        (holders.py) one of them held at its max: never above max, the
+        node acknowledges nothing once another serves the shard, every
+        counter 0 after; it exits 0."""
+        shards, owners = self.start_held_shards("/t", 6)
         victim = self.nodes[2]
         moved = [s for s in shards if owners[s] == victim.address]
+        self.assertGreaterEqual(len(moved), 2)
+        h = self.holders(moved[0], victim)
+        h.start()
         t0 = time.monotonic()
         victim.proc.terminate()
-        for s in moved:
+        for s in moved[1:]:
             self.assertIsNotNone(wait_for(lambda: self.serves_elsewhere(s, victim),
                                           TTL_S + 5))
         took = time.monotonic() - t0
-        print("shards moved after SIGTERM: %.2f s" % took, file=sys.stderr)
+        # The held shard had pages: its heir has a grace, in which it serves
+        # the holders' resumes and uncharges, and their fresh charges after.
+        served = h.wait_served(t0, TTL_S + HELD_GRACE_S + 10, elsewhere=True)
+        self.assertTrue(served, "nobody else served %s: %s" % (moved[0], h.counts))
+        time.sleep(1)
+        h.stop()
+        late = h.late(served)
+        h.report("SIGTERM owner", served_elsewhere_s=served - t0, resume_admitted_s=took,
+                 bound_s=float(HELD_GRACE_S + 2), late_acks=len(late))
+        h.assert_held(self, cpp_moved=True)
+        self.assertEqual(late, [])
         self.assertLess(took, TTL_S)
+        # (The holders' fresh charges wait out the heir's grace.)
+        self.assertLess(served - t0, HELD_GRACE_S + 2)
         self.assertEqual(victim.proc.wait(timeout=10), 0)
-
+        h.close()
+        h.assert_all_returned(self, self.nodes, self.engine_current_bytes)
     def etcd_owner(self, shard):
         """(owner node, epoch) of `shard` as etcd has it now, or (None, 0)."""
         out = subprocess.run(
@@ -801,27 +734,31 @@ class ClusterTest(unittest.TestCase):
         return value[2:2 + value[1]].decode(), int(kvs[0]["create_revision"])
 
     def test_a_paused_owner_admits_nothing_after_its_fence(self):
-        # Two shards on three nodes: each owner has its fair share (one),
-        # so the paused node, once back, wins nothing back by rebalancing:
-        # every charge it is sent must be refused.
-        self.start_nodes(metrics=True)
-        shards = ["/p0", "/p1"]
-        for s in shards:
-            self.create(self.nodes[0], s)
-
-        def spread():
-            m = self.owners(self.nodes[0])
-            return m if all(m.get(s) for s in shards) and \
-                len(set(m.values())) == 2 else None
-        owners = wait_for(spread, 10)
-        self.assertTrue(owners)
-        victim = self.node_at(owners[shards[0]])
+        """SIGSTOP of an owner past its TTL, then SIGCONT, under the checker
+        (holders.py: its shard held at max by five holders, the load going
+        on across the SIGCONT, so that calls queued while it was stopped
+        reach it). Another node serves within TTL + grace + slack; the
+        paused node acknowledges nothing sent after its fence deadline
+        (before its pause + TTL), refuses from its first answer after it
+        resumes, and finds out it lost the shard (its engine holds none of
+        it). Two shards on three nodes: each owner has its fair share (one),
+        so the paused node, once back, wins nothing back by rebalancing."""
+        # A stopped owner answers nothing: a holder gives it up only after
+        # its call's attempts (deadline 1 s x 2) and a map read, so its
+        # resume may come up to ~2.5 s after the takeover. With a grace of
+        # 2 s such a late resume competed with fresh charges and was
+        # refused at max while the holder still held its pages (8-96 pages
+        # over in 5 runs of 5): the grace must cover that time.
+        grace_s = 4
+        shards, owners = self.start_held_shards("/p", 2, grace_s)
         shard = shards[0]
-        victim.stub.Charge(pb.ChargeRequest(path=shard.encode(), nr_pages=5,
-                                            kind=pb.PAGE_KIND_ANON), timeout=5)
+        victim = self.node_at(owners[shard])
+        h = self.holders(shard, victim)
+        h.start()
         victim.proc.send_signal(signal.SIGSTOP)
-        self.assertIsNotNone(wait_for(lambda: self.serves_elsewhere(shard, victim),
-                                      TTL_S + 8))
+        t_stop = time.monotonic()
+        served = h.wait_served(t_stop, TTL_S + grace_s + 10, elsewhere=True)
+        self.assertTrue(served, "nobody else served %s: %s" % (shard, h.counts))
         taken = self.etcd_owner(shard)
         self.assertNotEqual(taken[0], victim.address)
         victim.proc.send_signal(signal.SIGCONT)
@@ -831,27 +768,40 @@ class ClusterTest(unittest.TestCase):
         t0 = time.monotonic()
         first = None
         while time.monotonic() - t0 < 1.5:
-            try:
-                victim.stub.Charge(pb.ChargeRequest(
-                    path=shard.encode(), nr_pages=1, kind=pb.PAGE_KIND_ANON),
-                    timeout=5, metadata=FORWARDED)
+            err = self.fresh_charge(victim, shard)
+            if err is None:
                 admitted += 1
-            except grpc.RpcError as err:
-                self.assertIn(err.code(),
-                              (grpc.StatusCode.FAILED_PRECONDITION,
-                               grpc.StatusCode.UNAVAILABLE), err.details())
+            else:
+                self.assertIn(err.code(), (grpc.StatusCode.FAILED_PRECONDITION,
+                                           grpc.StatusCode.UNAVAILABLE), err.details())
                 refused += 1
             if first is None:
                 first = time.monotonic() - t0
-        print("after SIGCONT: %d refused, %d admitted (first answer after "
-              "%.3f s)" % (refused, admitted, first), file=sys.stderr)
+        h.stop()
+        late = h.late(t_stop + TTL_S)
+        # OPEN (DESIGN 4.18, "Holders across a failover"): a Python holder
+        # had still not moved its holdings when SIGCONT came (7.7 s after
+        # the stop; why so late is not explained yet): its session resumed
+        # at the old owner, the re-charges deferred, the move after the
+        # heir's grace refused at max while it still held them (64 pages
+        # over, 1 run in 3). Bound: over max only by pages the libraries
+        # counted as not charged again; nothing over max silently.
+        known_over = h.counted_losses()
+        h.report("SIGSTOP owner", served_elsewhere_s=served - t_stop,
+                 bound_s=float(TTL_S + grace_s + 5), late_acks=len(late),
+                 after_sigcont_refused=refused, after_sigcont_admitted=admitted,
+                 first_answer_s=first, counted_losses=known_over)
+        h.assert_held(self, cpp_moved=True, known_over=known_over)
+        self.assertEqual(late, [])
         self.assertEqual(admitted, 0)
         self.assertGreater(refused, 0)
+        self.assertLess(served - t_stop, TTL_S + grace_s + 5)
         self.assertEqual(self.etcd_owner(shard), taken)
         # It found out: its engine holds nothing of the shard it lost (its
         # own engine's "/", which owns none now).
         self.assertTrue(wait_for(lambda: self.engine_current_bytes(victim, "/") == 0, 10))
-
+        h.close()
+        h.assert_all_returned(self, self.nodes, self.engine_current_bytes)
     def test_groups_above_the_shard_roots_are_read_not_charged(self):
         node = self.start_nodes(count=1, extra=["--shard_depth=2"])[0]
         self.create(node, "/tenants")
@@ -975,17 +925,23 @@ class ClusterTest(unittest.TestCase):
         self.assertEqual(e.exception.code(), grpc.StatusCode.UNAUTHENTICATED)
 
     def test_etcd_quorum_lost_changes_fail_charges_stop_at_the_fence(self):
-        self.start_nodes(count=1)
-        node = self.nodes[0]
-        self.create(node, "/q")
-        self.assertTrue(wait_for(lambda: self.owners(node).get("/q"), 10))
-        node.stub.Charge(pb.ChargeRequest(path=b"/q", nr_pages=1,
-                                          kind=pb.PAGE_KIND_ANON), timeout=5)
+        """2 of 3 etcd members stopped (SIGSTOP), under the checker
+        (holders.py: a shard held at max by five holders): group changes
+        fail UNAVAILABLE naming etcd; the owner goes on serving the shard
+        until its fence and acknowledges nothing sent after the bound
+        below, nor can any other node own it; never above max. Once the
+        members are back, the shard is served again (the bound below), and
+        every counter is 0 after."""
+        shards, owners = self.start_held_shards("/q", 3)
+        shard = shards[0]
+        owner = self.node_at(owners[shard])
+        h = self.holders(shard, owner)
+        h.start()
         self.etcd.stop_member(1)
         self.etcd.stop_member(2)
         t0 = time.monotonic()
         with self.assertRaises(grpc.RpcError) as e:
-            self.create(node, "/q2")
+            self.create(owner, "/q-new")
         self.assertEqual(e.exception.code(), grpc.StatusCode.UNAVAILABLE)
         self.assertIn("etcd", e.exception.details())
         # Charges go on until the fence (the last keepalive's send + TTL -
@@ -994,30 +950,92 @@ class ClusterTest(unittest.TestCase):
         # election timeout, 2 s here), and etcd extends every lease by that
         # much at a new leader, so the fence may end up to TTL + 2 s after
         # the loss and no other node can own the shard before it.
-        last_ok = t0
-        while time.monotonic() - t0 < TTL_S + 3:
-            try:
-                node.stub.Charge(pb.ChargeRequest(path=b"/q", nr_pages=1,
-                                                  kind=pb.PAGE_KIND_ANON),
-                                 timeout=2)
-                last_ok = time.monotonic()
-            except grpc.RpcError as err:
-                self.assertEqual(err.code(), grpc.StatusCode.UNAVAILABLE)
-            time.sleep(0.05)
-        print("charges admitted %.2f s after quorum loss (TTL %d s)" %
-              (last_ok - t0, TTL_S), file=sys.stderr)
-        self.assertLess(last_ok - t0, TTL_S + 2 + 1)
+        fence_bound = t0 + TTL_S + 2
+        time.sleep(max(0, fence_bound + 1.5 - time.monotonic()))
+        with h.lock:
+            last_ack = max(t for t, _ in h.acks)
+        late = h.late(fence_bound)
+        refused_after = h.probe_refused(fence_bound)
         with self.assertRaises(grpc.RpcError) as e:
-            node.stub.Charge(pb.ChargeRequest(path=b"/q", nr_pages=1,
-                                              kind=pb.PAGE_KIND_ANON), timeout=2)
+            owner.stub.Charge(pb.ChargeRequest(path=shard.encode(), nr_pages=1,
+                                               kind=pb.PAGE_KIND_ANON), timeout=2)
         self.assertEqual(e.exception.code(), grpc.StatusCode.UNAVAILABLE)
         self.etcd.resume_member(1)
         self.etcd.resume_member(2)
-        # Back: the node takes a lease and the shard again.
-        self.assertTrue(wait_for(lambda: self.serves_elsewhere("/q", None), 20))
+        t_back = time.monotonic()
+        served = h.wait_served(t_back, 20)
+        self.assertTrue(served, "%s not served after etcd came back: %s" % (shard, h.counts))
+        time.sleep(1)
+        h.stop()
+        # OPEN (DESIGN 4.18, "Holders across a failover"): the owner drops
+        # the shard's pages at its fence, the holders' re-charges there are
+        # refused (no lease) and kept uncounted for a move (deferred); once
+        # etcd is back the same node owns the shard again (its keys were
+        # still on its lease), without a takeover grace, and no library
+        # charges the deferred pages again while the owner is unchanged:
+        # fresh charges take their room (120 pages over in the first run).
+        # Bound: over max only by pages the libraries counted as deferred
+        # or not charged again.
+        known_over = h.counted_losses()
+        h.report("2 of 3 etcd members stopped", last_ack_after_loss_s=last_ack - t0,
+                 served_after_back_s=served - t_back, bound_s=float(TTL_S + HELD_GRACE_S + 5),
+                 late_acks=len(late), probe_refused_after_fence=refused_after,
+                 counted_losses=known_over)
+        h.assert_held(self, known_over=known_over)
+        self.assertEqual(late, [])
+        self.assertGreater(refused_after, 0)
+        self.assertLess(last_ack - t0, TTL_S + 2 + 1)
+        self.assertLess(served - t_back, TTL_S + HELD_GRACE_S + 5)
+        h.close()
+        h.assert_all_returned(self, self.nodes, self.engine_current_bytes)
 
+    def test_kill9_of_the_etcd_leader_keeps_shards_served(self):
+        """kill -9 of etcd's leader, under the checker (holders.py: a shard
+        held at max by five holders): etcd elects another within an
+        election timeout and group changes succeed again; the shard stays
+        served (the longest time without an acknowledged call is within TTL
+        + grace + slack, whether or not its owner fenced meanwhile); never
+        above max; if the shard moved, its old owner acknowledged nothing
+        once another served it; every counter 0 after."""
+        shards, owners = self.start_held_shards("/e", 3)
+        shard = shards[0]
+        owner = self.node_at(owners[shard])
+        h = self.holders(shard, owner)
+        h.start()
+        leader = wait_for(self.etcd.leader, 10, interval=0.2)
+        self.assertIsNotNone(leader)
+        self.etcd.kill_member(leader)
+        t0 = time.monotonic()
 
-class FlagsTest(unittest.TestCase):
+        def created():
+            try:
+                self.create(owner, "/e-new")
+                return time.monotonic()
+            except grpc.RpcError as err:
+                return err.code() == grpc.StatusCode.ALREADY_EXISTS and time.monotonic()
+        writes_back = wait_for(created, 15, interval=0.1)
+        self.assertTrue(writes_back, "group changes still fail after the leader's kill")
+        time.sleep(max(0, t0 + TTL_S + HELD_GRACE_S + 1 - time.monotonic()))
+        h.stop()
+        t_end = time.monotonic()
+        gap = h.longest_gap(t0, t_end)
+        elsewhere = h.first_ack(t0, elsewhere=True)
+        late = h.late(elsewhere) if elsewhere else []
+        # OPEN, as with quorum lost (above): the owner's keepalives may miss
+        # its fence while etcd elects (then it drops the shard's pages, and
+        # owns it again with the same lease, without a grace); the holders'
+        # deferred re-charges are never made again. Bound: over max only by
+        # pages the libraries counted as deferred or not charged again.
+        known_over = h.counted_losses()
+        h.report("kill -9 etcd leader", longest_unserved_s=gap,
+                 writes_back_s=writes_back - t0, moved=elsewhere is not None,
+                 bound_s=float(TTL_S + HELD_GRACE_S + 5), late_acks=len(late),
+                 counted_losses=known_over)
+        h.assert_held(self, known_over=known_over)
+        self.assertEqual(late, [])
+        self.assertLess(gap, TTL_S + HELD_GRACE_S + 5)
+        h.close()
+        h.assert_all_returned(self, self.nodes, self.engine_current_bytes)
     def exits(self, *flags):
         p = subprocess.run([CGACCTD, "--listen=127.0.0.1:0", "--metrics_listen="]
                            + list(flags), capture_output=True, text=True, timeout=20)

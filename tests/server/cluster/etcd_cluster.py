@@ -5,6 +5,7 @@ loopback, for the cluster test and the cluster benchmark (docs/DESIGN.md
 The caller puts the generated Python stubs (tests/python's) on sys.path
 before importing this module.
 """
+import json
 import os
 import shutil
 import signal
@@ -81,6 +82,27 @@ class Etcd:
 
     def stop_member(self, i):
         self.procs[i].send_signal(signal.SIGSTOP)
+
+    def kill_member(self, i):
+        self.procs[i].kill()
+        self.procs[i].wait()
+
+    def leader(self):
+        """The index of the member that leads now, as the live members'
+        `etcdctl endpoint status` says, or None."""
+        out = subprocess.run(
+            ["etcdctl", "--endpoints=" + self.endpoints(), "endpoint", "status",
+             "-w", "json", "--command-timeout=2s"],
+            capture_output=True, text=True, timeout=10, env=dict(os.environ, ETCDCTL_API="3"))
+        try:
+            statuses = json.loads(out.stdout)
+        except ValueError:
+            return None
+        for st in statuses:
+            s = st.get("Status", {})
+            if s.get("leader") and s.get("leader") == s.get("header", {}).get("member_id"):
+                return self.client.index(st["Endpoint"].replace("http://", ""))
+        return None
 
     def resume_member(self, i):
         self.procs[i].send_signal(signal.SIGCONT)
