@@ -90,8 +90,10 @@ struct Client::Impl : internal::SessionLink::Handler {
 
 
   // Set when the server's drain took the stock (before the take), cleared
-  // by the next charge that refilled it: meanwhile Uncharge() sends what
-  // the application frees back to the server instead of stocking it. A
+  // by the next charge that refilled it, or by the first free after it,
+  // sent back with UnchargeRequest.restock (ResumeStocking()): meanwhile
+  // Uncharge() sends what the application frees back to the server instead
+  // of stocking it. A
   // drain answer that returned less than asked tells the server this
   // client's stock there is empty, and the server stops waiting for its
   // answers until it refills (docs/DESIGN.md §4.14): pages stocked from
@@ -105,6 +107,23 @@ struct Client::Impl : internal::SessionLink::Handler {
   // instead of into the stock (ChargeRemote), so the stock the server does
   // not wait for stays empty.
   std::atomic<uint64_t> drain_epoch{0};
+  // Makes a drain's (stock_held_off = true, ++drain_epoch) one step for the
+  // paths that clear stock_held_off when drain_epoch has not moved (a
+  // refill, ResumeStocking()): without it a clear could read the epoch
+  // between the drain's two stores and leave the flag off after the drain.
+  // Readers of the flag alone (Uncharge()'s stock path) do not take it.
+  absl::Mutex held_off_mu;
+
+  // After the free that UnchargeRequest.restock sent back while the stock
+  // was held off was applied: the server waits for this session's drain
+  // answers again, so frees may go to the stock again, unless a drain
+  // answered since `epoch` was read (then its answer may have been taken as
+  // an empty stock after the restock, and the flag stays).
+  void ResumeStocking(uint64_t epoch) ABSL_LOCKS_EXCLUDED(held_off_mu) {
+    absl::MutexLock l(&held_off_mu);
+    if (drain_epoch.load(std::memory_order_relaxed) == epoch)
+      stock_held_off.store(false, std::memory_order_relaxed);
+  }
 
   // Last: destroyed (its threads stopped) before what they use.
   internal::SessionLink link;
@@ -184,7 +203,8 @@ struct Client::Impl : internal::SessionLink::Handler {
   // does until it closes (or a Reconcile() returns them). Counted in
   // returns_in_flight meanwhile (a drain waits for it: WaitForRefills).
   grpc::Status ReturnPages(const std::string& sid,
-                           const std::vector<Returned>& pages) {
+                           const std::vector<Returned>& pages,
+                           bool restock = false) {
     if (pages.empty()) return grpc::Status::OK;
     {
       absl::MutexLock l(&seen_mu);
@@ -192,7 +212,7 @@ struct Client::Impl : internal::SessionLink::Handler {
     }
     grpc::Status first;
     for (const Returned& r : pages) {
-      grpc::Status s = rpcs.Uncharge(sid, r.path, r.nr_pages, r.kind);
+      grpc::Status s = rpcs.Uncharge(sid, r.path, r.nr_pages, r.kind, restock);
       if (s.ok()) {
         AddHeld(r.path, r.kind, -static_cast<int64_t>(r.nr_pages));
         continue;
@@ -341,8 +361,11 @@ struct Client::Impl : internal::SessionLink::Handler {
     // The session cannot change under rpc_mu (reader).
     if (msg.charges_applied() > 0)
       WaitForRefills(link.Session().second, msg.charges_applied());
-    stock_held_off.store(true, std::memory_order_relaxed);
-    drain_epoch.fetch_add(1, std::memory_order_relaxed);
+    {
+      absl::MutexLock l(&held_off_mu);
+      stock_held_off.store(true, std::memory_order_relaxed);
+      drain_epoch.fetch_add(1, std::memory_order_relaxed);
+    }
     std::vector<Returned> taken = stock.Take(msg.drain_path());
     uint64_t total = 0;
     for (const Returned& r : taken) total += r.nr_pages;
@@ -467,6 +490,7 @@ ChargeResult Client::Impl::ChargeRemote(std::string_view group,
         if (charged > nr_pages) {
           // Into the stock unless a drain answered while this charge was
           // on the network (then back to the server).
+          absl::MutexLock l(&held_off_mu);
           stock.RefillIfNoDrainSince(group, k, charged - nr_pages,
                                      drain_epoch, epoch, &stock_held_off,
                                      &excess);
@@ -510,17 +534,25 @@ grpc::Status Client::Uncharge(std::string_view group, uint64_t nr_pages,
                         "cgacct::client: Uncharge: nr_pages must be > 0");
   const int k = static_cast<int>(kind);
   std::vector<Returned> excess;
-  // After a drain, until the next refill: back to the server.
-  m.stock.RefillUnlessHeldOff(group, k, nr_pages, m.stock_held_off, &excess);
+  // After a drain, until the next refill or restock: back to the server.
+  const bool held_off = m.stock.RefillUnlessHeldOff(
+      group, k, nr_pages, m.stock_held_off, &excess);
   if (excess.empty()) return grpc::Status::OK;
+  // Held off: this free goes back with `restock`, and once the server has
+  // applied it (it then waits for this session's drain answers again, as
+  // after a refill) the frees after it are stocked again, unless a drain
+  // answered meanwhile. Without it a shrinking application whose stock a
+  // drain took at its max sent every free after it (issue 26, item 10).
+  const uint64_t epoch = m.drain_epoch.load(std::memory_order_relaxed);
   uint64_t gen;
   grpc::Status s;
   {
     absl::ReaderMutexLock r(&m.rpc_mu);
     std::string sid;
     std::tie(sid, gen) = m.link.Session();
-    s = m.ReturnPages(sid, excess);
+    s = m.ReturnPages(sid, excess, /*restock=*/held_off);
   }
+  if (held_off && s.ok()) m.ResumeStocking(epoch);
   if (SessionGone(s)) {
     // The server already uncharged them with the session; Reopen() forgets
     // the stock they went back into.

@@ -94,9 +94,10 @@ grpc::Status Rpcs::Charge(const std::string& sid, std::string_view group,
 }
 
 grpc::Status Rpcs::Uncharge(const std::string& sid, std::string_view group,
-                            uint64_t nr_pages, int kind) {
+                            uint64_t nr_pages, int kind, bool restock) {
   v1::UnchargeRequest request;
   FillPageRequest(sid, group, nr_pages, kind, &request);
+  if (restock) request.set_restock(true);
   v1::UnchargeResponse response;
   grpc::Status s = WithRetries([&](grpc::ClientContext* c) {
     uncharge_rpcs_.fetch_add(1, std::memory_order_relaxed);

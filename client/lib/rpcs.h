@@ -58,9 +58,10 @@ class Rpcs {
                       uint64_t batch_pages = 0, uint64_t* charged = nullptr,
                       bool resume = false);
 
-  // One Uncharge on session `sid`.
+  // One Uncharge on session `sid`; `restock`: the client stocks its frees
+  // again after it (UnchargeRequest.restock).
   grpc::Status Uncharge(const std::string& sid, std::string_view group,
-                        uint64_t nr_pages, int kind);
+                        uint64_t nr_pages, int kind, bool restock = false);
 
   // OpenSession with Options::session_ttl and client_name ("HOST:PID" when
   // empty).

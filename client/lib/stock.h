@@ -140,9 +140,9 @@ class Stock {
   }
 
   // refill_stock(): adds `nr_pages` of (group, kind) to the calling CPU's
-  // slot; what does not fit (above max_batch_pages, or an evicted
-  // least-recently-used entry when all stock_groups entries are taken) is
-  // appended to *excess. Inline while the slot has the entry (Uncharge()'s
+  // slot; what leaves it is appended to *excess: the whole entry once it
+  // passes max_batch_pages (AddToEntry()), or an evicted least-recently-used
+  // entry when all stock_groups entries are taken. Inline while the slot has the entry (Uncharge()'s
   // usual path); a new entry is made out of line.
   ABSL_ATTRIBUTE_ALWAYS_INLINE void Refill(std::string_view group, int kind,
                                            uint64_t nr_pages,
@@ -153,20 +153,21 @@ class Stock {
   }
 
   // Refill() unless `held_off` is set, read under the slot's lock: then
-  // all `nr_pages` go to *excess (back to the server). A drain sets its
-  // flag before Take() locks the slots, so pages freed while it takes the
-  // stock either are taken with it or go back to the server; none is left
-  // in a stock the drain's answer said was empty.
-  void RefillUnlessHeldOff(std::string_view group, int kind, uint64_t nr_pages,
+  // all `nr_pages` go to *excess (back to the server) and it returns true.
+  // A drain sets its flag before Take() locks the slots, so pages freed
+  // while it takes the stock either are taken with it or go back to the
+  // server; none is left in a stock the drain's answer said was empty.
+  bool RefillUnlessHeldOff(std::string_view group, int kind, uint64_t nr_pages,
                            const std::atomic<bool>& held_off,
                            std::vector<Returned>* excess) {
     Slot& slot = MySlot();
     SlotLock l(&slot.mu);
     if (ABSL_PREDICT_FALSE(held_off.load(std::memory_order_relaxed))) {
       excess->push_back({std::string(group), kind, nr_pages});
-      return;
+      return true;
     }
     RefillLocked(slot, group, kind, nr_pages, excess);
+    return false;
   }
 
   // A refill charged by the server (a Charge's batch beyond what the
@@ -227,15 +228,18 @@ class Stock {
     RefillNewEntry(slot, group, kind, nr_pages, excess);
   }
 
-  // Adds `nr_pages` to `e` of `slot`, the part above cap() to *excess.
+  // Adds `nr_pages` to `e` of `slot`; once that passes cap(), the whole
+  // entry goes to *excess (refill_stock() drains the stock entirely once it
+  // passes MEMCG_CHARGE_BATCH, drain_stock()), so the frees after it
+  // accumulate again instead of each sending its own pages back.
   void AddToEntry(Slot& slot, StockEntry& e, uint64_t nr_pages,
                   std::vector<Returned>* excess)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu) {
     e.last_use = ++slot.tick;
     e.nr_pages += nr_pages;
     if (e.nr_pages > cap()) {
-      excess->push_back({e.path, e.kind, e.nr_pages - cap()});
-      e.nr_pages = cap();
+      excess->push_back({e.path, e.kind, e.nr_pages});
+      e.nr_pages = 0;
     }
   }
 

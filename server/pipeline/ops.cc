@@ -104,7 +104,13 @@ absl::Status OpValidator::Uncharge(const v1::UnchargeRequest& request,
                       request.nr_pages(), request.kind(), cpu, false, op);
       !s.ok())
     return s;
-  return KeysOf(request, request_ids, op);
+  if (absl::Status s = KeysOf(request, request_ids, op); !s.ok()) return s;
+  if (request.restock() && !request.has_session_id()) {
+    return absl::InvalidArgumentError(
+        "restock: only in a session's name (set session_id)");
+  }
+  op->restock = request.restock();
+  return absl::OkStatus();
 }
 
 absl::Status OpValidator::CheckBatchOp(const v1::ChargeOp& request,

@@ -43,6 +43,8 @@ struct PageOp {
   uint64_t batch_pages = 0;  // a Charge's client batch (>= nr_pages); 0: none
   const std::string* request_id = nullptr;  // valid when not null
   const std::string* session_id = nullptr;  // not null: in a session's name
+  // An Uncharge's `restock` (with a session): its client stocks again.
+  bool restock = false;
 };
 
 class OpValidator {
@@ -58,7 +60,7 @@ class OpValidator {
   // In this order, the first failure answered (INVALID_ARGUMENT naming the
   // field): path (grammar), the root (never charged directly), nr_pages,
   // the per-call cap (charges), kind, cpu, batch_pages (Charge), request_id
-  // (`request_ids`' own checks).
+  // (`request_ids`' own checks), restock without session_id (Uncharge).
   absl::Status Charge(const v1::ChargeRequest& request,
                       const DedupTable& request_ids, PageOp* op) const;
   absl::Status Uncharge(const v1::UnchargeRequest& request,

@@ -95,8 +95,9 @@ auto PageOps::InSession(const std::string& identity,
   // A charge holds what it charged (a batch may have dropped to less).
   sessions_.EndOp(*session_op, result.ok(),
                   op.charge && result.ok() ? result->nr_pages : reserve_pages,
-                  /*refilled=*/op.charge && result.ok() &&
-                      result->nr_pages > op.nr_pages);
+                  /*refilled=*/result.ok() &&
+                      (op.charge ? result->nr_pages > op.nr_pages
+                                 : op.restock));
   return result;
 }
 

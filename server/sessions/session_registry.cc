@@ -303,15 +303,15 @@ void SessionRegistry::EndOp(const Op& op, bool applied,
       NoteHoldingLocked(s, h.path, h.nr_pages, h.nr_pages + held);
       h.nr_pages += held;
       s.held += held;
-      if (refilled) {
-        ++s.refills;
-        s.stock_empty_below.clear();
-      }
     }
   } else if (!applied) {
     NoteHoldingLocked(s, h.path, h.nr_pages, h.nr_pages + op.nr_pages);
     h.nr_pages += op.nr_pages;
     s.held += op.nr_pages;
+  }
+  if (applied && refilled) {
+    ++s.refills;
+    s.stock_empty_below.clear();
   }
   if (--s.in_flight == 0 && s.closing) cv_.SignalAll();
 }

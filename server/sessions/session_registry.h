@@ -143,8 +143,9 @@ class SessionRegistry final : public RemoteStockDrainer {
   // After the engine call: `applied` says whether it succeeded. A charge
   // applied becomes a holding of `charged_pages` (at most op.nr_pages: a
   // batch that dropped to what was needed; the rest of the reservation is
-  // released); an uncharge not applied is given back. `refilled`: it
-  // charged more than asked (Session::stock_empty_below).
+  // released); an uncharge not applied is given back. `refilled`: a
+  // charge that charged more than asked, or an uncharge with `restock`:
+  // the client stocks again (Session::stock_empty_below).
   void EndOp(const Op& op, bool applied, uint64_t charged_pages,
              bool refilled = false) ABSL_LOCKS_EXCLUDED(mu_);
   // Right after the engine applied charge `op`, before EndOp (no mu_).

@@ -84,11 +84,13 @@ struct SessionRegistry::Session {
   // session is, and its answers return its pages), as the kernel's
   // drain_all_stock() skips a CPU whose stock holds no pages. At most
   // kMaxAskedRequests groups, none below another. Cleared by a charge in
-  // its name that charged more than it asked for (a refill of its stock)
-  // and by an answer that returned what was asked; not by a new stream
+  // its name that charged more than it asked for (a refill of its stock),
+  // by an uncharge in its name with `restock` (its client stocks frees
+  // again) and by an answer that returned what was asked; not by a new stream
   // (its stock did not change with it), nor by a request for another group.
   std::vector<std::string> stock_empty_below;
-  // Refills applied in its name (charges that charged more than asked): a
+  // Refills applied in its name (charges that charged more than asked,
+  // uncharges with `restock`): a
   // short answer means an empty stock only if none was applied after its
   // request went out (a refill the client sent after its answer can reach
   // the server first: the answer and the Charge travel on different

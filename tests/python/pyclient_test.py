@@ -298,6 +298,36 @@ class PythonClientTest(unittest.TestCase):
                 cc.charge("/nosuch", 1)
             self.assertEqual(e.exception.code(), grpc.StatusCode.NOT_FOUND)
 
+    def test_a_shrinking_application_returns_its_stock_a_slot_at_a_time(self):
+        # Issue 26, item 10: growth then shrink, 3 pages a call. Trimming the
+        # slot's entry to stock_cap made every free past it an RPC (6,581
+        # Uncharge RPCs for 6,666 uncharges); draining the whole entry once
+        # it passes the cap (refill_stock()) lets the frees accumulate again.
+        # The growth ends exactly at memory.max (2 + 2,000 x 3 pages), with
+        # pages left in the stock, so the last charge needs the server's
+        # drain of it: after that the first free goes back marked restock,
+        # and the ones after it are stocked again.
+        self.create("/shrink", max_pages=6002)
+        c = self.client()
+        charges, uncharges = self.rpcs("Charge"), self.rpcs("Uncharge")
+        c.charge("/shrink", 2)
+        for _ in range(2000):
+            c.charge("/shrink", 3)
+        grown = self.rpcs("Charge") - charges
+        self.assertGreaterEqual(c.stats().get("drains", 0), 1)
+        for _ in range(2000):
+            c.uncharge("/shrink", 3)
+        c.uncharge("/shrink", 2)
+        shrunk = self.rpcs("Uncharge") - uncharges
+        self.assertLessEqual(grown, 2000 // 20)
+        self.assertLessEqual(shrunk, 2000 // 20)
+        self.assertEqual(c.stats()["uncharge_rpcs"], shrunk)
+        self.assertEqual(c.held("/shrink"), 0)
+        self.assertLessEqual(c.stocked(), 256)
+        self.assertEqual(self.session(c.session_id).held_pages, c.stocked())
+        c.close()
+        self.assertEqual(self.current_pages("/shrink"), 0)
+
     def test_adaptive_batch_and_stock_groups(self):
         self.create("/adapt")
         c = self.client(batch=64, stock_cap=256)

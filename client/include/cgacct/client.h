@@ -34,8 +34,10 @@
 // halving back after 1 s without one) instead of the fixed 64; a slot's lock
 // is an uncontended mutex, not disabled preemption, so a thread preempted
 // inside Charge() delays another thread on the same CPU for that long; and
-// Uncharge() keeps up to max_batch_pages per (slot, group) (the kernel
-// drains a stock above MEMCG_CHARGE_BATCH entirely). A group can so be
+// Uncharge() drains a (slot, group) entry entirely once it passes
+// max_batch_pages, where the kernel's refill_stock() drains at
+// MEMCG_CHARGE_BATCH (the batch here adapts up to max_batch_pages). A group
+// can so be
 // over-reserved by at most clients x nr_slots x max_batch_pages pages: the
 // stock counts in memory.current, as the kernel's does.
 //
@@ -207,9 +209,10 @@ class Client {
 
   // Uncharges `nr_pages` pages of `kind` the application charged to `group`
   // through this Client (refill_stock()): they go to the calling CPU's
-  // stock, and what the slot holds above max_batch_pages goes back to the
-  // server in one Uncharge RPC (all of them after a server drain took the
-  // stock, until the next refilling Charge). Uncharging more than was charged is not
+  // stock; once the slot's entry for (group, kind) passes max_batch_pages,
+  // all of it goes back to the server in one Uncharge RPC and the entry
+  // starts again from 0, as drain_stock() (all `nr_pages` after a server
+  // drain took the stock, until the next refilling Charge). Uncharging more than was charged is not
   // caught on the stock path (the kernel's page_counter only warns); the
   // server refuses it (FAILED_PRECONDITION) once it reaches it.
   grpc::Status Uncharge(std::string_view group, uint64_t nr_pages,

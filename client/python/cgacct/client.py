@@ -14,8 +14,9 @@ The semantics are those of the C++ library (cgacct::client; docs/DESIGN.md
   MEMCG_CHARGE_BATCH) and keeps the surplus in the slot. The batch adapts to
   the rate of misses (doubling up to stock_cap when the slot misses the same
   group again within 0.1 s, halving back towards `batch` after 1 s).
-- uncharge(path, n) refills the slot up to stock_cap and returns the rest to
-  the server (the kernel's refill_stock()).
+- uncharge(path, n) refills the slot; once the slot's entry passes
+  stock_cap it returns all of it to the server in one RPC (the kernel's
+  refill_stock(), which drains a stock past MEMCG_CHARGE_BATCH entirely).
 - The server's drain requests (drain_all_stock() over the network: a charge
   at some group's memory.max) are answered by giving up every slot's stock
   for groups at or below drain_path.
@@ -250,9 +251,9 @@ class Client:
       smaller (MEMCG_CHARGE_BATCH, 64); the floor of the adaptive batch
       [batch_pages]. 0: no batching and no stock (every charge and
       uncharge is an RPC of exactly n).
-    stock_cap: most pages one slot keeps for one (group, kind), and the
-      ceiling of the adaptive batch (default 256, at least batch)
-      [max_batch_pages].
+    stock_cap: most pages one slot keeps for one (group, kind) (an uncharge
+      past it returns the whole entry), and the ceiling of the adaptive
+      batch (default 256, at least batch) [max_batch_pages].
     stock_groups: (group, kind) pairs one slot stocks at once (the kernel's
       NR_MEMCG_STOCK, 7); stocking another returns the least recently used
       one's pages [stock_groups]. So a group can be over its applications'
@@ -318,9 +319,13 @@ class Client:
         self._batch = batch
         self._stock_cap = stock_cap
         # Set when a drain took the stock, cleared by the next charge that
-        # refills it; meanwhile uncharge() returns frees to the server
-        # (the server takes a short drain answer as an empty stock).
+        # refills it or once the first free after it, sent back marked
+        # restock, was applied; meanwhile uncharge() returns frees to the
+        # server (the server takes a short drain answer as an empty stock).
         self._stock_held_off = False
+        # Makes a drain's (held off, epoch + 1) one step for the paths that
+        # clear the flag when the epoch has not moved (a refill, a restock).
+        self._held_off_mu = threading.Lock()
         # Drain answers given so far: a refill whose Charge overlapped one
         # returns its extra pages instead of stocking them (see charge()).
         self._drain_epoch = 0
@@ -485,15 +490,16 @@ class Client:
                         slot.batch[key] = self._batch  # the batch did not fit
                     with self._held_mu:
                         self._held[key] += nr_pages
-                    if charged > nr_pages and self._drain_epoch != epoch:
-                        # A drain answered while this charge was on the
-                        # network: the server may read that answer as an
-                        # empty stock, so the extra pages go back.
-                        returns = [(key, charged - nr_pages)]
-                    else:
-                        if charged > nr_pages:
-                            self._stock_held_off = False
-                        returns = self._refill(slot, key, charged - nr_pages)
+                    with self._held_off_mu:
+                        if charged > nr_pages and self._drain_epoch != epoch:
+                            # A drain answered while this charge was on the
+                            # network: the server may read that answer as
+                            # an empty stock, so the extra pages go back.
+                            returns = [(key, charged - nr_pages)]
+                        else:
+                            if charged > nr_pages:
+                                self._stock_held_off = False
+                            returns = self._refill(slot, key, charged - nr_pages)
                 done = True
                 self._saw_charge(gen)
                 lost_gen, _ = self._return_pages(session_id, gen, slot, returns)
@@ -517,10 +523,11 @@ class Client:
 
     def uncharge(self, path, nr_pages, kind=ANON):
         """Uncharge nr_pages pages of `kind` from group `path` that this
-        client charged. Refills the calling thread's stock slot up to
-        stock_cap and uncharges the rest on the server (with the pages of
-        the slot's least recently used group when it already stocks
-        stock_groups others); after a server drain took the stock, and
+        client charged. Refills the calling thread's stock slot; once the
+        slot's entry passes stock_cap, uncharges all of it on the server
+        (the kernel's refill_stock()/drain_stock()), and the pages of the
+        slot's least recently used group when it already stocks
+        stock_groups others; after a server drain took the stock, and
         until a charge refills it, uncharges them all on the server (the
         server takes a drain answer with less than asked as an empty
         stock).
@@ -558,15 +565,28 @@ class Client:
                         self._unaccounted[key] -= lost
                         if not self._unaccounted[key]:
                             del self._unaccounted[key]
-                if self._stock_held_off:
+                restock = self._stock_held_off
+                if restock:
                     # A drain took the stock and no charge has refilled it
                     # since: the server takes this client's stock there as
                     # empty and does not wait for its drain answers, so
-                    # frees go back to the server, not into the stock.
+                    # this free goes back to the server, marked restock:
+                    # once the server has applied it (it waits for this
+                    # session's answers again, as after a refill) the frees
+                    # after it are stocked again, unless a drain answered
+                    # meanwhile. Without it a shrinking application whose
+                    # stock a drain took at its max sent every free after
+                    # it (issue 26, item 10).
+                    epoch = self._drain_epoch
                     returns = [(key, nr_pages - lost)] if nr_pages > lost else []
                 else:
                     returns = self._refill(slot, key, nr_pages - lost)
-            lost_gen, returned = self._return_pages(session_id, gen, slot, returns)
+            lost_gen, returned = self._return_pages(session_id, gen, slot, returns,
+                                                    restock=restock)
+            if restock and returns and lost_gen is None and returned == returns[0][1]:
+                with self._held_off_mu:
+                    if self._drain_epoch == epoch:
+                        self._stock_held_off = False
         finally:
             self._gate.leave_shared()
         if lost_gen is not None:
@@ -711,47 +731,51 @@ class Client:
             slot.stock.pop(key, None)
 
     def _refill(self, slot, key, pages):
-        """refill_stock(): adds `pages` of key to the slot, up to stock_cap;
-        stocking a (group, kind) the slot lacks when it already stocks
-        stock_groups of them evicts the least recently used (as the kernel's
-        stock drains the memcg it replaces). Returns [(key, pages)] to return to the
-        server. Caller holds slot.lock."""
-        out = []
+        """refill_stock(): adds `pages` of key to the slot; once that passes
+        stock_cap, the slot's whole entry goes back (drain_stock(): the
+        kernel drains a stock that passes MEMCG_CHARGE_BATCH entirely, so
+        the frees after it accumulate again instead of each returning its
+        own pages). Stocking a (group, kind) the slot lacks when it already
+        stocks stock_groups of them evicts the least recently used (as the
+        kernel's stock drains the memcg it replaces). Returns [(key, pages)]
+        to return to the server. Caller holds slot.lock."""
         cur = slot.stock.pop(key, 0)  # re-inserted last: most recently used
-        keep = min(pages, max(0, self._stock_cap - cur))
-        if pages > keep:
-            out.append((key, pages - keep))
-        if cur + keep:
+        total = cur + pages
+        if total > self._stock_cap:
+            return [(key, total)] if total else []
+        out = []
+        if total:
             if not cur and len(slot.stock) >= self._stock_groups:
                 lru = next(iter(slot.stock))
                 out.append((lru, slot.stock.pop(lru)))
-            slot.stock[key] = cur + keep
+            slot.stock[key] = total
         return out
 
-    def _return_pages(self, session_id, gen, slot, returns):
+    def _return_pages(self, session_id, gen, slot, returns, restock=False):
         """Uncharges `returns` ([(key, pages)]) on the session. Never raises:
         pages it cannot return are dropped (counted in return_failed_pages;
         the session holds them on the server, if it still does, until it
         closes), never stocked again. Returns (lost_gen, pages returned):
         lost_gen is `gen` if the session turned out to be gone (the caller
         resumes; its pages went with it), else None. Caller is inside the
-        gate (shared)."""
+        gate (shared). restock: each goes back with UnchargeRequest.restock."""
         if not returns:
             return None, 0
         with self._seen_cv:
             self._returns_in_flight += 1
         try:
-            return self._return_pages_counted(session_id, gen, slot, returns)
+            return self._return_pages_counted(session_id, gen, slot, returns,
+                                              restock)
         finally:
             with self._seen_cv:
                 self._returns_in_flight -= 1
                 self._seen_cv.notify_all()
 
-    def _return_pages_counted(self, session_id, gen, slot, returns):
+    def _return_pages_counted(self, session_id, gen, slot, returns, restock):
         returned = 0
         for i, (key, n) in enumerate(returns):
             try:
-                self._uncharge_rpc(session_id, key, n)
+                self._uncharge_rpc(session_id, key, n, restock)
             except _SessionLost:
                 return gen, returned  # everything the session held is gone already
             except Error:
@@ -915,14 +939,17 @@ class Client:
             return e.code() == grpc.StatusCode.NOT_FOUND
         return False
 
-    def _page_rpc(self, charge, session_id, key, n, batch=0, resume=False):
+    def _page_rpc(self, charge, session_id, key, n, batch=0, resume=False,
+                  restock=False):
         """One Charge (charge=True) or Uncharge RPC of n pages of key
         (path, kind) on session_id, with a fresh request_id (retried with
         it). A charge with batch > n asks for the batch (ChargeRequest.
         batch_pages: charged if it fits at once, else n); resume marks a
         re-charge of pages held under a lost session (ChargeRequest.resume:
-        a cluster node admits these in its takeover grace). Raises
-        _SessionLost when the session is gone."""
+        a cluster node admits these in its takeover grace); restock marks
+        an uncharge after which this client stocks its frees again
+        (UnchargeRequest.restock). Raises _SessionLost when the session is
+        gone."""
         if charge:
             method, request, counter = self._stub.Charge, pb.ChargeRequest, "charge_rpcs"
         else:
@@ -933,6 +960,8 @@ class Client:
             req.batch_pages = batch
         if charge and resume:
             req.resume = True
+        if not charge and restock:
+            req.restock = True
         self._count(counter)
         try:
             return self._call(method, req)
@@ -944,8 +973,8 @@ class Client:
     def _charge_rpc(self, session_id, key, n, batch=0, resume=False):
         return self._page_rpc(True, session_id, key, n, batch, resume)
 
-    def _uncharge_rpc(self, session_id, key, n):
-        return self._page_rpc(False, session_id, key, n)
+    def _uncharge_rpc(self, session_id, key, n, restock=False):
+        return self._page_rpc(False, session_id, key, n, restock=restock)
 
     # --- session ----------------------------------------------------------
 
@@ -1124,8 +1153,9 @@ class Client:
             self._wait_for_refills(gen, msg.charges_applied)
         # Until the next charge that refills the stock, what the
         # application frees goes back to the server (see uncharge()).
-        self._stock_held_off = True
-        self._drain_epoch += 1
+        with self._held_off_mu:
+            self._stock_held_off = True
+            self._drain_epoch += 1
         taken = self._take_stock(root, gen)
         answer = pb.SessionClientMessage(drain_id=msg.drain_id)
         for (path, kind), n in sorted(taken.items()):

@@ -47,14 +47,35 @@ TEST(ClientStockTest, RefillThenConsumeHitsAndCounts) {
   EXPECT_EQ(stock.pages(), 5u);
 }
 
-TEST(ClientStockTest, RefillAboveTheCapReturnsTheExcess) {
+// refill_stock() drains the whole stock once it passes the batch
+// (drain_stock()): here the entry, once it passes the cap.
+TEST(ClientStockTest, RefillPastTheCapReturnsTheWholeEntry) {
   Stock stock = OneSlot();
   std::vector<Returned> excess;
   stock.Refill("/a", kAnon, 300, &excess);
   ASSERT_EQ(excess.size(), 1u);
   EXPECT_EQ(excess[0].path, "/a");
   EXPECT_EQ(excess[0].kind, kAnon);
-  EXPECT_EQ(excess[0].nr_pages, 44u);
+  EXPECT_EQ(excess[0].nr_pages, 300u);
+  EXPECT_EQ(stock.pages(), 0u);
+  // A shrinking application: 3-page frees fill the entry to the cap with
+  // no return, the one that passes it returns all, and the next ones
+  // accumulate again: 1 return per 86 frees, not one per free past the cap.
+  excess.clear();
+  int returns = 0;
+  for (int i = 0; i < 860; ++i) {
+    stock.Refill("/a", kAnon, 3, &excess);
+    if (!excess.empty()) {
+      ++returns;
+      EXPECT_EQ(excess[0].nr_pages, 258u) << i;
+      excess.clear();
+    }
+  }
+  EXPECT_EQ(returns, 10);
+  EXPECT_EQ(stock.pages(), 0u);
+  // Exactly at the cap is kept.
+  stock.Refill("/a", kAnon, 256, &excess);
+  EXPECT_TRUE(excess.empty());
   EXPECT_EQ(stock.pages(), 256u);
 }
 
