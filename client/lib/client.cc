@@ -269,6 +269,14 @@ struct Client::Impl : internal::SessionLink::Handler {
         AddHeld(k.first, k.second, static_cast<int64_t>(n));
         resume_deferred.fetch_add(n, std::memory_order_relaxed);
         Emit(Event::Type::kRechargeDeferred, k.first, n, cs);
+        // And charged again here by the keepalive thread's Reconcile()
+        // (the books hold them, the session does not) once this node
+        // serves the group: in a cluster, a node that dropped the shard at
+        // its fence serves it again on the same lease, admitting resumes
+        // first (its takeover grace). Without it nothing charged them
+        // again while the owner stayed the same, and fresh charges took
+        // their room (1.26-1.30x memory.max in ClusterTest's etcd faults).
+        rpcs.SetNeedsReconcile();
       } else {
         Emit(Event::Type::kRechargeFailed, k.first, n, cs);
       }
@@ -304,13 +312,20 @@ struct Client::Impl : internal::SessionLink::Handler {
       } else if (d < 0) {
         const uint64_t phantom = stock.Remove(k, static_cast<uint64_t>(-d));
         if (phantom == 0) continue;
-        s = rpcs.Charge(sid, k.first, phantom, k.second, nullptr);
+        // A resume: pages the application held before (a cluster node
+        // admits these in its takeover grace, §4.18).
+        s = rpcs.Charge(sid, k.first, phantom, k.second, nullptr,
+                        /*batch_pages=*/0, /*charged=*/nullptr,
+                        /*resume=*/true);
         if (s.ok()) {
           SawCharge(gen);
           AddHeld(k.first, k.second, static_cast<int64_t>(phantom));
-        } else if (NotServedHere(s.error_code())) {
+        } else if (NotServedHere(s.error_code()) || SessionGone(s)) {
           // As in Reopen(): kept for ClusterClient's move. Tried again
-          // after the next keepalive while the node keeps refusing.
+          // after the next keepalive while the node keeps refusing; a
+          // session gone meanwhile (a cluster node ends its sessions of a
+          // shard at its fence) says nothing of the group: the Reopen()
+          // that follows charges them again with the rest.
           if (first.ok()) first = s;
           AddHeld(k.first, k.second, static_cast<int64_t>(phantom));
           resume_deferred.fetch_add(phantom, std::memory_order_relaxed);

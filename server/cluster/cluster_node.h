@@ -108,7 +108,9 @@ struct ClusterOptions {
   uint32_t shard_depth = 1;
   // After taking over a shard that had an owner before, only charges marked
   // `resume` are admitted there for this long (--cluster_takeover_grace;
-  // zero: none). A shard's first owner has no grace.
+  // zero: none); so, after its fence lifts, for a shard this node dropped
+  // at the fence and owns again on the same lease. A shard's first owner
+  // has no grace.
   absl::Duration takeover_grace = absl::Seconds(10);
   // Charges that name no session are refused FAILED_PRECONDITION
   // (--cluster_require_sessions; routing.h ChargeRouteStatus()).
@@ -171,7 +173,8 @@ struct ClusterCounters {
   uint64_t shards_given_back = 0;
   uint64_t shards_lost = 0;      // taken away (lease lost, fenced)
   uint64_t resyncs = 0;          // full re-reads after compaction
-  uint64_t takeovers_with_grace = 0;  // claims of shards owned before
+  uint64_t takeovers_with_grace = 0;  // claims of shards owned before, and
+                                      // shards re-owned after the fence
   uint64_t grace_refusals = 0;   // fresh charges refused in a grace
   uint64_t shards_owned = 0;     // gauge (owned now, read by Counters())
   int64_t applied_revision = 0;  // gauge

@@ -165,7 +165,9 @@ struct ClientStats {
   uint64_t reattached_streams = 0;
   // Pages a re-charge after a reopen could not put back because the node
   // does not serve their group now, or the new session was gone already
-  // (Event::kRechargeDeferred).
+  // (Event::kRechargeDeferred), counted at each try: kept in the books and
+  // charged again (as resumes) by the keepalive thread's reconciliation
+  // once the node serves the group, or by ClusterClient at a new owner.
   uint64_t resume_deferred_pages = 0;
   // Pages Uncharge() or a drain could not give back to the server (after
   // the attempts): dropped, never stocked again; the session holds them on

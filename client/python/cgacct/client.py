@@ -62,6 +62,8 @@ _U64_MAX = (1 << 64) - 1
 # moved, or the node has no lease), not because the group is full or gone.
 _NOT_HERE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
              grpc.StatusCode.FAILED_PRECONDITION)
+# How often the session thread tries to charge deferred pages again.
+_DEFERRED_RETRY_S = 0.2
 # Adaptive batch: a miss sooner than _FAST_MISS_S after the previous miss of
 # the same slot and group doubles its batch (up to stock_cap); one later than
 # _SLOW_MISS_S halves it (down to batch).
@@ -108,8 +110,10 @@ type: "session_reopened" (the session was gone: a new one, session_id, was
   longer counts them), "recharge_deferred" (the same, refused because the
   node does not serve the group now: UNAVAILABLE, DEADLINE_EXCEEDED or
   FAILED_PRECONDITION, or because the new session was gone already; the
-  pages stay the application's, for the next resume or for ClusterClient
-  to charge again at the shard's new owner), "drained" (a drain request answered: nr_pages
+  pages stay the application's, and the session thread charges them again
+  at this node as resumes once it serves the group, or ClusterClient at the
+  shard's new owner), "recharged_deferred" (nr_pages such pages of group
+  charged again at this node), "drained" (a drain request answered: nr_pages
   stocked pages of groups at or below group returned), "stream_broken"
   (the SessionStream ended with code and is being re-attached).
 session_id, group: bytes; nr_pages: pages; code: a grpc.StatusCode or None.
@@ -374,9 +378,16 @@ class Client:
         # _unaccounted: pages of `held` a re-charge could not get back (so no
         # session holds them); an uncharge drops them first. Both guarded by
         # _held_mu, taken inside a slot lock, never around one.
+        # _deferred: pages of `held` whose re-charge this client's node
+        # refused because it did not serve the group then (kept, not
+        # given up: the session thread charges them again there,
+        # _recharge_deferred, and ClusterClient moves them to a new owner);
+        # an uncharge drops them first too.
         self._held_mu = threading.Lock()
         self._held = collections.Counter()
         self._unaccounted = collections.Counter()
+        self._deferred = collections.Counter()
+        self._next_deferred_try = 0.0
         # Successful Charge answers read (their batches stocked) in session
         # generation _seen_gen; see _wait_for_refills.
         self._seen_cv = threading.Condition(threading.Lock())
@@ -565,6 +576,16 @@ class Client:
                         self._unaccounted[key] -= lost
                         if not self._unaccounted[key]:
                             del self._unaccounted[key]
+                    # Pages no session holds here yet (deferred): freed
+                    # without an RPC, never stocked (the server does not
+                    # count them, and a charge served from them would be
+                    # admitted nowhere).
+                    waiting = min(nr_pages - lost, self._deferred[key])
+                    if waiting:
+                        self._deferred[key] -= waiting
+                        if not self._deferred[key]:
+                            del self._deferred[key]
+                        lost += waiting
                 restock = self._stock_held_off
                 if restock:
                     # A drain took the stock and no charge has refilled it
@@ -637,7 +658,8 @@ class Client:
         attempts not included), retries (attempts after the first, all
         RPCs), keepalives sent, drains answered, drained_pages (stocked
         pages they returned), reopened_sessions, reattached_streams,
-        recharge_failed_pages, resume_deferred_pages, throttled_us
+        recharge_failed_pages, resume_deferred_pages, recharged_deferred_pages,
+        throttled_us
         (slept). As the C++ library's ClientStats."""
         with self._stats_mu:
             return dict(self._stats)
@@ -668,6 +690,7 @@ class Client:
             with self._held_mu:
                 self._held.clear()
                 self._unaccounted.clear()
+                self._deferred.clear()
             error = None
             returned = 0
             try:
@@ -868,6 +891,8 @@ class Client:
         with self._held_mu:
             keys = [k for k in self._held if _under(k[0], root)]
             held = {k: self._held.pop(k) - self._unaccounted.pop(k, 0) for k in keys}
+            for k in keys:
+                self._deferred.pop(k, None)  # moved with the rest
         return {k: n for k, n in held.items() if n > 0}
 
     def _take_stock(self, root, gen):
@@ -1027,6 +1052,7 @@ class Client:
                     slot.stock.clear()
                 with self._held_mu:
                     todo = {k: v - self._unaccounted[k] for k, v in self._held.items()}
+                    self._deferred.clear()  # re-charged below with the rest
             finally:
                 for slot in slots:
                     slot.lock.release()
@@ -1055,6 +1081,8 @@ class Client:
                         # them). Dropping them would let the new owner
                         # admit fresh charges over them.
                         self._count("resume_deferred_pages", n)
+                        with self._held_mu:
+                            self._deferred[key] += n
                         self._event("recharge_deferred", session_id, key[0], n, code, details)
                         continue
                     self._count("recharge_failed_pages", n)
@@ -1126,6 +1154,9 @@ class Client:
                         q.put(pb.SessionClientMessage(keepalive=True))
                     if msg.drain_id:
                         self._answer_drain(q, msg, gen)
+                    if self._deferred and time.monotonic() >= self._next_deferred_try:
+                        self._next_deferred_try = time.monotonic() + _DEFERRED_RETRY_S
+                        self._recharge_deferred()
             except grpc.RpcError as e:
                 code, details = e.code(), e.details() or ""
             except Exception:  # noqa: BLE001 -- keep the session thread alive
@@ -1146,6 +1177,43 @@ class Client:
             self._event("stream_broken", session_id, code=code, details=details)
             self._stop.wait(delay * (0.5 + random.random()))
             delay = min(2 * delay, max(0.05, period / 2))
+
+    def _recharge_deferred(self):
+        """Charges again, as resumes, the pages a re-charge left deferred
+        because this client's node did not serve their group then: in a
+        cluster, the node that dropped a shard at its fence (an etcd leader
+        change, a quorum lost) serves it again on the same lease, and
+        admits resumes before fresh charges for its takeover grace. Without
+        this nothing charged them again while the owner stayed the same,
+        and fresh charges took their room (1.26-1.30x memory.max in
+        ClusterTest's etcd faults). Pages the application freed meanwhile
+        go back. Called by the session thread, at most every
+        _DEFERRED_RETRY_S; stops at the first refusal (tried again later).
+        Never raises."""
+        with self._held_mu:
+            todo = {k: n for k, n in self._deferred.items() if n > 0}
+        if not todo:
+            return
+        self._gate.enter_shared()
+        try:
+            session_id, gen = self._current()
+            for key, n in sorted(todo.items()):
+                try:
+                    self._charge_rpc(session_id, key, n, resume=True)
+                except (Error, _SessionLost):
+                    return  # still refused, or the session went: later
+                self._saw_charge(gen)
+                with self._held_mu:
+                    got = min(n, self._deferred[key])
+                    self._deferred[key] -= got
+                    if not self._deferred[key]:
+                        del self._deferred[key]
+                self._count("recharged_deferred_pages", got)
+                self._event("recharged_deferred", session_id, key[0], got)
+                if n > got:  # freed by the application while on the wire
+                    self._return_pages(session_id, gen, None, [(key, n - got)])
+        finally:
+            self._gate.leave_shared()
 
     def _answer_drain(self, q, msg, gen):
         root = msg.drain_path.encode("utf-8") if isinstance(msg.drain_path, str) else msg.drain_path
