@@ -157,7 +157,11 @@ class SystemdCluster(unittest.TestCase):
         nodes = {h: self.start_cgacctd(h) for h in HOSTS}
         for host, (proc, args) in nodes.items():
             line = proc.stdout.readline()  # once etcd answers
-            self.assertIn("listening on", line, "%s: %s" % (host, args))
+            if "listening on" not in line:
+                with open(os.path.join(self.dir, "cgacctd-%s.log" % host)) as f:
+                    log = f.read()[-2000:]
+                self.fail("%s did not start (exit %s): %s\nits stderr: %s" % (
+                    host, proc.poll(), args, log))
             self.assertIn('cluster node "node-%s"' % host, line)
         md = [("authorization", "Bearer " + TOKEN)]
         deadline = time.monotonic() + 30
