@@ -128,13 +128,13 @@ Authentication Authorizer::Authenticate(const Credentials& credentials) const {
     ids.push_back(absl::StrCat("token:", *identity));
   } else if (via_proxy) {
     if (credentials.forwarded_certificate.has_value()) {
-      absl::StatusOr<std::vector<std::string>> names =
-          ForwardedCertificateNames(*credentials.forwarded_certificate);
+      absl::StatusOr<std::shared_ptr<const std::vector<std::string>>> names =
+          forwarded_names_.Names(*credentials.forwarded_certificate);
       if (!names.ok()) {
         return refuse(AuthFailure::kBadForwardedCertificate,
                       std::string(names.status().message()));
       }
-      ids = *std::move(names);
+      ids = **names;
     }
   } else {
     ids = credentials.certificate_names;

@@ -47,6 +47,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "server/auth/credentials.h"
+#include "server/auth/forwarded_certificate.h"
 #include "server/auth/policy.h"
 #include "server/auth/tokens.h"
 
@@ -208,6 +209,8 @@ class Authorizer {
   std::shared_ptr<const Caller::State> Snapshot() const;
 
   AuthFailureCounts* const counts_;  // may be null; thread-safe
+  // Names of certificates passed on by trusted proxies; thread-safe.
+  mutable ForwardedCertificateCache forwarded_names_;
   std::atomic<uint64_t> generation_{0};  // written under mu_
   mutable absl::Mutex mu_;
   std::shared_ptr<const Caller::State> state_ ABSL_GUARDED_BY(mu_);

@@ -120,4 +120,22 @@ absl::StatusOr<std::vector<std::string>> ForwardedCertificateNames(
   return out;
 }
 
+absl::StatusOr<std::shared_ptr<const std::vector<std::string>>>
+ForwardedCertificateCache::Names(absl::string_view base64_der) {
+  {
+    absl::MutexLock l(&mu_);
+    auto it = names_.find(base64_der);
+    if (it != names_.end()) return it->second;
+  }
+  absl::StatusOr<std::vector<std::string>> names =
+      ForwardedCertificateNames(base64_der);
+  if (!names.ok()) return names.status();
+  auto shared =
+      std::make_shared<const std::vector<std::string>>(*std::move(names));
+  absl::MutexLock l(&mu_);
+  if (names_.size() >= capacity_) names_.clear();
+  names_.emplace(std::string(base64_der), shared);
+  return shared;
+}
+
 }  // namespace cgacct

@@ -36,7 +36,10 @@ Python gRPC (each check on a connection of its own):
     to it: 400 KiB decode to ~40 MB), never acknowledging the server's
     SETTINGS. Through the proxy every connection is closed or its stream
     refused, cgacctd's RSS (sampled every 50 ms) stays under 2x idle, and
-    B's ChargeStream answers all along.
+    B's ChargeStream answers all along;
+  - rapid reset with A's certificate in the form HAProxy passes on
+    (rapid_reset_flood.py --split 0.01 --body --cert, --flood-seconds, 6):
+    cgacctd's RSS under 2x idle and B's ChargeStream answering all along.
 --direct runs the attack straight against a cgacctd whose --client_ca is
 the tenants' CA (the deployment before this recipe) and prints its RSS, for
 the record (not in ctest: it holds hundreds of MB).
@@ -300,6 +303,7 @@ def main():
     parser.add_argument("--connections", type=int, default=8)
     parser.add_argument("--block-kb", type=int, default=400)
     parser.add_argument("--direct", action="store_true")
+    parser.add_argument("--flood-seconds", type=float, default=6.0)
     args = parser.parse_args()
     if not args.haproxy or not os.access(args.haproxy, os.X_OK):
         print("skipped: haproxy is not installed (apt-get install haproxy; "
@@ -414,48 +418,56 @@ def main():
         checks.expect(code == "UNAVAILABLE",
                       "A straight to cgacctd fails the handshake: %s" % code)
 
-        # B's ChargeStream through the proxy, answering through the attack.
-        b_stub, b_channel = g.stub(proxy_port, "tenant-b")
-        import queue
-        q = queue.Queue()
+        def with_victim(attack_fn):
+            """attack_fn() while B charges a page every 100 ms on a
+            ChargeStream through the proxy: (its result, B's answers:
+            True for each charge answered OK)."""
+            import queue
+            b_stub, b_channel = g.stub(proxy_port, "tenant-b")
+            q = queue.Queue()
 
-        def messages():
-            while True:
-                m = q.get()
-                if m is None:
-                    return
-                yield m
-        answers = b_stub.ChargeStream(messages(), timeout=120)
-        b_answers = []
+            def messages():
+                while True:
+                    m = q.get()
+                    if m is None:
+                        return
+                    yield m
+            answers = b_stub.ChargeStream(messages(), timeout=120)
+            b_answers = []
 
-        def ask(n):
-            q.put(pb.ChargeBatchRequest(ops=[pb.ChargeOp(
-                id=n, path=b"/b", nr_pages=1, kind=pb.PAGE_KIND_ANON)]))
+            def ask(n):
+                q.put(pb.ChargeBatchRequest(ops=[pb.ChargeOp(
+                    id=n, path=b"/b", nr_pages=1, kind=pb.PAGE_KIND_ANON)]))
+                try:
+                    r = next(answers)
+                    b_answers.append(len(r.results) == 1 and
+                                     r.results[0].code == 0)
+                except Exception as e:  # noqa: BLE001 - the figure is the point
+                    b_answers.append(False)
+                    print("B's stream: %s" % e)
+            ask(1)
+            stop_b = threading.Event()
+
+            def b_loop():
+                n = 1
+                while not stop_b.is_set():
+                    n += 1
+                    ask(n)
+                    time.sleep(0.1)
+            b_thread = threading.Thread(target=b_loop)
+            b_thread.start()
             try:
-                r = next(answers)
-                b_answers.append(len(r.results) == 1 and
-                                 r.results[0].code == 0)
-            except Exception as e:  # noqa: BLE001 - the figure is the point
-                b_answers.append(False)
-                print("B's stream: %s" % e)
-        ask(1)
-        stop_b = threading.Event()
+                result = attack_fn()
+            finally:
+                stop_b.set()
+                b_thread.join()
+                q.put(None)
+                b_channel.close()
+            return result, b_answers
 
-        def b_loop():
-            n = 1
-            while not stop_b.is_set():
-                n += 1
-                ask(n)
-                time.sleep(0.1)
-        b_thread = threading.Thread(target=b_loop)
-        b_thread.start()
-        results, idle, peak = attack(proxy_port, d, "tenant-a",
-                                     args.connections, args.block_kb,
-                                     cgacctd.pid)
-        stop_b.set()
-        b_thread.join()
-        q.put(None)
-        b_channel.close()
+        (results, idle, peak), b_answers = with_victim(
+            lambda: attack(proxy_port, d, "tenant-a", args.connections,
+                           args.block_kb, cgacctd.pid))
         states = [r["state"] for r in results]
         print("attack through the proxy: %d connections x %d KiB header "
               "block: %s after %s KiB sent; cgacctd RSS idle %d KiB, peak %d "
@@ -472,6 +484,51 @@ def main():
                       % (peak, idle))
         checks.expect(len(b_answers) > 5 and all(b_answers),
                       "B's ChargeStream answered all through the attack")
+
+        # Rapid reset from a tenant holding a certificate, in the form
+        # HAProxy passes on (each stream's first body bytes in one write,
+        # its reset in the next): every call reaches cgacctd with A's
+        # certificate in x-cgacct-client-cert. Parsed on each call, that
+        # queued 45-61 k calls and 1.2 GB while B's charges timed out (the
+        # attack round at d766e0f); the names are now remembered per value
+        # (ForwardedCertificateCache).
+        def flood():
+            idle = fp.rss_kb(cgacctd.pid)
+            peak = [idle]
+            stop = threading.Event()
+
+            def sample():
+                while not stop.is_set():
+                    peak[0] = max(peak[0], fp.rss_kb(cgacctd.pid))
+                    time.sleep(0.05)
+            sampler = threading.Thread(target=sample)
+            sampler.start()
+            out = subprocess.run(
+                [sys.executable, os.path.join(
+                    args.source, "tests", "server", "daemon",
+                    "rapid_reset_flood.py"), "127.0.0.1", str(proxy_port),
+                 str(args.flood_seconds), "--tls", os.path.join(d, "ca.pem"),
+                 "--server-name", "localhost", "--reconnect", "--split",
+                 "0.01", "--body", "--cert", os.path.join(d, "tenant-a.pem"),
+                 "--key", os.path.join(d, "tenant-a.key")],
+                capture_output=True, text=True, timeout=120)
+            time.sleep(3)
+            stop.set()
+            sampler.join()
+            return out, idle, peak[0], fp.rss_kb(cgacctd.pid)
+        (out, idle, peak, after), b_answers = with_victim(flood)
+        print("certificate holder's rapid reset (--split 0.01 --body) "
+              "through the proxy, %s s: %s; cgacctd RSS idle %d KiB, peak %d "
+              "KiB, %d KiB 3 s after; B's stream %d of %d answered" % (
+                  args.flood_seconds, out.stdout.strip() or out.stderr.strip(),
+                  idle, peak, after, sum(b_answers), len(b_answers)),
+              flush=True)
+        checks.expect(out.returncode == 0, "the flood ran")
+        checks.expect(peak < 2 * idle,
+                      "cgacctd's RSS stayed under 2x idle in the flood (%d < "
+                      "2 x %d KiB)" % (peak, idle))
+        checks.expect(len(b_answers) > 5 and all(b_answers),
+                      "B's ChargeStream answered all through the flood")
         checks.expect(cgacctd.poll() is None and proxy.poll() is None,
                       "cgacctd and HAProxy alive")
     finally:

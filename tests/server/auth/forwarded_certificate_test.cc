@@ -100,6 +100,27 @@ TEST_F(ForwardedCertificateTest, AnythingButOneCertificateIsInvalid) {
   }
 }
 
+// The names of a value are parsed once and remembered (a client's every
+// call carries the same header), up to the capacity; errors are not kept.
+TEST_F(ForwardedCertificateTest, TheCacheParsesAValueOnce) {
+  ForwardedCertificateCache cache(/*capacity=*/2);
+  auto a = cache.Names(Der64("every"));
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto again = cache.Names(Der64("every"));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(a->get(), again->get());  // the same parse
+  EXPECT_EQ((*a)->front(), "uri:spiffe://t/a");
+  ASSERT_TRUE(cache.Names(Der64("two-uris")).ok());
+  // A third value starts the map again: "every" is parsed anew.
+  ASSERT_TRUE(cache.Names(Der64("cn-only")).ok());
+  auto fresh = cache.Names(Der64("every"));
+  ASSERT_TRUE(fresh.ok());
+  EXPECT_NE(a->get(), fresh->get());
+  EXPECT_EQ(**a, **fresh);
+  EXPECT_EQ(cache.Names("not base64!").status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 constexpr char kToken[] = "token-of-tenant-a-0123456789";
 
 AuthConfig ProxyConfig(const std::string& policy) {

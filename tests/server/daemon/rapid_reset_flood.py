@@ -14,7 +14,7 @@ GOAWAY ends the flood. Then the connection is closed.
 
   rapid_reset_flood.py HOST PORT [SECONDS [RATE]] [--tls CA_PEM]
                        [--server-name NAME] [--reconnect] [--split GAP]
-                       [--body]
+                       [--body] [--cert CERT_PEM --key KEY_PEM]
     SECONDS  default 8
     RATE     pairs per second, 0 (the default) = as fast as possible;
              with a rate, writes are 100 pairs, paced
@@ -31,6 +31,8 @@ GOAWAY ends the flood. Then the connection is closed.
              message (its 5-byte prefix; the stream stays open): what gets
              past a proxy that waits for a request's first body bytes
              before it passes the request on (with --split)
+    --cert, --key  a client certificate for the TLS handshake (a tenant
+             holding one, through a proxy that checks it)
 
 Prints one JSON line: pairs sent, seconds, pairs/s, the GOAWAY error code
 if the server sent one, whether the server closed the connection, and the
@@ -63,13 +65,20 @@ def frame(kind, flags, stream_id, payload):
             struct.pack(">BBI", kind, flags, stream_id) + payload)
 
 
+# (certificate, key) presented at TLS handshakes (--cert/--key), or None.
+CLIENT_CERT = None
+
+
 def connect(host, port, tls_ca=None, server_name=None):
-    """A connected socket, TLS-wrapped (ALPN h2, verified) with tls_ca."""
+    """A connected socket, TLS-wrapped (ALPN h2, verified) with tls_ca,
+    presenting CLIENT_CERT if set."""
     sock = socket.create_connection((host, port), timeout=5)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     if tls_ca is None:
         return sock
     context = ssl.create_default_context(cafile=tls_ca)
+    if CLIENT_CERT is not None:
+        context.load_cert_chain(*CLIENT_CERT)
     context.set_alpn_protocols(["h2"])
     sock = context.wrap_socket(sock, server_hostname=server_name or host)
     if sock.selected_alpn_protocol() != "h2":
@@ -255,7 +264,14 @@ def main():
     parser.add_argument("--reconnect", action="store_true")
     parser.add_argument("--split", type=float, metavar="GAP")
     parser.add_argument("--body", action="store_true")
+    parser.add_argument("--cert")
+    parser.add_argument("--key")
     args = parser.parse_args()
+    if bool(args.cert) != bool(args.key):
+        parser.error("--cert and --key go together")
+    if args.cert:
+        global CLIENT_CERT
+        CLIENT_CERT = (args.cert, args.key)
     print(json.dumps(flood(args.host, args.port, args.seconds, args.rate,
                            args.tls, args.server_name, args.reconnect,
                            args.split, args.body)), flush=True)
