@@ -3,7 +3,12 @@
 #include <errno.h>  // program_invocation_short_name
 
 #include <algorithm>
+#include <iostream>
+#include <string>
+#include <vector>
 
+#include "absl/flags/reflection.h"
+#include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
@@ -197,6 +202,36 @@ void ShowOwnFlagsInHelp() {
     return VersionText(program_invocation_short_name);
   };
   absl::SetFlagsUsageConfig(config);
+}
+
+bool PrintHelpIfAsked(int argc, char** argv) {
+  bool asked = false;
+  for (int i = 1; i < argc && !asked; ++i) {
+    const absl::string_view arg = argv[i];
+    if (arg == "--") break;
+    for (const char* help :
+         {"-h", "-help", "--help", "--helpshort", "--helpfull"}) {
+      asked = asked || arg == help;
+    }
+  }
+  if (!asked) return false;
+  std::vector<const absl::CommandLineFlag*> own;
+  for (const auto& [name, flag] : absl::GetAllFlags()) {
+    if (!absl::StrContains(flag->Filename(), "absl/")) own.push_back(flag);
+  }
+  std::sort(own.begin(), own.end(), [](const auto* a, const auto* b) {
+    return a->Name() < b->Name();
+  });
+  std::string text = absl::StrCat(absl::ProgramUsageMessage(), "\n\nflags:\n");
+  for (const absl::CommandLineFlag* flag : own) {
+    const std::string def = flag->DefaultValue();
+    absl::StrAppend(&text, "  --", flag->Name(),
+                    def.empty() ? "" : absl::StrCat("=", def), "\n      ",
+                    flag->Help(), "\n");
+  }
+  absl::StrAppend(&text, "  --version\n      print the version and exit\n");
+  std::cout << text << std::flush;
+  return true;
 }
 
 }  // namespace cgacct::cli

@@ -62,6 +62,14 @@ std::string FormatSizeBytes(uint64_t bytes);
 // instead of Abseil's default. Call before absl::ParseCommandLine().
 void ShowOwnFlagsInHelp();
 
+// --help, -h, -help, --helpshort or --helpfull among argv's flags (before a
+// "--"): prints the program's usage message (absl::ProgramUsageMessage())
+// and its own flags (not Abseil's), each as "--NAME=DEFAULT  HELP", sorted,
+// with no source file names (Abseil's --help names the build's paths), on
+// stdout, and returns true: the caller exits 0 (Abseil's --help exits 1).
+// Call after absl::SetProgramUsageMessage(), before ParseCommandLine().
+bool PrintHelpIfAsked(int argc, char** argv);
+
 // "PROGRAM VERSION (git REVISION)\n", what --version prints.
 std::string VersionText(absl::string_view program);
 

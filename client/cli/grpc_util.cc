@@ -91,9 +91,26 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target,
 }
 
 absl::Status WaitForConnected(grpc::Channel& channel, absl::string_view target,
-                              absl::Duration timeout) {
-  if (channel.WaitForConnected(DeadlineAfter(timeout))) {
-    return absl::OkStatus();
+                              absl::Duration timeout, bool fail_fast) {
+  if (!fail_fast) {
+    if (channel.WaitForConnected(DeadlineAfter(timeout))) {
+      return absl::OkStatus();
+    }
+  } else {
+    const auto deadline = DeadlineAfter(timeout);
+    grpc_connectivity_state state = channel.GetState(/*try_to_connect=*/true);
+    while (state != GRPC_CHANNEL_READY) {
+      if (state == GRPC_CHANNEL_TRANSIENT_FAILURE ||
+          state == GRPC_CHANNEL_SHUTDOWN) {
+        return absl::UnavailableError(absl::StrCat(
+            "cannot connect to cgacctd at ", target,
+            ": the connection failed (is the server running, and with the "
+            "TLS settings given?)"));
+      }
+      if (!channel.WaitForStateChange(state, deadline)) break;
+      state = channel.GetState(/*try_to_connect=*/true);
+    }
+    if (state == GRPC_CHANNEL_READY) return absl::OkStatus();
   }
   return absl::UnavailableError(
       absl::StrCat("cannot connect to cgacctd at ", target, " within ",

@@ -73,11 +73,14 @@ constexpr char kUsage[] =
     "OUT_OF_RANGE);\n"
     "  5 unavailable (UNAVAILABLE, DEADLINE_EXCEEDED, cannot connect; "
     "reclaim:\n"
-    "  not all reclaimed); 1 anything else. --help itself exits 1 (Abseil).";
+    "  not all reclaimed); 1 anything else; --help 0.\n"
+    "target: --target, else $CGACCT_TARGET, else 127.0.0.1:50051 (as\n"
+    "  ETCDCTL_ENDPOINTS); a refused connection fails at once, exit 5.";
 
 int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(kUsage);
   cli::ShowOwnFlagsInHelp();
+  if (cli::PrintHelpIfAsked(argc, argv)) return 0;
   if (std::optional<std::string> error = FlagUsageError(argc, argv)) {
     return PrintUsageError(*error);
   }
@@ -88,7 +91,8 @@ int Main(int argc, char** argv) {
   if (!inv.ok()) return PrintUsageError(inv.status().message());
   std::shared_ptr<grpc::Channel> channel = cli::MakeChannel(inv->target);
   if (absl::Status s =
-          cli::WaitForConnected(*channel, inv->target, inv->connect_timeout);
+          cli::WaitForConnected(*channel, inv->target, inv->connect_timeout,
+                                /*fail_fast=*/true);
       !s.ok()) {
     std::cerr << "cgacctctl: " << s.message() << "\n";
     return kExitUnavailable;

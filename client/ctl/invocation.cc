@@ -1,6 +1,7 @@
 #include "client/ctl/invocation.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <iterator>
 #include <utility>
 
@@ -15,7 +16,9 @@
 #include "client/cli/wire_names.h"
 #include "client/ctl/cgroup_files.h"
 
-ABSL_FLAG(std::string, target, "127.0.0.1:50051", "cgacctd gRPC address");
+ABSL_FLAG(std::string, target, "",
+          "cgacctd gRPC address HOST:PORT (default: $CGACCT_TARGET, else "
+          "127.0.0.1:50051)");
 ABSL_FLAG(absl::Duration, connect_timeout, absl::Seconds(3),
           "how long to wait for the server to accept the connection");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(10),
@@ -103,6 +106,10 @@ absl::Status ReadCommonFlags(Invocation* inv) {
     return absl::InvalidArgumentError("--watch is for events");
   }
   inv->target = absl::GetFlag(FLAGS_target);
+  if (inv->target.empty()) {
+    const char* env = std::getenv("CGACCT_TARGET");
+    inv->target = env != nullptr && *env != '\0' ? env : "127.0.0.1:50051";
+  }
   inv->connect_timeout = absl::GetFlag(FLAGS_connect_timeout);
   inv->timeout = absl::GetFlag(FLAGS_timeout);
   inv->json = absl::GetFlag(FLAGS_json);

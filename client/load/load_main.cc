@@ -73,6 +73,7 @@ int RunScenario(const char* argv0) {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(cgacct::load::kUsage);
   cgacct::cli::ShowOwnFlagsInHelp();
+  if (cgacct::cli::PrintHelpIfAsked(argc, argv)) return 0;
   // Debian's Abseil keeps absl::Mutex's lock-order graph on (as cgacctd
   // notes); gRPC's locks paid for it on every call here (GraphCycles
   // ~3% of the client's CPU under perf).
