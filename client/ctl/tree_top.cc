@@ -97,13 +97,18 @@ std::string TopFrame(const std::vector<GroupRow>& rows, bool tty, bool first) {
   } else if (!first) {
     frame += "\n";
   }
-  absl::StrAppendFormat(&frame, "%-40s %10s %10s %10s %10s %8s %8s\n",
+  // The path column is 40 wide, or as wide as the longest path: a longer
+  // path pushed its row's numbers out of their columns.
+  int width = 40;
+  for (const GroupRow& row : rows)
+    width = std::max(width, static_cast<int>(row.path.size()));
+  absl::StrAppendFormat(&frame, "%-*s %10s %10s %10s %10s %8s %8s\n", width,
                         "Control Group", "Memory", "Max", "High", "Peak", "max",
                         "oom");
   for (const GroupRow& row : rows) {
     const v1::Limits& l = row.stats.limits();
     absl::StrAppendFormat(
-        &frame, "%-40s %10s %10s %10s %10s %8d %8d\n", row.path,
+        &frame, "%-*s %10s %10s %10s %10s %8d %8d\n", width, row.path,
         HumanBytes(row.stats.memory_current_bytes()), HumanBytes(l.max_bytes()),
         HumanBytes(l.high_bytes()), HumanBytes(row.stats.memory_peak_bytes()),
         row.stats.events().max(), row.stats.events().oom());

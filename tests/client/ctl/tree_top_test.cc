@@ -2,6 +2,10 @@
 // Ctl::ReadSubtree() reads them.
 #include "client/ctl/tree_top.h"
 
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 
 namespace cgacct::ctl {
@@ -68,6 +72,22 @@ TEST(TopTest, FrameHeaderRowsAndSeparators) {
             "        max       3.0M        0        0\n");
   EXPECT_EQ(TopFrame(rows, false, /*first=*/false), "\n" + first);
   EXPECT_EQ(TopFrame(rows, /*tty=*/true, false), "\x1b[H\x1b[2J" + first);
+}
+
+// A path longer than the 40-column default widens the column for every
+// row, so the numbers stay under their headers.
+TEST(TopTest, LongPathsKeepTheColumnsAligned) {
+  const std::string long_path = "/tenants/" + std::string(50, 'x');
+  const std::string frame =
+      TopFrame({Row("/a", 3 << 20, 50 << 20), Row(long_path, 1 << 20, 0)},
+               /*tty=*/false, /*first=*/true);
+  const std::vector<std::string> lines = absl::StrSplit(frame, '\n');
+  ASSERT_EQ(lines.size(), 4u) << frame;  // header, 2 rows, ""
+  EXPECT_EQ(lines[0].size(), lines[1].size()) << frame;
+  EXPECT_EQ(lines[1].size(), lines[2].size()) << frame;
+  const size_t memory_end = lines[0].find("Memory") + 6;
+  EXPECT_EQ(lines[1].substr(memory_end - 4, 4), "3.0M") << frame;
+  EXPECT_EQ(lines[2].substr(memory_end - 4, 4), "1.0M") << frame;
 }
 
 TEST(TopTest, Json) {
