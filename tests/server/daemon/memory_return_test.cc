@@ -174,6 +174,18 @@ TEST(MemoryReturnTest, RssBackUnderTwiceIdleAfter300BigStreamsClose) {
                     ->GetEngineInfo(&context, v1::GetEngineInfoRequest(), &info)
                     .ok());
   }
+  // Every channel connected before the load, and the streams wait for
+  // their channel to be ready rather than failing at once: under a full
+  // parallel ctest one channel's first connection attempt failed now and
+  // then (the clean-clone CI of d2175b5: "failed to connect to all
+  // addresses", every stream of one of the 10 channels), and gRPC then
+  // failed its streams fast through the reconnect backoff. The streams are
+  // what this test measures, not the connection's first attempt.
+  for (int i = 0; i < kChannels; ++i) {
+    ASSERT_TRUE(channels[i]->WaitForConnected(std::chrono::system_clock::now() +
+                                              std::chrono::seconds(20)))
+        << "channel " << i;
+  }
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   const long idle_kb = RssKb(pid);
 
@@ -201,6 +213,7 @@ TEST(MemoryReturnTest, RssBackUnderTwiceIdleAfter300BigStreamsClose) {
       for (int i = t; i < kStreams; i += kChannels) {
         Stream& s = streams[i];
         s.context = std::make_unique<grpc::ClientContext>();
+        s.context->set_wait_for_ready(true);
         s.rw = stubs[t]->ChargeStream(s.context.get());
         v1::ChargeBatchResponse response;
         if (!s.rw->Write(batch) || !s.rw->Read(&response)) {
