@@ -5,6 +5,7 @@ receive guard's tenant isolation behind the proxy).
   front_proxy_test.py --cgacctd PATH --cgacctctl PATH --haproxy PATH
                       --stubs DIR --source DIR [--rounds N] [--seconds S]
                       [--split GAP] [--body] [--message-mb MB]
+                      [--sanitized NAME]
 
 Starts a real cgacctd with a tokens file (an operator and two tenants) and
 a policy, plaintext on 127.0.0.1 (port 0, /metrics on another), and
@@ -36,26 +37,39 @@ the proxy over TLS:
     through the first both still work (the ChargeStream answers, the watch
     ends NOT_FOUND when its group is deleted), through the control both
     were cut. The shipped `timeout server` is at least a day;
-  - N rounds (2) of the rapid-reset flood (tests/server/daemon/
-    rapid_reset_flood.py --tls --reconnect: HEADERS + RST_STREAM pairs as
-    fast as the proxy takes them, a new connection whenever the proxy ends
-    one, for S seconds (8)): no call reached cgacctd (HAProxy drops a
-    stream reset in the write of its HEADERS: the config's wait-for-body
-    waits for a body first), cgacctd's
-    RSS, sampled every 0.1 s from the flood's start to 3 s after its end,
-    stays under 2x its idle RSS, both processes are alive and a call with a
-    token still answers.
+  - the per-source connection bounds (the config's `tcp-request
+    connection` rules, read from the shipped file: 100 open, 50 new a
+    second): from 127.0.0.3, 110 TLS connections opened at 30 a second and
+    held: 100 complete their handshake; from 127.0.0.4, 80 opened at once:
+    about 50 (40-60) do; meanwhile tenant B's unary calls
+    from 127.0.0.1 (every 0.1 s) all answer;
+  - N rounds (2) of the rapid-reset flood from 127.0.0.2 (tests/server/
+    daemon/rapid_reset_flood.py --tls --reconnect --source: HEADERS +
+    RST_STREAM pairs as fast as the proxy takes them, a new connection
+    whenever the proxy ends one, for S seconds (8)). Round 1 the plain
+    flood: no call reached cgacctd (HAProxy drops a stream reset in the
+    write of its HEADERS: the config's wait-for-body waits for a body
+    first). Round 2 the form HAProxy passes on (--split 0.001 --body: each
+    stream's first body bytes in one write, its reset in the next): the
+    proxy answered some of the flood RESOURCE_EXHAUSTED (its per-source
+    request rate, grpc-status 8 counted by the flood) and at most the
+    calls a second of it reached cgacctd (1,000: the bounds are read from
+    the shipped file). In both, cgacctd's RSS, sampled
+    every 0.1 s from the flood's start to 3 s after its end, stays under
+    2x its idle RSS, tenant B's calls from 127.0.0.1 all answer during the
+    flood, both processes are alive and a call with a token still answers
+    after.
 Prints the figures of each part: backend connections per client, A's
 outcome, RSS idle and peak; per flood round the pairs sent and per second,
 connections and GOAWAYs (HAProxy sends none: it keeps the connection and
 drops the streams), calls that reached cgacctd (cgacct_grpc_server_handled_
 total of GetEngineInfo, the flood's method), and the RSS (idle, peak,
 after) of cgacctd and of HAProxy.
---split GAP floods with rapid_reset_flood.py --split GAP instead (100
-streams opened in one write, reset GAP seconds later), --body with a
-5-byte DATA frame after each HEADERS (rapid_reset_flood.py --body): the
-flood's forms deploy/README.md measures; by hand, not in ctest (no call
-reaching cgacctd is checked only without them).
+--split GAP floods every round with rapid_reset_flood.py --split GAP
+instead (100 streams opened in one write, reset GAP seconds later), --body
+with a 5-byte DATA frame after each HEADERS (rapid_reset_flood.py --body):
+the flood's forms deploy/README.md measures (no call reaching cgacctd is
+checked only without them).
 Exit 0 when every check holds, 1 when one does not, 77 (ctest's skip) when
 HAProxy is not installed (deploy/install-deps.sh installs haproxy).
 """
@@ -530,16 +544,73 @@ def quiet_streams(g, args, d, cgacctd_port, ca, ctl_as):
     return results
 
 
+FLOOD_SOURCE = "127.0.0.2"  # the flooding client's address (loopback)
+
+
+def per_source_bounds(shipped):
+    """The shipped config's per-source bounds: (connections open, new
+    connections a second, requests a second), read from its `if { sc0_...
+    gt N }` conditions."""
+    with open(shipped) as f:
+        text = f.read()
+
+    def bound(counter):
+        m = re.search(r"\{\s*sc0_%s\s+gt\s+(\d+)\s*\}" % counter, text)
+        if not m:
+            raise RuntimeError("%s has no sc0_%s bound" % (shipped, counter))
+        return int(m.group(1))
+    return bound("conn_cur"), bound("conn_rate"), bound("http_req_rate")
+
+
+class Victim:
+    """Tenant B's unary calls (GetStats of /tenant-b: not the flood's
+    method, whose count says what reached cgacctd) through the proxy every
+    0.1 s from 127.0.0.1, on a channel connected before, while something
+    else runs: how many answered, which failed, the median latency."""
+
+    def __init__(self, g):
+        self.g = g
+        self.channel = g.channel()
+        self.stub = g.stub(self.channel)
+        self.request = g.pb.GetStatsRequest(path=b"/tenant-b")
+        self.stub.GetStats(self.request, metadata=g.metadata("tenant-b"),
+                           timeout=10)
+        self.stop = threading.Event()
+        self.latencies, self.failed = [], []
+        self.thread = threading.Thread(target=self._loop)
+        self.thread.start()
+
+    def _loop(self):
+        while not self.stop.wait(0.1):
+            start = time.monotonic()
+            try:
+                self.stub.GetStats(self.request,
+                                   metadata=self.g.metadata("tenant-b"),
+                                   timeout=5)
+                self.latencies.append(time.monotonic() - start)
+            except self.g.grpc.RpcError as e:
+                self.failed.append("%s: %s" % (e.code().name, e.details()))
+
+    def finish(self):
+        self.stop.set()
+        self.thread.join()
+        self.channel.close()
+        lat = sorted(self.latencies)
+        return {"answered": len(lat), "failed": self.failed,
+                "p50_ms": 1000 * lat[len(lat) // 2] if lat else None}
+
+
 def flood_round(source, proxy_port, ca, seconds, cgacctd, proxy,
-                metrics_port, split=None, body=False):
+                metrics_port, g, split=None, body=False):
     calls_before = engine_info_calls(metrics_port)
     time.sleep(1.0)
     idle = rss_kb(cgacctd.pid)
     proxy_idle = tree_rss_kb(proxy.pid)
+    victim = Victim(g)
     flood = subprocess.Popen(
         [sys.executable, os.path.join(source, FLOOD), "127.0.0.1",
          str(proxy_port), str(seconds), "0", "--tls", ca, "--server-name",
-         "localhost", "--reconnect"] +
+         "localhost", "--reconnect", "--source", FLOOD_SOURCE] +
         (["--split", str(split)] if split is not None else []) +
         (["--body"] if body else []),
         stdout=subprocess.PIPE, text=True)
@@ -548,6 +619,7 @@ def flood_round(source, proxy_port, ca, seconds, cgacctd, proxy,
         peak = max(peak, rss_kb(cgacctd.pid))
         proxy_peak = max(proxy_peak, tree_rss_kb(proxy.pid))
         time.sleep(0.1)
+    b = victim.finish()
     out = flood.stdout.read().strip().splitlines()
     if flood.returncode != 0 or not out:
         raise RuntimeError("rapid_reset_flood.py failed (exit %d)" %
@@ -562,7 +634,41 @@ def flood_round(source, proxy_port, ca, seconds, cgacctd, proxy,
                 after_kb=rss_kb(cgacctd.pid), proxy_idle_kb=proxy_idle,
                 proxy_peak_kb=proxy_peak,
                 proxy_after_kb=tree_rss_kb(proxy.pid),
-                reached=engine_info_calls(metrics_port) - calls_before)
+                reached=engine_info_calls(metrics_port) - calls_before,
+                b=b)
+
+
+def per_source_connections(proxy_port, ca, conn_cur, conn_rate):
+    """The shipped per-source connection bounds (conn_cur open, conn_rate
+    new a second): from 127.0.0.3, conn_cur + 10 TLS connections opened at
+    0.6 conn_rate a second and held; from 127.0.0.4, conn_rate + 30 opened
+    as fast as they go. How many completed their handshake in each."""
+    context = ssl.create_default_context(cafile=ca)
+    context.set_alpn_protocols(["h2"])
+
+    def open_from(address, n, gap):
+        held, refused = [], 0
+        for _ in range(n):
+            start = time.monotonic()
+            try:
+                sock = socket.create_connection(
+                    ("127.0.0.1", proxy_port), timeout=5,
+                    source_address=(address, 0))
+                held.append(context.wrap_socket(sock,
+                                                server_hostname="localhost"))
+            except OSError:
+                refused += 1
+            time.sleep(max(0.0, gap - (time.monotonic() - start)))
+        return held, refused
+
+    slow, slow_refused = open_from("127.0.0.3", conn_cur + 10,
+                                   1 / (0.6 * conn_rate))
+    fast, fast_refused = open_from("127.0.0.4", conn_rate + 30, 0)
+    result = {"slow_held": len(slow), "slow_refused": slow_refused,
+              "fast_held": len(fast), "fast_refused": fast_refused}
+    for sock in slow + fast:
+        sock.close()
+    return result
 
 
 def main():
@@ -577,6 +683,10 @@ def main():
     parser.add_argument("--split", type=float)
     parser.add_argument("--body", action="store_true")
     parser.add_argument("--message-mb", type=int, default=64)
+    parser.add_argument("--sanitized", default="",
+                        help="a sanitizer build: the RSS of a flood that "
+                        "reaches cgacctd is not checked (ASan keeps what "
+                        "the calls freed in its quarantine)")
     args = parser.parse_args()
     if not args.haproxy or not os.access(args.haproxy, os.X_OK):
         print("skipped: haproxy is not installed (apt-get install haproxy; "
@@ -708,27 +818,80 @@ def main():
                       "were cut (charge %s, watch %s)" % (
                           QUIET_TIMEOUT, q["charge_after"], q["watch_end"]))
 
-        for i in range(args.rounds):
+        conn_cur, conn_rate, req_rate = per_source_bounds(shipped)
+        victim = Victim(g)
+        conns = per_source_connections(proxy_port, ca, conn_cur, conn_rate)
+        b = victim.finish()
+        print("per-source connections (bounds: %d open, %d new a second): "
+              "from one address at %.0f/s, %d of %d held, %d refused; from "
+              "another as fast as they go, %d of %d held, %d refused; B "
+              "meanwhile: %d answered, p50 %s ms, failed %s" % (
+                  conn_cur, conn_rate, 0.6 * conn_rate, conns["slow_held"],
+                  conn_cur + 10, conns["slow_refused"], conns["fast_held"],
+                  conn_rate + 30, conns["fast_refused"],
+                             b["answered"], b["p50_ms"] and
+                             "%.1f" % b["p50_ms"], b["failed"] or "none"),
+              flush=True)
+        checks.expect(conns["slow_held"] == conn_cur,
+                      "per-source connections: %d held of %d opened slowly "
+                      "from one address" % (conns["slow_held"], conn_cur + 10))
+        checks.expect(conn_rate * 0.8 <= conns["fast_held"] <= conn_rate * 1.2,
+                      "per-source connection rate: %d held of %d opened at "
+                      "once from one address" % (conns["fast_held"],
+                                                 conn_rate + 30))
+        checks.expect(b["answered"] > 0 and not b["failed"],
+                      "B's calls from another address answered all through")
+
+        # The rounds: as given (--split, --body), else the plain flood then
+        # the one HAProxy passes on (each stream's body first, its reset in
+        # the next write), which the per-source request rate bounds.
+        kinds = ([(args.split, args.body)] * args.rounds
+                 if args.split is not None or args.body else
+                 [(None, False), (0.001, True)][:args.rounds] +
+                 [(None, False)] * max(0, args.rounds - 2))
+        for i, (split, body) in enumerate(kinds):
             r = flood_round(args.source, proxy_port, ca, args.seconds,
-                            cgacctd, proxy, metrics_port, args.split,
-                            args.body)
-            print("round %d: %d pairs in %.1f s (%d/s) over %d connections, "
-                  "%d GOAWAYs (last code %s); calls that reached cgacctd: "
+                            cgacctd, proxy, metrics_port, g, split, body)
+            print("round %d (%s): %d pairs in %.1f s (%d/s) over %d "
+                  "connections (%d refused), %d GOAWAYs (last code %s); "
+                  "answers by grpc-status %s; calls that reached cgacctd: "
                   "%d; cgacctd RSS idle %d KiB, peak %d KiB (%.2fx), 3 s "
                   "after %d KiB; haproxy RSS idle %d KiB, peak %d KiB, "
-                  "after %d KiB" % (
-                      i + 1, r["pairs"], r["seconds"], r["pairs_per_s"],
-                      r["connections"], r["goaways"], r["goaway"],
-                      r["reached"], r["idle_kb"], r["peak_kb"],
-                      r["peak_kb"] / r["idle_kb"], r["after_kb"],
-                      r["proxy_idle_kb"], r["proxy_peak_kb"],
-                      r["proxy_after_kb"]), flush=True)
-            checks.expect(r["peak_kb"] < 2 * r["idle_kb"],
-                          "round %d: cgacctd's RSS under 2x idle" % (i + 1))
-            if args.split is None and not args.body:
+                  "after %d KiB; B from another address: %d answered, p50 "
+                  "%s ms, failed %s" % (
+                      i + 1, "split %s%s" % (split, " body" if body else "")
+                      if split is not None or body else "plain",
+                      r["pairs"], r["seconds"], r["pairs_per_s"],
+                      r["connections"], r["refused"], r["goaways"],
+                      r["goaway"], r["answers"], r["reached"], r["idle_kb"],
+                      r["peak_kb"], r["peak_kb"] / r["idle_kb"],
+                      r["after_kb"], r["proxy_idle_kb"], r["proxy_peak_kb"],
+                      r["proxy_after_kb"], r["b"]["answered"],
+                      r["b"]["p50_ms"] and "%.1f" % r["b"]["p50_ms"],
+                      r["b"]["failed"] or "none"), flush=True)
+            if args.sanitized and r["reached"] > 0:
+                print("not checked: the RSS of round %d in a sanitizer "
+                      "build (%s)" % (i + 1, args.sanitized), flush=True)
+            else:
+                checks.expect(r["peak_kb"] < 2 * r["idle_kb"],
+                              "round %d: cgacctd's RSS under 2x idle" %
+                              (i + 1))
+            if split is None and not body:
                 checks.expect(r["reached"] == 0,
                               "round %d: no flood call reached cgacctd" %
                               (i + 1))
+            else:
+                checks.expect(r["answers"].get("8", 0) > 0,
+                              "round %d: the proxy answered the flood "
+                              "RESOURCE_EXHAUSTED past its per-source rate "
+                              "(%s)" % (i + 1, r["answers"]))
+                checks.expect(r["reached"] <= req_rate * (r["seconds"] + 1),
+                              "round %d: calls that reached cgacctd (%d) "
+                              "within the per-source rate x %.0f s" % (
+                                  i + 1, r["reached"], r["seconds"] + 1))
+            checks.expect(r["b"]["answered"] > 0 and not r["b"]["failed"],
+                          "round %d: B's calls from another address "
+                          "answered all through the flood" % (i + 1))
             checks.expect(cgacctd.poll() is None and proxy.poll() is None,
                           "round %d: cgacctd and haproxy alive" % (i + 1))
             after = c("tenant-a", "info", "--json")

@@ -15,6 +15,7 @@ GOAWAY ends the flood. Then the connection is closed.
   rapid_reset_flood.py HOST PORT [SECONDS [RATE]] [--tls CA_PEM]
                        [--server-name NAME] [--reconnect] [--split GAP]
                        [--body] [--cert CERT_PEM --key KEY_PEM]
+                       [--source ADDR]
     SECONDS  default 8
     RATE     pairs per second, 0 (the default) = as fast as possible;
              with a rate, writes are 100 pairs, paced
@@ -22,7 +23,9 @@ GOAWAY ends the flood. Then the connection is closed.
              against CA_PEM (for NAME, default HOST)
     --reconnect  a new connection whenever the server ends one (GOAWAY or
              close), until SECONDS are over: what an attacker does against
-             a server that closes flooding connections
+             a server that closes flooding connections; a connection the
+             server refuses (closed before the handshake ends) is counted
+             ("refused") and tried again at once
     --split  HEADERS for 100 new streams in one write, their RST_STREAMs
              GAP seconds later in the next (the streams of a write stay
              within a SETTINGS_MAX_CONCURRENT_STREAMS of 100): what gets
@@ -33,11 +36,16 @@ GOAWAY ends the flood. Then the connection is closed.
              before it passes the request on (with --split)
     --cert, --key  a client certificate for the TLS handshake (a tenant
              holding one, through a proxy that checks it)
+    --source  the local address to connect from (e.g. 127.0.0.2: another
+             client address on loopback, for a proxy's per-source bounds)
 
 Prints one JSON line: pairs sent, seconds, pairs/s, the GOAWAY error code
 if the server sent one, whether the server closed the connection, and the
-connections made (with --reconnect, the GOAWAYs received). Exit
-status 0 unless the connection (or the TLS handshake) could not be made.
+connections made (with --reconnect, the GOAWAYs received and the
+connections refused), and the answers the server sent before the resets
+reached it, counted by grpc-status ("answers": {"8": n}; a proxy's own
+refusals among them). Exit status 0 unless the first connection (or its
+TLS handshake) could not be made.
 A test tool: used by rapid_reset_test.py and tests/deploy/front_proxy_test.py.
 """
 import argparse
@@ -57,7 +65,7 @@ PAIRS_PER_WRITE = 1000
 CANCEL = 0x8
 DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY = (0x0, 0x1, 0x3, 0x4,
                                                      0x6, 0x7)
-END_HEADERS, ACK = 0x4, 0x1
+END_HEADERS, ACK, PADDED, PRIORITY = 0x4, 0x1, 0x8, 0x20
 
 
 def frame(kind, flags, stream_id, payload):
@@ -67,12 +75,16 @@ def frame(kind, flags, stream_id, payload):
 
 # (certificate, key) presented at TLS handshakes (--cert/--key), or None.
 CLIENT_CERT = None
+# The local address connections are made from (--source), or None.
+SOURCE_ADDRESS = None
 
 
 def connect(host, port, tls_ca=None, server_name=None):
     """A connected socket, TLS-wrapped (ALPN h2, verified) with tls_ca,
     presenting CLIENT_CERT if set."""
-    sock = socket.create_connection((host, port), timeout=5)
+    sock = socket.create_connection(
+        (host, port), timeout=5,
+        source_address=(SOURCE_ADDRESS, 0) if SOURCE_ADDRESS else None)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     if tls_ca is None:
         return sock
@@ -112,10 +124,13 @@ def read_ready(sock):
         out += data
 
 
-def parse(pending, goaway):
+def parse(pending, goaway, decoder=None, answers=None):
     """Whole frames of `pending` read: (the bytes left, the replies to send:
     SETTINGS and PING acknowledged, the GOAWAY error code if one came, else
-    `goaway`)."""
+    `goaway`). With `decoder` (the connection's hpack.Decoder), each header
+    block the server sent is decoded and the grpc-status it carries, if
+    any, counted in `answers` ({"8": n, ...}; a block without one under
+    "none")."""
     replies = []
     while len(pending) >= 9:
         length = int.from_bytes(pending[:3], "big")
@@ -130,6 +145,17 @@ def parse(pending, goaway):
             replies.append(frame(PING, ACK, 0, payload))
         elif kind == GOAWAY:
             goaway = int.from_bytes(payload[4:8], "big")
+        elif kind == HEADERS and decoder is not None:
+            if flags & PADDED:
+                payload = payload[1:len(payload) - payload[0]]
+            if flags & PRIORITY:
+                payload = payload[5:]
+            # Every block is decoded, in order (HPACK's dynamic table);
+            # a server's answer fits one frame (no CONTINUATION here).
+            fields = dict((bytes(k), bytes(v))
+                          for k, v in decoder.decode(payload, raw=True))
+            status = fields.get(b"grpc-status", b"none").decode()
+            answers[status] = answers.get(status, 0) + 1
     return pending, replies, goaway
 
 
@@ -159,6 +185,8 @@ def flood_connection(host, port, seconds, rate=0, tls_ca=None,
     goaway = None
     closed = False
     pending = b""
+    decoder = hpack.Decoder()
+    answers = {}
     start = time.monotonic()
     end = start + seconds
     per_write = PAIRS_PER_WRITE if rate <= 0 and split_gap is None else 100
@@ -192,7 +220,8 @@ def flood_connection(host, port, seconds, rate=0, tls_ca=None,
         data = read_ready(sock)
         if data is None:
             closed = True
-        pending, replies, goaway = parse(pending + (data or b""), goaway)
+        pending, replies, goaway = parse(pending + (data or b""), goaway,
+                                         decoder, answers)
         if replies and not closed:
             try:
                 sock.sendall(b"".join(replies))
@@ -202,7 +231,7 @@ def flood_connection(host, port, seconds, rate=0, tls_ca=None,
         # A server that closes says why first: a GOAWAY still unread.
         try:
             pending, _, goaway = parse(pending + (read_ready(sock) or b""),
-                                       goaway)
+                                       goaway, decoder, answers)
         except OSError:
             pass
     elapsed = time.monotonic() - start
@@ -213,6 +242,7 @@ def flood_connection(host, port, seconds, rate=0, tls_ca=None,
         "pairs_per_s": round(pairs / elapsed) if elapsed > 0 else 0,
         "goaway": goaway,
         "closed_by_server": closed,
+        "answers": answers,
     }
 
 
@@ -228,15 +258,25 @@ def flood(host, port, seconds, rate=0, tls_ca=None, server_name=None,
                     connections=1)
     start = time.monotonic()
     total = {"pairs": 0, "goaway": None, "closed_by_server": False,
-             "connections": 0, "goaways": 0}
+             "connections": 0, "goaways": 0, "refused": 0, "answers": {}}
     while True:
         left = seconds - (time.monotonic() - start)
         if left <= 0:
             break
-        one = flood_connection(host, port, left, rate, tls_ca, server_name,
-                               split_gap, body)
+        try:
+            one = flood_connection(host, port, left, rate, tls_ca,
+                                   server_name, split_gap, body)
+        except OSError:
+            # Refused (closed before or during the handshake); the first
+            # connection must succeed (the caller's error otherwise).
+            if total["connections"] == 0 and total["refused"] == 0:
+                raise
+            total["refused"] += 1
+            continue
         total["connections"] += 1
         total["pairs"] += one["pairs"]
+        for status, n in one["answers"].items():
+            total["answers"][status] = total["answers"].get(status, 0) + n
         if one["goaway"] is not None:
             total["goaways"] += 1
             total["goaway"] = one["goaway"]
@@ -266,7 +306,11 @@ def main():
     parser.add_argument("--body", action="store_true")
     parser.add_argument("--cert")
     parser.add_argument("--key")
+    parser.add_argument("--source", metavar="ADDR")
     args = parser.parse_args()
+    if args.source:
+        global SOURCE_ADDRESS
+        SOURCE_ADDRESS = args.source
     if bool(args.cert) != bool(args.key):
         parser.error("--cert and --key go together")
     if args.cert:
