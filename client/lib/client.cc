@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <atomic>
 #include <map>
+#include <optional>
 #include <string_view>
 #include <thread>
 #include <tuple>
@@ -87,6 +88,10 @@ struct Client::Impl : internal::SessionLink::Handler {
   // Statistics: relaxed.
   std::atomic<uint64_t> drains{0}, drained_pages{0}, reopened{0}, reconciles{0},
       resume_deferred{0}, return_failed{0};
+  // Set when a re-charge was deferred (this node refused it as not served
+  // here, or its session was gone), cleared by the next Reconcile() that
+  // succeeds: ClusterClient's watch reads it (Suspect()). Relaxed.
+  std::atomic<bool> deferred_pending{false};
 
 
   // Set when the server's drain took the stock (before the take), cleared
@@ -268,6 +273,7 @@ struct Client::Impl : internal::SessionLink::Handler {
         // to fresh charges at the shard's next owner.
         AddHeld(k.first, k.second, static_cast<int64_t>(n));
         resume_deferred.fetch_add(n, std::memory_order_relaxed);
+        deferred_pending.store(true, std::memory_order_relaxed);
         Emit(Event::Type::kRechargeDeferred, k.first, n, cs);
         // And charged again here by the keepalive thread's Reconcile()
         // (the books hold them, the session does not) once this node
@@ -329,6 +335,7 @@ struct Client::Impl : internal::SessionLink::Handler {
           if (first.ok()) first = s;
           AddHeld(k.first, k.second, static_cast<int64_t>(phantom));
           resume_deferred.fetch_add(phantom, std::memory_order_relaxed);
+          deferred_pending.store(true, std::memory_order_relaxed);
           Emit(Event::Type::kRechargeDeferred, k.first, phantom, s);
         } else {
           if (first.ok()) first = s;
@@ -406,7 +413,10 @@ struct Client::Impl : internal::SessionLink::Handler {
   // Reconcile() runs here, on the keepalive thread, when a call failed
   // ambiguously; a failed one is tried again after the next keepalive.
   void AfterKeepalive() override {
-    if (rpcs.TakeNeedsReconcile() && !Reconcile().ok()) {
+    if (!rpcs.TakeNeedsReconcile()) return;
+    if (Reconcile().ok()) {
+      deferred_pending.store(false, std::memory_order_relaxed);
+    } else {
       rpcs.SetNeedsReconcile();
     }
   }
@@ -627,10 +637,15 @@ uint64_t Client::held_pages(std::string_view group, PageKind kind) const {
   return held > stocked ? held - stocked : 0;
 }
 
-Client::Holdings Client::Forget(std::string_view root) {
+Client::Holdings Client::Forget(std::string_view root, bool wait_for_calls) {
   Impl& m = *impl_;
   // No charge-path RPC in flight: the books and the stock change together.
-  absl::WriterMutexLock w(&m.rpc_mu);
+  // Without wait_for_calls (the watch, moving from a silent node) a call
+  // in flight there ends in its deadline, unanswered, or refused past the
+  // node's fence; waiting for it cost the move up to its attempts, past the
+  // heir's takeover grace.
+  std::optional<absl::WriterMutexLock> w;
+  if (wait_for_calls) w.emplace(&m.rpc_mu);
   std::map<HeldKey, uint64_t> stocked;
   for (const Returned& r : m.stock.Take(root)) {
     stocked[{r.path, r.kind}] += r.nr_pages;
@@ -678,6 +693,20 @@ grpc::Status Client::Adopt(std::string_view group, int kind,
   }
   return grpc::Status(grpc::StatusCode::UNAVAILABLE,
                       "cgacct::client: Charge: session lost twice");
+}
+
+bool Client::Silent() const {
+  const Impl& m = *impl_;
+  if (m.closed.load(std::memory_order_relaxed)) return false;
+  const absl::Duration period =
+      absl::Milliseconds(std::max<uint32_t>(m.link.ttl_ms() / 3, 10));
+  return m.link.Silence() > period + absl::FromChrono(m.options.call_timeout);
+}
+
+bool Client::Suspect() const {
+  return Silent() ||
+         (!impl_->closed.load(std::memory_order_relaxed) &&
+          impl_->deferred_pending.load(std::memory_order_relaxed));
 }
 
 void Client::Restore(const Holdings& holdings) {

@@ -6,6 +6,10 @@
 // and the counters. It is held while the map is read and while a shard's
 // holdings move (RPCs: bounded by the Clients' attempts), never while the
 // caller's own charge or uncharge runs.
+//
+// Threads: the callers', and the watch thread (Impl::Watch), which moves a
+// shard's holdings to its new owner as soon as the map names one while the
+// old owner's Client is suspect, without waiting for a call to fail.
 #include "cgacct/cluster_client.h"
 
 #include <algorithm>
@@ -68,7 +72,10 @@ struct ClusterClient::Impl {
   uint64_t map_reads ABSL_GUARDED_BY(mu) = 0;
   uint64_t moves ABSL_GUARDED_BY(mu) = 0;
   uint64_t recharge_failed_pages ABSL_GUARDED_BY(mu) = 0;
+  uint64_t watch_moves ABSL_GUARDED_BY(mu) = 0;
   bool closed ABSL_GUARDED_BY(mu) = false;
+  // Runs Watch() from Open() until Close() (joined there).
+  std::thread watcher;
 
   std::shared_ptr<grpc::Channel> ChannelFor(const std::string& address)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
@@ -96,14 +103,15 @@ struct ClusterClient::Impl {
   }
 
   // GetClusterMap from the first node that answers: the targets, then every
-  // address the last map named, `failed` (the node a call just failed at)
-  // last; tried again every 200 ms until `give_up`. Asked first, a stopped
+  // address the last map named, `failed` (the nodes a call just failed at,
+  // or the watch found suspect) last; tried again every 200 ms until
+  // `give_up`. Asked first, a stopped
   // owner that is also a target cost every map read a whole call_timeout,
   // and a holder could reach the shard's new owner only after its takeover
   // grace (ClusterTest's SIGSTOP fault: 48 pages over max, 1 run in 5).
   // Errors: UNAVAILABLE naming the targets and the last failure.
   grpc::Status ReadMap(Clock::time_point give_up,
-                       const std::string& failed = "")
+                       const std::vector<std::string>& failed = {})
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     grpc::Status last(grpc::StatusCode::UNAVAILABLE, "no target");
     while (true) {
@@ -114,8 +122,8 @@ struct ClusterClient::Impl {
                 candidates.end())
           candidates.push_back(address);
       }
-      if (!failed.empty()) {
-        auto it = std::find(candidates.begin(), candidates.end(), failed);
+      for (const std::string& bad : failed) {
+        auto it = std::find(candidates.begin(), candidates.end(), bad);
         if (it != candidates.end()) std::rotate(it, it + 1, candidates.end());
       }
       for (const std::string& target : candidates) {
@@ -175,13 +183,16 @@ struct ClusterClient::Impl {
   // owner refusing for now) nothing has moved and the error is returned;
   // pages the new owner refuses for good are counted in
   // recharge_failed_pages.
+  // `wait_for_calls`: Client::Forget()'s (false from the watch: the old
+  // node is silent).
   grpc::Status MoveHome(const std::string& root, const std::string& address,
-                        Client& to) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+                        Client& to, bool wait_for_calls = true)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     auto old = home.find(root);
     if (old != home.end() && old->second == address) return grpc::Status::OK;
     if (old != home.end()) {
       Client& from = *clients.at(old->second);
-      const Client::Holdings held = from.Forget(root);
+      const Client::Holdings held = from.Forget(root, wait_for_calls);
       Client::Holdings moved;
       uint64_t refused = 0;
       for (const auto& [k, n] : held) {
@@ -207,6 +218,53 @@ struct ClusterClient::Impl {
     }
     home[root] = address;
     return grpc::Status::OK;
+  }
+
+  // The watch thread: every 250 ms, while a node's Client is suspect
+  // (Client::Suspect(): its session stream silent past a keepalive period
+  // and call_timeout, or a re-charge deferred there), reads the map (those
+  // nodes asked last) and moves every shard whose owner changed to its new
+  // owner at once, whether or not the application calls into it. Without
+  // it a holder learnt of a new owner only when one of its own calls failed
+  // there: a stopped owner cost each call its attempts, a shard the
+  // application did not call into stayed with the old node, and a late move
+  // met the new owner past its takeover grace, where fresh charges had
+  // taken the room (ClusterTest's SIGSTOP fault: 8-48 pages over max, 1 run
+  // in 5). A move refused for now is tried at the next round.
+  void Watch() ABSL_LOCKS_EXCLUDED(mu) {
+    for (;;) {
+      std::vector<std::pair<std::string, std::shared_ptr<Client>>> all;
+      {
+        absl::MutexLock l(&mu);
+        if (mu.AwaitWithTimeout(absl::Condition(&closed),
+                                absl::Milliseconds(250)))
+          return;
+        all.assign(clients.begin(), clients.end());
+      }
+      std::vector<std::string> suspects, silent;
+      for (const auto& [address, c] : all) {
+        if (c->Suspect()) suspects.push_back(address);
+        if (c->Silent()) silent.push_back(address);
+      }
+      if (suspects.empty()) continue;
+      absl::MutexLock l(&mu);
+      if (closed) return;
+      if (!ReadMap(Clock::now() + options.client.call_timeout, suspects).ok())
+        continue;  // no node answered: the next round
+      const std::map<std::string, std::string> homes = home;
+      for (const auto& [root, old] : homes) {
+        auto owner = owners.find(root);
+        if (owner == owners.end() || owner->second.empty() ||
+            owner->second == old)
+          continue;
+        std::shared_ptr<Client> to;
+        const bool quiet =
+            std::find(silent.begin(), silent.end(), old) != silent.end();
+        if (ClientFor(owner->second, &to).ok() &&
+            MoveHome(root, owner->second, *to, /*wait_for_calls=*/!quiet).ok())
+          ++watch_moves;
+      }
+    }
   }
 
   // Runs `call` on the Client of `group`'s owner, re-reading the map and
@@ -260,7 +318,7 @@ struct ClusterClient::Impl {
       bool moved;
       {
         absl::MutexLock l(&mu);
-        if (!ReadMap(give_up, address).ok()) {
+        if (!ReadMap(give_up, {address}).ok()) {
           if (may_move) return error;
           continue;  // tried again until give_up
         }
@@ -300,6 +358,8 @@ grpc::Status ClusterClient::Open(std::vector<std::string> targets,
     grpc::Status s = impl->ReadMap(give_up);
     if (!s.ok()) return s;
   }
+  Impl* watched = impl.get();
+  impl->watcher = std::thread([watched] { watched->Watch(); });
   client->reset(new ClusterClient(std::move(impl)));
   return grpc::Status::OK;
 }
@@ -334,6 +394,8 @@ grpc::Status ClusterClient::Close() {
     impl_->closed = true;
     for (auto& [address, c] : impl_->clients) clients.push_back(c);
   }
+  // The watch ends at its next step (it waits on `closed`).
+  if (impl_->watcher.joinable()) impl_->watcher.join();
   // At once: a node that is gone costs its Client's attempts, not the sum.
   std::vector<grpc::Status> results(clients.size());
   std::vector<std::thread> threads;
@@ -380,6 +442,7 @@ ClusterStats ClusterClient::stats() const {
     out.map_reads = impl_->map_reads;
     out.moves = impl_->moves;
     out.recharge_failed_pages = impl_->recharge_failed_pages;
+    out.watch_moves = impl_->watch_moves;
     for (auto& [address, c] : impl_->clients) clients.push_back(c);
   }
   for (const auto& c : clients) AddClientStats(c->stats(), &out.clients);

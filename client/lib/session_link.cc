@@ -25,6 +25,23 @@ void SessionLink::Replace(const v1::OpenSessionResponse& opened) {
   session_id_ = opened.session_id();
   ttl_ms_ = opened.ttl_ms();
   ++generation_;
+  last_answer_ns_.store(SteadyNanos(), std::memory_order_relaxed);
+}
+
+int64_t SessionLink::SteadyNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+absl::Duration SessionLink::Silence() const {
+  return absl::Nanoseconds(SteadyNanos() -
+                           last_answer_ns_.load(std::memory_order_relaxed));
+}
+
+uint32_t SessionLink::ttl_ms() const {
+  absl::MutexLock l(&session_mu_);
+  return ttl_ms_;
 }
 
 void SessionLink::Start(absl::Duration attach_wait) {
@@ -99,6 +116,8 @@ void SessionLink::StreamLoop() {
       }
       got_any = true;
       backoff_ms = 50;
+      last_answer_ns_.store(SteadyNanos(),
+                            std::memory_order_relaxed);
       if (msg.paced() || msg.keepalive_request()) {
         absl::MutexLock l(&stream_mu_);
         paced_ = true;

@@ -19,6 +19,7 @@
 #define CGACCT_CLIENT_LIB_SESSION_LINK_H_
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <thread>
@@ -92,6 +93,15 @@ class SessionLink {
   // Times the stream broke and was re-attached.
   uint64_t reattached() const { return reattached_.load(); }
 
+  // How long the server has said nothing on the stream: since its last
+  // message, or since the session was opened or replaced, whichever came
+  // last. A server asks for a keepalive every ttl / 3 (the lease answer
+  // paces the stream), so more than that says it is stopped, dead or cut
+  // off. Never blocks.
+  absl::Duration Silence() const;
+  // The current session's lease (its OpenSession answer), milliseconds.
+  uint32_t ttl_ms() const ABSL_LOCKS_EXCLUDED(session_mu_);
+
  private:
   void StreamLoop() ABSL_LOCKS_EXCLUDED(stream_mu_);
   void KeepaliveLoop() ABSL_LOCKS_EXCLUDED(stream_mu_);
@@ -119,6 +129,10 @@ class SessionLink {
 
   // Statistics: relaxed.
   std::atomic<uint64_t> reattached_{0};
+  // When the server last said something (Silence()): SteadyNanos() of its
+  // last message, or of the last Replace(); relaxed.
+  static int64_t SteadyNanos();
+  std::atomic<int64_t> last_answer_ns_{SteadyNanos()};
 };
 
 }  // namespace cgacct::client::internal

@@ -251,14 +251,24 @@ class Client {
   // For ClusterClient, when a shard moves to another node. Forget(): drops
   // from the books (and the stock) everything at or below `root` without
   // returning it (this node no longer owns that shard: the pages died with
-  // its ownership) and returns what the application held there. Adopt():
+  // its ownership) and returns what the application held there; with
+  // wait_for_calls, once the calls in flight on this Client have ended
+  // (ClusterClient's watch, moving from a silent node, does not wait).
+  // Adopt():
   // charges `nr_pages` on this Client's session as a resume
   // (ChargeRequest.resume: a new owner admits it in its takeover grace) and
   // counts them as the application's; nothing counted on an error.
   // Restore(): puts forgotten holdings back into the books (no RPC), when a
   // move is given up. Disown(): one Uncharge RPC of pages adopted by a move
   // that was given up, and out of the books.
-  Holdings Forget(std::string_view root);
+  Holdings Forget(std::string_view root, bool wait_for_calls = true);
+  // For ClusterClient's watch: whether this Client's node may no longer
+  // serve what it holds: Silent(), its session stream has said nothing for
+  // longer than a keepalive period (ttl / 3) plus call_timeout (a node
+  // stopped, dead or cut off), or a re-charge is deferred there (refused
+  // as not served here). Never block on the network.
+  bool Silent() const;
+  bool Suspect() const;
   grpc::Status Adopt(std::string_view group, int kind, uint64_t nr_pages);
   void Restore(const Holdings& holdings);
   grpc::Status Disown(std::string_view group, int kind, uint64_t nr_pages);

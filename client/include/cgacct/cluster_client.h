@@ -20,7 +20,11 @@
 // admits during its takeover grace while it refuses fresh charges), then the
 // call is made there. The old owner's stock of the shard is forgotten, not
 // returned: those pages died with the old owner's ownership (its node was
-// killed, or fenced; a new owner starts at 0 pages).
+// killed, or fenced; a new owner starts at 0 pages). A watch thread does the
+// same without waiting for a call to fail: while a node's session stream is
+// silent past a keepalive period plus call_timeout, or holds re-charges it
+// refused, it reads the map every 250 ms and moves each shard whose owner
+// changed, so that holdings reach a new owner within its takeover grace.
 //
 // A refusal that is not routing's (memory.max: RESOURCE_EXHAUSTED; an
 // uncharge of more than was charged: FAILED_PRECONDITION with the map
@@ -78,6 +82,9 @@ struct ClusterStats {
   uint64_t map_reads = 0;  // GetClusterMap answers read
   // Shards whose holdings were charged again at a new owner.
   uint64_t moves = 0;
+  // Of those, the moves the watch thread made (before any of the
+  // application's calls failed at the old owner).
+  uint64_t watch_moves = 0;
   // Pages a new owner refused to take as a resume (the group is full or
   // gone): no longer the application's to uncharge.
   uint64_t recharge_failed_pages = 0;

@@ -413,8 +413,13 @@ class Client:
         self._stream_q = None
         # When the server last answered on the stream (monotonic seconds):
         # written by the session thread and _open_session, read by the
-        # request iterator (a float store, atomic under the GIL).
+        # request iterator (a float store, atomic under the GIL). Reset at
+        # each attach too (the stalled-stream timer of that stream).
         self._last_answer = time.monotonic()
+        # When the server last said anything at all, or a session was
+        # opened: not reset by attaching (ClusterClient's watch reads it,
+        # _suspect()). Written and read as _last_answer.
+        self._last_heard = self._last_answer
 
         try:
             self._open_session()
@@ -880,19 +885,58 @@ class Client:
             self._resume_after_loss(lost_gen, must_succeed=True)
             self._adopt(key, nr_pages)
 
-    def _forget(self, root):
+    def _silent(self):
+        """Whether this client's node has said nothing on the session stream
+        for longer than a keepalive period plus a deadline (a node stopped,
+        dead or cut off: it asks for a keepalive every ttl / 3), for
+        ClusterClient's watch. Never blocks on the network."""
+        with self._mu:
+            period = max(self._ttl_ms, 3) / 3000.0
+            closed = self._closed
+        return not closed and time.monotonic() - self._last_heard > period + self._deadline
+
+    def _suspect(self):
+        """Whether this client's node may no longer serve what it holds (for
+        ClusterClient's watch): _silent(), or pages wait deferred (the node
+        refused their re-charge as not served there). Never blocks on the
+        network."""
+        if self._silent():
+            return True
+        with self._mu:
+            if self._closed:
+                return False
+        with self._held_mu:
+            return any(n > 0 for n in self._deferred.values())
+
+    def _forget(self, root, wait=True):
         """Drops what this client holds and stocks at or below `root`
         without returning it: its node no longer owns that shard (the pages
         died with its ownership; the next owner is charged again through
-        _adopt). Returns {(path, kind): pages the application held}."""
-        with self._mu:
-            gen = self._gen
-        self._take_stock(root, gen)
-        with self._held_mu:
-            keys = [k for k in self._held if _under(k[0], root)]
-            held = {k: self._held.pop(k) - self._unaccounted.pop(k, 0) for k in keys}
-            for k in keys:
-                self._deferred.pop(k, None)  # moved with the rest
+        _adopt). Returns {(path, kind): pages the application held}.
+        With `wait`, waits for this client's calls in flight (each bounded
+        by its deadlines), as the C++ Forget() does: a charge the old node
+        acknowledged after the books were taken would otherwise stay in
+        this client, uncounted at the new owner (the application holding
+        pages that no node counts). ClusterClient's watch does not wait: it
+        moves only from a node that has gone silent (whose calls in flight
+        end in their deadlines, unanswered) and that the map no longer
+        names (which refuses what it is sent after its fence), and waiting
+        cost a move up to a call's attempts (2 s in ClusterTest), past the
+        heir's takeover grace."""
+        if wait:
+            self._gate.enter_exclusive()
+        try:
+            with self._mu:
+                gen = self._gen
+            self._take_stock(root, gen)
+            with self._held_mu:
+                keys = [k for k in self._held if _under(k[0], root)]
+                held = {k: self._held.pop(k) - self._unaccounted.pop(k, 0) for k in keys}
+                for k in keys:
+                    self._deferred.pop(k, None)  # moved with the rest
+        finally:
+            if wait:
+                self._gate.leave_exclusive()
         return {k: n for k, n in held.items() if n > 0}
 
     def _take_stock(self, root, gen):
@@ -1014,7 +1058,7 @@ class Client:
             self._gen += 1
             self._ttl_ms = resp.ttl_ms
             self._max_held = resp.max_held_pages
-        self._last_answer = time.monotonic()
+        self._last_answer = self._last_heard = time.monotonic()
 
     def _resume_after_loss(self, lost_gen, must_succeed):
         """_resume(lost_gen) after a call found its session gone. A failure
@@ -1143,7 +1187,7 @@ class Client:
             code, details = None, ""
             try:
                 for msg in call:
-                    self._last_answer = time.monotonic()
+                    self._last_answer = self._last_heard = time.monotonic()
                     self._attached.set()
                     delay = 0.05
                     if msg.paced:

@@ -13,6 +13,11 @@ again until `failover_s` has passed; when a shard's owner has changed, what
 the application holds in that shard is first charged again at the new owner
 as a resume (ChargeRequest.resume, which a new owner admits during its
 takeover grace while it refuses fresh charges), then the call is made there.
+A watch thread does the same without waiting for a call to fail: while a
+node's session stream is silent past a keepalive period plus a deadline, or
+holds pages it refused to charge again, it reads the map every 0.25 s and
+moves each shard whose owner changed, so that holdings reach a new owner
+within its takeover grace.
 
     import cgacct
     with cgacct.ClusterClient(["node-a:50051", "node-b:50051"]) as c:
@@ -38,6 +43,8 @@ from cgacct.v1 import accounting_pb2_grpc as pb_grpc
 # Codes after which the map is read again and the call tried again: the
 # node did not serve the path (client._NOT_HERE).
 _REROUTED = _NOT_HERE
+# How often the watch thread looks for suspect nodes (ClusterClient._watch).
+_WATCH_S = 0.25
 
 
 class ClusterClient:
@@ -79,10 +86,15 @@ class ClusterClient:
         self._owners = {}    # shard root (bytes) -> owner address ("" if none)
         self._clients = {}   # address -> Client
         self._home = {}      # shard root -> address whose Client holds its pages
-        self._stats = {"map_reads": 0, "moves": 0, "recharge_failed_pages": 0}
+        self._stats = {"map_reads": 0, "moves": 0, "watch_moves": 0,
+                       "recharge_failed_pages": 0}
         self._closed = False
+        self._watch_stop = threading.Event()
         with self._mu:
             self._read_map(time.monotonic() + self._failover_s)
+        self._watcher = threading.Thread(target=self._watch, name="cgacct-cluster-watch",
+                                         daemon=True)
+        self._watcher.start()
 
     # --- public -------------------------------------------------------------
 
@@ -116,7 +128,8 @@ class ClusterClient:
 
     def stats(self):
         """Counters: map_reads, moves (shards whose holdings were charged
-        again at a new owner), recharge_failed_pages, plus the sum of the
+        again at a new owner), watch_moves (those of them the watch thread
+        made, before any call of the application failed), recharge_failed_pages, plus the sum of the
         per-owner Clients' counters."""
         with self._mu:
             out = dict(self._stats)
@@ -135,6 +148,10 @@ class ClusterClient:
                 return
             self._closed = True
             clients = list(self._clients.values())
+        self._watch_stop.set()
+        if self._watcher is not threading.current_thread():
+            self._watcher.join()
+
         def close_one(client):
             try:
                 client.close()
@@ -211,6 +228,48 @@ class ClusterClient:
                         grpc.StatusCode.NOT_FOUND) and not moved:
                 raise error
 
+    def _watch(self):
+        """The watch thread: every _WATCH_S, while a node's Client is
+        suspect (Client._suspect(): its session stream silent past a
+        keepalive period and a deadline, or pages deferred there), reads
+        the map (that node asked last) and moves every shard whose owner
+        changed to its new owner at once, as a resume, whether or not the
+        application calls into it. Without it a holder learnt of a new
+        owner only when one of its own calls failed there: a stopped
+        owner cost each call its attempts' deadlines, a shard the
+        application did not call into stayed with the old node (its
+        deferred pages tried there forever), and a late move met the new
+        owner past its takeover grace, where fresh charges had taken the
+        room (ClusterTest's SIGSTOP fault: 8-48 pages over max, 1 run in
+        5). A move the new owner refuses for now is tried at the next
+        round. Never raises."""
+        while not self._watch_stop.wait(_WATCH_S):
+            with self._mu:
+                if self._closed:
+                    return
+                clients = dict(self._clients)
+            suspects = [a for a, c in clients.items() if c._suspect()]
+            silent = [a for a, c in clients.items() if c._silent()]
+            if not suspects:
+                continue
+            with self._mu:
+                if self._closed:
+                    return
+                try:
+                    self._read_map(time.monotonic() + self._deadline, failed=suspects)
+                except Error:
+                    continue  # no node answered: the next round
+                for root, old in sorted(self._home.items()):
+                    address = self._owners.get(root, "")
+                    if not address or address == old:
+                        continue
+                    try:
+                        self._move_home(root, address, self._client_for(address),
+                                        wait=old not in silent)
+                        self._stats["watch_moves"] += 1
+                    except Error:
+                        pass  # refused for now: the next round
+
     def _root_of(self, path):
         """The longest shard root of the last map read at or above `path`."""
         best = None
@@ -226,15 +285,16 @@ class ClusterClient:
             self._clients[address] = client
         return client
 
-    def _move_home(self, root, address, client):
+    def _move_home(self, root, address, client, wait=True):
         """Charges what the application holds in shard `root` at `address`
         (as a resume) if it was charged at another node; raises Error (the
-        new owner refusing for now: tried again) with nothing moved."""
+        new owner refusing for now: tried again) with nothing moved. `wait`:
+        Client._forget()'s (False from the watch: the old node is silent)."""
         old = self._home.get(root)
         if old == address:
             return
         if old is not None:
-            held = self._clients[old]._forget(root)
+            held = self._clients[old]._forget(root, wait=wait)
             moved = {}
             try:
                 for k, n in sorted(held.items()):
@@ -267,7 +327,7 @@ class ClusterClient:
     def _read_map(self, give_up, failed=None):
         """GetClusterMap from the first node that answers: the targets, then
         every address the last map named, `failed` (the node a call just
-        failed at) last: asked first, a stopped owner that is also a target
+        failed at, or a list of them) last: asked first, a stopped owner that is also a target
         cost every map read a whole deadline, and a holder reached the
         shard's new owner only after its takeover grace (ClusterTest's
         SIGSTOP fault: 48 pages over max, 1 run in 5). Raises Error
@@ -276,9 +336,10 @@ class ClusterClient:
         while True:
             known = [a for a in self._owners.values() if a]
             candidates = list(dict.fromkeys(self._targets + known))
-            if failed in candidates:
-                candidates.remove(failed)
-                candidates.append(failed)
+            for bad in ([failed] if isinstance(failed, str) else failed or []):
+                if bad in candidates:
+                    candidates.remove(bad)
+                    candidates.append(bad)
             for target in candidates:
                 channel = (grpc.secure_channel(target, self._credentials)
                            if self._credentials is not None else grpc.insecure_channel(target))

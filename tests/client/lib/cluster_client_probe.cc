@@ -10,7 +10,8 @@
 //       {"code": C, "message": "...", "took_s": S}
 //   owner PATH   {"owner": "host:port"}
 //   held PATH    {"held": N}
-//   stats        {"map_reads": N, "moves": N, "recharge_failed_pages": N,
+//   stats        {"map_reads": N, "moves": N, "watch_moves": N,
+//                 "recharge_failed_pages": N,
 //                 "reopened_sessions": N, "resume_deferred_pages": N}
 //   close        {"code": C, "message": "..."}, then exits 0
 // Exits 1 with a line on stderr when Open fails, 2 on bad usage.
@@ -111,6 +112,7 @@ int main(int argc, char** argv) {
       const cgacct::client::ClusterStats st = cc->stats();
       answer = "{\"map_reads\": " + std::to_string(st.map_reads) +
                ", \"moves\": " + std::to_string(st.moves) +
+               ", \"watch_moves\": " + std::to_string(st.watch_moves) +
                ", \"recharge_failed_pages\": " +
                std::to_string(st.recharge_failed_pages) +
                ", \"reopened_sessions\": " +

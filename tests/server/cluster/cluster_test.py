@@ -594,6 +594,76 @@ class ClusterTest(unittest.TestCase):
                 probe.kill()
                 probe.wait()
 
+    def test_libraries_move_holdings_to_a_new_owner_without_a_call(self):
+        """Both libraries hold pages in a shard and make no call while its
+        owner is killed -9: their watch threads find the owner silent, read
+        the map until it names the heir and charge the holdings there as
+        resumes, within the heir's takeover grace, so that its fresh
+        charges never take their room. Before the watch, the holdings
+        stayed with the dead owner's Client until the application called
+        into the shard again (the heir at 0 pages, fresh charges admitted
+        over them)."""
+        self.assertTrue(PROBE and os.path.exists(PROBE), "CGACCT_CLUSTER_PROBE: %r" % PROBE)
+        grace_s = 4
+        shards = self.start_library_shards("/w", grace_s)
+        shard = shards[0] + "/app"
+        cc = cgacct.ClusterClient([self.nodes[0].address], failover_s=30,
+                                  ttl_ms=3000, batch=0, deadline=1.0, retries=1)
+        probe = subprocess.Popen([PROBE, self.nodes[0].address, "30000"],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 text=True)
+
+        def ask(line):
+            probe.stdin.write(line + "\n")
+            probe.stdin.flush()
+            out = probe.stdout.readline()
+            self.assertTrue(out, "cluster_client_probe ended at %r" % line)
+            return json.loads(out)
+        try:
+            # (Charges of 64 pages or more: the engine's per-CPU stock
+            # keeps no surplus in memory.current.)
+            cc.charge(shard, 100)
+            self.assertEqual(ask("charge %s 80" % shard)["code"], 0)
+            owner = cc.owner(shard)
+            self.assertEqual(ask("owner %s" % shard)["owner"], owner)
+            victim = self.node_at(owner)
+            self.assertEqual(self.current_bytes(victim, shard, forwarded_ok=False),
+                             180 * PAGE)
+            victim.proc.kill()
+            t0 = time.monotonic()
+            others = [n for n in self.nodes if n is not victim]
+
+            def heir_holds_them():
+                for n in others:
+                    try:
+                        if self.current_bytes(n, shard, forwarded_ok=False) == 180 * PAGE:
+                            return n
+                    except grpc.RpcError:
+                        pass  # not its shard (yet)
+                return None
+            heir = wait_for(heir_holds_them, TTL_S + grace_s + 10)
+            took = time.monotonic() - t0
+            self.assertTrue(heir, "no node holds the 180 pages without a call "
+                                  "(python: %s; C++: %s)" % (cc.stats(), ask("stats")))
+            print("holdings at the heir without a call: %.2f s after kill -9 "
+                  "(TTL %d s, grace %d s)" % (took, TTL_S, grace_s), file=sys.stderr)
+            self.assertEqual(cc.stats()["watch_moves"], 1)
+            self.assertEqual(ask("stats")["watch_moves"], 1)
+            self.assertEqual(cc.owner(shard), heir.address)
+            self.assertEqual(cc.held(shard), 100)
+            self.assertEqual(ask("held %s" % shard)["held"], 80)
+            # The calls after it go to the heir; everything goes back.
+            cc.uncharge(shard, 100)
+            self.assertEqual(ask("uncharge %s 80" % shard)["code"], 0)
+            self.assertEqual(self.current_bytes(heir, shard, forwarded_ok=False), 0)
+            self.assertEqual(ask("close")["code"], 0)
+            self.assertEqual(probe.wait(timeout=30), 0)
+        finally:
+            cc.close()
+            if probe.poll() is None:
+                probe.kill()
+                probe.wait()
+
     def test_kill9_owner_moves_its_shards_within_ttl(self):
         """kill -9 of an owner: its shards serve again elsewhere within TTL
         + slack (a resume admitted there), and under the session-following
@@ -663,18 +733,33 @@ class ClusterTest(unittest.TestCase):
         self.assertTrue(taken, "nobody else served %s after the black hole: %s %s %s" % (
             shard, h.counts, [c.stats() for c in h.clients], self.owners(self.nodes[0])))
         time.sleep(2)
-        # The load stops before the link comes back: the rebalance that
-        # follows (the node owns nothing, so a shard may move back to it)
-        # is another move, not this fault's.
-        h.stop()
+        # The load goes on while the link comes back and for 6 s after: the
+        # node owns nothing then, so the rebalance that follows may move a
+        # shard back to it, under load (a second move for holders of this
+        # one; 408 of 400 pages in about 1 run of 12 before the libraries'
+        # watch threads, when the test stopped its load first to pass).
+        before_back = {n.address: n.proc.pid for n in self.nodes}
         proxied.black_hole(False)
-        # It finds out: its engine drops the shard, and refuses it.
+        t_back = time.monotonic()
+        # It finds out: its engine drops the shard (unless the rebalance
+        # gave the shard back to it already: then the shard's owner is the
+        # victim again, a legitimate owner).
         self.assertTrue(wait_for(
-            lambda: self.engine_current_bytes(victim, shard) == 0, 10))
-        refusals = [self.fresh_charge(victim, shard) for _ in range(10)]
-        self.assertTrue(all(r is not None for r in refusals),
-                        "the victim admitted its lost shard after the link came back")
-        late = h.late(t_hole + TTL_S)
+            lambda: self.engine_current_bytes(victim, shard) == 0 or
+            self.etcd_owner(shard)[0] == victim.address, 10))
+        time.sleep(max(0.0, 6 - (time.monotonic() - t_back)))
+        h.stop()
+        owner_after = self.etcd_owner(shard)[0]
+        print("black-holed etcd link: after the link came back the shard's owner "
+              "is %s (the victim: %s)" % (owner_after, owner_after == victim.address),
+              file=sys.stderr)
+        if owner_after != victim.address:
+            refusals = [self.fresh_charge(victim, shard) for _ in range(10)]
+            self.assertTrue(all(r is not None for r in refusals),
+                            "the victim admitted its lost shard after the link came back")
+        self.assertEqual(before_back, {n.address: n.proc.pid for n in self.nodes})
+        # (After the link is back the victim may own the shard again.)
+        late = h.late(t_hole + TTL_S, before=t_back)
         h.report("black-holed etcd link", served_elsewhere_s=taken - t_hole,
                  bound_s=float(TTL_S + grace_s + 5), late_acks=len(late))
         h.assert_held(self, cpp_moved=True)
@@ -743,13 +828,16 @@ class ClusterTest(unittest.TestCase):
         resumes, and finds out it lost the shard (its engine holds none of
         it). Two shards on three nodes: each owner has its fair share (one),
         so the paused node, once back, wins nothing back by rebalancing."""
-        # A stopped owner answers nothing: a holder gives it up only after
-        # its call's attempts (deadline 1 s x 2) and a map read, so its
-        # resume may come up to ~2.5 s after the takeover. With a grace of
-        # 2 s such a late resume competed with fresh charges and was
-        # refused at max while the holder still held its pages (8-96 pages
-        # over in 5 runs of 5): the grace must cover that time.
-        grace_s = 4
+        # The grace the other fault tests run. A stopped owner answers
+        # nothing; the libraries' watch threads find its session streams
+        # silent and move the holdings as soon as the map names the heir.
+        # Before the watch a holder gave the owner up only after its call's
+        # attempts (deadline 1 s x 2) and a map read, up to ~2.5 s after
+        # the takeover: with a grace of 2 s such late resumes competed with
+        # fresh charges and were refused at max while the holders still
+        # held their pages (8-96 pages over in 5 runs of 5; 8-48 in 1 of 5
+        # with a grace of 4 s).
+        grace_s = HELD_GRACE_S
         shards, owners = self.start_held_shards("/p", 2, grace_s)
         shard = shards[0]
         victim = self.node_at(owners[shard])
@@ -779,19 +867,12 @@ class ClusterTest(unittest.TestCase):
                 first = time.monotonic() - t0
         h.stop()
         late = h.late(t_stop + TTL_S)
-        # OPEN (DESIGN 4.18, "Holders across a failover"): a Python holder
-        # had still not moved its holdings when SIGCONT came (7.7 s after
-        # the stop; why so late is not explained yet): its session resumed
-        # at the old owner, the re-charges deferred, the move after the
-        # heir's grace refused at max while it still held them (64 pages
-        # over, 1 run in 3). Bound: over max only by pages the libraries
-        # counted as not charged again; nothing over max silently.
         known_over = h.counted_losses()
         h.report("SIGSTOP owner", served_elsewhere_s=served - t_stop,
                  bound_s=float(TTL_S + grace_s + 5), late_acks=len(late),
                  after_sigcont_refused=refused, after_sigcont_admitted=admitted,
                  first_answer_s=first, counted_losses=known_over)
-        h.assert_held(self, cpp_moved=True, known_over=known_over)
+        h.assert_held(self, cpp_moved=True)
         self.assertEqual(late, [])
         self.assertEqual(admitted, 0)
         self.assertGreater(refused, 0)
