@@ -3,10 +3,13 @@
 #include <errno.h>  // program_invocation_short_name
 
 #include <algorithm>
+#include <iterator>
+#include <optional>
 #include <iostream>
 #include <string>
 #include <vector>
 
+#include "absl/flags/commandlineflag.h"
 #include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
@@ -15,6 +18,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/strings/string_view.h"
 #include "cgacct_build_info.h"
 
@@ -232,6 +236,56 @@ bool PrintHelpIfAsked(int argc, char** argv) {
   absl::StrAppend(&text, "  --version\n      print the version and exit\n");
   std::cout << text << std::flush;
   return true;
+}
+
+std::optional<std::string> FlagUsageError(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const absl::string_view arg = argv[i];
+    if (arg == "--") break;
+    if (arg.size() < 2 || arg[0] != '-') continue;
+    if (absl::ascii_isdigit(static_cast<unsigned char>(arg[1]))) {
+      return absl::StrCat("\"", arg,
+                          "\" is not a flag, and counts and sizes cannot be "
+                          "negative");
+    }
+    absl::string_view body = arg.substr(arg[1] == '-' ? 2 : 1);
+    const size_t eq = body.find('=');
+    absl::string_view name = body.substr(0, eq);
+    // Abseil's own (--help, --version, --flagfile ...): not in the registry
+    // FindCommandLineFlag() searches; ParseCommandLine() handles them.
+    static constexpr absl::string_view kAbseilFlags[] = {
+        "help",     "helpfull",  "helpshort",  "helppackage",
+        "helpon",   "helpmatch", "version",    "only_check_args",
+        "flagfile", "fromenv",   "tryfromenv", "undefok"};
+    if (std::find(std::begin(kAbseilFlags), std::end(kAbseilFlags), name) !=
+        std::end(kAbseilFlags)) {
+      continue;
+    }
+    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    if (flag == nullptr && eq == absl::string_view::npos &&
+        absl::ConsumePrefix(&name, "no")) {
+      flag = absl::FindCommandLineFlag(name);  // --nojson
+      if (flag != nullptr && !flag->IsOfType<bool>()) flag = nullptr;
+      if (flag != nullptr) continue;
+    }
+    if (flag == nullptr) return absl::StrCat("unknown flag ", arg);
+    std::string value;
+    if (eq != absl::string_view::npos) {
+      value = std::string(body.substr(eq + 1));
+    } else if (flag->IsOfType<bool>()) {
+      continue;
+    } else if (i + 1 < argc) {
+      value = argv[++i];  // --flag VALUE
+    } else {
+      return absl::StrCat("flag ", arg, " needs a value");
+    }
+    // Parses into the flag (ParseCommandLine() sets the same value again).
+    std::string error;
+    if (!flag->ParseFrom(value, &error)) {
+      return absl::StrCat("bad value for --", name, ": ", error);
+    }
+  }
+  return std::nullopt;
 }
 
 }  // namespace cgacct::cli

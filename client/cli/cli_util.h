@@ -6,6 +6,7 @@
 #define CGACCT_CLIENT_CLI_CLI_UTIL_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -69,6 +70,15 @@ void ShowOwnFlagsInHelp();
 // stdout, and returns true: the caller exits 0 (Abseil's --help exits 1).
 // Call after absl::SetProgramUsageMessage(), before ParseCommandLine().
 bool PrintHelpIfAsked(int argc, char** argv);
+
+// The flags on the command line, checked before absl::ParseCommandLine(),
+// which exits 1 on an unknown flag or a bad value where the exit status
+// tables of cgacctctl and cgacctd say 2 for every usage error: the first
+// problem ("unknown flag --x", "bad value for --cpus: ..."), or nullopt. A
+// word like "-5" is not a flag (Abseil would say "Unknown command line flag
+// '5'"): counts and sizes are never negative. Call after every flag is
+// defined (they are static), before ParseCommandLine().
+std::optional<std::string> FlagUsageError(int argc, char** argv);
 
 // "PROGRAM VERSION (git REVISION)\n", what --version prints.
 std::string VersionText(absl::string_view program);

@@ -81,7 +81,7 @@ int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(kUsage);
   cli::ShowOwnFlagsInHelp();
   if (cli::PrintHelpIfAsked(argc, argv)) return 0;
-  if (std::optional<std::string> error = FlagUsageError(argc, argv)) {
+  if (std::optional<std::string> error = cli::FlagUsageError(argc, argv)) {
     return PrintUsageError(*error);
   }
   const std::vector<char*> positional = absl::ParseCommandLine(argc, argv);

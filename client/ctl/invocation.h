@@ -53,12 +53,6 @@ absl::StatusOr<Invocation> ParseInvocation(
 absl::Status SetLimit(absl::string_view name, absl::string_view text,
                       v1::Limits* limits);
 
-// The flags on the command line, checked before absl::ParseCommandLine(),
-// which exits 1 on an unknown flag or a bad value where the exit status
-// table says 2 for every usage error: the first problem, or nullopt. A
-// word like "-5" is not a flag to cgacctctl (Abseil would say "Unknown
-// command line flag '5'"): counts and sizes are never negative.
-std::optional<std::string> FlagUsageError(int argc, char** argv);
 
 }  // namespace cgacct::ctl
 

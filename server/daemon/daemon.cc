@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "server/common/bind_probe.h"
 #include "server/common/read_file.h"
 #include "server/metrics/prometheus/collector.h"
 #include "server/metrics/prometheus/process_metrics.h"
@@ -81,6 +82,18 @@ int Daemon::Start() {
         MakeTlsServerCredentials(config_.tls);
     if (!made.ok()) return Fail(kExitUsage, made.status().message());
     credentials_ = *std::move(made);
+  }
+  // The gRPC ports are probed before anything starts (the store, the
+  // cluster): gRPC reports a failed bind as a raw core error tree on stderr
+  // and leaves its completion queue to complain at exit.
+  for (const auto& [flag, address] :
+       {std::pair<const char*, const std::string*>{"--listen", &config_.listen},
+        {"--health_listen", &config_.health_listen}}) {
+    if (address->empty()) continue;
+    if (absl::Status probe = ProbeBind(*address); !probe.ok()) {
+      return Fail(kExitBind, absl::StrCat("cannot listen on ", flag, "=",
+                                          *address, ": ", probe.message()));
+    }
   }
   EngineOptions engine_options = config_.engine;
   engine_options.observer = &events_hub_;

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <climits>
 #include <cstdio>
+#include <cstdlib>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "client/cli/cli_util.h"
 #include "engine/engine.h"
 #include "engine/types.h"
 #include "server/auth/credentials.h"
@@ -646,6 +649,16 @@ void ParseDaemonFlags(int argc, char** argv) {
                         ")\n");
   };
   absl::SetFlagsUsageConfig(usage_config);
+  // --help exits 0 with the usage and cgacctd's own flags (Abseil's exits 1
+  // and names the build's source paths); a flag error exits 2 with one line,
+  // as the values that parse but are out of range do (Abseil's parser exits
+  // 1, the exit code of a port in use).
+  if (cli::PrintHelpIfAsked(argc, argv)) std::exit(0);
+  if (std::optional<std::string> error = cli::FlagUsageError(argc, argv)) {
+    std::fprintf(stderr, "cgacctd: %s (cgacctd --help lists the flags)\n",
+                 error->c_str());
+    std::exit(kExitUsage);
+  }
   absl::ParseCommandLine(argc, argv);
 }
 

@@ -25,8 +25,8 @@
 namespace cgacct {
 
 // Exit codes of cgacctd (docs/DESIGN.md §6.1): 0 after SIGINT/SIGTERM;
-// kExitBind when a port cannot be bound (and Abseil's own flag errors);
-// kExitUsage for values out of range or inconsistent; kExitStore when the
+// kExitBind when a port cannot be bound; kExitUsage for every flag error
+// (unknown, not of its type, out of range or inconsistent); kExitStore when the
 // state store cannot be opened or restored (unreadable, damaged, another
 // page size, or its directory in use by another cgacctd), or, in cluster
 // mode, etcd does not answer at start or refuses the node (another live node

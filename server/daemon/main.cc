@@ -2,10 +2,10 @@
 // grpc.health.v1 and server reflection) on --listen and Prometheus metrics on
 // --metrics_listen, over one in-memory Engine.
 //
-// Exit codes: 0 after SIGINT/SIGTERM (clean shutdown); 1 when a port cannot
-// be bound, or when Abseil's flag parser rejects a value that is not of the
-// flag's type (e.g. --cpus=abc); 2 for flag values that parse but are out of
-// range or inconsistent (a bad TLS, token or policy file included, and a
+// Exit codes: 0 after SIGINT/SIGTERM (clean shutdown) and after --help; 1
+// when a port cannot be bound; 2 for every flag error: unknown, a value not
+// of the flag's type (e.g. --cpus=abc), values out of range or inconsistent
+// (a bad TLS, token or policy file included, and a
 // plaintext or unauthenticated listener on a non-loopback address without
 // --insecure); 3 when the state store (--state_dir) cannot be opened or
 // restored (damaged, or its directory in use by another cgacctd). Every

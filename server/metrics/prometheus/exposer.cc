@@ -1,58 +1,23 @@
 // MetricsExposer (server/metrics/prometheus/exposer.h).
 #include "server/metrics/prometheus/exposer.h"
 
-#include <netdb.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 #include <exception>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "prometheus/exposer.h"
+#include "server/common/bind_probe.h"
 
 namespace cgacct {
 namespace {
 
-// Why `listen` ("HOST:PORT", "[V6]:PORT" or "PORT") cannot be bound: the
-// errno of a probe bind (with SO_REUSEADDR, as civetweb binds), or "invalid
-// address". The probe socket is closed at once.
+// Why `listen` cannot be bound: ProbeBind()'s answer, or, when a probe
+// binds it (civetweb refused it for its own reasons), saying so.
 std::string WhyCannotBind(const std::string& listen) {
-  const size_t colon = listen.rfind(':');
-  std::string host =
-      colon == std::string::npos ? std::string() : listen.substr(0, colon);
-  const std::string port =
-      colon == std::string::npos ? listen : listen.substr(colon + 1);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  addrinfo* found = nullptr;
-  if (getaddrinfo(host.empty() ? nullptr : host.c_str(), port.c_str(), &hints,
-                  &found) != 0 ||
-      found == nullptr) {
-    return "invalid address (want HOST:PORT)";
-  }
-  std::string why = "cannot bind (civetweb refused it)";
-  const int fd = socket(found->ai_family, SOCK_STREAM, 0);
-  if (fd >= 0) {
-    const int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (bind(fd, found->ai_addr, found->ai_addrlen) != 0) {
-      why = errno == EADDRINUSE ? "address already in use (another cgacctd, "
-                                  "or another program, has the port)"
-                                : std::strerror(errno);
-    }
-    close(fd);
-  }
-  freeaddrinfo(found);
-  return why;
+  const absl::Status probe = ProbeBind(listen);
+  return probe.ok() ? "cannot bind (civetweb refused it)"
+                    : std::string(probe.message());
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/reflection.h"
+#include "client/cli/cli_util.h"
 #include "gtest/gtest.h"
 
 ABSL_DECLARE_FLAG(std::string, max);
@@ -151,7 +152,7 @@ std::optional<std::string> FlagError(std::vector<std::string> words) {
   words.insert(words.begin(), "cgacctctl");
   std::vector<char*> argv;
   for (std::string& w : words) argv.push_back(w.data());
-  return FlagUsageError(static_cast<int>(argv.size()), argv.data());
+  return cli::FlagUsageError(static_cast<int>(argv.size()), argv.data());
 }
 
 TEST_F(InvocationTest, FlagsCheckedBeforeAbseilsParser) {

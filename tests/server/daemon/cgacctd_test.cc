@@ -416,6 +416,29 @@ TEST(CgacctdTest, VersionIsTheProjectsNotAbseilsDefault) {
       << line;
 }
 
+// --help: the usage and cgacctd's own flags on stdout, exit 0, no build
+// paths (Abseil's exits 1 and names the source files); a flag Abseil's
+// parser would refuse (unknown, or a value not of its type) exits 2 with
+// one line, as every other usage error (Abseil exits 1: the code of a port
+// in use, which deploy/systemd's RestartPreventExitStatus tells apart).
+TEST(CgacctdTest, HelpExits0AndFlagErrorsExit2WithOneLine) {
+  Daemon help({"--help"});
+  const std::string first = help.ReadStdoutLine(kTimeout);
+  EXPECT_EQ(help.WaitExit(kTimeout), 0) << help.ReadStderr();
+  EXPECT_THAT(first, HasSubstr("userspace memory-cgroup accounting service"));
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"--cpus=abc"},
+                                             {"--no_such_flag=1"},
+                                             {"--listen"}}) {
+    Daemon daemon(args);
+    EXPECT_EQ(daemon.WaitExit(kTimeout), 2) << args[0];
+    const std::string err = daemon.ReadStderr();
+    EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+    EXPECT_THAT(err, HasSubstr("cgacctd: ")) << err;
+    EXPECT_THAT(err, HasSubstr(args[0].substr(2, 4))) << err;
+  }
+}
+
 TEST(CgacctdTest, BadPreemptModelExits2WithOneLine) {
   Daemon daemon({"--listen=127.0.0.1:0", "--flush_preempt_model=voluntary"});
   EXPECT_EQ(daemon.WaitExit(kTimeout), 2);
@@ -457,6 +480,24 @@ TEST(CgacctdTest, TakenPortsExit1WithOneLine) {
   EXPECT_EQ(grpc_taken.WaitExit(kTimeout), 1);
   const std::string grpc_err = grpc_taken.ReadStderr();
   EXPECT_THAT(grpc_err, HasSubstr(std::to_string(ports.port)));
+  // One line the operator can act on, not gRPC's core error tree (issue 26,
+  // item 11: it printed chttp2_server.cc's "No address added ..." and, at
+  // exit, "CompletionQueue shutdown being shutdown before its server").
+  EXPECT_EQ(std::count(grpc_err.begin(), grpc_err.end(), '\n'), 1) << grpc_err;
+  EXPECT_THAT(grpc_err, HasSubstr("--listen=127.0.0.1:")) << grpc_err;
+  EXPECT_THAT(grpc_err, HasSubstr("address already in use")) << grpc_err;
+  EXPECT_THAT(grpc_err, Not(HasSubstr("chttp2"))) << grpc_err;
+
+  Daemon health_taken({"--listen=127.0.0.1:0", "--metrics_listen=",
+                       "--health_listen=127.0.0.1:" +
+                           std::to_string(ports.port)});
+  EXPECT_EQ(health_taken.WaitExit(kTimeout), 1);
+  const std::string health_err = health_taken.ReadStderr();
+  EXPECT_EQ(std::count(health_err.begin(), health_err.end(), '\n'), 1)
+      << health_err;
+  EXPECT_THAT(health_err, HasSubstr("--health_listen=127.0.0.1:"))
+      << health_err;
+  EXPECT_THAT(health_err, HasSubstr("address already in use")) << health_err;
 
   Daemon metrics_taken(
       {"--listen=127.0.0.1:0",
