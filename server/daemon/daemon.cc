@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "server/common/bind_probe.h"
+#include "server/common/log_line.h"
 #include "server/common/read_file.h"
 #include "server/metrics/prometheus/collector.h"
 #include "server/metrics/prometheus/process_metrics.h"
@@ -41,7 +42,7 @@ std::string HostOf(absl::string_view address) {
 }
 
 int Fail(int code, absl::string_view message) {
-  std::fprintf(stderr, "cgacctd: %s\n", std::string(message).c_str());
+  LogLine(message);
   return code;
 }
 
@@ -118,7 +119,7 @@ int Daemon::Start() {
                      " groups, ", report->requests, " request ids");
     // What --state_recover did, one line each, before the start line.
     for (const std::string& note : store_->recovery_notes()) {
-      std::fprintf(stderr, "cgacctd: --state_recover: %s\n", note.c_str());
+      LogLine(absl::StrCat("--state_recover: ", note));
     }
   }
   if (int rc = StartMetrics(); rc != 0) return rc;
@@ -134,9 +135,7 @@ int Daemon::OpenStore() {
   options.recover = config_.state_recover;
   // A failed write is said on stderr (at most one line per 10 s), besides
   // cgacct_state_store_errors_total and the caller's answer.
-  options.on_write_error = [](const std::string& line) {
-    std::fprintf(stderr, "cgacctd: %s\n", line.c_str());
-  };
+  options.on_write_error = [](const std::string& line) { LogLine(line); };
   absl::StatusOr<std::unique_ptr<SqliteStateStore>> opened =
       SqliteStateStore::Open(config_.state_dir, options);
   if (!opened.ok()) {
@@ -215,7 +214,7 @@ int Daemon::StartMetrics() {
   if (config_.metrics_listen.empty()) return 0;
   MetricsOptions metrics_options = config_.metrics;
   metrics_options.on_first_drop = [](const std::string& message) {
-    std::fprintf(stderr, "cgacctd: %s\n", message.c_str());
+    LogLine(message);
   };
   auto collector = std::make_shared<MetricsCollector>(
       *engine_, flush_observer_, rpc_metrics_, metrics_options);
@@ -477,20 +476,20 @@ void Daemon::PrintStartLine() const {
 
 void Daemon::Reload() {
   if (authorizer_ == nullptr) {
-    std::fprintf(stderr, "cgacctd: SIGHUP: no access control to reload\n");
+    LogLine("SIGHUP: no access control to reload");
     return;
   }
   absl::StatusOr<AuthFiles> reloaded = LoadAuthFiles();
   if (!reloaded.ok()) {
-    std::fprintf(stderr, "cgacctd: SIGHUP: %s; keeping the previous files\n",
-                 std::string(reloaded.status().message()).c_str());
+    LogLine(absl::StrCat("SIGHUP: ", reloaded.status().message(),
+                         "; keeping the previous files"));
     return;
   }
   authorizer_->Reload(std::move(reloaded->tokens), std::move(reloaded->policy));
   // Open WatchEvents streams check their caller's access again now, not at
   // their group's next event (a revoked tenant's stream ends at once).
   events_hub_.NotifyAll();
-  std::fprintf(stderr, "cgacctd: SIGHUP: tokens and policy reloaded\n");
+  LogLine("SIGHUP: tokens and policy reloaded");
 }
 
 void Daemon::Run(const sigset_t& signals) {
@@ -512,8 +511,8 @@ void Daemon::StopHealthThread() {
 }
 
 void Daemon::Shutdown(const sigset_t& signals, int signal_number) {
-  std::fprintf(stderr, "cgacctd: %s, shutting down\n",
-               signal_number == SIGINT ? "SIGINT" : "SIGTERM");
+  LogLine(absl::StrCat(signal_number == SIGINT ? "SIGINT" : "SIGTERM",
+                       ", shutting down"));
   StopHealthThread();
   // Health checks answer NOT_SERVING from here on (load balancers stop
   // sending); new calls answer UNAVAILABLE with nothing applied; open
@@ -551,9 +550,8 @@ void Daemon::Shutdown(const sigset_t& signals, int signal_number) {
     const timespec poll_interval{0, 50 * 1000 * 1000};
     const int again = sigtimedwait(&signals, nullptr, &poll_interval);
     if ((again == SIGINT || again == SIGTERM) && !cancelled) {
-      std::fprintf(stderr,
-                   "cgacctd: second %s, cancelling the calls still running\n",
-                   again == SIGINT ? "SIGINT" : "SIGTERM");
+      LogLine(absl::StrCat("second ", again == SIGINT ? "SIGINT" : "SIGTERM",
+                           ", cancelling the calls still running"));
       // grpc::Server::Shutdown holds its lock until the grace ends; the C
       // core's cancel-all is what a second Shutdown cannot do (usable
       // only after shutdown began, as it has here).

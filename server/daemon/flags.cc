@@ -23,6 +23,7 @@
 #include "engine/engine.h"
 #include "engine/types.h"
 #include "server/auth/credentials.h"
+#include "server/common/log_line.h"
 #include "server/common/read_file.h"
 #include "server/metrics/prometheus/process_metrics.h"
 #include "server/pipeline/call_limiter.h"
@@ -306,10 +307,9 @@ absl::Status EngineFromFlags(DaemonConfig* config) {
   engine.flush_hold_budget = absl::GetFlag(FLAGS_flush_hold_budget);
   if (*policy != FlushLockPolicy::kAdaptive &&
       engine.flush_hold_budget != absl::ZeroDuration()) {
-    std::fprintf(stderr,
-                 "cgacctd: --flush_hold_budget applies to the adaptive "
-                 "policy only; ignored under %s\n",
-                 policy_name.c_str());
+    LogLine(absl::StrCat("--flush_hold_budget applies to the adaptive "
+                         "policy only; ignored under ",
+                         policy_name));
   }
   engine.periodic_flush_interval = absl::GetFlag(FLAGS_periodic_flush_interval);
   engine.memory_recursiveprot = absl::GetFlag(FLAGS_memory_recursiveprot);
@@ -655,8 +655,7 @@ void ParseDaemonFlags(int argc, char** argv) {
   // 1, the exit code of a port in use).
   if (cli::PrintHelpIfAsked(argc, argv)) std::exit(0);
   if (std::optional<std::string> error = cli::FlagUsageError(argc, argv)) {
-    std::fprintf(stderr, "cgacctd: %s (cgacctd --help lists the flags)\n",
-                 error->c_str());
+    LogLine(absl::StrCat(*error, " (cgacctd --help lists the flags)"));
     std::exit(kExitUsage);
   }
   absl::ParseCommandLine(argc, argv);

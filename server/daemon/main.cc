@@ -23,6 +23,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "server/common/log_line.h"
 #include "server/daemon/daemon.h"
 #include "server/daemon/flags.h"
 #include "server/daemon/grpc_log.h"
@@ -52,8 +53,7 @@ int main(int argc, char** argv) {
 
   absl::StatusOr<cgacct::DaemonConfig> config = cgacct::ConfigFromFlags();
   if (!config.ok()) {
-    std::fprintf(stderr, "cgacctd: %s\n",
-                 std::string(config.status().message()).c_str());
+    cgacct::LogLine(config.status().message());
     return cgacct::kExitUsage;
   }
   cgacct::Daemon daemon(*std::move(config));

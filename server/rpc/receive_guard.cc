@@ -14,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "server/common/log_line.h"
 
 namespace cgacct {
 namespace {
@@ -365,12 +366,12 @@ void ReceiveGuard::UnfollowLocked(
 
 void ReceiveGuard::Report(const std::string& message, absl::Time now) {
   if (now - last_report_ >= absl::Seconds(1)) {
-    std::fprintf(stderr, "cgacctd: receive guard: %s%s\n", message.c_str(),
-                 unreported_ == 0
-                     ? ""
-                     : absl::StrCat(" (and ", unreported_,
-                                    " connection(s) since the last line)")
-                           .c_str());
+    LogLine(absl::StrCat("receive guard: ", message,
+                         unreported_ == 0
+                             ? ""
+                             : absl::StrCat(" (and ", unreported_,
+                                            " connection(s) since the last "
+                                            "line)")));
     last_report_ = now;
     unreported_ = 0;
   } else {
@@ -708,11 +709,10 @@ void ReceiveGuard::Run() {
     absl::Status sampled = source_->Sample(&bytes_by_peer);
     if (!sampled.ok()) {
       if (!reported_error) {
-        std::fprintf(stderr,
-                     "cgacctd: receive guard: cannot sample connections (%s); "
-                     "messages over --max_message_bytes are refused only once "
-                     "received\n",
-                     std::string(sampled.message()).c_str());
+        LogLine(absl::StrCat("receive guard: cannot sample connections (",
+                             sampled.message(),
+                             "); messages over --max_message_bytes are "
+                             "refused only once received"));
         reported_error = true;
       }
       // Unfollowed until a sample lists them again (then counted afresh).
