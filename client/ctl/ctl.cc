@@ -12,7 +12,8 @@ namespace cgacct::ctl {
 
 Ctl::Ctl(std::shared_ptr<grpc::Channel> channel, bool json,
          absl::Duration timeout)
-    : stub_(v1::Accounting::NewStub(std::move(channel))),
+    : channel_(std::move(channel)),
+      stub_(v1::Accounting::NewStub(channel_)),
       json_(json),
       timeout_(timeout) {}
 
@@ -105,6 +106,7 @@ int RunCommand(Ctl& ctl, const Invocation& inv) {
   } kCommands[] = {
       {"info", Info},
       {"cluster", Cluster},
+      {"health", Health},
       {"create", Create},
       {"delete", Delete},
       {"ls", List},

@@ -39,6 +39,7 @@ class Ctl {
       absl::Duration timeout);
 
   v1::Accounting::Stub& stub() { return *stub_; }
+  const std::shared_ptr<grpc::Channel>& channel() const { return channel_; }
   bool json() const { return json_; }
 
   // A context whose deadline is --timeout from now.
@@ -57,6 +58,7 @@ class Ctl {
                            std::vector<GroupRow>* rows);
 
  private:
+  const std::shared_ptr<grpc::Channel> channel_;
   const std::unique_ptr<v1::Accounting::Stub> stub_;
   const bool json_;
   const absl::Duration timeout_;
@@ -95,6 +97,11 @@ int RunCommand(Ctl& ctl, const Invocation& inv);
 // The commands (RunCommand's dispatch).
 int Info(Ctl& ctl, const Invocation& inv);
 int Cluster(Ctl& ctl, const Invocation& inv);
+// health [SERVICE]: grpc.health.v1 Check of SERVICE ("" the whole server):
+// prints SERVING / NOT_SERVING / ...; exit 0 when SERVING, 5 otherwise (a
+// container HEALTHCHECK, a script waiting for the daemon), 3 when the server
+// does not know SERVICE.
+int Health(Ctl& ctl, const Invocation& inv);
 int Create(Ctl& ctl, const Invocation& inv);
 int Delete(Ctl& ctl, const Invocation& inv);
 int List(Ctl& ctl, const Invocation& inv);

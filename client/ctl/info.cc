@@ -1,11 +1,34 @@
 // cgacctctl info: the engine's configuration (GetEngineInfo); cgacctctl
-// cluster: cluster mode's map (GetClusterMap).
+// cluster: cluster mode's map (GetClusterMap); cgacctctl health: the
+// standard grpc.health.v1 Check.
 #include <iostream>
 
 #include "client/ctl/ctl.h"
 #include "client/ctl/exit_status.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 
 namespace cgacct::ctl {
+
+int Health(Ctl& ctl, const Invocation& inv) {
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service(inv.path);
+  grpc::health::v1::HealthCheckResponse response;
+  const grpc::Status status =
+      grpc::health::v1::Health::NewStub(ctl.channel())
+          ->Check(ctl.Context().get(), request, &response);
+  if (!status.ok()) return PrintRpcError("Check", status);
+  const std::string name =
+      grpc::health::v1::HealthCheckResponse::ServingStatus_Name(
+          response.status());
+  if (ctl.json()) {
+    PrintJson(Json{{"service", inv.path}, {"status", name}});
+  } else {
+    std::cout << name << "\n";
+  }
+  return response.status() == grpc::health::v1::HealthCheckResponse::SERVING
+             ? kExitOk
+             : kExitUnavailable;
+}
 
 int Info(Ctl& ctl, const Invocation& inv) {
   (void)inv;  // info takes no argument

@@ -59,7 +59,7 @@ absl::Status CheckArity(const std::string& c, size_t nr_args) {
   } else if (c == "create" || c == "delete" || c == "ls" || c == "stat" ||
              c == "events" || c == "peak") {
     lo = hi = 1;
-  } else if (c == "tree" || c == "top") {
+  } else if (c == "tree" || c == "top" || c == "health") {
     lo = 0;
     hi = 1;
   } else if (c == "set") {
@@ -224,7 +224,8 @@ absl::StatusOr<Invocation> ParseInvocation(
   inv.command = args[0];
   const size_t nr_args = args.size() - 1;
   if (absl::Status s = CheckArity(inv.command, nr_args); !s.ok()) return s;
-  inv.path = nr_args >= 1 ? args[1] : "/";
+  // health's argument is a service name ("" the whole server), not a path.
+  inv.path = nr_args >= 1 ? args[1] : (inv.command == "health" ? "" : "/");
   if (absl::Status s = ReadCommonFlags(&inv); !s.ok()) return s;
   if (absl::Status s = ReadLimitFlags(&inv); !s.ok()) return s;
   const std::string& c = inv.command;

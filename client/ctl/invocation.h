@@ -23,7 +23,7 @@ namespace cgacct::ctl {
 // Everything the command line says.
 struct Invocation {
   std::string command;
-  std::string path;                // "/" when the command takes none
+  std::string path;  // "/" when the command takes none; health: SERVICE
   std::vector<std::string> files;  // cat
   v1::Limits limits;               // create, set
   uint64_t nr_bytes = 0;           // reclaim

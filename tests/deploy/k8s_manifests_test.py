@@ -242,6 +242,29 @@ class DockerfileShape(unittest.TestCase):
         self.assertEqual(len(user), 1)
         self.assertNotIn(user[0].split(":")[0], ("0", "root"))
 
+    def test_revision_labels_and_healthcheck(self):
+        # Issue 26, item 11: the image's revision was "unknown" (.git is not
+        # in the context), it had no OCI labels and no HEALTHCHECK.
+        with open(os.path.join(SOURCE, "deploy", "Dockerfile")) as f:
+            text = f.read()
+        split = text.rindex("\nFROM ")
+        build, runtime = text[:split], text[split:]
+        self.assertRegex(build, r"(?m)^ARG CGACCT_REVISION=unknown$")
+        self.assertIn('-DCGACCT_REVISION="${CGACCT_REVISION}"', build)
+        self.assertRegex(runtime, r"(?m)^ARG CGACCT_REVISION=unknown$")
+        labels = dict(re.findall(r'(org\.opencontainers\.image\.[a-z.]+)="([^"]*)"', runtime))
+        self.assertEqual(labels.get("org.opencontainers.image.revision"), "${CGACCT_REVISION}")
+        self.assertEqual(labels.get("org.opencontainers.image.title"), "cgacctd")
+        health = re.findall(r"(?m)^HEALTHCHECK .*\n(?:\s+CMD .*)?", runtime)
+        self.assertEqual(len(health), 1, health)
+        self.assertIn('"cgacctctl", ', health[0].replace("/usr/local/bin/", ""))
+        self.assertIn('"health"]', health[0])
+        # The health check's target is the default CMD's listener.
+        cmd = re.findall(r"(?m)^CMD \[(.*)\]$", runtime)[-1]
+        env = re.findall(r"(?m)^ENV CGACCT_TARGET=(\S+)$", runtime)
+        self.assertEqual(len(env), 1)
+        self.assertIn('"--listen=%s"' % env[0], cmd)
+
     def test_dockerignore_keeps_build_trees_out(self):
         with open(os.path.join(SOURCE, ".dockerignore")) as f:
             ignored = {line.strip() for line in f if line.strip() and not line.startswith("#")}

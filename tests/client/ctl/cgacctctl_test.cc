@@ -481,6 +481,20 @@ TEST_F(CgacctctlTest, OomGroupIsSetAndCat) {
 
 // info shows the engine's opt-in additions (off: the kernel's defaults),
 // the eviction seed in use, memory_localevents and the dying groups.
+// health: the standard grpc.health.v1 Check, for a container HEALTHCHECK
+// or a script waiting for the daemon (issue 26, item 11: the image had no
+// health check, and nothing in it could make one).
+TEST_F(CgacctctlTest, HealthIsTheStandardCheckExit0WhenServing) {
+  EXPECT_EQ(Ok({"health"}), "SERVING\n");
+  EXPECT_EQ(Ok({"health", "cgacct.v1.Accounting"}), "SERVING\n");
+  const Json json = Json::parse(Ok({"--json", "health"}));
+  EXPECT_EQ(json["status"], "SERVING");
+  EXPECT_EQ(json["service"], "");
+  // A service the server does not serve: NOT_FOUND, exit 3.
+  ExpectOneLineError(Run({"health", "no.such.Service"}), 3, "NOT_FOUND");
+  ExpectUsageError(Run({"health", "a", "b"}), "health");
+}
+
 TEST_F(CgacctctlTest, InfoShowsTheAdditionsAndDyingGroups) {
   const std::string info = Ok({"info"});
   for (const char* line :
