@@ -47,7 +47,7 @@ constexpr char kUsage[] =
     "  tree [PATH]           the subtree with memory.current/memory.max, like "
     "systemd-cgls\n"
     "  top [PATH] [-n N] [--delay=1s]   groups by memory.current, refreshing,\n"
-    "                        like systemd-cgtop\n"
+    "                        like systemd-cgtop (q quits)\n"
     "  peak PATH [-n N] [--delay=1s]   writes memory.peak (a watermark of its\n"
     "                        own, in a session of its own), then reads it\n"
     "                        back every --delay: the peak since the write\n"

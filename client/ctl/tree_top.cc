@@ -1,5 +1,8 @@
 #include "client/ctl/tree_top.h"
 
+#include <poll.h>
+#include <signal.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,6 +19,76 @@
 
 namespace cgacct::ctl {
 namespace {
+
+// The terminal's settings before top changed them, for the signal handler
+// (tcsetattr() is async-signal-safe): set once by QuitKey, read after.
+termios g_saved_termios;
+volatile sig_atomic_t g_termios_saved = 0;
+
+void RestoreTerminalAndDie(int signal_number) {
+  if (g_termios_saved) tcsetattr(STDIN_FILENO, TCSANOW, &g_saved_termios);
+  ::signal(signal_number, SIG_DFL);
+  ::raise(signal_number);
+}
+
+// `q` typed at the terminal ends top, as in systemd-cgtop and top(1). While
+// it lives and stdin is a terminal, the terminal reads keys one at a time
+// without echo; its settings come back when it ends, and on SIGINT, SIGTERM
+// or SIGHUP (which then end cgacctctl as before). With stdin not a terminal
+// (a pipe, a script) nothing changes: top only sleeps between refreshes.
+class QuitKey {
+ public:
+  QuitKey() {
+    if (isatty(STDIN_FILENO) != 1 ||
+        tcgetattr(STDIN_FILENO, &g_saved_termios) != 0)
+      return;
+    g_termios_saved = 1;
+    for (int s : {SIGINT, SIGTERM, SIGHUP}) ::signal(s, RestoreTerminalAndDie);
+    termios keys = g_saved_termios;
+    keys.c_lflag &= ~static_cast<tcflag_t>(ICANON | ECHO);
+    keys.c_cc[VMIN] = 0;
+    keys.c_cc[VTIME] = 0;
+    active_ = tcsetattr(STDIN_FILENO, TCSANOW, &keys) == 0;
+  }
+  ~QuitKey() {
+    if (g_termios_saved) tcsetattr(STDIN_FILENO, TCSANOW, &g_saved_termios);
+  }
+  QuitKey(const QuitKey&) = delete;
+  QuitKey& operator=(const QuitKey&) = delete;
+
+  // Waits `delay`, or less if q or Q is typed (then true). Other keys are
+  // read and ignored.
+  bool WaitForQuit(absl::Duration delay) {
+    if (!active_) {
+      absl::SleepFor(delay);
+      return false;
+    }
+    const absl::Time end = absl::Now() + delay;
+    for (absl::Duration left = delay; left > absl::ZeroDuration();
+         left = end - absl::Now()) {
+      pollfd in{STDIN_FILENO, POLLIN, 0};
+      const int ms = static_cast<int>(
+          absl::ToInt64Milliseconds(left + absl::Milliseconds(1) -
+                                    absl::Nanoseconds(1)));
+      if (poll(&in, 1, ms) <= 0) continue;
+      char keys[64];
+      const ssize_t n = read(STDIN_FILENO, keys, sizeof(keys));
+      if (n <= 0) {
+        // The terminal went away (EOF): keep refreshing, as without one.
+        active_ = false;
+        absl::SleepFor(end - absl::Now());
+        return false;
+      }
+      for (ssize_t i = 0; i < n; ++i) {
+        if (keys[i] == 'q' || keys[i] == 'Q') return true;
+      }
+    }
+    return false;
+  }
+
+ private:
+  bool active_ = false;
+};
 
 // The rows' indices by parent path, in the rows' order per parent.
 using Children = std::map<std::string, std::vector<size_t>>;
@@ -152,8 +225,9 @@ int Tree(Ctl& ctl, const Invocation& inv) {
 // separated by a blank line (--json: one JSON object per line).
 int Top(Ctl& ctl, const Invocation& inv) {
   const bool tty = isatty(STDOUT_FILENO) == 1 && !ctl.json();
+  QuitKey quit;
   for (int i = 0; inv.iterations == 0 || i < inv.iterations; ++i) {
-    if (i > 0) absl::SleepFor(inv.delay);
+    if (i > 0 && quit.WaitForQuit(inv.delay)) break;
     std::vector<GroupRow> rows;
     const grpc::Status status = ctl.ReadSubtree(inv.path, inv.flush, &rows);
     if (!status.ok()) {

@@ -4,11 +4,13 @@
 // status class.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdlib.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -403,6 +405,71 @@ TEST_F(CgacctctlTest, TopSortsByCurrentAndRefreshes) {
   EXPECT_EQ(parsed["groups"][1]["path"], "/top/big");
   EXPECT_GE(parsed["groups"][1]["memory.current"].get<uint64_t>(),
             1000u * 4096);
+}
+
+// top at a terminal ends on q, and gives the terminal its settings back
+// (issue 26, item 7: top ignored q, as systemd-cgtop does not).
+TEST_F(CgacctctlTest, TopAtATerminalQuitsOnQ) {
+  Ok({"create", "/topq"});
+  const int master = posix_openpt(O_RDWR | O_NOCTTY);
+  ASSERT_GE(master, 0);
+  ASSERT_EQ(grantpt(master), 0);
+  ASSERT_EQ(unlockpt(master), 0);
+  const std::string slave_name = ptsname(master);
+  const int slave = open(slave_name.c_str(), O_RDWR | O_NOCTTY);
+  ASSERT_GE(slave, 0);
+  termios before{};
+  ASSERT_EQ(tcgetattr(slave, &before), 0);
+  ASSERT_TRUE(before.c_lflag & ICANON);
+  int out[2];
+  ASSERT_EQ(pipe(out), 0);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    dup2(slave, STDIN_FILENO);
+    dup2(out[1], STDOUT_FILENO);
+    dup2(out[1], STDERR_FILENO);
+    execl(CGACCTCTL_PATH, CGACCTCTL_PATH, target_->c_str(), "top", "/topq",
+          "--delay=30s", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(out[1]);
+  // The first frame, then q while it waits its 30 s.
+  std::string frame;
+  char buf[4096];
+  while (frame.find("/topq") == std::string::npos) {
+    pollfd p{out[0], POLLIN, 0};
+    ASSERT_GT(poll(&p, 1, 10000), 0) << "no first frame: " << frame;
+    const ssize_t n = read(out[0], buf, sizeof(buf));
+    ASSERT_GT(n, 0) << frame;
+    frame.append(buf, static_cast<size_t>(n));
+  }
+  termios during{};
+  ASSERT_EQ(tcgetattr(slave, &during), 0);
+  EXPECT_FALSE(during.c_lflag & ICANON) << "keys are read one at a time";
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_EQ(write(master, "q", 1), 1);
+  int status = 0;
+  pid_t done = 0;
+  while ((done = waitpid(pid, &status, WNOHANG)) == 0 &&
+         std::chrono::steady_clock::now() - start < std::chrono::seconds(5)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (done == 0) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    ADD_FAILURE() << "top did not end on q";
+  } else {
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  }
+  termios after{};
+  ASSERT_EQ(tcgetattr(slave, &after), 0);
+  EXPECT_TRUE(after.c_lflag & ICANON) << "the terminal's settings came back";
+  EXPECT_TRUE(after.c_lflag & ECHO);
+  close(out[0]);
+  close(slave);
+  close(master);
 }
 
 TEST_F(CgacctctlTest, EventsWatchPrintsEachUpdateAndEndsOnDelete) {
