@@ -369,11 +369,16 @@ absl::Status MemoryController::TryChargeMemcg(Group* g, uint64_t nr_pages,
     if (retries-- > 0) continue;
     break;
   }
+  // Pages, as the engine counts, and bytes, as memory.max and
+  // memory.current are written and read (issue 26, item 7).
+  const uint64_t usage = over->memory().Read();
+  const uint64_t max = over->memory().max();
   const std::string failed = absl::StrCat(
       "memory.max of ", ShortPath(over->path()), " reached: cannot charge ",
-      nr_pages, " pages to ", ShortPath(g->path()), " (",
-      ShortPath(over->path()), " usage ", over->memory().Read(), " of max ",
-      over->memory().max(), " pages)");
+      nr_pages, " pages (", nr_pages * page_size_bytes_, " bytes) to ",
+      ShortPath(g->path()), " (", ShortPath(over->path()), " usage ", usage,
+      " of max ", max, " pages: memory.current ", usage * page_size_bytes_,
+      " of memory.max ", max * page_size_bytes_, " bytes)");
   // mem_cgroup_oom() returns before counting MEMCG_OOM for an order above
   // PAGE_ALLOC_COSTLY_ORDER: a costly charge fails with ENOMEM and `max`
   // events only (its caller falls back to smaller charges).

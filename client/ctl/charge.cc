@@ -24,8 +24,19 @@ Request PageRequest(const Invocation& inv) {
 
 }  // namespace
 
-int ChargeOrUncharge(Ctl& ctl, const Invocation& inv) {
-  const std::string what = absl::StrCat(inv.command, " ", inv.path);
+int ChargeOrUncharge(Ctl& ctl, const Invocation& given) {
+  const std::string what = absl::StrCat(given.command, " ", given.path);
+  Invocation inv = given;
+  if (inv.nr_pages == 0) {
+    // A SIZE: whole pages of the server's page size, rounded up.
+    v1::EngineInfo info;
+    const grpc::Status status = ctl.stub().GetEngineInfo(
+        ctl.Context().get(), v1::GetEngineInfoRequest(), &info);
+    if (!status.ok()) return PrintRpcError("GetEngineInfo", status);
+    const uint64_t page = info.page_size_bytes() == 0 ? 4096
+                                                      : info.page_size_bytes();
+    inv.nr_pages = inv.nr_bytes / page + (inv.nr_bytes % page != 0 ? 1 : 0);
+  }
   if (inv.command == "uncharge") {
     v1::UnchargeResponse response;
     const grpc::Status status = ctl.stub().Uncharge(

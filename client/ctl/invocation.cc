@@ -8,6 +8,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/reflection.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -192,12 +193,29 @@ absl::Status ParseReclaimArgs(const std::vector<std::string>& args,
   return absl::OkStatus();
 }
 
-// charge|uncharge PATH NR_PAGES anon|file [--cpu=K]
+// charge|uncharge PATH NR_PAGES|SIZE anon|file [--cpu=K]: a bare number
+// is pages (the engine's unit); one with memparse()'s suffix (K, M, G, T, P,
+// E: 8M, 0x10K) is bytes, as set and reclaim take them, rounded up to whole
+// pages once the server's page size is known (inv->nr_bytes).
 absl::Status ParseChargeArgs(const std::vector<std::string>& args,
                              Invocation* inv) {
-  if (!absl::SimpleAtoi(args[2], &inv->nr_pages) || inv->nr_pages == 0) {
+  const std::string& amount = args[2];
+  if (!amount.empty() &&
+      absl::ascii_isalpha(static_cast<unsigned char>(amount.back())) &&
+      !absl::StartsWithIgnoreCase(amount, "0x")) {
+    absl::StatusOr<uint64_t> bytes = cli::ParseMemparseBytes(amount);
+    if (!bytes.ok() || *bytes == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "SIZE must be a positive size such as 8M, got \"", amount, "\"",
+          bytes.ok() ? "" : absl::StrCat(": ", bytes.status().message())));
+    }
+    inv->nr_bytes = *bytes;
+  } else if (!absl::SimpleAtoi(amount, &inv->nr_pages) ||
+             inv->nr_pages == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "NR_PAGES must be a positive number, got \"", args[2], "\""));
+        "NR_PAGES must be a positive number (or a size with a unit, 8M), "
+        "got \"",
+        amount, "\""));
   }
   const std::optional<v1::PageKind> kind = cli::ParsePageKind(args[3]);
   if (!kind.has_value()) {

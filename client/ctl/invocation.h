@@ -26,8 +26,8 @@ struct Invocation {
   std::string path;  // "/" when the command takes none; health: SERVICE
   std::vector<std::string> files;  // cat
   v1::Limits limits;               // create, set
-  uint64_t nr_bytes = 0;           // reclaim
-  uint64_t nr_pages = 0;           // charge, uncharge
+  uint64_t nr_bytes = 0;  // reclaim; charge, uncharge given a SIZE (8M)
+  uint64_t nr_pages = 0;  // charge, uncharge given NR_PAGES
   v1::PageKind kind = v1::PAGE_KIND_UNSPECIFIED;
   v1::FlushMode flush = v1::FLUSH_MODE_EXACT;
   int iterations = 0;  // top, events --watch; 0 = forever

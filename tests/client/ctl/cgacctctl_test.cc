@@ -562,6 +562,24 @@ TEST_F(CgacctctlTest, HealthIsTheStandardCheckExit0WhenServing) {
   ExpectUsageError(Run({"health", "a", "b"}), "health");
 }
 
+// charge and uncharge take a size with a unit as bytes, as set and reclaim
+// do, rounded up to whole pages; a refusal at memory.max says the bytes
+// too (issue 26, item 7: pages here, bytes there, and a refusal in pages).
+TEST_F(CgacctctlTest, ChargeTakesASizeAndARefusalSaysBytes) {
+  Ok({"create", "/sized", "--max=64K"});
+  EXPECT_EQ(Ok({"charge", "/sized", "8K", "anon"}),
+            "nr_pages 2\nthrottle_us 0\n");
+  EXPECT_EQ(Ok({"charge", "/sized", "10K", "file"}),
+            "nr_pages 3\nthrottle_us 0\n");  // rounded up
+  EXPECT_EQ(Ok({"cat", "/sized", "memory.current"}), "20480\n");
+  EXPECT_EQ(Ok({"uncharge", "/sized", "12K", "file"}), "nr_pages 3\n");
+  const Result refused = Run({"charge", "/sized", "1M", "anon"});
+  ExpectOneLineError(refused, 4, "RESOURCE_EXHAUSTED");
+  EXPECT_THAT(refused.err, HasSubstr("cannot charge 256 pages (1048576 bytes)"));
+  EXPECT_THAT(refused.err, HasSubstr("memory.current 8192 of memory.max 65536 bytes"));
+  ExpectUsageError(Run({"charge", "/sized", "8MiB", "anon"}), "SIZE must be");
+}
+
 TEST_F(CgacctctlTest, InfoShowsTheAdditionsAndDyingGroups) {
   const std::string info = Ok({"info"});
   for (const char* line :

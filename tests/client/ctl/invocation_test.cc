@@ -123,7 +123,21 @@ TEST_F(InvocationTest, ChargePagesKindAndCpu) {
   absl::SetFlag(&FLAGS_cpu, -1);
   EXPECT_EQ(ParseInvocation({"charge", "/a", "1", "anon"})->cpu, std::nullopt);
   EXPECT_EQ(Error({"charge", "/a", "0", "anon"}),
-            "NR_PAGES must be a positive number, got \"0\"");
+            "NR_PAGES must be a positive number (or a size with a unit, 8M), "
+            "got \"0\"");
+  // A size with a unit is bytes, as set and reclaim take them (issue 26,
+  // item 7); the pages come once the server's page size is known.
+  absl::StatusOr<Invocation> sized =
+      ParseInvocation({"charge", "/a", "8M", "anon"});
+  ASSERT_TRUE(sized.ok()) << sized.status();
+  EXPECT_EQ(sized->nr_bytes, 8u << 20);
+  EXPECT_EQ(sized->nr_pages, 0u);
+  EXPECT_EQ(ParseInvocation({"uncharge", "/a", "10k", "file"})->nr_bytes,
+            10u << 10);
+  EXPECT_EQ(Error({"charge", "/a", "0M", "anon"}).rfind("SIZE must be", 0),
+            0u);
+  EXPECT_EQ(Error({"charge", "/a", "8MiB", "anon"}).rfind("SIZE must be", 0),
+            0u);
   EXPECT_EQ(Error({"charge", "/a", "1", "shmem"}),
             "kind must be anon or file, got \"shmem\"");
   absl::SetFlag(&FLAGS_cpu, -2);
