@@ -52,6 +52,9 @@
 #     (tests/deploy/front_proxy_test.py, label "proxy").
 #   - etcd-server, etcd-client (3.4.23): cluster mode's tests start their own
 #     3-member etcd on loopback (label "cluster"; never the system one).
+#   - groff-base: the test command renders cgacctctl's manual page with
+#     groff's man macros and fails on any warning (tests/client/ctl/
+#     docs_test.py); man-db, which users read it with, depends on it.
 # Cluster mode's etcd client is generated from etcd's own .proto files, which
 # Debian ships only inside Go source packages: they are fetched from Debian's
 # archive with `apt-get download` (golang-etcd-server-dev,
@@ -77,7 +80,7 @@ packages=(
   python3-grpcio python3-protobuf
   prometheus python3-yaml
   gnuplot-nox nghttp2-client python3-h2 haproxy
-  etcd-server etcd-client
+  etcd-server etcd-client groff-base
 )
 case "${CGACCT_DEPS:-all}" in
   all) ;;

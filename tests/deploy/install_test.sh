@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `cmake --install BUILD_DIR --prefix TMP` into a fresh temporary prefix, then
 # checks the installed tree: the three binaries (executable; the installed
-# cgacctd and cgacctctl answer --version, exit 0), the systemd unit (its
+# cgacctd and cgacctctl answer --version, exit 0), cgacctctl's manual page and
+# bash completion (what it prints with --man, --completion=bash), the systemd unit (its
 # ExecStart= names the installed cgacctd, and nothing else of it changed),
 # and the scrape config, alert rules, dashboard and manifests under
 # share/cgacct (byte-identical to deploy/); then the application library:
@@ -36,6 +37,13 @@ for b in cgacctd cgacctctl; do
   out=$("$prefix/bin/$b" --version 2>&1) || fail "installed $b --version exited $?: $out"
   grep -q "$b" <<<"$out" || fail "installed $b --version does not name $b: $out"
 done
+
+# cgacctctl's manual page and bash completion, as it prints them.
+cmp -s "$prefix/share/man/man1/cgacctctl.1" <("$prefix/bin/cgacctctl" --man) ||
+  fail "share/man/man1/cgacctctl.1 missing or not cgacctctl --man"
+cmp -s "$prefix/share/bash-completion/completions/cgacctctl" \
+  <("$prefix/bin/cgacctctl" --completion=bash) ||
+  fail "share/bash-completion/completions/cgacctctl missing or not cgacctctl --completion=bash"
 
 unit=$prefix/lib/systemd/system/cgacctd.service
 [ -f "$unit" ] || fail "lib/systemd/system/cgacctd.service missing"

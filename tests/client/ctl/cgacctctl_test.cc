@@ -149,10 +149,11 @@ TEST_F(CgacctctlTest, HelpHasTheCommandsAndTheExitStatusTable) {
          {"cat PATH FILE", "set PATH FILE=VALUE", "memory.max=SIZE",
           "reclaim PATH SIZE",
           "events PATH", "tree [PATH]", "top [PATH]", "peak PATH",
-          "memory.oom.group", "exit status: 0 ok",
+          "memory.oom.group", "exit status:\n  0 ok",
           "2 usage", "3 not found", "4 refused", "5 unavailable",
           "1 anything else", "--json", "--iterations", "--delay",
-          "--connect_timeout=3s", "CGACCT_TARGET"}) {
+          "--connect_timeout=3s", "CGACCT_TARGET", "--man",
+          "--completion"}) {
       EXPECT_THAT(ctl.out, HasSubstr(text)) << flag;
     }
     EXPECT_THAT(ctl.out, Not(HasSubstr(".cc"))) << flag;
