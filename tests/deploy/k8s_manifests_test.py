@@ -213,6 +213,23 @@ class KubernetesManifests(unittest.TestCase):
 
 
 
+class SystemdUnitShape(unittest.TestCase):
+    """deploy/systemd/cgacctd.service: every file a LoadCredential= reads is
+    asserted first (AssertPathExists=), so that a missing one is named in
+    `systemctl status` (issue 26, item 11: after cmake --install the unit
+    would not start until its credential files existed, with no hint
+    which)."""
+
+    def test_every_credential_file_is_asserted(self):
+        with open(os.path.join(SOURCE, "deploy", "systemd", "cgacctd.service")) as f:
+            text = f.read()
+        unit = text[text.index("[Unit]"):text.index("[Service]")]
+        asserted = re.findall(r"(?m)^AssertPathExists=(\S+)$", unit)
+        loaded = re.findall(r"(?m)^LoadCredential=[^:]+:(\S+)$", text)
+        self.assertTrue(loaded)
+        self.assertEqual(sorted(asserted), sorted(loaded))
+
+
 class DockerfileShape(unittest.TestCase):
     """deploy/Dockerfile is not built in CI (no docker daemon there): its
     shape is checked here. Two stages on the same pinned Debian 12 point
