@@ -7,7 +7,9 @@
 #include <grpcpp/impl/server_builder_option.h>
 #include <grpcpp/impl/server_builder_plugin.h>
 #include <grpcpp/resource_quota.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "server/common/bind_probe.h"
 #include "server/common/log_line.h"
@@ -39,6 +42,30 @@ std::string HostOf(absl::string_view address) {
   const size_t colon = address.rfind(':');
   return std::string(
       colon == absl::string_view::npos ? address : address.substr(0, colon));
+}
+
+// When the state directory (or, if it does not exist yet, the nearest
+// directory above it) is not writable by this process: who the process is,
+// who owns the directory and what to do, as "; ..." (a root-owned bind
+// mount or volume in a container gave only "unable to open database file"
+// or "Permission denied", with no hint about the uid: issue 26, item 2).
+// "" when it is writable (the failure was something else).
+std::string StateDirAccessHint(const std::string& dir) {
+  std::string at = dir;
+  struct stat st {};
+  while (stat(at.c_str(), &st) != 0) {
+    const size_t slash = at.find_last_of('/');
+    if (slash == std::string::npos || at == "/") return "";
+    at = slash == 0 ? "/" : at.substr(0, slash);
+  }
+  if (access(at.c_str(), W_OK | X_OK) == 0) return "";
+  return absl::StrCat(
+      "; cgacctd runs as uid ", geteuid(), " gid ", getegid(), ", and ", at,
+      " is owned by uid ", st.st_uid, " gid ", st.st_gid, " mode ",
+      absl::StrFormat("%04o", st.st_mode & 07777),
+      ": let that user write it (chown ", geteuid(), ":", getegid(), " ", at,
+      "), or run cgacctd as a user that can (the image runs as 65532:65532 and "
+      "its /var/lib/cgacct is theirs: a named volume there starts so)");
 }
 
 int Fail(int code, absl::string_view message) {
@@ -140,7 +167,8 @@ int Daemon::OpenStore() {
       SqliteStateStore::Open(config_.state_dir, options);
   if (!opened.ok()) {
     return Fail(kExitStore, absl::StrCat("--state_dir=", config_.state_dir,
-                                         ": ", opened.status().message()));
+                                         ": ", opened.status().message(),
+                                         StateDirAccessHint(config_.state_dir)));
   }
   store_ = *std::move(opened);
   return 0;

@@ -592,6 +592,40 @@ TEST(StateDirTest, ASecondDaemonOnTheStateDirExits3NamingTheHolder) {
   EXPECT_THAT(line, HasSubstr("1 groups"));
 }
 
+// Issue 26 item 2: a state directory the daemon's user cannot write (a
+// root-owned bind mount under the image's uid 65532) failed with the errno
+// alone ("Permission denied", or SQLite's "unable to open database file").
+// The line now says who cgacctd runs as, who owns the directory and what to
+// do. As root the daemon runs as uid:gid 65534 (setpriv), else as this user
+// with the directory read-only to it.
+TEST(StateDirTest, AStateDirItCannotWriteSaysWhoRunsAndWhoOwnsIt) {
+  TempDir dir;
+  const std::string state = dir.path() + "/ro";
+  ASSERT_EQ(mkdir(state.c_str(), 0555), 0);
+  ASSERT_EQ(chmod(dir.path().c_str(), 0755), 0);
+  const bool root = geteuid() == 0;
+  const std::string err_file = dir.path() + "/stderr";
+  const std::string as_user =
+      root ? "setpriv --reuid=65534 --regid=65534 --clear-groups " : "";
+  for (const std::string& target : {state, state + "/below"}) {
+    const int rc = test_util::RunShell(absl::StrCat(
+        as_user, CGACCTD_PATH, " --listen=127.0.0.1:0 --metrics_listen= ",
+        "--state_dir=", target, " > /dev/null 2> ", err_file));
+    EXPECT_EQ(rc, 3) << target;
+    const std::string err = test_util::ReadFile(err_file);
+    EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+    EXPECT_THAT(err, HasSubstr(absl::StrCat("--state_dir=", target, ": ")));
+    EXPECT_THAT(err, HasSubstr(absl::StrCat(
+                         "cgacctd runs as uid ", root ? 65534u : geteuid())))
+        << err;
+    EXPECT_THAT(err, HasSubstr(absl::StrCat(
+                         "and ", state, " is owned by uid ", geteuid())))
+        << err;
+    EXPECT_THAT(err, HasSubstr("mode 0555")) << err;
+    EXPECT_THAT(err, HasSubstr("chown ")) << err;
+  }
+}
+
 // Issue 22 item 2: both windows shared one table pruned to 16,384 rows, so
 // after 20,000 keyed Charges and 300 keyed batches, kill -9 and a restart,
 // retries of the older ids were applied again. Each window now keeps its
