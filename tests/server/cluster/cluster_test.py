@@ -130,6 +130,23 @@ class ClusterTest(unittest.TestCase):
         self.assertTrue(wait_for(lambda: self.balanced(shards), 10))
         return shards
 
+    def cpp_probe(self):
+        """cluster_client_probe (the C++ ClusterClient driven from stdin)
+        entering at nodes[0], failover 30 s: (the process, ask(line) ->
+        its JSON answer)."""
+        self.assertTrue(PROBE and os.path.exists(PROBE), "CGACCT_CLUSTER_PROBE: %r" % PROBE)
+        probe = subprocess.Popen([PROBE, self.nodes[0].address, "30000"],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 text=True)
+
+        def ask(line):
+            probe.stdin.write(line + "\n")
+            probe.stdin.flush()
+            out = probe.stdout.readline()
+            self.assertTrue(out, "cluster_client_probe ended at %r" % line)
+            return json.loads(out)
+        return probe, ask
+
     def node_at(self, address):
         return next(n for n in self.nodes if n.address == address)
 
@@ -535,16 +552,7 @@ class ClusterTest(unittest.TestCase):
         self.assertTrue(PROBE and os.path.exists(PROBE), "CGACCT_CLUSTER_PROBE: %r" % PROBE)
         grace_s = 2
         shards = self.start_library_shards("/q", grace_s)
-        probe = subprocess.Popen([PROBE, self.nodes[0].address, "30000"],
-                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                 text=True)
-
-        def ask(line):
-            probe.stdin.write(line + "\n")
-            probe.stdin.flush()
-            out = probe.stdout.readline()
-            self.assertTrue(out, "cluster_client_probe ended at %r" % line)
-            return json.loads(out)
+        probe, ask = self.cpp_probe()
 
         def ok(line):
             r = ask(line)
@@ -609,16 +617,7 @@ class ClusterTest(unittest.TestCase):
         shard = shards[0] + "/app"
         cc = cgacct.ClusterClient([self.nodes[0].address], failover_s=30,
                                   ttl_ms=3000, batch=0, deadline=1.0, retries=1)
-        probe = subprocess.Popen([PROBE, self.nodes[0].address, "30000"],
-                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                 text=True)
-
-        def ask(line):
-            probe.stdin.write(line + "\n")
-            probe.stdin.flush()
-            out = probe.stdout.readline()
-            self.assertTrue(out, "cluster_client_probe ended at %r" % line)
-            return json.loads(out)
+        probe, ask = self.cpp_probe()
         try:
             # (Charges of 64 pages or more: the engine's per-CPU stock
             # keeps no surplus in memory.current.)
