@@ -86,7 +86,8 @@ enum class ThrottleMode {
 // Something the library did on its own, reported to Options::on_event from
 // the library's stream thread (or the calling thread for kSessionLost found
 // by a call). Keep the callback short; it must not call the Client's methods
-// (it may run while the Client holds its session lock).
+// (it may run while the Client holds its session lock), nor a ClusterClient's
+// (its watch may be waiting for this Client's calls under the routing lock).
 struct Event {
   enum class Type {
     // The session was gone (expired, server restarted: NOT_FOUND) and a new

@@ -283,7 +283,9 @@ class Client:
     on_event: optional callable(Event) told what the client did on its own
       (session_reopened, recharge_failed, drained, stream_broken), from the
       session thread or a calling thread; keep it short, do not close() in
-      it [on_event].
+      it, and do not call a ClusterClient from it (its watch may be waiting
+      for this Client's calls while holding the ClusterClient's lock)
+      [on_event].
 
     The constructor opens the session (raises Error if it cannot) and waits
     up to `deadline` for its SessionStream to be attached (drain requests
