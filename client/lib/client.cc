@@ -698,9 +698,15 @@ grpc::Status Client::Adopt(std::string_view group, int kind,
 bool Client::Silent() const {
   const Impl& m = *impl_;
   if (m.closed.load(std::memory_order_relaxed)) return false;
+  // A wrong guess costs ClusterClient's watch one map read.
+  constexpr absl::Duration kDetached = absl::Milliseconds(250);
+  constexpr absl::Duration kSilenceMargin = absl::Milliseconds(500);
   const absl::Duration period =
       absl::Milliseconds(std::max<uint32_t>(m.link.ttl_ms() / 3, 10));
-  return m.link.Silence() > period + absl::FromChrono(m.options.call_timeout);
+  return m.link.Detached() > kDetached ||
+         m.link.Silence() >
+             period + std::min(absl::FromChrono(m.options.call_timeout),
+                               kSilenceMargin);
 }
 
 bool Client::Suspect() const {

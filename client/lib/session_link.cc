@@ -34,6 +34,12 @@ int64_t SessionLink::SteadyNanos() {
       .count();
 }
 
+absl::Duration SessionLink::Detached() const {
+  const int64_t since = detached_since_ns_.load(std::memory_order_relaxed);
+  return since == 0 ? absl::ZeroDuration()
+                    : absl::Nanoseconds(SteadyNanos() - since);
+}
+
 absl::Duration SessionLink::Silence() const {
   return absl::Nanoseconds(SteadyNanos() -
                            last_answer_ns_.load(std::memory_order_relaxed));
@@ -118,6 +124,7 @@ void SessionLink::StreamLoop() {
       backoff_ms = 50;
       last_answer_ns_.store(SteadyNanos(),
                             std::memory_order_relaxed);
+      detached_since_ns_.store(0, std::memory_order_relaxed);
       if (msg.paced() || msg.keepalive_request()) {
         absl::MutexLock l(&stream_mu_);
         paced_ = true;
@@ -134,6 +141,9 @@ void SessionLink::StreamLoop() {
       stream_ctx_ = nullptr;
       stream_ = nullptr;
     }
+    int64_t attached = 0;
+    detached_since_ns_.compare_exchange_strong(attached, SteadyNanos(),
+                                               std::memory_order_relaxed);
     grpc::Status status = rw->Finish();
     if (closed_.load()) break;
     if (!IsCurrent(gen)) continue;  // reopened meanwhile: re-attach

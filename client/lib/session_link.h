@@ -99,6 +99,9 @@ class SessionLink {
   // paces the stream), so more than that says it is stopped, dead or cut
   // off. Never blocks.
   absl::Duration Silence() const;
+  // How long the stream has been broken (ended and not yet answering again
+  // on a new attach); zero while it is attached. Never blocks.
+  absl::Duration Detached() const;
   // The current session's lease (its OpenSession answer), milliseconds.
   uint32_t ttl_ms() const ABSL_LOCKS_EXCLUDED(session_mu_);
 
@@ -133,6 +136,9 @@ class SessionLink {
   // last message, or of the last Replace(); relaxed.
   static int64_t SteadyNanos();
   std::atomic<int64_t> last_answer_ns_{SteadyNanos()};
+  // SteadyNanos() when the attached stream ended, 0 while one answers
+  // (Detached()); relaxed.
+  std::atomic<int64_t> detached_since_ns_{0};
 };
 
 }  // namespace cgacct::client::internal

@@ -264,9 +264,10 @@ class Client {
   // that was given up, and out of the books.
   Holdings Forget(std::string_view root, bool wait_for_calls = true);
   // For ClusterClient's watch: whether this Client's node may no longer
-  // serve what it holds: Silent(), its session stream has said nothing for
-  // longer than a keepalive period (ttl / 3) plus call_timeout (a node
-  // stopped, dead or cut off), or a re-charge is deferred there (refused
+  // serve what it holds: Silent(), its session stream broken for more than
+  // 250 ms (a node dead, stopping, or that ended the session) or silent for
+  // longer than a keepalive period (ttl / 3) plus min(call_timeout, 500 ms)
+  // (a node stopped or cut off), or a re-charge is deferred there (refused
   // as not served here). Never block on the network.
   bool Silent() const;
   bool Suspect() const;

@@ -64,6 +64,10 @@ _NOT_HERE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
              grpc.StatusCode.FAILED_PRECONDITION)
 # How often the session thread tries to charge deferred pages again.
 _DEFERRED_RETRY_S = 0.2
+# Client._silent(): a session stream broken for longer than this, or silent
+# this much past a keepalive period, makes ClusterClient's watch read the map.
+_DETACHED_S = 0.25
+_SILENCE_MARGIN_S = 0.5
 # Adaptive batch: a miss sooner than _FAST_MISS_S after the previous miss of
 # the same slot and group doubles its batch (up to stock_cap); one later than
 # _SLOW_MISS_S halves it (down to batch).
@@ -422,6 +426,10 @@ class Client:
         # opened: not reset by attaching (ClusterClient's watch reads it,
         # _suspect()). Written and read as _last_answer.
         self._last_heard = self._last_answer
+        # Since when the session stream has been broken (monotonic seconds),
+        # None while it is attached and answering: set by the session thread
+        # when a stream ends, cleared by the next message (read by _silent()).
+        self._detached_since = None
 
         try:
             self._open_session()
@@ -888,14 +896,22 @@ class Client:
             self._adopt(key, nr_pages)
 
     def _silent(self):
-        """Whether this client's node has said nothing on the session stream
-        for longer than a keepalive period plus a deadline (a node stopped,
-        dead or cut off: it asks for a keepalive every ttl / 3), for
-        ClusterClient's watch. Never blocks on the network."""
+        """Whether this client's node has gone quiet, for ClusterClient's
+        watch: its session stream broken for more than _DETACHED_S (a node
+        dead, stopping, or that ended the session and will not open
+        another), or silent for longer than a keepalive period plus
+        _SILENCE_MARGIN_S (a node stopped or cut off: it asks for a
+        keepalive every ttl / 3). A wrong guess costs one map read. Never
+        blocks on the network."""
         with self._mu:
             period = max(self._ttl_ms, 3) / 3000.0
             closed = self._closed
-        return not closed and time.monotonic() - self._last_heard > period + self._deadline
+        if closed:
+            return False
+        now = time.monotonic()
+        detached = self._detached_since
+        return (detached is not None and now - detached > _DETACHED_S) or \
+            now - self._last_heard > period + min(self._deadline, _SILENCE_MARGIN_S)
 
     def _suspect(self):
         """Whether this client's node may no longer serve what it holds (for
@@ -1190,6 +1206,7 @@ class Client:
             try:
                 for msg in call:
                     self._last_answer = self._last_heard = time.monotonic()
+                    self._detached_since = None
                     self._attached.set()
                     delay = 0.05
                     if msg.paced:
@@ -1210,6 +1227,8 @@ class Client:
                 call.cancel()
             finally:
                 q.put(None)
+            if self._detached_since is None:
+                self._detached_since = time.monotonic()
             if self._stop.is_set():
                 break
             if code == grpc.StatusCode.NOT_FOUND and self._session_gone(session_id):
