@@ -7,7 +7,10 @@
 
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/time.h"
 #include "engine/group_path.h"
+#include "server/common/log_line.h"
 
 namespace cgacct {
 namespace {
@@ -281,7 +284,8 @@ absl::StatusOr<int64_t> ClusterNode::LoadAll() {
     for (const std::string& root : lost)
       if (!owned_.contains(root)) really_lost.push_back(root);
   }
-  if (!really_lost.empty()) applier_->OnShardsLost(really_lost);
+  if (!really_lost.empty())
+    ShardsLost("not this node's in etcd after a resync", really_lost);
   return revision;
 }
 
@@ -356,7 +360,7 @@ void ClusterNode::Stop(bool resign) {
       empty.back().add_success()->mutable_request_delete_range()->set_key(
           ClaimKey(root));
     }
-    applier_->OnShardsLost(lost);
+    ShardsLost("given back at shutdown (the lease is revoked)", lost);
     for (const TxnRequest& txn : empty) {
       if (lease != 0 && txn.success_size() > 0) (void)CountedTxn(txn);
     }
@@ -437,12 +441,21 @@ void ClusterNode::KeepAliveLoop() {
       }
     }
     if (!answered) etcd_.NextEndpoint();
-    if (!lost.empty()) applier_->OnShardsLost(lost);
+    if (!lost.empty()) ShardsLost("etcd says its lease is gone", lost);
     if (wait > absl::ZeroDuration()) {
       absl::MutexLock l(&mu_);
       mu_.AwaitWithTimeout(absl::Condition(&stopping_), wait);
     }
   }
+}
+
+void ClusterNode::ShardsLost(absl::string_view why,
+                             const std::vector<std::string>& roots) {
+  LogLine(absl::StrCat("cluster: no longer admits for ",
+                       absl::StrJoin(roots, ", "), ": ", why,
+                       "; their sessions end (their holders charge again at "
+                       "the next owner)"));
+  applier_->OnShardsLost(roots);
 }
 
 void ClusterNode::DropOwnedLocked(std::vector<std::string>* lost) {
@@ -502,7 +515,8 @@ void ClusterNode::WatchLoop() {
           counters_.seen_revision =
               std::max(counters_.seen_revision, response.header().revision());
         }
-        if (!lost.empty()) applier_->OnShardsLost(lost);
+        if (!lost.empty())
+          ShardsLost("another node owns them in etcd now", lost);
       }
     }
     context->TryCancel();
@@ -556,6 +570,14 @@ void ClusterNode::OwnershipLoop() {
           if (owner.node != options_.node_name || owner.lease != lease_id_)
             continue;
           if (!owned_.emplace(root, owner.epoch).second) continue;
+          LogLine(absl::StrCat("cluster: owns ", root,
+                               " again, its fence renewed on the same lease",
+                               options_.takeover_grace > absl::ZeroDuration()
+                                   ? absl::StrCat(
+                                         ": only resumed charges for ",
+                                         absl::FormatDuration(
+                                             options_.takeover_grace))
+                                   : ""));
           if (options_.takeover_grace > absl::ZeroDuration()) {
             grace_until_ns_[root] =
                 now + absl::ToInt64Nanoseconds(options_.takeover_grace);
@@ -565,7 +587,12 @@ void ClusterNode::OwnershipLoop() {
         balance = true;
       }
     }
-    if (!lost.empty()) applier_->OnShardsLost(lost);
+    if (!lost.empty()) {
+      ShardsLost(
+          "past its fence (no keepalive answered in time): nothing admitted "
+          "until one is",
+          lost);
+    }
     if (balance) Balance();
   }
 }
@@ -650,8 +677,16 @@ void ClusterNode::Balance() {
         grace_until_ns_[root] =
             now + absl::ToInt64Nanoseconds(options_.takeover_grace);
         ++counters_.takeovers_with_grace;
+        LogLine(absl::StrCat("cluster: owns ", root, " (epoch ",
+                             r->header().revision(),
+                             "), taken over from another node: only resumed "
+                             "charges for --cluster_takeover_grace (",
+                             absl::FormatDuration(options_.takeover_grace),
+                             ")"));
       } else {
         grace_until_ns_.erase(root);
+        LogLine(absl::StrCat("cluster: owns ", root, " (epoch ",
+                             r->header().revision(), ")"));
       }
     }
   }
@@ -673,7 +708,7 @@ void ClusterNode::Balance() {
     // In its own grace the node holds nothing because the holders have not
     // re-charged yet: the mark stays (the next owner has a grace too).
     const bool held = in_grace || applier_->ShardHoldsPages(root);
-    applier_->OnShardsLost({root});
+    ShardsLost("given back to balance the nodes", {root});
     TxnRequest txn;
     AddCompare(&txn, OwnerKey(root), Compare::CREATE, Compare::EQUAL)
         ->set_create_revision(epoch);

@@ -272,6 +272,11 @@ class ClusterNode {
   // charge's path).
   int64_t GraceLeftNsLocked(const std::string& root, int64_t now) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Says on stderr which shards this node no longer admits for and why
+  // (LogLine: operators read takeovers, fences and rebalances there), then
+  // hands them to the applier. Called without mu_.
+  void ShardsLost(absl::string_view why, const std::vector<std::string>& roots)
+      ABSL_LOCKS_EXCLUDED(mu_);
   void DropOwnedLocked(std::vector<std::string>* lost)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Balance();

@@ -652,6 +652,18 @@ class ClusterTest(unittest.TestCase):
             self.assertEqual(cc.owner(shard), heir.address)
             self.assertEqual(cc.held(shard), 100)
             self.assertEqual(ask("held %s" % shard)["held"], 80)
+            # The nodes say what happened on stderr (a fresh user: "nodes
+            # log nothing on takeover, lease loss or rebalance").
+            self.assertIn("cgacctd: cluster: owns %s (epoch " % shards[0],
+                          heir.stderr_text())
+            self.assertIn("taken over from another node: only resumed charges for "
+                          "--cluster_takeover_grace (%ds)" % HELD_GRACE_S,
+                          heir.stderr_text())
+            if fault == "term":
+                self.assertTrue(wait_for(lambda: victim.proc.poll() is not None, 10))
+                said = victim.stderr_text()
+                self.assertRegex(said, r"cgacctd: cluster: no longer admits for [^\n]*%s"
+                                 "[^\n]*: given back at shutdown" % re.escape(shards[0]))
             # The calls after it go to the heir; everything goes back.
             cc.uncharge(shard, 100)
             self.assertEqual(ask("uncharge %s 80" % shard)["code"], 0)

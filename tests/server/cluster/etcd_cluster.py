@@ -123,20 +123,32 @@ class Node:
                  metrics_port=None):
         self.address = "127.0.0.1:%d" % port
         self.metrics = "127.0.0.1:%d" % metrics_port if metrics_port else ""
+        # Its stderr in a file (the node logs ownership changes there: a
+        # pipe nobody reads would fill and stop it); stderr_text() reads it.
+        err = tempfile.NamedTemporaryFile(prefix="cgacct-node-", suffix=".stderr",
+                                          delete=False)
+        self.err_path = err.name
         self.proc = subprocess.Popen(
             [cgacctd, "--listen=" + self.address,
              "--metrics_listen=" + self.metrics, "--cpus=2",
              "--etcd_endpoints=" + etcd.endpoints(), "--etcd_prefix=" + prefix,
              "--cluster_lease_ttl=%ds" % ttl_s] + list(extra),
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            stdout=subprocess.PIPE, stderr=err, text=True)
+        err.close()
         line = self.proc.stdout.readline()
         if "listening on" not in line:
             self.proc.kill()
+            self.proc.wait()
             raise RuntimeError("node did not start: %r %s" %
-                               (line, self.proc.stderr.read()))
+                               (line, self.stderr_text()))
         self.start_line = line
         self.channel = grpc.insecure_channel(self.address)
         self.stub = pb_grpc.AccountingStub(self.channel)
+
+    def stderr_text(self):
+        """What the node wrote on stderr so far."""
+        with open(self.err_path) as f:
+            return f.read()
 
     def close(self):
         self.channel.close()
@@ -144,6 +156,10 @@ class Node:
             self.proc.send_signal(signal.SIGCONT)
             self.proc.kill()
         self.proc.wait()
+        try:
+            os.unlink(self.err_path)
+        except OSError:
+            pass
 
 
 class BlackHoleProxy:
