@@ -5,6 +5,7 @@
 
 #include <map>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "server/cluster/routing.h"
 #include "server/pipeline/reads.h"
@@ -96,6 +97,34 @@ void Forwarder::FanOutStats(const grpc::CallbackServerContext& context,
   }
 }
 
+namespace {
+
+// A forward that failed in transport (the owner dead, stopped, or not
+// listening: gRPC's "failed to connect to all addresses; last error: ...")
+// says so in the caller's terms: which node, and that a failover moves the
+// shard. An owner's own answer (its grace refusal, a memory.max) passes
+// unchanged.
+grpc::Status OwnerUnreachable(const std::string& address,
+                              const grpc::Status& status) {
+  if (status.error_code() != grpc::StatusCode::UNAVAILABLE) return status;
+  const std::string& message = status.error_message();
+  bool transport = false;
+  for (const char* sign :
+       {"failed to connect", "Socket closed", "Connection reset",
+        "Broken pipe", "Connection refused", "connections to all backends failing"}) {
+    transport = transport || absl::StrContains(message, sign);
+  }
+  if (!transport) return status;
+  return grpc::Status(
+      grpc::StatusCode::UNAVAILABLE,
+      absl::StrCat("the owner of this shard, node ", address,
+                   ", did not answer (", message,
+                   "): if it is gone, another node takes the shard within "
+                   "its lease TTL (--cluster_lease_ttl); retry then"));
+}
+
+}  // namespace
+
 std::shared_ptr<grpc::GenericStub> Forwarder::StubFor(
     const std::string& address) {
   absl::MutexLock l(&mu_);
@@ -131,9 +160,10 @@ void Forwarder::Forward(
       &pending->context,
       absl::StrCat("/cgacct.v1.Accounting/", RpcMethodName(method)),
       grpc::StubOptions(), &pending->request, &pending->response,
-      [pending](grpc::Status status) {
-        pending->done(status, status.ok() ? std::move(pending->response)
-                                          : grpc::ByteBuffer());
+      [pending, address](grpc::Status status) {
+        pending->done(OwnerUnreachable(address, status),
+                      status.ok() ? std::move(pending->response)
+                                  : grpc::ByteBuffer());
         delete pending;
       });
 }

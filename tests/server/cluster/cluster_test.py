@@ -361,6 +361,29 @@ class ClusterTest(unittest.TestCase):
         except grpc.RpcError as err:
             return err
 
+    def test_a_forward_to_a_dead_owner_says_which_node(self):
+        """A unary call at a node that does not own the shard is forwarded
+        to its owner; when that owner is dead (killed -9, its lease not yet
+        run out), the caller gets UNAVAILABLE naming the owner and what
+        happens next, not gRPC's channel error ("failed to connect to all
+        addresses; last error: UNKNOWN: ipv4:...": a fresh user's run)."""
+        shards = self.start_library_shards("/f", 2)
+        owners = self.owners(self.nodes[0])
+        victim = self.node_at(owners[shards[0]])
+        other = next(n for n in self.nodes if n is not victim)
+        victim.proc.kill()
+        victim.proc.wait()
+        try:
+            other.stub.Charge(pb.ChargeRequest(path=(shards[0] + "/app").encode(),
+                                               nr_pages=1, kind=pb.PAGE_KIND_ANON),
+                              timeout=5)
+            self.fail("charged through a dead owner")
+        except grpc.RpcError as err:
+            self.assertEqual(err.code(), grpc.StatusCode.UNAVAILABLE, err.details())
+            self.assertIn("the owner of this shard, node %s, did not answer" % victim.address,
+                          err.details())
+            self.assertIn("--cluster_lease_ttl", err.details())
+
     def test_a_grace_goes_on_when_the_shard_moves_again(self):
         # An owner in its grace holds nothing yet (the holders have not
         # re-charged): handing the shard on must not end the grace (the
