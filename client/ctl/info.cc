@@ -90,7 +90,28 @@ int Cluster(Ctl& ctl, const Invocation& inv) {
       ctl.Context().get(), v1::GetClusterMapRequest(), &map);
   if (!status.ok()) return PrintRpcError("GetClusterMap", status);
   if (ctl.json()) {
-    PrintProtoJson(map);
+    // Paths as text and numbers as numbers, as cat/ls/tree/top print them
+    // (protobuf's mapping printed the bytes shard_root in base64 and the
+    // int64 revisions as strings: a fresh user's finding).
+    Json shards = Json::array();
+    for (const v1::ShardOwner& shard : map.shards()) {
+      shards.push_back({{"shard_root", shard.shard_root()},
+                        {"owner_name", shard.owner_name()},
+                        {"owner_address", shard.owner_address()},
+                        {"epoch", shard.epoch()}});
+    }
+    Json nodes = Json::array();
+    for (const v1::ClusterNodeInfo& node : map.nodes()) {
+      nodes.push_back({{"name", node.name()}, {"address", node.address()}});
+    }
+    PrintJson(Json{{"cluster_mode", map.cluster_mode()},
+                   {"node_name", map.node_name()},
+                   {"node_address", map.node_address()},
+                   {"shard_depth", map.shard_depth()},
+                   {"revision", map.revision()},
+                   {"has_lease", map.has_lease()},
+                   {"nodes", nodes},
+                   {"shards", shards}});
     return kExitOk;
   }
   if (!map.cluster_mode()) {

@@ -45,6 +45,9 @@ LOAD = os.environ.get("CGACCT_LOAD", "")
 # tests/client/lib/cluster_client_probe: cgacct::client::ClusterClient (C++)
 # driven from stdin.
 PROBE = os.environ.get("CGACCT_CLUSTER_PROBE", "")
+# cgacctctl of the same build (BUILD/server/cgacctd, BUILD/client/cgacctctl).
+CGACCTCTL = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(CGACCTD))),
+                         "client", "cgacctctl")
 FORWARDED = (("cgacct-forwarded", "1"),)
 # The fault tests' held shard: its memory.max, in pages (Holders keep it
 # there), and the takeover grace of their nodes.
@@ -360,6 +363,33 @@ class ClusterTest(unittest.TestCase):
             return None
         except grpc.RpcError as err:
             return err
+
+    def test_cgacctctl_cluster_prints_the_map(self):
+        """cgacctctl cluster at any node: the nodes and each shard's owner;
+        --json with paths as text and numbers as numbers (protobuf's mapping
+        printed the bytes shard_root in base64: "L3Nh" for /sa, a fresh
+        user's finding)."""
+        shards = self.start_library_shards("/j", 2)
+        owners = self.owners(self.nodes[0])
+        run = subprocess.run([CGACCTCTL, "--target=" + self.nodes[1].address, "--json",
+                              "cluster"], capture_output=True, text=True, timeout=30)
+        self.assertEqual(run.returncode, 0, run.stderr)
+        m = json.loads(run.stdout)
+        self.assertTrue(m["cluster_mode"])
+        self.assertEqual(m["node_address"], self.nodes[1].address)
+        self.assertIsInstance(m["revision"], int)
+        self.assertEqual(sorted(n["address"] for n in m["nodes"]),
+                         sorted(n.address for n in self.nodes))
+        got = {sh["shard_root"]: sh["owner_address"] for sh in m["shards"]}
+        self.assertEqual(got, {sh: owners[sh] for sh in shards})
+        self.assertTrue(all(isinstance(sh["epoch"], int) and sh["epoch"] > 0
+                            for sh in m["shards"]))
+        text_run = subprocess.run([CGACCTCTL, "--target=" + self.nodes[2].address, "cluster"],
+                                  capture_output=True, text=True, timeout=30)
+        self.assertEqual(text_run.returncode, 0, text_run.stderr)
+        for sh in shards:
+            self.assertRegex(text_run.stdout, r"(?m)^  %s \S+ %s epoch \d+$" % (
+                re.escape(sh), re.escape(owners[sh])))
 
     def test_a_forward_to_a_dead_owner_says_which_node(self):
         """A unary call at a node that does not own the shard is forwarded
