@@ -208,6 +208,17 @@ void ShowOwnFlagsInHelp() {
   absl::SetFlagsUsageConfig(config);
 }
 
+std::vector<const absl::CommandLineFlag*> OwnFlags() {
+  std::vector<const absl::CommandLineFlag*> own;
+  for (const auto& [name, flag] : absl::GetAllFlags()) {
+    if (!absl::StrContains(flag->Filename(), "absl/")) own.push_back(flag);
+  }
+  std::sort(own.begin(), own.end(), [](const auto* a, const auto* b) {
+    return a->Name() < b->Name();
+  });
+  return own;
+}
+
 bool PrintHelpIfAsked(int argc, char** argv) {
   bool asked = false;
   for (int i = 1; i < argc && !asked; ++i) {
@@ -219,15 +230,8 @@ bool PrintHelpIfAsked(int argc, char** argv) {
     }
   }
   if (!asked) return false;
-  std::vector<const absl::CommandLineFlag*> own;
-  for (const auto& [name, flag] : absl::GetAllFlags()) {
-    if (!absl::StrContains(flag->Filename(), "absl/")) own.push_back(flag);
-  }
-  std::sort(own.begin(), own.end(), [](const auto* a, const auto* b) {
-    return a->Name() < b->Name();
-  });
   std::string text = absl::StrCat(absl::ProgramUsageMessage(), "\n\nflags:\n");
-  for (const absl::CommandLineFlag* flag : own) {
+  for (const absl::CommandLineFlag* flag : OwnFlags()) {
     const std::string def = flag->DefaultValue();
     absl::StrAppend(&text, "  --", flag->Name(),
                     def.empty() ? "" : absl::StrCat("=", def), "\n      ",

@@ -8,7 +8,9 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "absl/flags/commandlineflag.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
@@ -62,6 +64,11 @@ std::string FormatSizeBytes(uint64_t bytes);
 // and the git revision configured at build time, "unknown" outside git)
 // instead of Abseil's default. Call before absl::ParseCommandLine().
 void ShowOwnFlagsInHelp();
+
+// The program's own flags (those not defined by Abseil's sources), sorted by
+// name: what --help, cgacctctl's man page and its completion list. Reads
+// the flag registry (thread-safe after absl::ParseCommandLine()).
+std::vector<const absl::CommandLineFlag*> OwnFlags();
 
 // --help, -h, -help, --helpshort or --helpfull among argv's flags (before a
 // "--"): prints the program's usage message (absl::ProgramUsageMessage())

@@ -1,15 +1,14 @@
 #include "client/ctl/help.h"
 
-#include <algorithm>
 #include <cstdio>
 #include <iterator>
 
 #include "absl/flags/commandlineflag.h"
-#include "absl/flags/reflection.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "client/cli/cli_util.h"
 #include "client/ctl/cgroup_files.h"
 
 namespace cgacct::ctl {
@@ -17,18 +16,6 @@ namespace {
 
 constexpr char kLimitFileAssignments[] =
     "memory.max= memory.high= memory.min= memory.low= memory.oom.group=";
-
-// cgacctctl's own flags (not Abseil's), sorted by name.
-std::vector<const absl::CommandLineFlag*> OwnFlags() {
-  std::vector<const absl::CommandLineFlag*> own;
-  for (const auto& [name, flag] : absl::GetAllFlags()) {
-    if (!absl::StrContains(flag->Filename(), "absl/")) own.push_back(flag);
-  }
-  std::sort(own.begin(), own.end(), [](const auto* a, const auto* b) {
-    return a->Name() < b->Name();
-  });
-  return own;
-}
 
 // "-r" for one-letter flags, "--name" otherwise (both are accepted).
 std::string Dashed(const absl::CommandLineFlag& flag) {
@@ -195,7 +182,7 @@ std::string ManPage(const std::string& version) {
     }
   }
   absl::StrAppend(&out, ".SH OPTIONS\n");
-  for (const absl::CommandLineFlag* flag : OwnFlags()) {
+  for (const absl::CommandLineFlag* flag : cli::OwnFlags()) {
     const std::string def = flag->DefaultValue();
     absl::StrAppend(&out, ".TP\n\\fB", Roff(Dashed(*flag)), "\\fR",
                     def.empty() ? "" : absl::StrCat("=", Roff(def)), "\n",
@@ -230,7 +217,7 @@ std::string BashCompletion() {
     if (c.completes == Completes::kLimitFiles) limits_after.push_back(c.name);
   }
   std::vector<std::string> flags;
-  for (const absl::CommandLineFlag* flag : OwnFlags()) {
+  for (const absl::CommandLineFlag* flag : cli::OwnFlags()) {
     flags.push_back(flag->IsOfType<bool>() ? Dashed(*flag)
                                            : absl::StrCat(Dashed(*flag), "="));
   }
