@@ -29,6 +29,8 @@ import unittest
 
 import yaml
 
+import pod_security
+
 CGACCTD = sys.argv[1]
 SOURCE = sys.argv[2]
 del sys.argv[1:3]
@@ -172,6 +174,28 @@ class KubernetesManifests(unittest.TestCase):
         self.assertEqual(users[-1:], [(str(spec["securityContext"]["runAsUser"]),
                                        str(spec["securityContext"]["runAsGroup"]))])
 
+    def test_pods_pass_the_pod_security_level_the_namespace_enforces(self):
+        # The namespace enforces "restricted": a pod it refuses never runs
+        # (the DaemonSet's hostPath state volume was refused even by
+        # "baseline").
+        level = pod_security.enforced_level(self.by_kind["Namespace"][0])
+        self.assertEqual(level, "restricted")
+        templates = pod_security.pod_templates(doc for _, doc in self.docs)
+        self.assertEqual([name for name, _ in templates], ["DaemonSet/cgacctd"])
+        for name, template in templates:
+            self.assertEqual(pod_security.violations(template, level), [], name)
+
+    def test_state_is_an_empty_dir_with_a_size_limit(self):
+        # No hostPath: the state lives as long as the pod (it survives the
+        # container's restarts), bounded so the kubelet accounts for it.
+        volumes = {v["name"]: v for v in self.pod["spec"]["volumes"]}
+        mounts = {m["mountPath"]: m["name"] for m in self.container["volumeMounts"]}
+        state = volumes[mounts[self.flags["state_dir"]]]
+        self.assertEqual(set(state) - {"name"}, {"emptyDir"})
+        self.assertIn("sizeLimit", state["emptyDir"])
+        self.assertIn("ephemeral-storage", self.container["resources"]["requests"])
+
+
     def test_service_targets_named_ports_not_health(self):
         svc = self.by_kind["Service"][0]
         targets = [p["targetPort"] for p in svc["spec"]["ports"]]
@@ -211,6 +235,85 @@ class KubernetesManifests(unittest.TestCase):
                         self.assertTrue(uses_sd, "%s: annotation %s that no scrape config reads"
                                         % (name, key))
 
+
+
+class PodSecurityChecker(unittest.TestCase):
+    """The checker itself refuses what each level refuses."""
+
+    @staticmethod
+    def pod(container_sc=None, pod_sc=None, **spec):
+        restricted_sc = {"allowPrivilegeEscalation": False,
+                         "capabilities": {"drop": ["ALL"]}}
+        restricted_sc.update(container_sc or {})
+        base = {"securityContext": {"runAsNonRoot": True, "runAsUser": 65532,
+                                    "seccompProfile": {"type": "RuntimeDefault"}},
+                "containers": [{"name": "c", "securityContext": restricted_sc}]}
+        base["securityContext"].update(pod_sc or {})
+        base.update(spec)
+        return {"metadata": {}, "spec": base}
+
+    def refused(self, template, level, expected):
+        got = pod_security.violations(template, level)
+        self.assertTrue(any(expected in v for v in got), (expected, got))
+
+    def test_a_hardened_pod_passes_every_level(self):
+        for level in pod_security.LEVELS:
+            self.assertEqual(pod_security.violations(self.pod(), level), [], level)
+
+    def test_baseline_refusals(self):
+        for spec, expected in [
+                ({"volumes": [{"name": "state", "hostPath": {"path": "/x"}}]},
+                 "volume state: hostPath"),
+                ({"hostNetwork": True}, "hostNetwork"),
+                ({"hostPID": True}, "hostPID"),
+                ({"containers": [{"name": "c", "securityContext": {"privileged": True}}]},
+                 "c: privileged"),
+                ({"containers": [{"name": "c", "ports": [{"containerPort": 1,
+                                                          "hostPort": 1}]}]}, "hostPort"),
+                ({"containers": [{"name": "c", "securityContext": {
+                    "capabilities": {"add": ["SYS_ADMIN"]}}}]}, "SYS_ADMIN"),
+                ({"containers": [{"name": "c", "securityContext": {
+                    "procMount": "Unmasked"}}]}, "procMount"),
+        ]:
+            self.refused(self.pod(**spec), "baseline", expected)
+            self.assertEqual(pod_security.violations(self.pod(**spec), "privileged"), [])
+        self.refused(self.pod(pod_sc={"seccompProfile": {"type": "Unconfined"}}),
+                     "baseline", "pod: seccompProfile Unconfined")
+        self.refused(self.pod(pod_sc={"sysctls": [{"name": "kernel.msgmax", "value": "1"}]}),
+                     "baseline", "sysctl kernel.msgmax")
+        self.assertEqual(pod_security.violations(self.pod(pod_sc={"sysctls": [
+            {"name": "net.ipv4.ip_local_port_range", "value": "1 2"}]}), "baseline"), [])
+        self.refused(self.pod(pod_sc={"seLinuxOptions": {"type": "spc_t"}}), "baseline",
+                     "seLinuxOptions.type spc_t")
+        unconfined = self.pod()
+        unconfined["metadata"]["annotations"] = {
+            pod_security.APPARMOR_PREFIX + "c": "unconfined"}
+        self.refused(unconfined, "baseline", "unconfined")
+
+    def test_restricted_refusals(self):
+        bare = pod_security.violations({"containers": [{"name": "c"}]}, "restricted")
+        self.assertEqual(len(bare), 4, bare)
+        self.assertEqual(pod_security.violations({"containers": [{"name": "c"}]},
+                                                 "baseline"), [])
+        for template, expected in [
+                (self.pod(volumes=[{"name": "n", "nfs": {"server": "x", "path": "/"}}]),
+                 "volume n: ['nfs']"),
+                (self.pod(container_sc={"runAsNonRoot": False}), "runAsNonRoot"),
+                (self.pod(container_sc={"runAsUser": 0}), "c: runAsUser 0"),
+                (self.pod(container_sc={"allowPrivilegeEscalation": True}),
+                 "allowPrivilegeEscalation"),
+                (self.pod(container_sc={"capabilities": {"drop": ["NET_RAW"]}}),
+                 "do not drop ALL"),
+                (self.pod(container_sc={"capabilities": {"drop": ["ALL"],
+                                                         "add": ["CHOWN"]}}),
+                 "capabilities add"),
+                (self.pod(pod_sc={"seccompProfile": None}), "seccompProfile None"),
+        ]:
+            self.refused(template, "restricted", expected)
+        with_volumes = self.pod(volumes=[{"name": "s", "emptyDir": {}},
+                                         {"name": "p", "persistentVolumeClaim": {
+                                             "claimName": "x"}}])
+        self.assertEqual(pod_security.violations(with_volumes, "restricted"), [])
 
 
 class SystemdUnitShape(unittest.TestCase):
