@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -93,6 +95,40 @@ Json EventsJson(const v1::MemoryEvents& events) {
 
 Json LimitJson(uint64_t bytes) {
   return bytes == UINT64_MAX ? Json("max") : Json(bytes);
+}
+
+Json LimitsJson(const v1::Limits& limits) {
+  Json json = Json::object();
+  if (limits.has_max_bytes()) json["memory.max"] = LimitJson(limits.max_bytes());
+  if (limits.has_high_bytes()) {
+    json["memory.high"] = LimitJson(limits.high_bytes());
+  }
+  if (limits.has_min_bytes()) json["memory.min"] = LimitJson(limits.min_bytes());
+  if (limits.has_low_bytes()) json["memory.low"] = LimitJson(limits.low_bytes());
+  if (limits.has_oom_group()) json["memory.oom.group"] = limits.oom_group() ? 1 : 0;
+  return json;
+}
+
+Json GroupJson(const v1::Group& group) {
+  Json json = {{"path", group.path()}, {"id", group.id()}};
+  json.update(LimitsJson(group.limits()));
+  return json;
+}
+
+Json GroupStatsJson(const v1::GroupStats& stats) {
+  Json json = Json::object();
+  json["path"] = stats.path();
+  for (const char* file : kCatFiles) json[file] = CatJson(stats, file);
+  json["memory.failcnt"] = stats.failcnt();
+  json["emin_bytes"] = stats.emin_bytes();
+  json["elow_bytes"] = stats.elow_bytes();
+  json["flushed"] = stats.flushed();
+  json["max_staleness_us"] = stats.max_staleness_us();
+  json["summed_shards"] = Json(std::vector<std::string>(
+      stats.summed_shards().begin(), stats.summed_shards().end()));
+  json["missing_shards"] = Json(std::vector<std::string>(
+      stats.missing_shards().begin(), stats.missing_shards().end()));
+  return json;
 }
 
 std::string HumanBytes(uint64_t bytes) {

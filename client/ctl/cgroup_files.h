@@ -52,6 +52,23 @@ Json EventsJson(const v1::MemoryEvents& events);
 // A limit as JSON: "max" for UINT64_MAX, the byte count otherwise.
 Json LimitJson(uint64_t bytes);
 
+// The limit files of `limits` as an object: "memory.max", "memory.high",
+// "memory.min", "memory.low" (LimitJson each) and "memory.oom.group" (0 or
+// 1); a field the message leaves unset is left out.
+Json LimitsJson(const v1::Limits& limits);
+
+// A group as create and set answer it: {"path", "id", then LimitsJson's
+// files}, the keys `create`'s text prints.
+Json GroupJson(const v1::Group& group);
+
+// Everything GetStats answers, in cgroup file names: {"path",
+// "memory.current", the limit files, "memory.peak", "memory.stat": {name:
+// count}, "memory.events", "memory.events.local", then what no cgroup v2
+// file holds under the proto's names: "memory.failcnt" (the v1 file),
+// "emin_bytes", "elow_bytes", "flushed", "max_staleness_us",
+// "summed_shards", "missing_shards"}.
+Json GroupStatsJson(const v1::GroupStats& stats);
+
 // systemd's format_bytes(): "512B", "4.0K", "1.5G"; "max" stays "max".
 std::string HumanBytes(uint64_t bytes);
 

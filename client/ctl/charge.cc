@@ -22,6 +22,13 @@ Request PageRequest(const Invocation& inv) {
   return request;
 }
 
+// --json: {"path": the group, then the response's fields}.
+Json PathJson(const Invocation& inv, const google::protobuf::Message& response) {
+  Json json = {{"path", inv.path}};
+  json.update(MessageJson(response));
+  return json;
+}
+
 }  // namespace
 
 int ChargeOrUncharge(Ctl& ctl, const Invocation& given) {
@@ -42,14 +49,14 @@ int ChargeOrUncharge(Ctl& ctl, const Invocation& given) {
     const grpc::Status status = ctl.stub().Uncharge(
         ctl.Context().get(), PageRequest<v1::UnchargeRequest>(inv), &response);
     if (!status.ok()) return PrintRpcError(what, status);
-    return PrintAnswer(ctl, response,
+    return PrintAnswer(ctl, PathJson(inv, response),
                        [&] { Line("nr_pages", response.nr_pages()); });
   }
   v1::ChargeResponse response;
   const grpc::Status status = ctl.stub().Charge(
       ctl.Context().get(), PageRequest<v1::ChargeRequest>(inv), &response);
   if (!status.ok()) return PrintRpcError(what, status);
-  return PrintAnswer(ctl, response, [&] {
+  return PrintAnswer(ctl, PathJson(inv, response), [&] {
     Line("nr_pages", response.nr_pages());
     Line("throttle_us", response.throttle_us());
   });
@@ -75,7 +82,7 @@ int Reclaim(Ctl& ctl, const Invocation& inv) {
   if (!status.ok()) {
     return PrintRpcError(absl::StrCat("reclaim ", inv.path), status);
   }
-  if (ctl.json()) PrintProtoJson(response);
+  if (ctl.json()) PrintJson(PathJson(inv, response));
   return kExitOk;
 }
 

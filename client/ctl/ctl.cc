@@ -6,7 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "client/cli/grpc_util.h"
 #include "client/ctl/exit_status.h"
-#include "google/protobuf/util/json_util.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/message.h"
 
 namespace cgacct::ctl {
 
@@ -67,27 +68,86 @@ grpc::Status Ctl::ReadSubtree(const std::string& path, v1::FlushMode flush,
   return grpc::Status::OK;
 }
 
-std::string ProtoJson(const google::protobuf::Message& message, bool pretty) {
-  google::protobuf::util::JsonPrintOptions options;
-  options.add_whitespace = pretty;
-  options.always_print_primitive_fields = true;
-  options.preserve_proto_field_names = true;
-  std::string out;
-  const auto status =
-      google::protobuf::util::MessageToJsonString(message, &out, options);
-  if (!status.ok()) {
-    return absl::StrCat("{\"error\": \"", status.ToString(), "\"}\n");
+namespace {
+
+namespace pb = google::protobuf;
+
+Json FieldValueJson(const pb::Message& message, const pb::FieldDescriptor* f,
+                    int index) {
+  const pb::Reflection& r = *message.GetReflection();
+  const bool repeated = f->is_repeated();
+  switch (f->cpp_type()) {
+    case pb::FieldDescriptor::CPPTYPE_INT32:
+      return repeated ? r.GetRepeatedInt32(message, f, index)
+                      : r.GetInt32(message, f);
+    case pb::FieldDescriptor::CPPTYPE_INT64:
+      return repeated ? r.GetRepeatedInt64(message, f, index)
+                      : r.GetInt64(message, f);
+    case pb::FieldDescriptor::CPPTYPE_UINT32:
+      return repeated ? r.GetRepeatedUInt32(message, f, index)
+                      : r.GetUInt32(message, f);
+    case pb::FieldDescriptor::CPPTYPE_UINT64:
+      return repeated ? r.GetRepeatedUInt64(message, f, index)
+                      : r.GetUInt64(message, f);
+    case pb::FieldDescriptor::CPPTYPE_DOUBLE:
+      return repeated ? r.GetRepeatedDouble(message, f, index)
+                      : r.GetDouble(message, f);
+    case pb::FieldDescriptor::CPPTYPE_FLOAT:
+      return repeated ? r.GetRepeatedFloat(message, f, index)
+                      : r.GetFloat(message, f);
+    case pb::FieldDescriptor::CPPTYPE_BOOL:
+      return repeated ? r.GetRepeatedBool(message, f, index)
+                      : r.GetBool(message, f);
+    case pb::FieldDescriptor::CPPTYPE_ENUM:
+      return (repeated ? r.GetRepeatedEnum(message, f, index)
+                       : r.GetEnum(message, f))
+          ->name();
+    case pb::FieldDescriptor::CPPTYPE_STRING:
+      return repeated ? r.GetRepeatedString(message, f, index)
+                      : r.GetString(message, f);
+    case pb::FieldDescriptor::CPPTYPE_MESSAGE:
+      return MessageJson(repeated ? r.GetRepeatedMessage(message, f, index)
+                                  : r.GetMessage(message, f));
   }
-  if (out.empty() || out.back() != '\n') out.push_back('\n');
-  return out;
+  return nullptr;
 }
 
-void PrintProtoJson(const google::protobuf::Message& message) {
-  std::cout << ProtoJson(message, /*pretty=*/true);
+}  // namespace
+
+Json MessageJson(const google::protobuf::Message& message) {
+  if (const auto* stats = dynamic_cast<const v1::GroupStats*>(&message)) {
+    return GroupStatsJson(*stats);
+  }
+  if (const auto* group = dynamic_cast<const v1::Group*>(&message)) {
+    return GroupJson(*group);
+  }
+  if (const auto* limits = dynamic_cast<const v1::Limits*>(&message)) {
+    return LimitsJson(*limits);
+  }
+  Json json = Json::object();
+  const pb::Descriptor& d = *message.GetDescriptor();
+  const pb::Reflection& r = *message.GetReflection();
+  for (int i = 0; i < d.field_count(); ++i) {
+    const pb::FieldDescriptor* f = d.field(i);
+    if (f->is_repeated()) {
+      Json values = Json::array();
+      for (int k = 0; k < r.FieldSize(message, f); ++k) {
+        values.push_back(FieldValueJson(message, f, k));
+      }
+      json[f->name()] = std::move(values);
+    } else if (!f->has_presence() || r.HasField(message, f) ||
+               (f->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE &&
+                !f->real_containing_oneof() && !f->has_optional_keyword())) {
+      json[f->name()] = FieldValueJson(message, f, 0);
+    }
+  }
+  return json;
 }
 
 void PrintJson(const Json& json, bool pretty) {
-  std::cout << json.dump(pretty ? 2 : -1) << "\n";
+  std::cout << json.dump(pretty ? 2 : -1, ' ', /*ensure_ascii=*/false,
+                         Json::error_handler_t::replace)
+            << "\n";
 }
 
 void Line(absl::string_view name, absl::string_view value) {

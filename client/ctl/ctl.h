@@ -64,23 +64,26 @@ class Ctl {
   const absl::Duration timeout_;
 };
 
-// Protobuf's JSON mapping of `message`: field names as in the proto, every
-// field printed (zeros included), 64-bit integers as strings; ends in '\n'.
-std::string ProtoJson(const google::protobuf::Message& message, bool pretty);
+// A response as JSON, in the one shape every --json output has (README,
+// "cgacctctl --json"): keys are the proto's field names, except that
+// Limits fields are their cgroup files (LimitsJson), GroupStats is
+// GroupStatsJson and Group is GroupJson; integers of every width are JSON
+// numbers (not protobuf's strings for 64-bit ones), enums their names,
+// bytes and strings text (the server answers ASCII in them), repeated
+// fields arrays, nested messages objects. Every field is printed, zeros
+// included, but an absent `optional` one.
+Json MessageJson(const google::protobuf::Message& message);
 
-// ProtoJson(message, pretty) on stdout.
-void PrintProtoJson(const google::protobuf::Message& message);
-
-// `json` on stdout, indented by 2 (or on one line), and a '\n'.
+// `json` on stdout, indented by 2 (or on one line), and a '\n'. Bytes
+// that are not UTF-8 are printed as U+FFFD.
 void PrintJson(const Json& json, bool pretty = true);
 
-// A command's answer on stdout: with --json protobuf's JSON of `message`,
-// otherwise what `print_text()` prints. kExitOk.
+// A command's answer on stdout: with --json `json`, otherwise what
+// `print_text()` prints. kExitOk.
 template <typename PrintText>
-int PrintAnswer(const Ctl& ctl, const google::protobuf::Message& message,
-                PrintText print_text) {
+int PrintAnswer(const Ctl& ctl, const Json& json, PrintText print_text) {
   if (ctl.json()) {
-    PrintProtoJson(message);
+    PrintJson(json);
   } else {
     print_text();
   }

@@ -13,7 +13,7 @@ namespace {
 
 // A group as create and set answer it: its path, id and limit files.
 int PrintGroup(const Ctl& ctl, const v1::Group& group) {
-  return PrintAnswer(ctl, group, [&] {
+  return PrintAnswer(ctl, GroupJson(group), [&] {
     Line("path", group.path());
     Line("id", group.id());
     Line("memory.max", cli::FormatSizeBytes(group.limits().max_bytes()));
@@ -48,7 +48,9 @@ int Delete(Ctl& ctl, const Invocation& inv) {
   if (!status.ok()) {
     return PrintRpcError(absl::StrCat("delete ", inv.path), status);
   }
-  return PrintAnswer(ctl, response, [&] {
+  Json json = {{"path", inv.path}};
+  json.update(MessageJson(response));
+  return PrintAnswer(ctl, json, [&] {
     Line("reparented_pages", response.reparented_pages());
   });
 }

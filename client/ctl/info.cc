@@ -37,7 +37,7 @@ int Info(Ctl& ctl, const Invocation& inv) {
       ctl.Context().get(), v1::GetEngineInfoRequest(), &info);
   if (!status.ok()) return PrintRpcError("GetEngineInfo", status);
   if (ctl.json()) {
-    PrintProtoJson(info);
+    PrintJson(MessageJson(info));
     return kExitOk;
   }
   Line("nr_cpus", info.nr_cpus());

@@ -158,7 +158,10 @@ int Peak(Ctl& ctl, const Invocation& inv) {
       return end(PrintRpcError(absl::StrCat("peak ", inv.path), status));
     }
     if (ctl.json()) {
-      std::cout << ProtoJson(watermark, /*pretty=*/false);
+      PrintJson({{"path", watermark.path()},
+                 {"watermark_id", watermark.watermark_id()},
+                 {"memory.peak", watermark.peak_bytes()}},
+                /*pretty=*/false);
     } else {
       std::cout << watermark.peak_bytes() << "\n";
     }

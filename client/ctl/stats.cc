@@ -10,12 +10,15 @@
 namespace cgacct::ctl {
 namespace {
 
-// One EventsUpdate: the memory.events (or .local) file's lines, or (--json)
-// protobuf's JSON of the whole update.
+// One EventsUpdate: the memory.events (or, --local, memory.events.local)
+// file's lines, or (--json) {"path": ..., FILE: {name: count}}.
 void PrintEventsUpdate(const Ctl& ctl, const v1::EventsUpdate& update,
                        bool local, bool pretty) {
   if (ctl.json()) {
-    std::cout << ProtoJson(update, pretty);
+    PrintJson({{"path", update.path()},
+               {local ? "memory.events.local" : "memory.events",
+                EventsJson(local ? update.events_local() : update.events())}},
+              pretty);
   } else {
     for (const auto& [name, value] :
          EventLines(local ? update.events_local() : update.events())) {
@@ -71,8 +74,9 @@ void WarnMissingShards(const std::string& what, const v1::GroupStats& stats) {
 
 }  // namespace
 
-// memory.stat exactly as the file prints it; --json adds everything
-// GetStats answers (flush metadata included).
+// memory.stat exactly as the file prints it; --json prints everything
+// GetStats answers (GroupStatsJson: memory.stat with every other file, the
+// flush metadata included).
 int Stat(Ctl& ctl, const Invocation& inv) {
   v1::GroupStats stats;
   const grpc::Status status = ctl.GetStats(inv.path, inv.flush, &stats);
@@ -80,7 +84,7 @@ int Stat(Ctl& ctl, const Invocation& inv) {
     return PrintRpcError(absl::StrCat("stat ", inv.path), status);
   }
   WarnMissingShards(absl::StrCat("stat ", inv.path), stats);
-  return PrintAnswer(ctl, stats,
+  return PrintAnswer(ctl, GroupStatsJson(stats),
                      [&] { std::cout << CatText(stats, "memory.stat"); });
 }
 
@@ -92,7 +96,7 @@ int Cat(Ctl& ctl, const Invocation& inv) {
   }
   WarnMissingShards(absl::StrCat("cat ", inv.path), stats);
   if (ctl.json()) {
-    Json json = Json::object();
+    Json json = {{"path", stats.path()}};
     for (const std::string& file : inv.files) {
       json[file] = CatJson(stats, file);
     }

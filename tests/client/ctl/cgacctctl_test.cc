@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <string>
 #include <thread>
@@ -259,15 +260,20 @@ TEST_F(CgacctctlTest, StatIsMemoryStatAndNothingElse) {
     EXPECT_THAT(line, Not(StartsWith("flushed")));  // no flush metadata
     EXPECT_THAT(line, Not(StartsWith("max_staleness")));
   }
-  // The flush metadata is in --json (protobuf's JSON mapping of GroupStats).
+  // --json has everything GetStats answers, the flush metadata included,
+  // in cgroup file names with numbers as numbers (GroupStatsJson).
   const Json json = Json::parse(Ok({"--json", "stat", "/stat"}));
+  EXPECT_EQ(json["path"], "/stat");
   EXPECT_EQ(json["flushed"], true);
-  EXPECT_EQ(json["max_staleness_us"], "0");  // uint64: a string in JSON
+  EXPECT_EQ(json["max_staleness_us"], 0);
   // memory.current also counts the pages parked in the per-CPU stock (a
   // 16-page charge takes a 64-page batch); memory.stat's file does not.
-  EXPECT_EQ(json["memory_current_bytes"], "262144");
-  EXPECT_EQ(json["stat"][1]["value"], "65536");
-  EXPECT_EQ(json["stat"][1]["name"], "file");
+  EXPECT_EQ(json["memory.current"], 262144);
+  EXPECT_EQ(json["memory.stat"]["file"], 65536);
+  // In the file's order (memcg_stat_format() starts anon, file).
+  EXPECT_EQ(nlohmann::ordered_json::parse(Ok({"--json", "stat", "/stat"}))
+                ["memory.stat"].begin().key(),
+            "anon");
 }
 
 TEST_F(CgacctctlTest, EventsRefusalsAndNotFound) {
@@ -358,7 +364,8 @@ TEST_F(CgacctctlTest, ReclaimAllOrEagain) {
   ExpectOneLineError(Run({"reclaim", "/reclaim-anon", "1M"}), 5, "EAGAIN");
   const Json json =
       Json::parse(Ok({"--json", "reclaim", "/reclaim", "0x1000"}));
-  EXPECT_EQ(json["reclaimed_bytes"].get<std::string>().empty(), false);
+  EXPECT_EQ(json["path"], "/reclaim");
+  EXPECT_TRUE(json["reclaimed_bytes"].is_number_unsigned()) << json;
 }
 
 TEST_F(CgacctctlTest, TreeLikeSystemdCgls) {
@@ -479,13 +486,13 @@ TEST_F(CgacctctlTest, EventsWatchPrintsEachUpdateAndEndsOnDelete) {
   // The counts on subscribe first.
   const Json first = Json::parse(watch.ReadStdoutLine(kTimeout));
   EXPECT_EQ(first["path"], "/watch");
-  EXPECT_EQ(first["events"]["max"], "0");
+  EXPECT_EQ(first["memory.events"]["max"], 0);
   // A refused charge raises memory.events max: the second update.
   ExpectOneLineError(Run({"charge", "/watch", "64", "anon"}), 4,
                      "RESOURCE_EXHAUSTED");
   EXPECT_EQ(watch.Wait(), 0) << watch.err;
   const Json second = Json::parse(Lines(watch.out).at(0));
-  EXPECT_NE(second["events"]["max"], "0");
+  EXPECT_GT(second["memory.events"]["max"].get<uint64_t>(), 0u);
 
   // Text: the file per update; deleting the group ends the watch (3).
   Ctl text({*target_, "events", "/watch", "--watch"});
@@ -509,14 +516,14 @@ TEST_F(CgacctctlTest, PeakWritesMemoryPeakThenReadsItBack) {
   EXPECT_EQ(Ok({"peak", "/peak", "-n", "2", "--delay=20ms"}),
             "229376\n229376\n");
   EXPECT_EQ(Ok({"cat", "/peak", "memory.peak"}), "1048576\n");
-  // --json: one PeakWatermark per line.
+  // --json: one object per line, the file's name for the value.
   const std::vector<std::string> lines =
       Lines(Ok({"--json", "peak", "/peak", "-n", "1", "--delay=10ms"}));
   ASSERT_EQ(lines.size(), 1u);
   const Json json = Json::parse(lines[0]);
   EXPECT_EQ(json["path"], "/peak");
-  EXPECT_EQ(json["peak_bytes"], "229376");
-  EXPECT_NE(json["watermark_id"], "0");
+  EXPECT_EQ(json["memory.peak"], 229376);
+  EXPECT_GT(json["watermark_id"].get<uint64_t>(), 0u);
   // A missing group is NOT_FOUND (3); PATH is required.
   ExpectOneLineError(Run({"peak", "/peak/nope", "-n", "1", "--delay=1ms"}), 3,
                      "NOT_FOUND");
@@ -535,8 +542,7 @@ TEST_F(CgacctctlTest, OomGroupIsSetAndCat) {
   EXPECT_EQ(Json::parse(Ok({"--json", "cat", "/oomg", "memory.oom.group"}))
                 ["memory.oom.group"],
             1);
-  EXPECT_EQ(Json::parse(Ok({"--json", "stat", "/oomg"}))["limits"]["oom_group"],
-            true);
+  EXPECT_EQ(Json::parse(Ok({"--json", "stat", "/oomg"}))["memory.oom.group"], 1);
   Ok({"set", "/oomg", "memory.max=1M"});  // other limits leave it alone
   EXPECT_EQ(Ok({"cat", "/oomg", "memory.oom.group"}), "1\n");
   Ok({"set", "/oomg", "memory.oom.group=0"});
@@ -592,7 +598,7 @@ TEST_F(CgacctctlTest, InfoShowsTheAdditionsAndDyingGroups) {
   EXPECT_TRUE(std::regex_search(info, std::regex("\nstock_eviction_seed [1-9]")))
       << info;
   const Json json = Json::parse(Ok({"--json", "info"}));
-  EXPECT_NE(json["stock_eviction_seed"], "0");
+  EXPECT_GT(json["stock_eviction_seed"].get<uint64_t>(), 0u);
 }
 
 TEST_F(CgacctctlTest, JsonOnInfoAndLs) {
@@ -602,6 +608,105 @@ TEST_F(CgacctctlTest, JsonOnInfoAndLs) {
   Ok({"create", "/ls/one"});
   EXPECT_EQ(Ok({"ls", "/ls"}), "/ls/one\n");
   EXPECT_EQ(Json::parse(Ok({"--json", "ls", "/ls"})), Json::array({"/ls/one"}));
+}
+
+// Every value in `json` (recursively) as "KEY.PATH=value" lines, for the
+// shape checks below.
+void Leaves(const Json& json, const std::string& at,
+            std::vector<std::pair<std::string, Json>>* out) {
+  if (json.is_object()) {
+    for (const auto& [key, value] : json.items()) {
+      Leaves(value, at.empty() ? key : at + "/" + key, out);
+    }
+  } else if (json.is_array()) {
+    for (size_t i = 0; i < json.size(); ++i) {
+      Leaves(json[i], absl::StrCat(at, "/", i), out);
+    }
+  } else {
+    out->emplace_back(at, json);
+  }
+}
+
+// Issue 26, item 5: every command's --json has one shape. cgroup file names
+// for what a file holds, numbers as numbers (never protobuf's strings for
+// 64-bit ones), "max" for an unlimited limit and nowhere else, paths as
+// text; `events --local` prints memory.events.local (it printed both).
+TEST_F(CgacctctlTest, EveryJsonOutputHasOneShape) {
+  const std::vector<std::vector<std::string>> commands = {
+      {"create", "/shape", "--max=1M"},
+      {"set", "/shape", "memory.high=512K"},
+      {"charge", "/shape", "8", "file"},
+      {"uncharge", "/shape", "4", "file"},
+      {"charge", "/shape", "64K", "anon"},
+      {"reclaim", "/shape", "4K"},
+      {"stat", "/shape"},
+      {"cat", "/shape", "memory.current", "memory.max", "memory.low",
+       "memory.events"},
+      {"events", "/shape"},
+      {"events", "/shape", "--local"},
+      {"tree", "/shape"},
+      {"top", "/shape", "--iterations=1"},
+      {"info"},
+      {"health"},
+      {"ls", "/"},
+      {"cluster"},
+  };
+  std::map<std::string, Json> outputs;
+  for (const std::vector<std::string>& command : commands) {
+    std::vector<std::string> args = {"--json"};
+    args.insert(args.end(), command.begin(), command.end());
+    const std::string what = absl::StrJoin(command, " ");
+    const std::string out = Ok(args);
+    ASSERT_TRUE(Json::accept(out)) << what << ": " << out;
+    const Json json = Json::parse(out);
+    outputs[what] = json;
+    std::vector<std::pair<std::string, Json>> leaves;
+    Leaves(json, "", &leaves);
+    for (const auto& [key, value] : leaves) {
+      const std::string name = key.substr(key.rfind('/') + 1);
+      // No camelCase (protobuf's JSON names) anywhere.
+      EXPECT_TRUE(std::regex_match(name, std::regex(R"([a-z0-9_.]+)")))
+          << what << ": " << key;
+      if (!value.is_string()) continue;
+      const std::string text = value.get<std::string>();
+      EXPECT_FALSE(std::regex_match(text, std::regex(R"(-?\d+)")))
+          << what << ": " << key << " is a number as a string: " << text;
+      if (text == "max") {
+        EXPECT_TRUE(std::regex_match(
+            name, std::regex(R"(memory\.(max|high|min|low))")))
+            << what << ": " << key;
+      }
+    }
+  }
+  const Json& created = outputs["create /shape --max=1M"];
+  EXPECT_EQ(created["path"], "/shape");
+  EXPECT_EQ(created["memory.max"], 1048576);
+  EXPECT_EQ(created["memory.high"], "max");
+  EXPECT_EQ(created["memory.oom.group"], 0);
+  EXPECT_EQ(outputs["set /shape memory.high=512K"]["memory.high"], 524288);
+  EXPECT_EQ(outputs["charge /shape 8 file"]["nr_pages"], 8);
+  EXPECT_EQ(outputs["charge /shape 64K anon"]["nr_pages"], 16);
+  EXPECT_EQ(outputs["uncharge /shape 4 file"]["path"], "/shape");
+  const Json& stat = outputs["stat /shape"];
+  const Json& cat =
+      outputs["cat /shape memory.current memory.max memory.low memory.events"];
+  for (const char* file :
+       {"memory.current", "memory.max", "memory.low", "memory.events"}) {
+    EXPECT_EQ(stat[file], cat[file]) << file;  // one shape for one file
+  }
+  EXPECT_EQ(stat["memory.low"], 0);
+  EXPECT_TRUE(stat["memory.stat"]["anon"].is_number_unsigned());
+  EXPECT_EQ(outputs["events /shape"]["memory.events"], stat["memory.events"]);
+  EXPECT_FALSE(outputs["events /shape"].contains("memory.events.local"));
+  EXPECT_EQ(outputs["events /shape --local"]["memory.events.local"],
+            stat["memory.events.local"]);
+  EXPECT_FALSE(outputs["events /shape --local"].contains("memory.events"));
+  EXPECT_EQ(outputs["tree /shape"]["memory.max"], 1048576);
+  EXPECT_EQ(outputs["top /shape --iterations=1"]["groups"][0]["memory.high"],
+            524288);
+  EXPECT_TRUE(outputs["info"]["page_size_bytes"].is_number_unsigned());
+  EXPECT_EQ(outputs["info"].contains("cluster"), false);  // single node
+  EXPECT_EQ(outputs["cluster"]["cluster_mode"], false);
 }
 
 }  // namespace
