@@ -521,7 +521,7 @@ def quiet_streams(g, args, d, cgacctd_port, ca, ctl_as):
                 metadata=g.metadata("tenant-b"), timeout=120)
             first = next(watch)
             stream = ChargeStream(g, "tenant-b", group.encode(), port)
-            streams[name] = (group, watch, stream, first.path == group,
+            streams[name] = (group, watch, stream, first.path == group.encode(),
                              stream.ask())
         time.sleep(QUIET_SECONDS)
         for name, (group, watch, stream, watched, asked) in streams.items():

@@ -183,7 +183,7 @@ class SystemdCluster(unittest.TestCase):
         deadline = time.monotonic() + 30
         while owner is None and time.monotonic() < deadline:
             for host in HOSTS:
-                if "/web" in self.stub(host).GetEngineInfo(
+                if b"/web" in self.stub(host).GetEngineInfo(
                         pb.GetEngineInfoRequest(), metadata=md, timeout=10).cluster.owned_shards:
                     owner = host
             time.sleep(0.2)

@@ -124,6 +124,52 @@ class CgacctdFromPython(unittest.TestCase):
         self.assertEqual(err.exception.code(), grpc.StatusCode.NOT_FOUND)
         self.assertIn("was deleted", err.exception.details())
 
+    def test_answers_pass_to_the_next_request_as_they_are(self):
+        """Issue 26, item 9: one type per concept. A path, a page token or a
+        session id a response carries goes into the next request unchanged
+        (they were `string` in responses and `bytes` in requests: a raw-stub
+        user had to convert between them)."""
+        fields = {
+            pb.ListGroupsResponse: ("paths", "next_page_token"),
+            pb.OpenSessionResponse: ("session_id",),
+            pb.SessionInfo: ("session_id", "client_name"),
+            pb.SessionHolding: ("path",),
+            pb.Group: ("path",),
+            pb.GroupStats: ("path", "summed_shards", "missing_shards"),
+            pb.EventsUpdate: ("path",),
+            pb.PeakWatermark: ("path",),
+            pb.SessionServerMessage: ("drain_path",),
+            pb.EngineClusterInfo: ("owned_shards",),
+            pb.ChargeBatchRequest: ("idempotency_key",),
+        }
+        for message, names in fields.items():
+            for name in names:
+                self.assertEqual(message.DESCRIPTOR.fields_by_name[name].type,
+                                 FieldDescriptor.TYPE_BYTES, (message.__name__, name))
+        self.create("/pages")
+        for i in range(5):
+            self.create("/pages/g%d" % i)
+        listed, token = [], b""
+        while True:
+            page = self.stub.ListGroups(pb.ListGroupsRequest(
+                path=wire_path("/pages"), page_token=token, page_size=2), timeout=10)
+            listed += list(page.paths)
+            token = page.next_page_token
+            if not token:
+                break
+        self.assertEqual(listed, [b"/pages/g%d" % i for i in range(5)])
+        # A listed path is a request's path as it is.
+        self.assertEqual(self.stub.GetStats(pb.GetStatsRequest(path=listed[0]),
+                                            timeout=10).path, listed[0])
+        session = self.stub.OpenSession(pb.OpenSessionRequest(ttl_ms=5000), timeout=10)
+        self.stub.Charge(pb.ChargeRequest(path=listed[1], nr_pages=2, kind=pb.PAGE_KIND_FILE,
+                                          session_id=session.session_id), timeout=10)
+        info = self.stub.GetSession(pb.GetSessionRequest(session_id=session.session_id),
+                                    timeout=10)
+        self.assertEqual(info.session_id, session.session_id)
+        self.assertEqual([(h.path, h.nr_pages) for h in info.holdings], [(listed[1], 2)])
+        self.stub.CloseSession(pb.CloseSessionRequest(session_id=info.session_id), timeout=10)
+
     def test_reflection_lists_and_describes_the_service(self):
         stub = reflection_pb2_grpc.ServerReflectionStub(self.channel)
         requests = [

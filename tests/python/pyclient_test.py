@@ -357,7 +357,7 @@ class PythonClientTest(unittest.TestCase):
         self.assertEqual(d.stocked(), 126)
         self.assertEqual(d.stats()["uncharge_rpcs"], 1)
         holdings = {h.path: h.nr_pages for h in self.session(d.session_id).holdings}
-        self.assertEqual(holdings, {"/sg/a": 1, "/sg/b": 64, "/sg/c": 64})
+        self.assertEqual(holdings, {b"/sg/a": 1, b"/sg/b": 64, b"/sg/c": 64})
         self.assertEqual(self.current_pages("/sg"), 129)
 
     def test_close_returns_everything(self):
@@ -668,7 +668,7 @@ threading.Event().wait()
         self.assertGreater(c.stats()["stock_hits"], c.stats()["charge_rpcs"])
         c.close()
         with self.assertRaises(grpc.RpcError) as e:
-            self.session(info.session_id.encode())
+            self.session(info.session_id)  # bytes, as the request takes it
         self.assertEqual(e.exception.code(), grpc.StatusCode.NOT_FOUND)
         # The client's Uncharge RPCs (stock over its cap) parked up to a page
         # per group and CPU in the server's stock: drained, nothing is left.

@@ -1071,8 +1071,7 @@ class Client:
         resp = self._call(self._stub.OpenSession, pb.OpenSessionRequest(
             ttl_ms=self._ttl_ms_asked, client_name=self._client_name.encode("utf-8")))
         with self._mu:
-            self._session_id = resp.session_id.encode("utf-8") \
-                if isinstance(resp.session_id, str) else resp.session_id
+            self._session_id = resp.session_id
             self._gen += 1
             self._ttl_ms = resp.ttl_ms
             self._max_held = resp.max_held_pages
@@ -1281,7 +1280,7 @@ class Client:
             self._gate.leave_shared()
 
     def _answer_drain(self, q, msg, gen):
-        root = msg.drain_path.encode("utf-8") if isinstance(msg.drain_path, str) else msg.drain_path
+        root = msg.drain_path
         if msg.charges_applied:
             self._wait_for_refills(gen, msg.charges_applied)
         # Until the next charge that refills the stock, what the
@@ -1292,7 +1291,7 @@ class Client:
         taken = self._take_stock(root, gen)
         answer = pb.SessionClientMessage(drain_id=msg.drain_id)
         for (path, kind), n in sorted(taken.items()):
-            answer.returned.add(path=path.decode("utf-8"), kind=kind, nr_pages=n)
+            answer.returned.add(path=path, kind=kind, nr_pages=n)
         q.put(answer)
         self._count("drains")
         self._count("drained_pages", sum(taken.values()))

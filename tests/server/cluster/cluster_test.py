@@ -458,8 +458,7 @@ class ClusterTest(unittest.TestCase):
             id=1, path=b"/r", nr_pages=1, kind=pb.PAGE_KIND_ANON)]), timeout=5)
         self.assertEqual(batch.results[0].code, grpc.StatusCode.FAILED_PRECONDITION.value[0])
         session = owner.stub.OpenSession(pb.OpenSessionRequest(ttl_ms=5000), timeout=5)
-        sid = session.session_id.encode() if isinstance(session.session_id, str) \
-            else session.session_id
+        sid = session.session_id
         owner.stub.Charge(pb.ChargeRequest(path=b"/r", nr_pages=2, kind=pb.PAGE_KIND_ANON,
                                            session_id=sid), timeout=5)
         self.assertGreaterEqual(self.current_bytes(owner, "/r"), 2 * 4096)
@@ -467,7 +466,7 @@ class ClusterTest(unittest.TestCase):
         info = owner.stub.GetEngineInfo(pb.GetEngineInfoRequest(), timeout=5)
         self.assertTrue(info.HasField("cluster"))
         self.assertEqual(info.cluster.node_address, owner.address)
-        self.assertIn("/r", list(info.cluster.owned_shards))
+        self.assertIn(b"/r", list(info.cluster.owned_shards))
         self.assertTrue(info.cluster.has_lease)
         self.assertGreater(info.cluster.fence_remaining_ms, 0)
         self.assertEqual(info.cluster.live_nodes, 3)
@@ -475,7 +474,7 @@ class ClusterTest(unittest.TestCase):
         self.assertEqual(info.cluster.takeover_grace_ms, 10000)
         self.assertGreater(info.cluster.applied_revision, 0)
         other = next(n for n in (a, b, c) if n is not owner)
-        self.assertNotIn("/r", list(other.stub.GetEngineInfo(
+        self.assertNotIn(b"/r", list(other.stub.GetEngineInfo(
             pb.GetEngineInfoRequest(), timeout=5).cluster.owned_shards))
 
     def test_a_takeover_admits_resumed_charges_before_fresh_ones(self):
@@ -1034,14 +1033,14 @@ class ClusterTest(unittest.TestCase):
                 self.assertEqual(st.memory_current_bytes,
                                  sum(pages[s] for s in below) * PAGE, (n.address, path))
                 self.assertEqual(anon(st), sum(pages[s] for s in below) * PAGE)
-                self.assertEqual(sorted(st.summed_shards), sorted(below))
-                self.assertEqual(list(st.missing_shards), [])
+                self.assertEqual(sorted(map(text, st.summed_shards)), sorted(below))
+                self.assertEqual(list(map(text, st.missing_shards)), [])
                 self.assertTrue(st.flushed)
         # Asked for some shard roots only: those this node owns of them.
         mine = [s for s in tenants if owners[s] == node.address]
         st = stats(node, "/tenants", shard_roots=[s.encode() for s in tenants])
-        self.assertEqual(sorted(st.summed_shards), sorted(mine))
-        self.assertEqual(sorted(st.missing_shards), sorted(set(tenants) - set(mine)))
+        self.assertEqual(sorted(map(text, st.summed_shards)), sorted(mine))
+        self.assertEqual(sorted(map(text, st.missing_shards)), sorted(set(tenants) - set(mine)))
         self.assertEqual(st.memory_current_bytes, sum(pages[s] for s in mine) * PAGE)
         for bad in (b"/infra/i0", b"/tenants", b"/tenants/t0/x"):
             with self.assertRaises(grpc.RpcError) as e:
@@ -1055,8 +1054,8 @@ class ClusterTest(unittest.TestCase):
         victim.proc.kill()
         victim.proc.wait()
         st = stats(node, "/")
-        self.assertEqual(sorted(st.missing_shards), sorted(lost))
-        self.assertEqual(sorted(st.summed_shards), sorted(set(shards) - set(lost)))
+        self.assertEqual(sorted(map(text, st.missing_shards)), sorted(lost))
+        self.assertEqual(sorted(map(text, st.summed_shards)), sorted(set(shards) - set(lost)))
         self.assertEqual(st.memory_current_bytes,
                          sum(pages[s] for s in shards if s not in lost) * PAGE)
 
@@ -1090,7 +1089,7 @@ class ClusterTest(unittest.TestCase):
         for n in self.nodes:
             st = n.stub.GetStats(pb.GetStatsRequest(path=b"/"), timeout=10, metadata=md)
             self.assertEqual(st.memory_current_bytes, 64 * 10 * PAGE, n.address)
-            self.assertEqual(sorted(st.summed_shards), shards)
+            self.assertEqual(sorted(map(text, st.summed_shards)), shards)
         with self.assertRaises(grpc.RpcError) as e:
             node.stub.GetStats(pb.GetStatsRequest(path=b"/"), timeout=10)
         self.assertEqual(e.exception.code(), grpc.StatusCode.UNAUTHENTICATED)
