@@ -250,8 +250,9 @@ void MemoryController::FreeDyingGroups() {
 absl::Status MemoryController::TryChargeMemcg(Group* g, uint64_t nr_pages,
                                               int cpu,
                                               uint64_t* nr_pages_over_high,
-                                              uint64_t* charged) {
+                                              uint64_t* charged, bool* oom) {
   *nr_pages_over_high = 0;
+  *oom = false;
   PageCounter* const memory = &g->memory();
   // What the caller takes on success: its own batch while that may still
   // fit, then exactly nr_pages.
@@ -389,6 +390,7 @@ absl::Status MemoryController::TryChargeMemcg(Group* g, uint64_t nr_pages,
   // mem_cgroup_oom(): `oom` on the limiting group; the charging request is
   // the victim (oom_kill_process() -> __oom_kill_process(): `oom_kill` on
   // its memcg).
+  *oom = true;
   MemcgMemoryEvent(over, MemoryEvent::kOom, cpu);
   MemcgMemoryEvent(g, MemoryEvent::kOomKill, cpu);
   // oom_kill_process(): with memory.oom.group set between the victim's
@@ -473,12 +475,13 @@ MemoryController::ChargeLocked(const absl::StatusOr<Group*>& found,
     return Reject(RefuseRootCharge(g->path()), cpu);
   uint64_t nr_pages_over_high = 0;
   uint64_t charged = batch_pages;
-  if (absl::Status s =
-          TryChargeMemcg(g, nr_pages, cpu, &nr_pages_over_high, &charged);
+  bool oom = false;
+  if (absl::Status s = TryChargeMemcg(g, nr_pages, cpu, &nr_pages_over_high,
+                                      &charged, &oom);
       !s.ok()) {
     // A deferred charge (RemoteDrainDeferral) is retried by its caller.
     if (ABSL_PREDICT_TRUE(!IsRemoteDrainDeferred(s)))
-      Bump(counters_[cpu].charges_oom);
+      Bump(oom ? counters_[cpu].charges_oom : counters_[cpu].charges_refused);
     return s;
   }
   g->Charged(kind, charged);

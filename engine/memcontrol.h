@@ -18,9 +18,12 @@
 //     the uncharge (engine/group.h).
 //   - A failed call changes nothing but counters and memory.events.
 //   - Every Charge is counted once: charges_ok, charges_oom (RESOURCE
-//     EXHAUSTED) or charges_rejected (bad argument, no such group); a
-//     charge deferred to a waiting thread (RemoteDrainDeferral) is not
-//     counted: its caller runs it again, and that run is.
+//     EXHAUSTED after an OOM: memory.events oom raised), charges_refused
+//     (RESOURCE_EXHAUSTED without one: a charge of more than 8 pages, or a
+//     drain across the network that could not finish) or charges_rejected
+//     (bad argument, no such group); a charge deferred to a waiting thread
+//     (RemoteDrainDeferral) is not counted: its caller runs it again, and
+//     that run is.
 //
 // Thread safety: thread-safe; every public method may be called from any
 // thread. The writer side of the tree lock is taken only by CreateGroup and
@@ -128,6 +131,7 @@ class MemoryController {
   struct alignas(kCacheLineBytes) CpuCounters {
     std::atomic<uint64_t> charges_ok{0};
     std::atomic<uint64_t> charges_oom{0};
+    std::atomic<uint64_t> charges_refused{0};
     std::atomic<uint64_t> charges_rejected{0};
     std::atomic<uint64_t> uncharges{0};
     std::atomic<uint64_t> oom_events{0};
@@ -159,9 +163,11 @@ class MemoryController {
       ABSL_SHARED_LOCKS_REQUIRED(tree_.lock());
   // Charges nr_pages, or, if the caller asked for a batch (`*charged` >
   // nr_pages on entry) and the counters take it at once, `*charged`;
-  // *charged is what was charged on success.
+  // *charged is what was charged on success. On failure *oom says whether
+  // the charge ended in mem_cgroup_oom() (memory.events oom raised).
   absl::Status TryChargeMemcg(Group* g, uint64_t nr_pages, int cpu,
-                              uint64_t* nr_pages_over_high, uint64_t* charged)
+                              uint64_t* nr_pages_over_high, uint64_t* charged,
+                              bool* oom)
       ABSL_SHARED_LOCKS_REQUIRED(tree_.lock());
   // The group `group` names or, if it was deleted, the nearest live
   // ancestor of `charged_path` below the root (where DeleteGroup moved its

@@ -234,6 +234,7 @@ EngineCounters MemoryController::GetCounters() const {
     const CpuCounters& pc = counters_[cpu];
     c.charges_ok += pc.charges_ok.load(std::memory_order_relaxed);
     c.charges_oom += pc.charges_oom.load(std::memory_order_relaxed);
+    c.charges_refused += pc.charges_refused.load(std::memory_order_relaxed);
     c.charges_rejected += pc.charges_rejected.load(std::memory_order_relaxed);
     c.uncharges += pc.uncharges.load(std::memory_order_relaxed);
     c.oom_total += pc.oom_events.load(std::memory_order_relaxed);

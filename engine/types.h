@@ -260,7 +260,13 @@ struct EngineInfo {
 // Monotonic engine-wide counters, summed over CPUs at read time.
 struct EngineCounters {
   uint64_t charges_ok = 0;
-  uint64_t charges_oom = 0;       // failed with RESOURCE_EXHAUSTED
+  // Failed with RESOURCE_EXHAUSTED after an OOM (mem_cgroup_oom():
+  // memory.events oom raised at the limiting group).
+  uint64_t charges_oom = 0;
+  // Failed with RESOURCE_EXHAUSTED without an OOM: a charge of more than 8
+  // pages (mem_cgroup_oom() returns early for a costly order), or a drain
+  // of remote stock that could not finish.
+  uint64_t charges_refused = 0;
   uint64_t charges_rejected = 0;  // bad input / not found
   uint64_t uncharges = 0;
   uint64_t stock_hits = 0;         // charges served from a per-CPU stock slot

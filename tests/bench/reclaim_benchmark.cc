@@ -227,7 +227,8 @@ int main(int argc, char** argv) {
     const double n = std::max<double>(1, ns.size());
     p99[m] = Percentile(ns, 0.99);
     worst = std::max(worst, ns.empty() ? 0 : ns.back());
-    const uint64_t oom = mode.engine->GetCounters().charges_oom;
+    const EngineCounters counters = mode.engine->GetCounters();
+    const uint64_t oom = counters.charges_oom + counters.charges_refused;
     ooms += oom;
     std::printf("| %s | %zu | %s | %s | %s | %.2f%% | %.2f%% | %.1f | %" PRIu64
                 " | %" PRIu64 " | %.2f s | %s | %" PRIu64 " |\n",

@@ -62,8 +62,8 @@ the proxy over TLS:
 Prints the figures of each part: backend connections per client, A's
 outcome, RSS idle and peak; per flood round the pairs sent and per second,
 connections and GOAWAYs (HAProxy sends none: it keeps the connection and
-drops the streams), calls that reached cgacctd (cgacct_grpc_server_handled_
-total of GetEngineInfo, the flood's method), and the RSS (idle, peak,
+drops the streams), calls that reached cgacctd (grpc_server_handled_total
+of GetEngineInfo, the flood's method), and the RSS (idle, peak,
 after) of cgacctd and of HAProxy.
 --split GAP floods every round with rapid_reset_flood.py --split GAP
 instead (100 streams opened in one write, reset GAP seconds later), --body
@@ -299,7 +299,7 @@ def metrics_text(metrics_port):
 def engine_info_calls(metrics_port):
     """GetEngineInfo calls cgacctd has handled, every code."""
     return sum(int(float(m.group(1))) for m in re.finditer(
-        r'^cgacct_grpc_server_handled_total\{[^}]*method="GetEngineInfo"'
+        r'^grpc_server_handled_total\{[^}]*grpc_method="GetEngineInfo"'
         r'[^}]*\} (\S+)$', metrics_text(metrics_port), re.M))
 
 

@@ -179,7 +179,8 @@ void CheckConservation(const EngineOptions& options, const int kChildren,
     failed += l.failed;
   }
   EXPECT_EQ(p->events.oom, ooms);
-  EXPECT_EQ(engine->GetCounters().charges_oom, failed);
+  EXPECT_EQ(engine->GetCounters().charges_oom, ooms);
+  EXPECT_EQ(engine->GetCounters().charges_refused, failed - ooms);
 }
 
 TEST_P(ConcurrencyTest, ChargesUnchargesAndFlushesConserveEveryPage) {

@@ -200,6 +200,7 @@ TEST_F(EngineTest, OomNamesTheLimitingAncestorAndRaisesEvents) {
   EXPECT_EQ(p.events_local.oom_kill, 0u);
   EXPECT_EQ(Stats("/").events.oom, 0u);  // never counted on the root
   EXPECT_EQ(engine_->GetCounters().charges_oom, 1u);
+  EXPECT_EQ(engine_->GetCounters().charges_refused, 0u);
   // The stock drain before OOM made the pages parked on CPU 0 available.
   EXPECT_TRUE(engine_->Charge("/p/c", 2, PageKind::kAnon, 1).ok());
 }

@@ -87,7 +87,8 @@ TEST_F(FidelityTest, FailedCostlyChargeRaisesMaxButNoOom) {
   EXPECT_EQ(s.events.oom_kill, 0u);
   EXPECT_EQ(s.events_local.oom, 0u);
   EXPECT_EQ(engine_->GetCounters().oom_total, 0u);
-  EXPECT_EQ(engine_->GetCounters().charges_oom, 1u);  // still refused
+  EXPECT_EQ(engine_->GetCounters().charges_oom, 0u);      // no OOM ...
+  EXPECT_EQ(engine_->GetCounters().charges_refused, 1u);  // ... but refused
   EXPECT_EQ(s.memory_current_pages, 128u);            // nothing charged
 
   // A failed 1-page charge raises both.

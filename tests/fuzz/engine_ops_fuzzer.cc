@@ -530,7 +530,9 @@ class Harness {
     }
     if (r.status().code() == absl::StatusCode::kResourceExhausted) {
       FUZZ_CHECK(!r.status().message().empty(), "charge: OOM without message");
-      ++charges_oom_;
+      // mem_cgroup_oom() only for a charge of at most 8 pages; a costlier
+      // one is refused without an OOM.
+      ++(n <= kCostlyChargePages ? charges_oom_ : charges_refused_);
       CheckOomGroupKill(path, n, r.status());
       return;
     }
@@ -1117,16 +1119,19 @@ class Harness {
                "ListGroups(/) does not list the live groups sorted");
     const EngineCounters c = mc_->GetCounters();
     FUZZ_CHECK(c.charges_ok == charges_ok_ && c.charges_oom == charges_oom_ &&
+                   c.charges_refused == charges_refused_ &&
                    c.charges_rejected == charges_rejected_ &&
                    c.uncharges == uncharges_,
-               "counters ok/oom/rejected/uncharges %llu/%llu/%llu/%llu, "
-               "model %llu/%llu/%llu/%llu",
+               "counters ok/oom/refused/rejected/uncharges "
+               "%llu/%llu/%llu/%llu/%llu, model %llu/%llu/%llu/%llu/%llu",
                static_cast<unsigned long long>(c.charges_ok),
                static_cast<unsigned long long>(c.charges_oom),
+               static_cast<unsigned long long>(c.charges_refused),
                static_cast<unsigned long long>(c.charges_rejected),
                static_cast<unsigned long long>(c.uncharges),
                static_cast<unsigned long long>(charges_ok_),
                static_cast<unsigned long long>(charges_oom_),
+               static_cast<unsigned long long>(charges_refused_),
                static_cast<unsigned long long>(charges_rejected_),
                static_cast<unsigned long long>(uncharges_));
     FUZZ_CHECK(local_group_kills + deleted_group_kills_ == group_kills_,
@@ -1162,6 +1167,7 @@ class Harness {
   u64 last_id_ = 0;
   u64 charges_ok_ = 0;
   u64 charges_oom_ = 0;
+  u64 charges_refused_ = 0;
   u64 charges_rejected_ = 0;
   u64 uncharges_ = 0;
   u64 deleted_oom_ = 0;

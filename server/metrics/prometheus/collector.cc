@@ -165,17 +165,22 @@ void MetricsCollector::CollectEngineCounters(Families& out,
   {
     MetricFamily charges = Family(
         "cgacct_charges_total",
-        "Charge requests by result: ok, oom (RESOURCE_EXHAUSTED), rejected "
-        "(any other error: bad input, missing group, request_id conflict); "
-        "a request_id replay is not counted again.",
+        "Charge requests by result: ok; oom (RESOURCE_EXHAUSTED after an "
+        "OOM: memory.events oom raised); refused (RESOURCE_EXHAUSTED without "
+        "one: a charge of more than 8 pages at its limit, or a drain of "
+        "remote stock that could not finish); rejected (any other error: bad "
+        "input, missing group, request_id conflict); a request_id replay is "
+        "not counted again.",
         MetricType::Counter);
     charges.metric.push_back(CounterMetric(
         static_cast<double>(counters.charges_ok), {{"result", "ok"}}));
     charges.metric.push_back(CounterMetric(
         static_cast<double>(counters.charges_oom), {{"result", "oom"}}));
-    // ok and oom are counted by the engine (once per charge it applies or
-    // refuses at a limit), rejected by the service alone (RpcMetrics): each
-    // charge request is in exactly one series.
+    charges.metric.push_back(CounterMetric(
+        static_cast<double>(counters.charges_refused), {{"result", "refused"}}));
+    // ok, oom and refused are counted by the engine (once per charge it
+    // applies or refuses at a limit), rejected by the service alone
+    // (RpcMetrics): each charge request is in exactly one series.
     charges.metric.push_back(
         CounterMetric(static_cast<double>(rpc_.charges_rejected()),
                       {{"result", "rejected"}}));
@@ -225,33 +230,10 @@ void MetricsCollector::CollectEngineCounters(Families& out,
   }
 }
 
-// The calls of cgacct.v1.Accounting as the pipeline counted them.
+// What the pipeline counts beyond the standard grpc_server_* families
+// (GrpcServerCollector, which reads the same RpcMetrics for
+// cgacct.v1.Accounting: there is one gRPC family, not two).
 void MetricsCollector::CollectRpc(Families& out) const {
-  {
-    MetricFamily handled = Family("cgacct_grpc_server_handled_total",
-                                  "RPCs completed, by method and status code.",
-                                  MetricType::Counter);
-    MetricFamily seconds = Family("cgacct_grpc_server_handling_seconds",
-                                  "RPC handling time in the server, by method.",
-                                  MetricType::Histogram);
-    for (int m = 0; m < kNrRpcMethods; ++m) {
-      const RpcMethod method = static_cast<RpcMethod>(m);
-      const char* method_name = RpcMethodName(method);
-      for (int code = 0; code < RpcMetrics::kNrCodes; ++code) {
-        const uint64_t n = rpc_.handled(method, code);
-        // OK is always exported (so rates start at zero); other codes once
-        // seen, which keeps the series count near the codes in use.
-        if (n == 0 && code != 0) continue;
-        handled.metric.push_back(CounterMetric(
-            static_cast<double>(n),
-            {{"code", StatusCodeName(code)}, {"method", method_name}}));
-      }
-      seconds.metric.push_back(
-          HistogramMetric(rpc_.latency(method), {{"method", method_name}}));
-    }
-    out.push_back(std::move(handled));
-    out.push_back(std::move(seconds));
-  }
   {
     MetricFamily shed = Family(
         "cgacct_shed_total",
@@ -284,8 +266,33 @@ void MetricsCollector::CollectGroups(Families& out, uint64_t nr_groups) const {
              "memory.events of a group (hierarchical: the group and its "
              "descendants), by event.",
              MetricType::Counter);
+  // memory.high, .min, .low and .peak beside current and max (issue 26,
+  // item 8: an SRE comparing usage to memory.high had to call GetStats).
+  MetricFamily high =
+      Family("cgacct_group_memory_high_bytes",
+             "memory.high of a group; +Inf when it is \"max\" (no limit).",
+             MetricType::Gauge);
+  MetricFamily min = Family(
+      "cgacct_group_memory_min_bytes",
+      "memory.min of a group (hard protection; +Inf when it is \"max\").",
+      MetricType::Gauge);
+  MetricFamily low = Family(
+      "cgacct_group_memory_low_bytes",
+      "memory.low of a group (best-effort protection; +Inf when it is "
+      "\"max\").",
+      MetricType::Gauge);
+  MetricFamily peak =
+      Family("cgacct_group_memory_peak_bytes",
+             "memory.peak of a group: the highest memory.current since it "
+             "was created (or since the daemon started).",
+             MetricType::Gauge);
   const uint64_t page_size = engine_.page_size_bytes();
   const uint64_t page_counter_max = engine_.page_counter_max();
+  const auto limit_bytes = [&](uint64_t pages) {
+    return pages >= page_counter_max
+               ? std::numeric_limits<double>::infinity()
+               : static_cast<double>(pages * page_size);
+  };
   uint64_t exported = 0;
   uint64_t dropped_max_groups = 0;
   // Level by level (the shallowest groups first), so the work is bounded by
@@ -306,10 +313,16 @@ void MetricsCollector::CollectGroups(Families& out, uint64_t nr_groups) const {
         current.metric.push_back(GaugeMetric(
             static_cast<double>(stats->memory_current_pages * page_size),
             {{"path", path}}));
-        max.metric.push_back(GaugeMetric(
-            stats->limits.max_pages >= page_counter_max
-                ? std::numeric_limits<double>::infinity()
-                : static_cast<double>(stats->limits.max_pages * page_size),
+        max.metric.push_back(
+            GaugeMetric(limit_bytes(stats->limits.max_pages), {{"path", path}}));
+        high.metric.push_back(GaugeMetric(limit_bytes(stats->limits.high_pages),
+                                          {{"path", path}}));
+        min.metric.push_back(
+            GaugeMetric(limit_bytes(stats->limits.min_pages), {{"path", path}}));
+        low.metric.push_back(
+            GaugeMetric(limit_bytes(stats->limits.low_pages), {{"path", path}}));
+        peak.metric.push_back(GaugeMetric(
+            static_cast<double>(stats->memory_peak_pages * page_size),
             {{"path", path}}));
         for (const MemoryEventField& field : kMemoryEventFields) {
           // sock_throttled is always 0 here (no socket memory): not
@@ -333,6 +346,10 @@ void MetricsCollector::CollectGroups(Families& out, uint64_t nr_groups) const {
   }
   out.push_back(std::move(current));
   out.push_back(std::move(max));
+  out.push_back(std::move(high));
+  out.push_back(std::move(min));
+  out.push_back(std::move(low));
+  out.push_back(std::move(peak));
   out.push_back(std::move(events));
 
   // Groups created or deleted during the walk can make the difference

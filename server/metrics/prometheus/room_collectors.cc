@@ -64,9 +64,14 @@ std::vector<MetricFamily> GrpcServerCollector::Collect() const {
                           {"grpc_code", GrpcCodeGoName(c)});
       handled.metric.push_back(std::move(metric));
     }
-    seconds.metric.push_back(HistogramMetric(
-        by_pipeline ? rpc_->latency(*info.rpc_method) : grpc_.latency(m),
-        labels));
+    // A method's histogram (22 bucket series) once it has handled a call,
+    // as go-grpc-prometheus creates it at the first observation: the ~30
+    // methods' empty histograms were most of a scrape's series.
+    const LatencyHistogram::Snapshot latency =
+        by_pipeline ? rpc_->latency(*info.rpc_method) : grpc_.latency(m);
+    if (latency.count > 0) {
+      seconds.metric.push_back(HistogramMetric(latency, labels));
+    }
   }
   std::vector<MetricFamily> out;
   out.push_back(std::move(started));

@@ -325,8 +325,8 @@ class ClusterTest(unittest.TestCase):
         for n in self.nodes:
             scrape = urllib.request.urlopen("http://%s/metrics" % n.metrics,
                                             timeout=5).read().decode()
-            m = re.search(r'^cgacct_grpc_server_handled_total\{code="OK",'
-                          r'method="GetStats"\} (\d+)', scrape, re.M)
+            m = re.search(r'^grpc_server_handled_total\{grpc_code="OK",'
+                          r'grpc_method="GetStats",[^}]*\} (\d+)', scrape, re.M)
             handled.append(int(m.group(1)) if m else 0)
         print("cgacct-load over 3 nodes, 6 readers for 2 s: GetStats answered "
               "per node %s" % handled)

@@ -75,8 +75,10 @@ TEST(CgacctdTest, ServesPrintsRealPortsAndStopsOnSigterm) {
 
   const std::string metrics =
       test_util::HttpGet(ports.metrics_port, "/metrics");
-  EXPECT_THAT(metrics, HasSubstr("cgacct_grpc_server_handled_total{code=\"OK\","
-                                 "method=\"GetEngineInfo\"} 1"));
+  EXPECT_THAT(metrics,
+              HasSubstr("grpc_server_handled_total{grpc_code=\"OK\","
+                        "grpc_method=\"GetEngineInfo\",grpc_service=\"cgacct."
+                        "v1.Accounting\",grpc_type=\"unary\"} 1"));
   EXPECT_THAT(metrics, HasSubstr("policy=\"whole\""));
 
   daemon.Signal(SIGTERM);

@@ -106,6 +106,26 @@ TEST_F(GroupSeriesTest, CurrentMaxAndEventsPerGroup) {
   // "max" is +Inf.
   EXPECT_THAT(text,
               HasSubstr("cgacct_group_memory_max_bytes{path=\"/b\"} +Inf\n"));
+  // The other limit files and memory.peak too (issue 26, item 8): /a's
+  // high is "max", min and low 0; its peak is the 8 pages /a/x reached.
+  EXPECT_THAT(text,
+              HasSubstr("cgacct_group_memory_high_bytes{path=\"/a\"} +Inf\n"));
+  EXPECT_EQ(SeriesValue(text, "cgacct_group_memory_min_bytes{path=\"/a\"}"), 0);
+  EXPECT_EQ(SeriesValue(text, "cgacct_group_memory_low_bytes{path=\"/a\"}"), 0);
+  EXPECT_EQ(SeriesValue(text, "cgacct_group_memory_peak_bytes{path=\"/a\"}"),
+            8.0 * kPage);
+  LimitsUpdate protect;
+  protect.high_pages = 6;
+  protect.min_pages = 2;
+  protect.low_pages = 4;
+  ASSERT_TRUE(engine_->SetLimits("/a/x", protect).ok());
+  const std::string after = Scrape(options);
+  EXPECT_EQ(SeriesValue(after, "cgacct_group_memory_high_bytes{path=\"/a/x\"}"),
+            6.0 * kPage);
+  EXPECT_EQ(SeriesValue(after, "cgacct_group_memory_min_bytes{path=\"/a/x\"}"),
+            2.0 * kPage);
+  EXPECT_EQ(SeriesValue(after, "cgacct_group_memory_low_bytes{path=\"/a/x\"}"),
+            4.0 * kPage);
   EXPECT_THAT(text,
               HasSubstr("cgacct_group_memory_max_bytes{path=\"/\"} +Inf\n"));
   // memory.events is hierarchical: the OOM at /a's limit counts at /a (and

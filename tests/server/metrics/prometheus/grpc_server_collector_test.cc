@@ -155,7 +155,13 @@ TEST_F(GrpcServerMetricsTest, UnaryCallsByCodeWithGoNames) {
                                   reclaim + "}"),
             0);
   EXPECT_THAT(text, Not(HasSubstr("grpc_code=\"NotFound\"," + reclaim)));
-  // The cgacct_grpc_* families are kept beside (in RpcMetrics).
+  // ... and no histogram until it handles a call (issue 26, item 8).
+  EXPECT_THAT(text, Not(HasSubstr("grpc_server_handling_seconds_bucket{" +
+                                  reclaim)));
+  EXPECT_THAT(text, Not(HasSubstr("grpc_server_handling_seconds_count{" +
+                                  reclaim)));
+  // The one family reads the pipeline's own count (RpcMetrics); there is
+  // no cgacct_grpc_server_* beside it.
   EXPECT_EQ(rpc_metrics_.handled(RpcMethod::kCreateGroup,
                                  grpc::StatusCode::ALREADY_EXISTS),
             1u);
