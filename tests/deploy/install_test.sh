@@ -12,6 +12,9 @@
 # and runs against the installed cgacctd on loopback (charges through its
 # stock, closes; deleting the group afterwards reparents 0 pages); the Python
 # client package under lib/python3.X/dist-packages/cgacct (it imports).
+# Then each component alone: "client" (the library, with a pkg-config file
+# an application builds with, and the .proto protoc compiles), "server",
+# "tools", "python".
 #   install_test.sh BUILD_DIR SOURCE_DIR [CMAKE]
 set -euo pipefail
 build=$1
@@ -120,5 +123,46 @@ out=$(cd / && PYTHONPATH=$(dirname "$pydir") /usr/bin/python3 -c \
 [ "$out" = "$pydir/__init__.py" ] || fail "imported cgacct from $out, not $pydir"
 
 
+# The library alone (issue 26, item 6): `cmake --install --component
+# client` puts the libraries, headers, CMake package, pkg-config file and
+# the service's .proto in a prefix of their own, and nothing of the
+# server or the tools; an application builds with pkg-config alone and
+# runs; protoc compiles the installed .proto.
+lib_prefix=$prefix/client-only
+"$cmake" --install "$build" --prefix "$lib_prefix" --component client >"$prefix/client.log" 2>&1 ||
+  { cat "$prefix/client.log" >&2; fail "cmake --install --component client failed"; }
+for f in include/cgacct/client.h include/cgacct/v1/accounting.grpc.pb.h lib/libcgacct_client.a \
+         lib/libcgacct_proto.a lib/cmake/cgacct/cgacctConfig.cmake lib/pkgconfig/cgacct.pc \
+         share/cgacct/proto/cgacct/v1/accounting.proto; do
+  [ -f "$lib_prefix/$f" ] || fail "component client: $f missing"
+done
+others=$(cd "$lib_prefix" && find . -type f | grep -v -e '^./include/cgacct/' -e '^./lib/lib' \
+  -e '^./lib/cmake/cgacct/' -e '^./lib/pkgconfig/cgacct.pc$' -e '^./share/cgacct/proto/' || true)
+[ -z "$others" ] || fail "component client installed more than the library: $others"
+cmp -s "$lib_prefix/share/cgacct/proto/cgacct/v1/accounting.proto" \
+  "$src/proto/cgacct/v1/accounting.proto" || fail "the installed .proto is not proto/'s"
+mkdir "$prefix/protoc-out"
+protoc -I "$lib_prefix/share/cgacct/proto" --cpp_out="$prefix/protoc-out" \
+  cgacct/v1/accounting.proto || fail "protoc does not compile the installed .proto"
+pc_flags=$(PKG_CONFIG_PATH=$lib_prefix/lib/pkgconfig pkg-config --cflags --libs cgacct) ||
+  fail "pkg-config --cflags --libs cgacct failed"
+grep -q -- "-lcgacct_client" <<<"$pc_flags" || fail "pkg-config cgacct: no -lcgacct_client: $pc_flags"
+# shellcheck disable=SC2086 # the flags are words
+"${cxx:-c++}" -std=c++17 $sanflags "$src/tests/deploy/consumer/main.cc" -o "$prefix/consumer-pc" \
+  $pc_flags >"$prefix/consumer-pc.log" 2>&1 ||
+  { cat "$prefix/consumer-pc.log" >&2; fail "consumer: build with pkg-config --cflags --libs cgacct failed"; }
+ctl create /app-pc >/dev/null || fail "cgacctctl create /app-pc"
+res_pc=$("$prefix/consumer-pc" 127.0.0.1:$port /app-pc 2>&1) || fail "pkg-config consumer run failed: $res_pc"
+grep -q "consumer: OK" <<<"$res_pc" || fail "pkg-config consumer did not report OK: $res_pc"
+for component in server tools python; do
+  "$cmake" --install "$build" --prefix "$prefix/only-$component" --component "$component" \
+    >/dev/null 2>&1 || fail "cmake --install --component $component failed"
+done
+[ -x "$prefix/only-server/bin/cgacctd" ] && [ ! -e "$prefix/only-server/bin/cgacctctl" ] &&
+  [ ! -d "$prefix/only-server/include" ] || fail "component server is not cgacctd alone"
+[ -x "$prefix/only-tools/bin/cgacctctl" ] && [ ! -e "$prefix/only-tools/bin/cgacctd" ] ||
+  fail "component tools is not cgacctctl and cgacct-load"
+
 echo "install_test: $res"
+echo "install_test: built with pkg-config alone: $res_pc"
 echo "install_test: OK ($(find "$prefix" -path "$cbuild" -prune -o -type f -print | wc -l) files under the prefix)"
