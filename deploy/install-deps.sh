@@ -22,7 +22,12 @@
 #     Python over stubs it generates from the proto (tests/python); they are
 #     also the runtime of the Python client package cgacct (client/python,
 #     Debian's 1.51 / 3.21: the stubs protoc 3.21 generates need them, and
-#     nothing comes from pip);
+#     nothing comes from a package index);
+#   - python3-venv, python3-pip, python3-setuptools, python3-wheel: the test
+#     command installs that package as users do, with pip into a venv
+#     (--system-site-packages, --no-index: no index is reachable) from
+#     client/python/pyproject.toml, and builds its wheel
+#     (tests/python/pip_package_test.sh);
 #   - libcurl4-openssl-dev: cgacct-load's /metrics scrape and the tests' HTTP
 #     GET (client/load/metrics_scrape.cc, tests/server/http_get.h) use libcurl
 #     instead of a hand-written HTTP client;
@@ -78,6 +83,7 @@ packages=(
   curl openssl clang-14 libclang-rt-14-dev
   libgtest-dev libgmock-dev libbenchmark-dev sqlite3
   python3-grpcio python3-protobuf
+  python3-venv python3-pip python3-setuptools python3-wheel
   prometheus python3-yaml
   gnuplot-nox nghttp2-client python3-h2 haproxy
   etcd-server etcd-client groff-base

@@ -11,12 +11,15 @@ per-CPU stock carried across the network); when the process dies the server
 uncharges what the session held. `ClusterClient` does the same against a
 cluster of nodes (docs/DESIGN.md §4.18): a Client per shard owner, routed
 by the cluster map, following a failover. The gRPC stubs generated from
-proto/cgacct/v1/accounting.proto at build time are `cgacct.v1.accounting_pb2`
-and `cgacct.v1.accounting_pb2_grpc`.
+proto/cgacct/v1/accounting.proto are `cgacct.v1.accounting_pb2` and
+`cgacct.v1.accounting_pb2_grpc`. Typed (py.typed); installable with pip
+(client/python/pyproject.toml).
 """
-from cgacct.client import (ANON, FILE, DEFAULT_BATCH, Client, Error,
-                           ChargeResult, Event)
-from cgacct.cluster import ClusterClient
+__version__ = "0.1.0"  # the project's version (CMakeLists.txt; PythonPackageTest checks)
+
+from cgacct.client import (ANON, FILE, DEFAULT_BATCH, Client, Error,  # noqa: E402
+                           ChargeResult, Event, Holding, SessionInfo)
+from cgacct.cluster import ClusterClient  # noqa: E402
 
 __all__ = ["ANON", "FILE", "DEFAULT_BATCH", "Client", "ClusterClient", "Error",
-           "ChargeResult", "Event"]
+           "ChargeResult", "Event", "Holding", "SessionInfo", "__version__"]

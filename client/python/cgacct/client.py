@@ -40,6 +40,7 @@ import socket
 import threading
 import time
 import weakref
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Union
 
 import grpc
 
@@ -92,20 +93,52 @@ _CHANNEL_DEFAULTS = (("grpc.initial_reconnect_backoff_ms", 100),
                      ("grpc.max_reconnect_backoff_ms", 1000),
                      ("grpc.dns_min_time_between_resolutions_ms", 500))
 
-ChargeResult = collections.namedtuple("ChargeResult",
-                                      ["nr_pages", "from_stock", "throttle_us"])
-ChargeResult.__doc__ = """What charge() did.
+class ChargeResult(NamedTuple):
+    """What charge() did.
 
-nr_pages: pages charged (the n asked for).
-from_stock: True when the calling thread's stock slot served it (no RPC).
-throttle_us: microseconds the caller still has to hold this group's
-  writers back for memory.high: the server's ChargeResponse.throttle_us with
-  throttle="return", 0 with throttle="sleep" (charge() slept it).
-"""
+    nr_pages: pages charged (the n asked for).
+    from_stock: True when the calling thread's stock slot served it (no RPC).
+    throttle_us: microseconds the caller still has to hold this group's
+      writers back for memory.high: the server's ChargeResponse.throttle_us
+      with throttle="return", 0 with throttle="sleep" (charge() slept it).
+    """
+    nr_pages: int
+    from_stock: bool
+    throttle_us: int
 
 
-Event = collections.namedtuple(
-    "Event", ["type", "session_id", "group", "nr_pages", "code", "details"])
+class Holding(NamedTuple):
+    """Pages a session holds of one group and kind (SessionInfo.holdings)."""
+    path: str
+    kind: int  # ANON or FILE
+    nr_pages: int
+
+
+class SessionInfo(NamedTuple):
+    """The server's view of a session (get_session(); GetSession).
+
+    held_pages = what the application holds through the Client plus its
+    stock; expires_in_ms until the lease ends without another keepalive.
+    """
+    session_id: bytes
+    client_name: str
+    ttl_ms: int
+    expires_in_ms: int
+    attached: bool
+    held_pages: int
+    max_held_pages: int
+    holdings: List[Holding]
+
+
+class Event(NamedTuple):
+    type: str
+    session_id: bytes
+    group: bytes
+    nr_pages: int
+    code: Optional[grpc.StatusCode]
+    details: str
+
+
 Event.__doc__ = """Something the client did on its own, given to on_event.
 
 type: "session_reopened" (the session was gone: a new one, session_id, was
@@ -136,10 +169,10 @@ class Error(grpc.RpcError):
         self._code = code
         self._details = details
 
-    def code(self):
+    def code(self) -> grpc.StatusCode:
         return self._code
 
-    def details(self):
+    def details(self) -> str:
         return self._details
 
 
@@ -299,10 +332,14 @@ class Client:
     out. Thread-safe. Bad options raise ValueError naming the option.
     """
 
-    def __init__(self, target, ttl_ms=10000, batch=DEFAULT_BATCH, stock_cap=None,
-                 stock_groups=7, throttle="sleep", deadline=2.0, retries=3,
-                 client_name=None, credentials=None, metadata=(), interceptors=(),
-                 options=(), on_event=None):
+    def __init__(self, target: str, ttl_ms: int = 10000,
+                 batch: int = DEFAULT_BATCH, stock_cap: Optional[int] = None,
+                 stock_groups: int = 7, throttle: str = "sleep", deadline: float = 2.0,
+                 retries: int = 3, client_name: Optional[str] = None,
+                 credentials: Optional[grpc.ChannelCredentials] = None,
+                 metadata: Sequence[Any] = (), interceptors: Sequence[Any] = (),
+                 options: Sequence[Any] = (),
+                 on_event: Optional[Callable[["Event"], None]] = None) -> None:
         if isinstance(batch, bool) or not isinstance(batch, int) or batch < 0:
             raise ValueError("batch: must be an integer >= 0 pages, got %r" % (batch,))
         if stock_cap is None:
@@ -448,19 +485,20 @@ class Client:
     # --- public -----------------------------------------------------------
 
     @property
-    def session_id(self):
+    def session_id(self) -> bytes:
         """The current session's id (bytes); changes if the session was lost
         and re-opened."""
         with self._mu:
             return self._session_id
 
     @property
-    def ttl_ms(self):
+    def ttl_ms(self) -> int:
         """The lease the server granted, milliseconds."""
         with self._mu:
             return self._ttl_ms
 
-    def charge(self, path, nr_pages, kind=ANON):
+    def charge(self, path: Union[str, bytes], nr_pages: int,
+               kind: Union[int, str] = ANON) -> ChargeResult:
         """Charge nr_pages pages of `kind` (ANON, FILE) to group `path`.
 
         Served from the calling thread's stock slot when it holds nr_pages
@@ -547,7 +585,8 @@ class Client:
             throttle_us = 0
         return ChargeResult(nr_pages, False, throttle_us)
 
-    def uncharge(self, path, nr_pages, kind=ANON):
+    def uncharge(self, path: Union[str, bytes], nr_pages: int,
+                 kind: Union[int, str] = ANON) -> int:
         """Uncharge nr_pages pages of `kind` from group `path` that this
         client charged. Refills the calling thread's stock slot; once the
         slot's entry passes stock_cap, uncharges all of it on the server
@@ -629,7 +668,7 @@ class Client:
             self._resume_after_loss(lost_gen, must_succeed=False)
         return returned
 
-    def drain(self):
+    def drain(self) -> int:
         """Return every stocked page of every slot to the server (the
         kernel's drain_all_stock() on the client's own initiative, e.g.
         before a long idle period). Returns the pages returned."""
@@ -646,14 +685,15 @@ class Client:
             self._resume_after_loss(lost_gen, must_succeed=True)
         return returned
 
-    def held(self, path, kind=ANON):
+    def held(self, path: Union[str, bytes], kind: Union[int, str] = ANON) -> int:
         """Pages of (path, kind) the application holds through this client
         (charged, not uncharged; the stock not included)."""
         key = (_wire_path(path), _check_kind(kind))
         with self._held_mu:
             return self._held[key]
 
-    def stocked(self, path=None, kind=ANON):
+    def stocked(self, path: Optional[Union[str, bytes]] = None,
+                kind: Union[int, str] = ANON) -> int:
         """Pages stocked in all slots for (path, kind), or for every group
         and kind when path is None."""
         key = None if path is None else (_wire_path(path), _check_kind(kind))
@@ -666,7 +706,7 @@ class Client:
                     total += slot.stock.get(key, 0)
         return total
 
-    def stats(self):
+    def stats(self) -> Dict[str, int]:
         """Counters since the constructor, a dict (a counter never seen is
         absent): charges (charge() calls that succeeded), stock_hits (of
         which served by the stock), charge_rpcs, uncharge_rpcs (RPCs, retry
@@ -679,13 +719,22 @@ class Client:
         with self._stats_mu:
             return dict(self._stats)
 
-    def get_session(self):
-        """The server's view of this session (GetSession): a
-        cgacct.v1.SessionInfo (held_pages = application holdings + stock)."""
-        return self._call(self._stub.GetSession,
+    def get_session(self) -> SessionInfo:
+        """The server's view of this session (GetSession): a SessionInfo
+        (held_pages = application holdings + stock), holdings sorted by path,
+        then kind. Raises Error."""
+        info = self._call(self._stub.GetSession,
                           pb.GetSessionRequest(session_id=self.session_id))
+        return SessionInfo(
+            session_id=info.session_id,
+            client_name=info.client_name.decode("utf-8", "replace"),
+            ttl_ms=info.ttl_ms, expires_in_ms=info.expires_in_ms,
+            attached=info.attached, held_pages=info.held_pages,
+            max_held_pages=info.max_held_pages,
+            holdings=[Holding(h.path.decode("utf-8", "replace"), h.kind, h.nr_pages)
+                      for h in info.holdings])
 
-    def close(self):
+    def close(self) -> int:
         """Close the session: the server uncharges everything it holds (the
         application's pages and the stock). Idempotent. Returns the pages the
         server returned. If the server cannot be reached, raises Error after
