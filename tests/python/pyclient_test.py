@@ -253,6 +253,71 @@ class PythonClientTest(unittest.TestCase):
 
     # --- tests ---
 
+    def test_the_whole_api_with_typed_results(self):
+        """Issue 26, item 4: groups, limits, statistics, events, reclaim and
+        a watch through cgacct.Client (users fell back to raw stubs), typed
+        results, cgacct.Error naming the field."""
+        c = self.client()
+        g = c.create_group("/api", max=1 << 20, low="max")
+        self.assertIsInstance(g, cgacct.Group)
+        self.assertEqual((g.path, g.limits.max_bytes, g.limits.high_bytes, g.limits.low_bytes),
+                         ("/api", 1 << 20, None, None))
+        c.create_group("/api/a")
+        c.create_group("/api/a/x")
+        c.create_group("/api/b")
+        self.assertEqual(c.list_groups("/api"), ["/api/a", "/api/b"])
+        self.assertEqual(c.list_groups("/api", recursive=True),
+                         ["/api/a", "/api/a/x", "/api/b"])
+        with self.assertRaises(cgacct.Error) as e:
+            c.create_group("/api/a")
+        self.assertEqual(e.exception.code(), grpc.StatusCode.ALREADY_EXISTS)
+        with self.assertRaises(cgacct.Error) as e:
+            c.set_limits("/api", high="lots")
+        self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("high:", e.exception.details())
+        g = c.set_limits("/api", high=512 * 1024, oom_group=True)
+        self.assertEqual((g.limits.max_bytes, g.limits.high_bytes, g.limits.oom_group),
+                         (1 << 20, 512 * 1024, True))
+
+        updates = c.watch_events("/api", timeout=30)
+        first = next(updates)
+        self.assertIsInstance(first, cgacct.EventsUpdate)
+        self.assertEqual((first.path, first.events["max"]), ("/api", 0))
+        c.charge("/api/a/x", 16, cgacct.FILE)
+        st = c.group_stats("/api/a")
+        self.assertIsInstance(st, cgacct.GroupStats)
+        # The client's stock is charged too (a batch of 64 on the miss).
+        self.assertEqual(st.stat["file"], (16 + c.stocked("/api/a/x", cgacct.FILE)) * PAGE)
+        self.assertTrue(st.flushed)
+        self.assertGreaterEqual(st.memory_current_bytes, 16 * PAGE)
+        self.assertEqual(c.group_stats("/api", flush="none").limits.max_bytes, 1 << 20)
+        with self.assertRaises(cgacct.Error) as e:
+            c.group_stats("/api", flush="sometimes")
+        self.assertIn("flush:", e.exception.details())
+        # A refused charge at /api's max raises memory.events max at /api
+        # (the limiting group): the watch sees it.
+        with self.assertRaises(cgacct.Error) as e:
+            c.charge("/api/b", 300)
+        self.assertEqual(e.exception.code(), grpc.StatusCode.RESOURCE_EXHAUSTED)
+        self.assertGreater(next(updates).events["max"], 0)
+        updates.close()
+
+        c.uncharge("/api/a/x", 16, cgacct.FILE)
+        c.drain()
+        c.charge("/api/a/x", 8, cgacct.FILE)
+        c.drain()  # the stock back: only the application's 8 pages stay
+        self.assertGreaterEqual(c.reclaim("/api/a", 4 * PAGE), 4 * PAGE)  # may overshoot
+        with self.assertRaises(cgacct.Error) as e:
+            c.reclaim("/api/a", 1 << 30)  # more than it holds: EAGAIN
+        self.assertEqual(e.exception.code(), grpc.StatusCode.UNAVAILABLE)
+        with self.assertRaises(cgacct.Error) as e:
+            c.delete_group("/api/a")
+        self.assertEqual(e.exception.code(), grpc.StatusCode.FAILED_PRECONDITION)
+        self.assertEqual(c.delete_group("/api/b"), 0)
+        with self.assertRaises(cgacct.Error) as e:
+            c.group_stats("/api/b")
+        self.assertEqual(e.exception.code(), grpc.StatusCode.NOT_FOUND)
+
     def test_stock_hit_makes_no_rpc(self):
         self.create("/stock")
         c = self.client(batch=64)

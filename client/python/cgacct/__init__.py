@@ -20,6 +20,8 @@ __version__ = "0.1.0"  # the project's version (CMakeLists.txt; PythonPackageTes
 from cgacct.client import (ANON, FILE, DEFAULT_BATCH, Client, Error,  # noqa: E402
                            ChargeResult, Event, Holding, SessionInfo)
 from cgacct.cluster import ClusterClient  # noqa: E402
+from cgacct.groups import EventsUpdate, Group, GroupStats, Limits  # noqa: E402
 
 __all__ = ["ANON", "FILE", "DEFAULT_BATCH", "Client", "ClusterClient", "Error",
-           "ChargeResult", "Event", "Holding", "SessionInfo", "__version__"]
+           "ChargeResult", "Event", "Holding", "SessionInfo", "Group", "GroupStats",
+           "Limits", "EventsUpdate", "__version__"]

@@ -44,6 +44,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Un
 
 import grpc
 
+from cgacct.groups import GroupsMixin
 from cgacct.v1 import accounting_pb2 as pb
 from cgacct.v1 import accounting_pb2_grpc as pb_grpc
 
@@ -274,8 +275,10 @@ def _under(path, root):
     return root == b"/" or path == root or path.startswith(root + b"/")
 
 
-class Client:
-    """A session on cgacctd with a per-thread stock of pre-charged pages.
+class Client(GroupsMixin):
+    """A session on cgacctd with a per-thread stock of pre-charged pages,
+    and the rest of the API: create_group, delete_group, set_limits,
+    list_groups, group_stats, reclaim, watch_events (cgacct.groups).
 
     Client(target, ttl_ms=10000, batch=64, stock_cap=256, stock_groups=7,
            throttle="sleep", deadline=2.0, retries=3, client_name=None,
@@ -1044,6 +1047,23 @@ class Client:
         with self._rid_lock:
             self._rid_next += 1
             return ("%s-%d" % (self._rid_prefix, self._rid_next)).encode()
+
+    _error = Error
+
+    @staticmethod
+    def _wire_path(path):
+        return _wire_path(path)
+
+    def _once(self, method, request):
+        """One unary call, one attempt (a create, delete or reclaim retried
+        after an answer was lost would answer differently), as Error."""
+        try:
+            return method(request, timeout=self._deadline, metadata=self._metadata)
+        except grpc.RpcError as e:
+            code = e.code() if callable(getattr(e, "code", None)) else None
+            if code is None:
+                raise
+            raise Error(code, e.details() or "") from None
 
     def _call(self, method, request):
         """One unary call with a deadline per attempt and bounded retries of

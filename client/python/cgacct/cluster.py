@@ -120,6 +120,68 @@ class ClusterClient:
             client = self._clients.get(self._home.get(root, ""))
         return client.held(key[0], key[1]) if client is not None else 0
 
+    # The rest of the API (cgacct.groups, as Client's). Unary calls go to
+    # any node (a node that does not own the group's shard forwards the
+    # call to the owner, one hop): to a node this client already talks to
+    # first, the next on UNAVAILABLE. watch_events is a stream, served by
+    # the owner only: it goes there.
+
+    def create_group(self, path, **limits):
+        """Client.create_group() at any node."""
+        return self._any(lambda c: c.create_group(path, **limits))
+
+    def delete_group(self, path):
+        """Client.delete_group() at any node."""
+        return self._any(lambda c: c.delete_group(path))
+
+    def set_limits(self, path, **limits):
+        """Client.set_limits() at any node."""
+        return self._any(lambda c: c.set_limits(path, **limits))
+
+    def list_groups(self, path="/", recursive=False):
+        """Client.list_groups() at any node (each holds the whole tree)."""
+        return self._any(lambda c: c.list_groups(path, recursive))
+
+    def group_stats(self, path, flush="exact"):
+        """Client.group_stats() at any node: exact at the owner of the
+        group's shard; above the shard roots, the sum of every owner's."""
+        return self._any(lambda c: c.group_stats(path, flush))
+
+    def reclaim(self, path, nr_bytes):
+        """Client.reclaim() at any node (done by the shard's owner)."""
+        return self._any(lambda c: c.reclaim(path, nr_bytes))
+
+    def watch_events(self, path, timeout=None):
+        """Client.watch_events() at the owner of `path`'s shard now (after a
+        failover the stream ends UNAVAILABLE: watch again)."""
+        address = self.owner(path)
+        if not address:
+            raise Error(grpc.StatusCode.UNAVAILABLE,
+                        "path: no node owns the shard of %s now"
+                        % _wire_path(path).decode("utf-8", "replace"))
+        with self._mu:
+            client = self._client_for(address)
+        return client.watch_events(path, timeout)
+
+    def _any(self, call):
+        with self._mu:
+            if self._closed:
+                raise Error(grpc.StatusCode.FAILED_PRECONDITION, "ClusterClient: closed")
+            addresses = list(self._clients) + [t for t in self._targets
+                                               if t not in self._clients]
+        error = None
+        for address in addresses:
+            try:
+                with self._mu:
+                    client = self._client_for(address)
+                return call(client)
+            except Error as e:
+                if e.code() not in (grpc.StatusCode.UNAVAILABLE,
+                                    grpc.StatusCode.DEADLINE_EXCEEDED):
+                    raise
+                error = e
+        raise error
+
     def owner(self, path):
         """The address of the node this client sends `path` to now ("" when
         its shard has no owner in the last map read)."""

@@ -537,6 +537,35 @@ class ClusterTest(unittest.TestCase):
         self.assertIsNotNone(err)
         self.assertEqual(err.code(), grpc.StatusCode.UNAVAILABLE, err.details())
 
+    def test_python_cluster_client_covers_the_api(self):
+        """Issue 26, item 4: ClusterClient has Client's group, limit,
+        statistics, reclaim and watch methods; unary calls at any node (it
+        forwards to the owner), the watch at the shard's owner."""
+        self.start_nodes()
+        cc = cgacct.ClusterClient([self.nodes[1].address], failover_s=20, batch=0)
+        try:
+            g = cc.create_group("/api", max=1 << 20)
+            self.assertEqual((g.path, g.limits.max_bytes), ("/api", 1 << 20))
+            cc.create_group("/api/x")
+            self.assertIn("/api", cc.list_groups("/"))
+            self.assertEqual(cc.list_groups("/api"), ["/api/x"])
+            self.assertEqual(cc.set_limits("/api", high=1 << 19).limits.high_bytes, 1 << 19)
+            cc.charge("/api/x", 8, cgacct.FILE)  # reads the map: the owner is known
+            updates = cc.watch_events("/api", timeout=30)
+            self.assertEqual(next(updates).path, "/api")
+            st = cc.group_stats("/api/x")
+            # memory.current also counts the owner's own per-CPU stock.
+            self.assertEqual(st.stat["file"], 8 * PAGE)
+            self.assertGreaterEqual(st.memory_current_bytes, 8 * PAGE)
+            self.assertGreaterEqual(cc.reclaim("/api/x", 4 * PAGE), 4 * PAGE)
+            with self.assertRaises(cgacct.Error) as e:
+                cc.charge("/api/x", 300)
+            self.assertEqual(e.exception.code(), grpc.StatusCode.RESOURCE_EXHAUSTED)
+            self.assertGreater(next(updates).events["max"], 0)
+            updates.close()
+        finally:
+            cc.close()
+
     def test_python_library_follows_its_shards_owner_through_a_failover(self):
         grace_s = 2
         shards = self.start_library_shards("/p", grace_s)
