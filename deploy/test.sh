@@ -18,7 +18,9 @@
 # the Kubernetes manifests, cmake --install); deploy/README.md lists them.
 # They also run cgacct-load against a real cgacctd (label "load": open loop
 # under a SIGSTOP stall, warm-up, the reclaim scenario) and its --chart
-# through the real gnuplot (label "gnuplot").
+# through the real gnuplot (label "gnuplot"). Not the image in a real Docker
+# (label "docker", deploy/docker_test.sh: ~10 min of a core to build the
+# image; run it with `ctest --test-dir build -L docker` as root).
 # Each stage prints its wall time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -53,11 +55,11 @@ cmake --build build-asan -j"$jobs"
 ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1" \
   LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp:print_suppressions=0" \
   UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
-  ctest --test-dir build-asan -j"$jobs" --output-on-failure --timeout 300
+  ctest --test-dir build-asan -j"$jobs" --output-on-failure --timeout 300 -LE docker
 LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp:print_suppressions=0" \
   deploy/fuzz.sh build-asan "${FUZZ_SECONDS:-30}"
 
 stage "g++ build and ctest"
 CGACCT_WERROR=ON deploy/build.sh
-ctest --test-dir build -j"$jobs" --output-on-failure --timeout 300
+ctest --test-dir build -j"$jobs" --output-on-failure --timeout 300 -LE docker
 stage ""
