@@ -25,9 +25,10 @@ ABSL_FLAG(absl::Duration, connect_timeout, absl::Seconds(3),
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(10),
           "deadline of each RPC (not of events --watch)");
 ABSL_FLAG(bool, json, false,
-          "read commands print JSON: protobuf's JSON mapping of the RPC "
-          "response (64-bit integers as strings), or for cat/ls/tree/top an "
-          "object keyed by the cgroup file names");
+          "every command prints JSON, in one shape: what a cgroup file "
+          "holds under the file's name, numbers as numbers, \"max\" for an "
+          "unlimited limit, other values under the API's field names (ls: "
+          "an array of paths)");
 ABSL_FLAG(std::string, max, "",
           "memory.max (create, set): as in set's memory.max=VALUE");
 ABSL_FLAG(std::string, high, "", "memory.high (set)");
@@ -68,7 +69,7 @@ absl::Status CheckArity(const std::string& c, size_t nr_args) {
     hi = 6;  // PATH and up to the four limit files and memory.oom.group
   } else if (c == "cat") {
     lo = 2;
-    hi = kNrCatFiles;
+    hi = 1 + kNrCatFiles;  // PATH and every file once
   } else if (c == "reclaim") {
     lo = hi = 2;
   } else if (c == "charge" || c == "uncharge") {

@@ -272,6 +272,11 @@ class PythonClientTest(unittest.TestCase):
             c.create_group("/api/a")
         self.assertEqual(e.exception.code(), grpc.StatusCode.ALREADY_EXISTS)
         with self.assertRaises(cgacct.Error) as e:
+            c.list_groups("/api", recursive="yes")
+        self.assertIn("recursive:", e.exception.details())
+        with self.assertRaises(ValueError):
+            cgacct.Client(None)
+        with self.assertRaises(cgacct.Error) as e:
             c.set_limits("/api", high="lots")
         self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
         self.assertIn("high:", e.exception.details())

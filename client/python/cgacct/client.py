@@ -343,6 +343,8 @@ class Client(GroupsMixin):
                  metadata: Sequence[Any] = (), interceptors: Sequence[Any] = (),
                  options: Sequence[Any] = (),
                  on_event: Optional[Callable[["Event"], None]] = None) -> None:
+        if not isinstance(target, str) or not target:
+            raise ValueError("target: must be \"host:port\", got %r" % (target,))
         if isinstance(batch, bool) or not isinstance(batch, int) or batch < 0:
             raise ValueError("batch: must be an integer >= 0 pages, got %r" % (batch,))
         if stock_cap is None:

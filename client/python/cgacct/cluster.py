@@ -32,11 +32,13 @@ longer the application's to uncharge.
 """
 import threading
 import time
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 
 import grpc
 
-from cgacct.client import (ANON, Client, Error, _NOT_HERE, _check_kind, _check_pages, _under,
+from cgacct.client import (ANON, ChargeResult, Client, Error, _NOT_HERE, _check_kind, _check_pages, _under,
                            _wire_path)
+from cgacct.groups import EventsUpdate, Group, GroupStats
 from cgacct.v1 import accounting_pb2 as pb
 from cgacct.v1 import accounting_pb2_grpc as pb_grpc
 
@@ -68,7 +70,8 @@ class ClusterClient:
     failover_s; ValueError for bad options.
     """
 
-    def __init__(self, targets, failover_s=20.0, **client_options):
+    def __init__(self, targets: Union[str, Sequence[str]], failover_s: float = 20.0,
+                 **client_options: Any) -> None:
         if isinstance(targets, str):
             targets = [targets]
         if not targets or not all(isinstance(t, str) and t for t in targets):
@@ -98,21 +101,23 @@ class ClusterClient:
 
     # --- public -------------------------------------------------------------
 
-    def charge(self, path, nr_pages, kind=ANON):
+    def charge(self, path: Union[str, bytes], nr_pages: int,
+               kind: Union[int, str] = ANON) -> ChargeResult:
         """Client.charge() at the owner of `path`'s shard (see the class
         comment for failovers). Returns its ChargeResult."""
         key = (_wire_path(path), _check_kind(kind))
         _check_pages(nr_pages)
         return self._routed(key, lambda c: c.charge(key[0], nr_pages, key[1]))
 
-    def uncharge(self, path, nr_pages, kind=ANON):
+    def uncharge(self, path: Union[str, bytes], nr_pages: int,
+                 kind: Union[int, str] = ANON) -> int:
         """Client.uncharge() at the owner of `path`'s shard. Returns the
         pages returned to the server."""
         key = (_wire_path(path), _check_kind(kind))
         _check_pages(nr_pages)
         return self._routed(key, lambda c: c.uncharge(key[0], nr_pages, key[1]))
 
-    def held(self, path, kind=ANON):
+    def held(self, path: Union[str, bytes], kind: Union[int, str] = ANON) -> int:
         """Pages of (path, kind) the application holds through this client."""
         key = (_wire_path(path), _check_kind(kind))
         with self._mu:
@@ -126,32 +131,33 @@ class ClusterClient:
     # first, the next on UNAVAILABLE. watch_events is a stream, served by
     # the owner only: it goes there.
 
-    def create_group(self, path, **limits):
+    def create_group(self, path: Union[str, bytes], **limits: Any) -> Group:
         """Client.create_group() at any node."""
         return self._any(lambda c: c.create_group(path, **limits))
 
-    def delete_group(self, path):
+    def delete_group(self, path: Union[str, bytes]) -> int:
         """Client.delete_group() at any node."""
         return self._any(lambda c: c.delete_group(path))
 
-    def set_limits(self, path, **limits):
+    def set_limits(self, path: Union[str, bytes], **limits: Any) -> Group:
         """Client.set_limits() at any node."""
         return self._any(lambda c: c.set_limits(path, **limits))
 
-    def list_groups(self, path="/", recursive=False):
+    def list_groups(self, path: Union[str, bytes] = "/", recursive: bool = False) -> List[str]:
         """Client.list_groups() at any node (each holds the whole tree)."""
         return self._any(lambda c: c.list_groups(path, recursive))
 
-    def group_stats(self, path, flush="exact"):
+    def group_stats(self, path: Union[str, bytes], flush: str = "exact") -> GroupStats:
         """Client.group_stats() at any node: exact at the owner of the
         group's shard; above the shard roots, the sum of every owner's."""
         return self._any(lambda c: c.group_stats(path, flush))
 
-    def reclaim(self, path, nr_bytes):
+    def reclaim(self, path: Union[str, bytes], nr_bytes: int) -> int:
         """Client.reclaim() at any node (done by the shard's owner)."""
         return self._any(lambda c: c.reclaim(path, nr_bytes))
 
-    def watch_events(self, path, timeout=None):
+    def watch_events(self, path: Union[str, bytes],
+                     timeout: Optional[float] = None) -> Iterator[EventsUpdate]:
         """Client.watch_events() at the owner of `path`'s shard now (after a
         failover the stream ends UNAVAILABLE: watch again)."""
         address = self.owner(path)
@@ -182,13 +188,13 @@ class ClusterClient:
                 error = e
         raise error
 
-    def owner(self, path):
+    def owner(self, path: Union[str, bytes]) -> str:
         """The address of the node this client sends `path` to now ("" when
         its shard has no owner in the last map read)."""
         with self._mu:
             return self._owners.get(self._root_of(_wire_path(path)), "")
 
-    def stats(self):
+    def stats(self) -> Dict[str, int]:
         """Counters: map_reads, moves (shards whose holdings were charged
         again at a new owner), watch_moves (those of them the watch thread
         made, before any call of the application failed), recharge_failed_pages, plus the sum of the
@@ -201,7 +207,7 @@ class ClusterClient:
                 out[k] = out.get(k, 0) + v
         return out
 
-    def close(self):
+    def close(self) -> None:
         """Closes every per-owner Client (their sessions return their
         pages); a node that is gone is given up after its Client's
         retries. Idempotent."""

@@ -162,6 +162,9 @@ class GroupsMixin:
                     recursive: bool = False) -> List[str]:
         """The groups below `path` (its children, or with recursive=True its
         whole subtree), sorted; every page of ListGroups."""
+        if not isinstance(recursive, bool):
+            raise self._error(grpc.StatusCode.INVALID_ARGUMENT,
+                              "recursive: must be True or False, got %r" % (recursive,))
         request = pb.ListGroupsRequest(path=self._wire_path(path), recursive=recursive)
         paths: List[str] = []
         while True:

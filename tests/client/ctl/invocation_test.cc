@@ -10,6 +10,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/reflection.h"
 #include "client/cli/cli_util.h"
+#include "client/ctl/cgroup_files.h"
 #include "gtest/gtest.h"
 
 ABSL_DECLARE_FLAG(std::string, max);
@@ -97,6 +98,13 @@ TEST_F(InvocationTest, CatKnowsItsFiles) {
   ASSERT_TRUE(inv.ok()) << inv.status();
   EXPECT_EQ(inv->files,
             (std::vector<std::string>{"memory.current", "memory.events"}));
+  // Every file at once: PATH and the ten files (the count once stopped at
+  // nine, PATH counted among them).
+  std::vector<std::string> all = {"cat", "/a"};
+  for (const char* file : kCatFiles) all.push_back(file);
+  inv = ParseInvocation(all);
+  ASSERT_TRUE(inv.ok()) << inv.status();
+  EXPECT_EQ(inv->files.size(), kNrCatFiles);
   EXPECT_EQ(
       Error({"cat", "/a", "memory.swap.current"})
           .rfind(
