@@ -83,7 +83,9 @@ with cgacct.Client(sys.argv[1], client_name="pip-test") as c:
 try:
     stub.GetStats(pb.GetStatsRequest(path=b"/nope"), timeout=10)
 except grpc.RpcError as e:
-    assert e.code() == grpc.StatusCode.NOT_FOUND
+    assert e.code() == grpc.StatusCode.NOT_FOUND, e.code()
+else:
+    raise AssertionError("GetStats of a missing group answered")
 print("charged and read back through the venv's cgacct: held_pages=%d" % info.held_pages)
 PY
 ) || fail "the venv's cgacct against cgacctd: $run"
