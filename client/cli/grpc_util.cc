@@ -1,13 +1,12 @@
 #include "client/cli/grpc_util.h"
 
-#include <fstream>
-#include <sstream>
 #include <utility>
 
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/ascii.h"
+#include "cgacct/channel.h"
 
 ABSL_FLAG(std::string, tls_ca, "",
           "PEM CA bundle to verify cgacctd's certificate; set = TLS");
@@ -22,14 +21,39 @@ ABSL_FLAG(std::string, token_file, "",
           "in plaintext to a loopback target)");
 
 namespace cgacct::cli {
-
 namespace {
 
-std::string ReadFileOrEmpty(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
+bool WordChar(char c) {
+  return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' ||
+         c == '/' || c == '.' || c == '-';
+}
+
+// `message` with ConnectOptions' field names, as whole words (not inside a
+// path), spelled as the flags that set them.
+std::string FieldsAsFlags(const std::string& message) {
+  static constexpr std::pair<absl::string_view, absl::string_view> kFlags[] = {
+      {"tls_ca_file", "--tls_ca"},       {"tls_cert_file", "--tls_cert"},
+      {"tls_key_file", "--tls_key"},     {"tls_server_name", "--tls_server_name"},
+      {"token_file", "--token_file"},    {"target", "--target"}};
+  std::string out;
+  size_t i = 0;
+  while (i < message.size()) {
+    bool replaced = false;
+    if (i == 0 || !WordChar(message[i - 1])) {
+      for (const auto& [field, flag] : kFlags) {
+        const size_t end = i + field.size();
+        if (absl::string_view(message).substr(i, field.size()) == field &&
+            (end == message.size() || !WordChar(message[end]))) {
+          absl::StrAppend(&out, flag);
+          i = end;
+          replaced = true;
+          break;
+        }
+      }
+    }
+    if (!replaced) out.push_back(message[i++]);
+  }
+  return out;
 }
 
 }  // namespace
@@ -48,46 +72,21 @@ std::vector<std::string> ChannelFlags() {
   return flags;
 }
 
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target,
-                                           bool own_connection) {
-  grpc::ChannelArguments args;
-  if (own_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  const std::string ca = absl::GetFlag(FLAGS_tls_ca);
-  const std::string token_file = absl::GetFlag(FLAGS_token_file);
-  if (ca.empty() && token_file.empty()) {
-    return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(),
-                                     args);
-  }
-  if (ca.empty()) {
-    // A token without TLS: gRPC sends call credentials in plaintext only
-    // over a local connection (LOCAL_TCP: a loopback target), which is
-    // where cgacctd accepts plaintext with --tokens_file.
-    const std::string token(
-        absl::StripAsciiWhitespace(ReadFileOrEmpty(token_file)));
-    return grpc::CreateCustomChannel(
-        target,
-        grpc::CompositeChannelCredentials(
-            grpc::experimental::LocalCredentials(LOCAL_TCP),
-            grpc::AccessTokenCredentials(token)),
-        args);
-  }
-  grpc::SslCredentialsOptions ssl;
-  ssl.pem_root_certs = ReadFileOrEmpty(ca);
-  const std::string cert = absl::GetFlag(FLAGS_tls_cert);
-  if (!cert.empty()) {
-    ssl.pem_cert_chain = ReadFileOrEmpty(cert);
-    ssl.pem_private_key = ReadFileOrEmpty(absl::GetFlag(FLAGS_tls_key));
-  }
-  const std::string name = absl::GetFlag(FLAGS_tls_server_name);
-  if (!name.empty()) args.SetSslTargetNameOverride(name);
-  std::shared_ptr<grpc::ChannelCredentials> creds = grpc::SslCredentials(ssl);
-  if (!token_file.empty()) {
-    const std::string token(
-        absl::StripAsciiWhitespace(ReadFileOrEmpty(token_file)));
-    creds = grpc::CompositeChannelCredentials(
-        creds, grpc::AccessTokenCredentials(token));
-  }
-  return grpc::CreateCustomChannel(target, creds, args);
+absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(
+    const std::string& target, bool own_connection) {
+  client::ConnectOptions connect;
+  connect.tls_ca_file = absl::GetFlag(FLAGS_tls_ca);
+  connect.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
+  connect.tls_key_file = absl::GetFlag(FLAGS_tls_key);
+  connect.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
+  connect.token_file = absl::GetFlag(FLAGS_token_file);
+  connect.own_connection = own_connection;
+  client::Result<std::shared_ptr<grpc::Channel>> channel =
+      client::MakeChannel(target, connect);
+  if (channel.ok()) return std::move(*channel);
+  // The library names its fields (tls_ca_file: ...); the user gave flags.
+  return absl::Status(static_cast<absl::StatusCode>(channel.status().code()),
+                      FieldsAsFlags(channel.status().message()));
 }
 
 absl::Status WaitForConnected(grpc::Channel& channel, absl::string_view target,
@@ -135,6 +134,11 @@ std::string FormatStatus(const grpc::Status& status) {
   }
   return absl::StrCat(StatusCodeName(status.error_code()), ": ",
                       status.error_message());
+}
+
+std::string FormatStatus(const client::Status& status) {
+  return FormatStatus(grpc::Status(
+      static_cast<grpc::StatusCode>(status.code()), status.message()));
 }
 
 }  // namespace cgacct::cli

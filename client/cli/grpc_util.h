@@ -12,8 +12,10 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "cgacct/status.h"
 #include "grpcpp/grpcpp.h"
 
 namespace cgacct::cli {
@@ -25,13 +27,15 @@ namespace cgacct::cli {
 // name checked), --tls_cert/--tls_key present a client certificate (mTLS),
 // --token_file sends "authorization: Bearer TOKEN" (over TLS, or without
 // --tls_ca over a local connection: gRPC's LOCAL_TCP credentials, which
-// only connect to a loopback target). A flag file that cannot be read
-// makes the calls fail UNAVAILABLE/UNAUTHENTICATED with gRPC's message.
-// With `own_connection`, the channel gets a private subchannel
-// pool and therefore its own TCP connection; otherwise gRPC shares one
-// connection between channels with equal arguments. Does not connect yet.
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target,
-                                           bool own_connection = false);
+// only connect to a loopback target). The flags are cgacct::client's
+// ConnectOptions (cgacct/channel.h), which makes the channel. With
+// `own_connection`, the channel gets a private subchannel pool and
+// therefore its own TCP connection; otherwise gRPC shares one connection
+// between channels with equal arguments. Does not connect yet. Errors:
+// INVALID_ARGUMENT naming the flag (a file that cannot be read or is empty,
+// --tls_cert without --tls_key, ...).
+absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(
+    const std::string& target, bool own_connection = false);
 
 // The client TLS and token flags above that are set, as command-line
 // arguments ("--tls_ca=PATH", ...): what a process spawned to make the same
@@ -58,6 +62,7 @@ std::string StatusCodeName(grpc::StatusCode code);
 
 // "CODE: message" (or just "CODE" when the message is empty).
 std::string FormatStatus(const grpc::Status& status);
+std::string FormatStatus(const client::Status& status);
 
 }  // namespace cgacct::cli
 

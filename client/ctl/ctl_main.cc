@@ -68,7 +68,10 @@ int Main(int argc, char** argv) {
   // Usage errors are reported without touching the network.
   absl::StatusOr<Invocation> inv = ParseInvocation(args);
   if (!inv.ok()) return PrintUsageError(inv.status().message());
-  std::shared_ptr<grpc::Channel> channel = cli::MakeChannel(inv->target);
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> made =
+      cli::MakeChannel(inv->target);
+  if (!made.ok()) return PrintUsageError(made.status().message());
+  std::shared_ptr<grpc::Channel> channel = *std::move(made);
   if (absl::Status s =
           cli::WaitForConnected(*channel, inv->target, inv->connect_timeout,
                                 /*fail_fast=*/true);

@@ -39,6 +39,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "cgacct/v1/accounting.grpc.pb.h"
+#include "client/lib/groups_impl.h"
+#include "client/lib/grpc_status.h"
 #include "client/lib/rpcs.h"
 #include "client/lib/session_link.h"
 #include "client/lib/stock.h"
@@ -47,6 +49,7 @@
 
 namespace cgacct::client {
 
+using internal::FromGrpc;
 using internal::HeldKey;
 using internal::NotServedHere;
 using internal::Returned;
@@ -59,12 +62,16 @@ struct Client::Impl : internal::SessionLink::Handler {
       : options(std::move(o)),
         stock(nr_slots, options.stock_groups, options.batch_pages,
               options.max_batch_pages),
-        rpcs(std::move(channel), options),
+        rpcs(channel, options),
+        groups(new Groups(Groups::Impl::OneChannel(
+            channel, CallOptions{options.call_timeout, options.max_attempts}))),
         link(rpcs, *this, closed) {}
 
   const Options options;
   internal::Stock stock;
   internal::Rpcs rpcs;
+  // groups(): the session-less calls, over the same channel.
+  const std::unique_ptr<Groups> groups;
   // Set by Close(); read without order on the hot path (a call racing with
   // Close() is the caller's error).
   std::atomic<bool> closed{false};
@@ -143,7 +150,7 @@ struct Client::Impl : internal::SessionLink::Handler {
     e.session_id = link.Session().first;
     e.group = std::move(group);
     e.nr_pages = nr_pages;
-    e.status = std::move(status);
+    e.status = FromGrpc(status);
     options.on_event(e);
   }
 
@@ -430,11 +437,19 @@ struct Client::Impl : internal::SessionLink::Handler {
                             uint64_t batch);
 };
 
-grpc::Status Client::Open(std::shared_ptr<grpc::Channel> channel,
-                          Options options, std::unique_ptr<Client>* client) {
+Status Client::Open(const std::string& target, Options options,
+                    std::unique_ptr<Client>* client) {
+  Result<std::shared_ptr<grpc::Channel>> channel =
+      MakeChannel(target, options.connect);
+  if (!channel.ok()) return channel.status();
+  return Open(std::move(*channel), std::move(options), client);
+}
+
+Status Client::Open(std::shared_ptr<grpc::Channel> channel, Options options,
+                    std::unique_ptr<Client>* client) {
   auto bad = [](std::string_view what) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        "cgacct::client::Options: " + std::string(what));
+    return Status(StatusCode::kInvalidArgument,
+                  "cgacct::client::Options: " + std::string(what));
   };
   if (channel == nullptr) return bad("channel is null");
   if (options.nr_slots < 0) return bad("nr_slots must be >= 0");
@@ -452,11 +467,11 @@ grpc::Status Client::Open(std::shared_ptr<grpc::Channel> channel,
       std::make_unique<Impl>(std::move(channel), std::move(options), nr_slots);
   v1::OpenSessionResponse opened;
   grpc::Status s = impl->rpcs.OpenSession(&opened);
-  if (!s.ok()) return s;
+  if (!s.ok()) return FromGrpc(s);
   impl->link.Replace(opened);
   impl->link.Start(absl::FromChrono(impl->options.call_timeout));
   client->reset(new Client(std::move(impl)));
-  return grpc::Status::OK;
+  return Status();
 }
 
 Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -468,14 +483,13 @@ ChargeResult Client::Charge(std::string_view group, uint64_t nr_pages,
   Impl& m = *impl_;
   ChargeResult result;
   if (m.closed.load(std::memory_order_relaxed)) {
-    result.status = grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                                 "cgacct::client: Charge after Close");
+    result.status = Status(StatusCode::kFailedPrecondition,
+                           "cgacct::client: Charge after Close");
     return result;
   }
   if (nr_pages == 0) {
-    result.status =
-        grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                     "cgacct::client: Charge: nr_pages must be > 0");
+    result.status = Status(StatusCode::kInvalidArgument,
+                           "cgacct::client: Charge: nr_pages must be > 0");
     return result;
   }
   const int k = static_cast<int>(kind);
@@ -535,34 +549,34 @@ ChargeResult Client::Impl::ChargeRemote(std::string_view group,
     if (SessionGone(s) && round < 2) {
       grpc::Status rs = Reopen(gen);
       if (!rs.ok()) {
-        result.status = rs;
+        result.status = FromGrpc(rs);
         return result;
       }
       continue;
     }
-    result.status = s;
+    result.status = FromGrpc(s);
     return result;
   }
-  result.status = grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                               "cgacct::client: Charge: session lost twice");
+  result.status = Status(StatusCode::kUnavailable,
+                         "cgacct::client: Charge: session lost twice");
   return result;
 }
 
-grpc::Status Client::Uncharge(std::string_view group, uint64_t nr_pages,
-                              PageKind kind) {
+Status Client::Uncharge(std::string_view group, uint64_t nr_pages,
+                        PageKind kind) {
   Impl& m = *impl_;
   if (m.closed.load(std::memory_order_relaxed))
-    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                        "cgacct::client: Uncharge after Close");
+    return Status(StatusCode::kFailedPrecondition,
+                  "cgacct::client: Uncharge after Close");
   if (nr_pages == 0)
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        "cgacct::client: Uncharge: nr_pages must be > 0");
+    return Status(StatusCode::kInvalidArgument,
+                  "cgacct::client: Uncharge: nr_pages must be > 0");
   const int k = static_cast<int>(kind);
   std::vector<Returned> excess;
   // After a drain, until the next refill or restock: back to the server.
   const bool held_off = m.stock.RefillUnlessHeldOff(
       group, k, nr_pages, m.stock_held_off, &excess);
-  if (excess.empty()) return grpc::Status::OK;
+  if (excess.empty()) return Status();
   // Held off: this free goes back with `restock`, and once the server has
   // applied it (it then waits for this session's drain answers again, as
   // after a refill) the frees after it are stocked again, unless a drain
@@ -581,24 +595,24 @@ grpc::Status Client::Uncharge(std::string_view group, uint64_t nr_pages,
   if (SessionGone(s)) {
     // The server already uncharged them with the session; Reopen() forgets
     // the stock they went back into.
-    return m.Reopen(gen);
+    return FromGrpc(m.Reopen(gen));
   }
-  return s;
+  return FromGrpc(s);
 }
 
-grpc::Status Client::Drain() {
+Status Client::Drain() {
   Impl& m = *impl_;
   if (m.closed.load())
-    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                        "cgacct::client: Drain after Close");
+    return Status(StatusCode::kFailedPrecondition,
+                  "cgacct::client: Drain after Close");
   absl::ReaderMutexLock r(&m.rpc_mu);
   std::vector<Returned> taken = m.stock.Take("/");
-  return m.ReturnPages(m.link.Session().first, taken);
+  return FromGrpc(m.ReturnPages(m.link.Session().first, taken));
 }
 
-grpc::Status Client::Close() {
+Status Client::Close() {
   Impl& m = *impl_;
-  if (m.closed.exchange(true)) return grpc::Status::OK;
+  if (m.closed.exchange(true)) return Status();
   m.link.Stop();
   grpc::Status s = m.rpcs.CloseSession(m.link.Session().first);
   // A retry of a CloseSession that was applied finds the session gone.
@@ -606,8 +620,10 @@ grpc::Status Client::Close() {
   m.stock.TakeAll();
   absl::MutexLock l(&m.held_mu);
   m.held.clear();
-  return s;
+  return FromGrpc(s);
 }
+
+Groups& Client::groups() { return *impl_->groups; }
 
 std::string Client::session_id() const { return impl_->link.Session().first; }
 
@@ -665,13 +681,12 @@ Client::Holdings Client::Forget(std::string_view root, bool wait_for_calls) {
   return app;
 }
 
-grpc::Status Client::Adopt(std::string_view group, int kind,
-                           uint64_t nr_pages) {
+Status Client::Adopt(std::string_view group, int kind, uint64_t nr_pages) {
   Impl& m = *impl_;
   for (int round = 0; round < 2; ++round) {
     if (m.closed.load(std::memory_order_relaxed))
-      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                          "cgacct::client: Charge after Close");
+      return Status(StatusCode::kFailedPrecondition,
+                    "cgacct::client: Charge after Close");
     uint64_t gen;
     grpc::Status s;
     {
@@ -684,15 +699,15 @@ grpc::Status Client::Adopt(std::string_view group, int kind,
       if (s.ok()) {
         m.AddHeld(std::string(group), kind, static_cast<int64_t>(nr_pages));
         m.SawCharge(gen);
-        return s;
+        return Status();
       }
     }
-    if (!SessionGone(s) || round > 0) return s;
+    if (!SessionGone(s) || round > 0) return FromGrpc(s);
     grpc::Status rs = m.Reopen(gen);
-    if (!rs.ok()) return rs;
+    if (!rs.ok()) return FromGrpc(rs);
   }
-  return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                      "cgacct::client: Charge: session lost twice");
+  return Status(StatusCode::kUnavailable,
+                "cgacct::client: Charge: session lost twice");
 }
 
 bool Client::Silent() const {
@@ -721,8 +736,7 @@ void Client::Restore(const Holdings& holdings) {
   }
 }
 
-grpc::Status Client::Disown(std::string_view group, int kind,
-                            uint64_t nr_pages) {
+Status Client::Disown(std::string_view group, int kind, uint64_t nr_pages) {
   Impl& m = *impl_;
   absl::ReaderMutexLock r(&m.rpc_mu);
   grpc::Status s =
@@ -730,7 +744,7 @@ grpc::Status Client::Disown(std::string_view group, int kind,
   // Out of the books either way: on a failure the session returns them
   // when it ends.
   m.AddHeld(std::string(group), kind, -static_cast<int64_t>(nr_pages));
-  return s;
+  return FromGrpc(s);
 }
 
 }  // namespace cgacct::client

@@ -22,6 +22,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "cgacct/v1/accounting.grpc.pb.h"
+#include "client/lib/groups_impl.h"
+#include "client/lib/grpc_status.h"
 #include "client/lib/rpcs.h"
 #include "engine/group_path.h"
 #include "grpcpp/grpcpp.h"
@@ -57,6 +59,10 @@ struct ClusterClient::Impl {
 
   const std::vector<std::string> targets;
   const ClusterOptions options;
+  // options.channel_factory, or MakeChannelFactory(options.client.connect).
+  ChannelFactory factory;
+  // groups(): unary calls to any node, watches to the owner (made by Open).
+  std::unique_ptr<Groups> groups;
 
   mutable absl::Mutex mu;
   // Shard root -> its owner's address ("" while it has none), as of the
@@ -80,12 +86,7 @@ struct ClusterClient::Impl {
   std::shared_ptr<grpc::Channel> ChannelFor(const std::string& address)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     std::shared_ptr<grpc::Channel>& channel = channels[address];
-    if (channel == nullptr) {
-      channel = options.channel_factory
-                    ? options.channel_factory(address)
-                    : grpc::CreateChannel(address,
-                                          grpc::InsecureChannelCredentials());
-    }
+    if (channel == nullptr) channel = factory(address);
     return channel;
   }
 
@@ -110,10 +111,10 @@ struct ClusterClient::Impl {
   // and a holder could reach the shard's new owner only after its takeover
   // grace (ClusterTest's SIGSTOP fault: 48 pages over max, 1 run in 5).
   // Errors: UNAVAILABLE naming the targets and the last failure.
-  grpc::Status ReadMap(Clock::time_point give_up,
+  Status ReadMap(Clock::time_point give_up,
                        const std::vector<std::string>& failed = {})
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    grpc::Status last(grpc::StatusCode::UNAVAILABLE, "no target");
+    Status last(StatusCode::kUnavailable, "no target");
     while (true) {
       std::vector<std::string> candidates = targets;
       for (const auto& [root, address] : owners) {
@@ -132,8 +133,8 @@ struct ClusterClient::Impl {
         context.set_deadline(std::chrono::system_clock::now() +
                              options.client.call_timeout);
         v1::ClusterMap map;
-        grpc::Status s =
-            stub->GetClusterMap(&context, v1::GetClusterMapRequest(), &map);
+        Status s = internal::FromGrpc(
+            stub->GetClusterMap(&context, v1::GetClusterMapRequest(), &map));
         if (!s.ok()) {
           last = s;
           continue;
@@ -148,34 +149,34 @@ struct ClusterClient::Impl {
             owners[shard.shard_root()] = shard.owner_address();
           }
         }
-        return grpc::Status::OK;
+        return Status();
       }
       if (Clock::now() + std::chrono::milliseconds(200) > give_up) {
-        return grpc::Status(
-            grpc::StatusCode::UNAVAILABLE,
+        return Status(
+            StatusCode::kUnavailable,
             absl::StrCat("cgacct::client::ClusterClient: no node answered "
                          "GetClusterMap (",
                          absl::StrJoin(targets, ", "),
-                         "): ", last.error_message()));
+                         "): ", last.message()));
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
   }
 
-  grpc::Status ClientFor(const std::string& address,
+  Status ClientFor(const std::string& address,
                          std::shared_ptr<Client>* client)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     auto it = clients.find(address);
     if (it != clients.end()) {
       *client = it->second;
-      return grpc::Status::OK;
+      return Status();
     }
     std::unique_ptr<Client> opened;
-    grpc::Status s = Client::Open(ChannelFor(address), options.client, &opened);
+    Status s = Client::Open(ChannelFor(address), options.client, &opened);
     if (!s.ok()) return s;
     *client = std::shared_ptr<Client>(std::move(opened));
     clients[address] = *client;
-    return grpc::Status::OK;
+    return Status();
   }
 
   // Charges what the application holds in shard `root` at `address` (as a
@@ -185,21 +186,21 @@ struct ClusterClient::Impl {
   // recharge_failed_pages.
   // `wait_for_calls`: Client::Forget()'s (false from the watch: the old
   // node is silent).
-  grpc::Status MoveHome(const std::string& root, const std::string& address,
+  Status MoveHome(const std::string& root, const std::string& address,
                         Client& to, bool wait_for_calls = true)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     auto old = home.find(root);
-    if (old != home.end() && old->second == address) return grpc::Status::OK;
+    if (old != home.end() && old->second == address) return Status();
     if (old != home.end()) {
       Client& from = *clients.at(old->second);
       const Client::Holdings held = from.Forget(root, wait_for_calls);
       Client::Holdings moved;
       uint64_t refused = 0;
       for (const auto& [k, n] : held) {
-        grpc::Status s = to.Adopt(k.first, k.second, n);
+        Status s = to.Adopt(k.first, k.second, n);
         if (s.ok()) {
           moved[k] = n;
-        } else if (NotServedHere(s.error_code())) {
+        } else if (NotServedHere(s.code())) {
           // Not this time: the holdings stay the old Client's; what the
           // new owner took already goes back there.
           Client::Holdings left;
@@ -217,7 +218,7 @@ struct ClusterClient::Impl {
       ++moves;
     }
     home[root] = address;
-    return grpc::Status::OK;
+    return Status();
   }
 
   // The watch thread: every 250 ms, while a node's Client is suspect
@@ -275,28 +276,28 @@ struct ClusterClient::Impl {
   // would take them from what the move charged there for the application
   // (ClusterTest's black-holed link: 1.06-1.08x memory.max, 2 runs of 5).
   template <typename Call>
-  grpc::Status Routed(std::string_view group, Call call, bool once = false) {
+  Status Routed(std::string_view group, Call call, bool once = false) {
     const Clock::time_point give_up = Clock::now() + options.failover_timeout;
     std::chrono::milliseconds delay(50);
     while (true) {
       std::shared_ptr<Client> client;
       std::optional<std::string> root;
       std::string address;
-      grpc::Status error;
+      Status error;
       {
         absl::MutexLock l(&mu);
         if (closed)
-          return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+          return Status(StatusCode::kFailedPrecondition,
                               "cgacct::client::ClusterClient: closed");
         root = RootOf(group);
         if (!root.has_value()) {
-          error = grpc::Status(
-              grpc::StatusCode::NOT_FOUND,
+          error = Status(
+              StatusCode::kNotFound,
               absl::StrCat("group: no shard of the cluster map holds ",
                            std::string(group)));
         } else if ((address = owners[*root]).empty()) {
-          error = grpc::Status(
-              grpc::StatusCode::UNAVAILABLE,
+          error = Status(
+              StatusCode::kUnavailable,
               absl::StrCat("group: shard ", *root,
                            " has no owner now (a failover)"));
         } else {
@@ -308,9 +309,9 @@ struct ClusterClient::Impl {
         error = call(*client);
         if (error.ok() || once) return error;
       }
-      const grpc::StatusCode code = error.error_code();
-      const bool may_move = code == grpc::StatusCode::FAILED_PRECONDITION ||
-                            code == grpc::StatusCode::NOT_FOUND;
+      const StatusCode code = error.code();
+      const bool may_move = code == StatusCode::kFailedPrecondition ||
+                            code == StatusCode::kNotFound;
       if (!(NotServedHere(code) || may_move) || Clock::now() + delay > give_up)
         return error;
       std::this_thread::sleep_for(delay);
@@ -333,11 +334,11 @@ struct ClusterClient::Impl {
   }
 };
 
-grpc::Status ClusterClient::Open(std::vector<std::string> targets,
+Status ClusterClient::Open(std::vector<std::string> targets,
                                  ClusterOptions options,
                                  std::unique_ptr<ClusterClient>* client) {
   auto bad = [](std::string_view what) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+    return Status(StatusCode::kInvalidArgument,
                         absl::StrCat("cgacct::client::ClusterOptions: ",
                                      std::string(what)));
   };
@@ -351,17 +352,63 @@ grpc::Status ClusterClient::Open(std::vector<std::string> targets,
     return bad("client.max_attempts must be >= 1");
   if (options.client.call_timeout.count() <= 0)
     return bad("client.call_timeout must be > 0");
+  ChannelFactory factory = options.channel_factory;
+  if (!factory) {
+    Result<ChannelFactory> made = MakeChannelFactory(options.client.connect);
+    if (!made.ok()) return made.status();
+    factory = std::move(*made);
+  }
   const auto give_up = Clock::now() + options.failover_timeout;
   auto impl = std::make_unique<Impl>(std::move(targets), std::move(options));
+  impl->factory = std::move(factory);
+  Impl* m = impl.get();
+  auto groups = std::make_unique<Groups::Impl>();
+  groups->options = CallOptions{m->options.client.call_timeout,
+                                m->options.client.max_attempts};
+  // Unary calls: any node forwards to the owner; the nodes this client
+  // talks to already first, then the targets.
+  groups->channels = [m]() -> Result<std::vector<std::shared_ptr<grpc::Channel>>> {
+    absl::MutexLock l(&m->mu);
+    if (m->closed) {
+      return Status(StatusCode::kFailedPrecondition,
+                    "cgacct::client::ClusterClient: closed");
+    }
+    std::vector<std::string> addresses;
+    for (const auto& [address, c] : m->clients) addresses.push_back(address);
+    for (const std::string& t : m->targets) {
+      if (m->clients.count(t) == 0) addresses.push_back(t);
+    }
+    std::vector<std::shared_ptr<grpc::Channel>> channels;
+    for (const std::string& a : addresses) channels.push_back(m->ChannelFor(a));
+    return channels;
+  };
+  // A watch is served by the owner of the group's shard only.
+  groups->watch_channel =
+      [m](std::string_view path) -> Result<std::shared_ptr<grpc::Channel>> {
+    absl::MutexLock l(&m->mu);
+    if (m->closed) {
+      return Status(StatusCode::kFailedPrecondition,
+                    "cgacct::client::ClusterClient: closed");
+    }
+    std::optional<std::string> root = m->RootOf(path);
+    const std::string address = root.has_value() ? m->owners[*root] : "";
+    if (address.empty()) {
+      return Status(StatusCode::kUnavailable,
+                    absl::StrCat("path: no node owns the shard of ",
+                                 std::string(path), " now"));
+    }
+    return m->ChannelFor(address);
+  };
+  impl->groups.reset(new Groups(std::move(groups)));
   {
     absl::MutexLock l(&impl->mu);
-    grpc::Status s = impl->ReadMap(give_up);
+    Status s = impl->ReadMap(give_up);
     if (!s.ok()) return s;
   }
   Impl* watched = impl.get();
   impl->watcher = std::thread([watched] { watched->Watch(); });
   client->reset(new ClusterClient(std::move(impl)));
-  return grpc::Status::OK;
+  return Status();
 }
 
 ClusterClient::ClusterClient(std::unique_ptr<Impl> impl)
@@ -379,38 +426,40 @@ ChargeResult ClusterClient::Charge(std::string_view group, uint64_t nr_pages,
   return result;
 }
 
-grpc::Status ClusterClient::Uncharge(std::string_view group,
+Status ClusterClient::Uncharge(std::string_view group,
                                      uint64_t nr_pages, PageKind kind) {
   return impl_->Routed(
       group, [&](Client& c) { return c.Uncharge(group, nr_pages, kind); },
       /*once=*/true);
 }
 
-grpc::Status ClusterClient::Close() {
+Status ClusterClient::Close() {
   std::vector<std::shared_ptr<Client>> clients;
   {
     absl::MutexLock l(&impl_->mu);
-    if (impl_->closed) return grpc::Status::OK;
+    if (impl_->closed) return Status();
     impl_->closed = true;
     for (auto& [address, c] : impl_->clients) clients.push_back(c);
   }
   // The watch ends at its next step (it waits on `closed`).
   if (impl_->watcher.joinable()) impl_->watcher.join();
   // At once: a node that is gone costs its Client's attempts, not the sum.
-  std::vector<grpc::Status> results(clients.size());
+  std::vector<Status> results(clients.size());
   std::vector<std::thread> threads;
   for (size_t i = 0; i < clients.size(); ++i) {
     threads.emplace_back([&, i] { results[i] = clients[i]->Close(); });
   }
   for (std::thread& t : threads) t.join();
-  for (const grpc::Status& s : results) {
+  for (const Status& s : results) {
     // A node that is gone: its session's lease returns the pages.
-    if (!s.ok() && s.error_code() != grpc::StatusCode::UNAVAILABLE &&
-        s.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED)
+    if (!s.ok() && s.code() != StatusCode::kUnavailable &&
+        s.code() != StatusCode::kDeadlineExceeded)
       return s;
   }
-  return grpc::Status::OK;
+  return Status();
 }
+
+Groups& ClusterClient::groups() { return *impl_->groups; }
 
 std::string ClusterClient::owner(std::string_view group) const {
   absl::MutexLock l(&impl_->mu);

@@ -34,6 +34,9 @@ bool Retryable(grpc::StatusCode code);
 // A re-charge so refused is kept for ClusterClient's move; ClusterClient
 // re-reads the map after it.
 bool NotServedHere(grpc::StatusCode code);
+inline bool NotServedHere(StatusCode code) {
+  return NotServedHere(static_cast<grpc::StatusCode>(code));
+}
 
 // NOT_FOUND naming the session (closed, expired, server restarted), as
 // opposed to NOT_FOUND naming a group.

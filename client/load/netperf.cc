@@ -96,8 +96,9 @@ grpc::Status ChargeOnce(v1::Accounting::Stub& stub, const std::string& path,
 
 // Counts a failed call on the resident pages (`what`: "resident Charge",
 // "resident Uncharge"); true if it succeeded.
+template <typename StatusT>  // grpc::Status or client::Status
 bool ResidentCallOk(StreamResult& r, absl::string_view what,
-                    const grpc::Status& s) {
+                    const StatusT& s) {
   if (s.ok()) return true;
   ++r.rpc_errors;
   NoteError(r, absl::StrCat(what, ": ", cli::FormatStatus(s)));
@@ -105,7 +106,7 @@ bool ResidentCallOk(StreamResult& r, absl::string_view what,
 }
 
 // Charges the stream's resident pages (its "socket buffer") through
-// `charge`, a callable returning the call's grpc::Status.
+// `charge`, a callable returning the call's grpc::Status or client::Status.
 template <typename ChargeFn>
 void ChargeResident(const NetperfOptions& o, StreamResult& r, ChargeFn charge) {
   if (o.resident_pages == 0) return;
@@ -242,7 +243,7 @@ void RunLibraryThread(client::Client& client, const NetperfOptions& o,
         ok = false;
         break;
       }
-      const grpc::Status u = client.Uncharge(path, o.pages);
+      const client::Status u = client.Uncharge(path, o.pages);
       if (!u.ok()) {
         ++r.op_errors;
         NoteError(r, absl::StrCat("Uncharge: ", cli::FormatStatus(u)));
@@ -374,9 +375,11 @@ absl::Status NetperfRun::OpenClients() {
     client::Options options;
     options.client_name = "cgacct-load netperf";
     options.call_timeout = absl::ToChronoMilliseconds(o_.rpc_timeout);
-    if (const grpc::Status s = client::Client::Open(
-            cli::MakeChannel(o_.target, /*own_connection=*/true), options,
-            &library_);
+    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+        cli::MakeChannel(o_.target, /*own_connection=*/true);
+    if (!channel.ok()) return channel.status();
+    if (const client::Status s =
+            client::Client::Open(*std::move(channel), options, &library_);
         !s.ok()) {
       return absl::UnavailableError(
           absl::StrCat("cgacct::client::Client::Open: ", cli::FormatStatus(s)));
@@ -467,7 +470,7 @@ void NetperfRun::Collect() {
       report_.server_rpcs = *rpcs_after - *rpcs_before_;
     }
     // Returns the stock (CloseSession); the books must then balance.
-    if (const grpc::Status s = library_->Close(); !s.ok()) {
+    if (const client::Status s = library_->Close(); !s.ok()) {
       ++report_.rpc_errors;
       report_.first_error = absl::StrCat("Close: ", cli::FormatStatus(s));
     }

@@ -32,9 +32,10 @@ absl::Status CreateGroupError(const std::string& path,
 
 absl::StatusOr<std::shared_ptr<grpc::Channel>> Connect(
     const std::string& target, absl::Duration timeout, bool own_connection) {
-  std::shared_ptr<grpc::Channel> channel =
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
       cli::MakeChannel(target, own_connection);
-  if (absl::Status s = cli::WaitForConnected(*channel, target, timeout);
+  if (!channel.ok()) return channel.status();
+  if (absl::Status s = cli::WaitForConnected(**channel, target, timeout);
       !s.ok()) {
     return s;
   }

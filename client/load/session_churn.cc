@@ -237,8 +237,11 @@ int RunSessionChurnChild(const SessionChurnOptions& o) {
   options.client_name = absl::StrCat("cgacct-load session-churn:", getpid());
   options.call_timeout = absl::ToChronoMilliseconds(o.rpc_timeout);
   std::unique_ptr<client::Client> client;
-  const grpc::Status s =
-      client::Client::Open(cli::MakeChannel(o.target), options, &client);
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      cli::MakeChannel(o.target);
+  if (!channel.ok()) return Fail(channel.status().message());
+  const client::Status s =
+      client::Client::Open(*std::move(channel), options, &client);
   if (!s.ok()) return Fail(absl::StrCat("Open: ", cli::FormatStatus(s)));
   uint64_t held = 0;
   while (held < o.pages) {

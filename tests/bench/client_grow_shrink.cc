@@ -12,8 +12,6 @@
 #include <memory>
 #include <string>
 
-#include <grpcpp/grpcpp.h>
-
 #include "cgacct/client.h"
 
 int main(int argc, char** argv) {
@@ -28,11 +26,10 @@ int main(int argc, char** argv) {
   const long calls = std::atol(argv[4]);
   const long rounds = std::atol(argv[5]);
   std::unique_ptr<cgacct::client::Client> c;
-  grpc::Status s = cgacct::client::Client::Open(
-      grpc::CreateChannel(argv[1], grpc::InsecureChannelCredentials()),
-      cgacct::client::Options{}, &c);
+  cgacct::client::Status s =
+      cgacct::client::Client::Open(argv[1], cgacct::client::Options{}, &c);
   if (!s.ok()) {
-    std::fprintf(stderr, "Open: %s\n", s.error_message().c_str());
+    std::fprintf(stderr, "Open: %s\n", s.ToString().c_str());
     return 1;
   }
   const auto start = std::chrono::steady_clock::now();
@@ -41,14 +38,14 @@ int main(int argc, char** argv) {
       cgacct::client::ChargeResult charged = c->Charge(group, pages);
       if (!charged.ok()) {
         std::fprintf(stderr, "Charge: %s\n",
-                     charged.status.error_message().c_str());
+                     charged.status.ToString().c_str());
         return 1;
       }
     }
     for (long i = 0; i < calls; ++i) {
       s = c->Uncharge(group, pages);
       if (!s.ok()) {
-        std::fprintf(stderr, "Uncharge: %s\n", s.error_message().c_str());
+        std::fprintf(stderr, "Uncharge: %s\n", s.ToString().c_str());
         return 1;
       }
     }

@@ -39,10 +39,10 @@ int main(int argc, char** argv) {
   options.client.max_batch_pages =
       options.client.batch_pages == 0 ? 0 : 4 * options.client.batch_pages;
   std::unique_ptr<cgacct::client::ClusterClient> cc;
-  const grpc::Status s =
+  const cgacct::client::Status s =
       cgacct::client::ClusterClient::Open({argv[1]}, options, &cc);
   if (!s.ok()) {
-    std::fprintf(stderr, "Open: %s\n", s.error_message().c_str());
+    std::fprintf(stderr, "Open: %s\n", s.ToString().c_str());
     return 1;
   }
   std::atomic<bool> stop{false};

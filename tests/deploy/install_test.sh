@@ -61,16 +61,27 @@ for f in prometheus/prometheus.yml prometheus/cgacct-alerts.yml \
          kubernetes/namespace.yaml kubernetes/service.yaml; do
   cmp -s "$prefix/share/cgacct/$f" "$src/deploy/$f" || fail "share/cgacct/$f missing or not deploy/$f"
 done
-for f in include/cgacct/client.h include/cgacct/cluster_client.h include/cgacct/v1/accounting.pb.h \
+for f in include/cgacct/client.h include/cgacct/cluster_client.h include/cgacct/groups.h \
+         include/cgacct/channel.h include/cgacct/status.h include/cgacct/v1/accounting.pb.h \
          include/cgacct/v1/accounting.grpc.pb.h lib/libcgacct_client.a lib/libcgacct_proto.a \
+         lib/libcgacct_client.so.0.1 \
          lib/cmake/cgacct/cgacctConfig.cmake lib/cmake/cgacct/cgacctConfigVersion.cmake \
          lib/cmake/cgacct/cgacctTargets.cmake; do
   [ -f "$prefix/$f" ] || fail "$f missing"
 done
-# The public headers name no generated type.
-for h in client.h cluster_client.h; do
+# The public headers name no generated type, and no gRPC status: the
+# library's own Status (cgacct/status.h).
+for h in client.h cluster_client.h groups.h channel.h status.h; do
   ! grep -q 'cgacct/v1\|v1::' "$prefix/include/cgacct/$h" || fail "$h includes generated code"
+  ! grep -qE 'grpc::Status([^C]|$)|grpcpp/support/status' "$prefix/include/cgacct/$h" ||
+    fail "$h exposes grpc::Status"
 done
+# The shared library: its soname, and the generated code exported from it.
+[ -L "$prefix/lib/libcgacct_client.so" ] || fail "lib/libcgacct_client.so (the link) missing"
+soname=$(readelf -d "$prefix/lib/libcgacct_client.so.0.1" | sed -n 's/.*SONAME.*\[\(.*\)\]/\1/p')
+[ "$soname" = libcgacct_client.so.0.1 ] || fail "libcgacct_client.so's soname is '$soname'"
+stubs=$(nm -DC --defined-only "$prefix/lib/libcgacct_client.so.0.1" | grep -c 'cgacct::v1::Accounting::Stub::Stub' || true)
+[ "$stubs" -gt 0 ] || fail "libcgacct_client.so does not export the cgacct.v1 stubs"
 
 # A consumer built against the prefix only, with the compiler and the
 # sanitizer instrumentation the installed static libraries were built with
@@ -105,6 +116,16 @@ ctl() { "$prefix/bin/cgacctctl" --target=127.0.0.1:$port "$@"; }
 ctl create /app >/dev/null || fail "cgacctctl create /app"
 res=$("$cbuild/consumer" 127.0.0.1:$port /app 2>&1) || fail "consumer run failed: $res"
 grep -q "consumer: OK" <<<"$res" || fail "consumer did not report OK: $res"
+# The same against the shared library (cgacct::client_shared): it is what
+# the binary loads, from the prefix (CMake's install RPATH is the build's).
+readelf -d "$cbuild/consumer-shared" | grep -q 'NEEDED.*libcgacct_client\.so\.0\.1' ||
+  fail "consumer-shared does not load libcgacct_client.so.0.1"
+res=$(LD_LIBRARY_PATH=$prefix/lib "$cbuild/consumer-shared" 127.0.0.1:$port /app 2>&1) ||
+  fail "consumer-shared run failed: $res"
+grep -q "consumer: OK" <<<"$res" || fail "consumer-shared did not report OK: $res"
+loaded=$(LD_LIBRARY_PATH=$prefix/lib ldd "$cbuild/consumer-shared" | grep libcgacct_client)
+grep -q "$prefix/lib/libcgacct_client.so.0.1" <<<"$loaded" ||
+  fail "consumer-shared loaded another libcgacct_client: $loaded"
 # Deleting the group drains the server's own per-CPU stock first (css
 # offline): what is still charged is reparented, and must be nothing.
 rep=$(ctl delete /app) || fail "cgacctctl delete /app"
@@ -132,6 +153,7 @@ lib_prefix=$prefix/client-only
 "$cmake" --install "$build" --prefix "$lib_prefix" --component client >"$prefix/client.log" 2>&1 ||
   { cat "$prefix/client.log" >&2; fail "cmake --install --component client failed"; }
 for f in include/cgacct/client.h include/cgacct/v1/accounting.grpc.pb.h lib/libcgacct_client.a \
+         lib/libcgacct_client.so.0.1 \
          lib/libcgacct_proto.a lib/cmake/cgacct/cgacctConfig.cmake lib/pkgconfig/cgacct.pc \
          share/cgacct/proto/cgacct/v1/accounting.proto; do
   [ -f "$lib_prefix/$f" ] || fail "component client: $f missing"
@@ -151,8 +173,11 @@ grep -q -- "-lcgacct_client" <<<"$pc_flags" || fail "pkg-config cgacct: no -lcga
 "${cxx:-c++}" -std=c++17 $sanflags "$src/tests/deploy/consumer/main.cc" -o "$prefix/consumer-pc" \
   $pc_flags >"$prefix/consumer-pc.log" 2>&1 ||
   { cat "$prefix/consumer-pc.log" >&2; fail "consumer: build with pkg-config --cflags --libs cgacct failed"; }
+readelf -d "$prefix/consumer-pc" | grep -q 'NEEDED.*libcgacct_client\.so\.0\.1' ||
+  fail "pkg-config's -lcgacct_client did not link the shared library"
 ctl create /app-pc >/dev/null || fail "cgacctctl create /app-pc"
-res_pc=$("$prefix/consumer-pc" 127.0.0.1:$port /app-pc 2>&1) || fail "pkg-config consumer run failed: $res_pc"
+res_pc=$(LD_LIBRARY_PATH=$lib_prefix/lib "$prefix/consumer-pc" 127.0.0.1:$port /app-pc 2>&1) ||
+  fail "pkg-config consumer run failed: $res_pc"
 grep -q "consumer: OK" <<<"$res_pc" || fail "pkg-config consumer did not report OK: $res_pc"
 for component in server tools python; do
   "$cmake" --install "$build" --prefix "$prefix/only-$component" --component "$component" \

@@ -50,10 +50,18 @@
 // call_timeout and at most Options::max_attempts attempts, a throttle
 // sleep is at most 2 s (the server's cap).
 //
-// Errors: grpc::Status, the server's (RESOURCE_EXHAUSTED at memory.max,
-// NOT_FOUND for a missing group, INVALID_ARGUMENT naming the field) or the
-// transport's (UNAVAILABLE, DEADLINE_EXCEEDED after the last attempt);
+// Errors: cgacct::client::Status (cgacct/status.h: google.rpc.Code and a
+// message), the server's (RESOURCE_EXHAUSTED at memory.max, NOT_FOUND for a
+// missing group, INVALID_ARGUMENT naming the field) or the transport's
+// (UNAVAILABLE, DEADLINE_EXCEEDED after the last attempt);
 // FAILED_PRECONDITION after Close().
+//
+// Connecting: Open(target, options) makes the channel from
+// Options::connect (cgacct/channel.h: TLS, mTLS, a bearer token); an
+// application with its own channel (interceptors, other credentials) passes
+// it to Open(channel, options). The rest of the API (groups, limits,
+// statistics, events, reclaim) is groups() (cgacct/groups.h), over the same
+// channel.
 #ifndef CGACCT_CLIENT_H_
 #define CGACCT_CLIENT_H_
 
@@ -67,7 +75,10 @@
 #include <utility>
 
 #include <grpcpp/channel.h>
-#include <grpcpp/support/status.h>
+
+#include "cgacct/channel.h"
+#include "cgacct/groups.h"
+#include "cgacct/status.h"
 
 namespace cgacct::client {
 
@@ -115,10 +126,13 @@ struct Event {
   std::string session_id;
   std::string group;
   uint64_t nr_pages = 0;
-  grpc::Status status;
+  Status status;
 };
 
 struct Options {
+  // How Open(target, ...) connects: TLS files, a bearer token
+  // (cgacct/channel.h). Unused by Open(channel, ...).
+  ConnectOptions connect;
   // Session lease (OpenSessionRequest.ttl_ms); 0 = the server's default.
   std::chrono::milliseconds session_ttl{10000};
   // OpenSessionRequest.client_name ("" = "HOST:PID").
@@ -144,7 +158,7 @@ struct Options {
 };
 
 struct ChargeResult {
-  grpc::Status status;
+  Status status;
   // memory.high throttle the server asked for (0 on a stock hit),
   // microseconds; already slept when Options::throttle is kSleep.
   uint64_t throttle_us = 0;
@@ -189,8 +203,12 @@ class Client {
   // UNAVAILABLE if the server cannot be reached within the attempts;
   // INVALID_ARGUMENT naming the option for bad options. Blocks at most
   // (max_attempts + 1) x call_timeout plus the retry pauses.
-  static grpc::Status Open(std::shared_ptr<grpc::Channel> channel,
-                           Options options, std::unique_ptr<Client>* client);
+  static Status Open(std::shared_ptr<grpc::Channel> channel, Options options,
+                     std::unique_ptr<Client>* client);
+  // The same over MakeChannel(target, options.connect); its errors
+  // (INVALID_ARGUMENT naming the ConnectOptions field) too.
+  static Status Open(const std::string& target, Options options,
+                     std::unique_ptr<Client>* client);
 
   // Close()s if not closed.
   ~Client();
@@ -218,18 +236,23 @@ class Client {
   // drain took the stock, until the next refilling Charge). Uncharging more than was charged is not
   // caught on the stock path (the kernel's page_counter only warns); the
   // server refuses it (FAILED_PRECONDITION) once it reaches it.
-  grpc::Status Uncharge(std::string_view group, uint64_t nr_pages,
-                        PageKind kind = PageKind::kAnon);
+  Status Uncharge(std::string_view group, uint64_t nr_pages,
+                  PageKind kind = PageKind::kAnon);
 
   // Returns every slot's stock to the server (drain_all_stock() on this
   // process alone), e.g. before a long idle period.
-  grpc::Status Drain();
+  Status Drain();
 
   // Ends the session (CloseSession): the server uncharges everything it
   // holds, the stock and what the application still holds alike, and the
   // stream thread stops. Further calls answer FAILED_PRECONDITION.
-  // Idempotent. Returns CloseSession's status.
-  grpc::Status Close();
+  // Idempotent. Returns CloseSession's status. groups() keeps working.
+  Status Close();
+
+  // Groups, limits, statistics, events, reclaim (cgacct/groups.h) over this
+  // Client's channel, with its call_timeout and max_attempts; no session.
+  // Lives as long as the Client.
+  Groups& groups();
 
   // The current session id (changes when the session is reopened).
   std::string session_id() const;
@@ -271,9 +294,9 @@ class Client {
   // as not served here). Never block on the network.
   bool Silent() const;
   bool Suspect() const;
-  grpc::Status Adopt(std::string_view group, int kind, uint64_t nr_pages);
+  Status Adopt(std::string_view group, int kind, uint64_t nr_pages);
   void Restore(const Holdings& holdings);
-  grpc::Status Disown(std::string_view group, int kind, uint64_t nr_pages);
+  Status Disown(std::string_view group, int kind, uint64_t nr_pages);
 
   std::unique_ptr<Impl> impl_;
 };

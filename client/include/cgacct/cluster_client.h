@@ -55,9 +55,11 @@
 #include <vector>
 
 #include <grpcpp/channel.h>
-#include <grpcpp/support/status.h>
 
+#include "cgacct/channel.h"
 #include "cgacct/client.h"
+#include "cgacct/groups.h"
+#include "cgacct/status.h"
 
 namespace cgacct::client {
 
@@ -71,10 +73,10 @@ struct ClusterOptions {
   // (--cluster_takeover_grace, 10 s) plus a few seconds.
   std::chrono::milliseconds failover_timeout{20000};
   // Makes the channel to a node's address ("host:port", a target or an
-  // owner's --advertise_address): TLS credentials and call credentials
-  // (tokens) go here. Null: insecure channels.
-  std::function<std::shared_ptr<grpc::Channel>(const std::string& address)>
-      channel_factory;
+  // owner's --advertise_address). Null: MakeChannelFactory(client.connect)
+  // (cgacct/channel.h: TLS, mTLS, a bearer token from files); set it for
+  // channels of your own (interceptors, other credentials).
+  ChannelFactory channel_factory;
 };
 
 // Counters of one ClusterClient (monotonic; read with stats()).
@@ -100,9 +102,8 @@ class ClusterClient {
   // UNAVAILABLE naming the targets when none answered GetClusterMap in
   // time. Opens no session yet: a node's Client is opened by the first call
   // routed to it.
-  static grpc::Status Open(std::vector<std::string> targets,
-                           ClusterOptions options,
-                           std::unique_ptr<ClusterClient>* client);
+  static Status Open(std::vector<std::string> targets, ClusterOptions options,
+                     std::unique_ptr<ClusterClient>* client);
 
   // Close()s if not closed.
   ~ClusterClient();
@@ -121,14 +122,24 @@ class ClusterClient {
   // caller's (the pages left the books before its RPC; on a failure the
   // node that held them no longer counts them, or its session holds them
   // until it ends), so a failover never uncharges them twice.
-  grpc::Status Uncharge(std::string_view group, uint64_t nr_pages,
-                        PageKind kind = PageKind::kAnon);
+  Status Uncharge(std::string_view group, uint64_t nr_pages,
+                  PageKind kind = PageKind::kAnon);
 
   // Closes every per-owner Client at once (their sessions return their
   // pages; a node that is gone is given up after its Client's attempts).
   // Further calls answer FAILED_PRECONDITION. Idempotent; returns the first
   // failure other than a gone node's.
-  grpc::Status Close();
+  Status Close();
+
+  // Groups, limits, statistics, events, reclaim (cgacct/groups.h) in the
+  // cluster: a unary call goes to any node (one this client talks to
+  // already first, the next on UNAVAILABLE or DEADLINE_EXCEEDED), which
+  // forwards it to the owner of the group's shard; GetStats above the shard
+  // roots sums the owners'. WatchEvents goes to the owner of the group's
+  // shard in the last map read (after a failover the watch ends
+  // UNAVAILABLE: watch again). FAILED_PRECONDITION after Close(). Lives as
+  // long as the ClusterClient.
+  Groups& groups();
 
   // The address this client sends `group` to now ("" when its shard has no
   // owner in the last map read, or no shard holds it).

@@ -208,6 +208,15 @@ TEST_F(CgacctctlTest, UsageErrorsExit2WithOneLineAndSendNothing) {
   ExpectUsageError(Run({"charge", "/a", "0", "anon"}), "NR_PAGES");
   ExpectUsageError(Run({"stat", "/a", "--flush=sometimes"}), "--flush");
   ExpectUsageError(Run({"stat", "/a", "--watch"}), "--watch");
+  // The TLS and token flags are cgacct::client's ConnectOptions: refused
+  // before any call, naming the flag (a file that cannot be read used to
+  // fail every call UNAVAILABLE).
+  ExpectUsageError(Run({"--tls_ca=/nonexistent/ca.pem", "stat", "/a"}),
+                   "--tls_ca: cannot read /nonexistent/ca.pem");
+  ExpectUsageError(Run({"--tls_cert=/tmp/c.pem", "stat", "/a"}),
+                   "--tls_key: required with --tls_cert");
+  ExpectUsageError(Run({"--token_file=/nonexistent/token_file", "stat", "/a"}),
+                   "--token_file: cannot read /nonexistent/token_file");
   // A usage error never needs the server.
   Ctl ctl({"--target=127.0.0.1:1", "set", "/a", "memory.max=50MiB"});
   EXPECT_EQ(ctl.Wait(), 2);

@@ -164,12 +164,12 @@ struct Server {
   std::unique_ptr<Client> Open(Options options = {},
                                std::shared_ptr<grpc::Channel> ch = nullptr) {
     std::unique_ptr<Client> c;
-    const grpc::Status s = Client::Open(
+    const client::Status s = Client::Open(
         ch != nullptr ? ch
                       : grpc::CreateChannel(target,
                                             grpc::InsecureChannelCredentials()),
         std::move(options), &c);
-    EXPECT_TRUE(s.ok()) << s.error_message();
+    EXPECT_TRUE(s.ok()) << s.ToString();
     return c;
   }
 
@@ -194,7 +194,7 @@ TEST(ClientLibTest, StockHitsMakeNoRpc) {
   const double before = server.Handled("Charge") + server.Handled("Uncharge");
   for (int i = 0; i < 10000; ++i) {
     ChargeResult r = c->Charge("/app", 3);
-    ASSERT_TRUE(r.ok()) << r.status.error_message();
+    ASSERT_TRUE(r.ok()) << r.status.ToString();
     ASSERT_TRUE(c->Uncharge("/app", 3).ok());
   }
   const double after = server.Handled("Charge") + server.Handled("Uncharge");
@@ -211,8 +211,8 @@ TEST(ClientLibTest, StockHitsMakeNoRpc) {
   ASSERT_TRUE(c->Close().ok());
   EXPECT_EQ(server.DeleteReparented("/app"), 0u);
   EXPECT_EQ(server.SessionCode(id), grpc::StatusCode::NOT_FOUND);
-  EXPECT_EQ(c->Charge("/app", 1).status.error_code(),
-            grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(c->Charge("/app", 1).status.code(),
+            client::StatusCode::kFailedPrecondition);
 }
 
 // Issue 26, item 10: an application that grows to its group's max 3 pages
@@ -232,7 +232,7 @@ TEST(ClientLibTest, GrowingToTheMaxThenShrinkingCostsAFewRpcs) {
   ASSERT_TRUE(c->Charge("/shrink", 2).ok());
   for (int i = 0; i < 1999; ++i) {
     ChargeResult r = c->Charge("/shrink", 3);
-    ASSERT_TRUE(r.ok()) << i << ": " << r.status.error_message();
+    ASSERT_TRUE(r.ok()) << i << ": " << r.status.ToString();
   }
   // The stock holds 1..4 pages now (usage never passes the max).
   ASSERT_TRUE(c->Uncharge("/shrink", 1).ok());
@@ -354,7 +354,7 @@ TEST(ClientLibTest, RetriedChargeIsAppliedOnce) {
   ASSERT_NE(c, nullptr);
   const double before = server.Handled("Charge");
   ChargeResult r = c->Charge("/retry", 3);
-  ASSERT_TRUE(r.ok()) << r.status.error_message();
+  ASSERT_TRUE(r.ok()) << r.status.ToString();
   EXPECT_GE(dropped->load(), 1);
   EXPECT_EQ(server.Handled("Charge") - before, 2);  // the charge and its retry
   EXPECT_EQ(c->stats().retries, 1u);
@@ -427,8 +427,8 @@ TEST(ClientLibTest, AnAmbiguousUnchargeIsReconciledWithTheServer) {
   drop->store(true);
   // 61 + 200 pass the cap: the whole entry, 261, goes back (refill_stock()
   // drains it): applied, answer lost.
-  EXPECT_EQ(c->Uncharge("/amb", 200).error_code(),
-            grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(c->Uncharge("/amb", 200).code(),
+            client::StatusCode::kUnavailable);
   EXPECT_EQ(server.CurrentPages("/amb"), 3u);
   EXPECT_EQ(c->stocked_pages(), 0u);  // no phantoms
   EXPECT_EQ(c->stats().return_failed_pages, 261u);
@@ -458,7 +458,7 @@ TEST(ClientLibTest, ThrottleIsHandedBackOrSlept) {
   std::unique_ptr<Client> a = server.Open(ret);
   ASSERT_NE(a, nullptr);
   ChargeResult r = a->Charge("/hot", 2048);
-  ASSERT_TRUE(r.ok()) << r.status.error_message();
+  ASSERT_TRUE(r.ok()) << r.status.ToString();
   ASSERT_GT(r.throttle_us, 0u);
   r = a->Charge("/hot", 2048);
   ASSERT_TRUE(r.ok());
@@ -752,7 +752,7 @@ TEST(ClientLibTest, ConcurrentClientsAtMaxNeverFailWhileStockCouldServe) {
           if (!r.ok()) {
             ++failed;
             absl::MutexLock l(&mu);
-            if (first_error.empty()) first_error = r.status.error_message();
+            if (first_error.empty()) first_error = r.status.ToString();
           }
         }
         arrived.fetch_add(1);
@@ -864,8 +864,8 @@ TEST(ClientLibTest, ASilentSessionDelaysADrainByAtMostTheBound) {
   const ChargeResult at_max = c->Charge("/s", 1);
   const auto took_library =
       std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t1);
-  EXPECT_EQ(at_max.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
-      << at_max.status.error_message();
+  EXPECT_EQ(at_max.status.code(), client::StatusCode::kResourceExhausted)
+      << at_max.status.ToString();
   std::cerr << "library charge at max with a silent session (bound 300 ms): "
             << took_library.count() << " ms\n";
   EXPECT_GE(took_library.count(), 300);
@@ -923,7 +923,7 @@ TEST(ClientLibTest, ClusterClientAgainstASingleNodeIsOneClient) {
   EXPECT_EQ(cc->owner("/"), server.target);
   for (int i = 0; i < 100; ++i) {
     ChargeResult r = cc->Charge("/app", 3);
-    ASSERT_TRUE(r.ok()) << r.status.error_message();
+    ASSERT_TRUE(r.ok()) << r.status.ToString();
   }
   EXPECT_EQ(cc->held_pages("/app"), 300u);
   // The first batch 64, then the adaptive batch: far fewer RPCs than
@@ -942,36 +942,36 @@ TEST(ClientLibTest, ClusterClientAgainstASingleNodeIsOneClient) {
   EXPECT_EQ(cc->held_pages("/app"), 0u);
   // Not routing's: at once, with the server's status.
   const auto t0 = Clock::now();
-  EXPECT_EQ(cc->Charge("/app", 2000).status.error_code(),
-            grpc::StatusCode::RESOURCE_EXHAUSTED);
-  EXPECT_EQ(cc->Charge("/nosuch", 1).status.error_code(),
-            grpc::StatusCode::NOT_FOUND);
-  EXPECT_EQ(cc->Uncharge("/app", 100000).error_code(),
-            grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(cc->Charge("/app", 2000).status.code(),
+            client::StatusCode::kResourceExhausted);
+  EXPECT_EQ(cc->Charge("/nosuch", 1).status.code(),
+            client::StatusCode::kNotFound);
+  EXPECT_EQ(cc->Uncharge("/app", 100000).code(),
+            client::StatusCode::kFailedPrecondition);
   EXPECT_LT(Clock::now() - t0, std::chrono::seconds(4));
   ASSERT_TRUE(cc->Close().ok());
   EXPECT_EQ(server.CurrentPages("/app"), 0u);
-  EXPECT_EQ(cc->Charge("/app", 1).status.error_code(),
-            grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(cc->Charge("/app", 1).status.code(),
+            client::StatusCode::kFailedPrecondition);
 
   // Bad options name the option; a target nobody serves is UNAVAILABLE
   // naming it, once failover_timeout has passed.
   std::unique_ptr<client::ClusterClient> bad;
-  grpc::Status s = client::ClusterClient::Open({}, options, &bad);
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(s.error_message(), testing::HasSubstr("targets"));
+  client::Status s = client::ClusterClient::Open({}, options, &bad);
+  EXPECT_EQ(s.code(), client::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), testing::HasSubstr("targets"));
   client::ClusterOptions zero = options;
   zero.failover_timeout = std::chrono::milliseconds(0);
   s = client::ClusterClient::Open({server.target}, zero, &bad);
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(s.error_message(), testing::HasSubstr("failover_timeout"));
+  EXPECT_EQ(s.code(), client::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), testing::HasSubstr("failover_timeout"));
   client::ClusterOptions quick = options;
   quick.failover_timeout = std::chrono::milliseconds(1500);
   quick.client.call_timeout = std::chrono::milliseconds(300);
   const auto t1 = Clock::now();
   s = client::ClusterClient::Open({"127.0.0.1:1"}, quick, &bad);
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
-  EXPECT_THAT(s.error_message(), testing::HasSubstr("127.0.0.1:1"));
+  EXPECT_EQ(s.code(), client::StatusCode::kUnavailable);
+  EXPECT_THAT(s.message(), testing::HasSubstr("127.0.0.1:1"));
   EXPECT_LT(Clock::now() - t1, std::chrono::seconds(5));
   EXPECT_EQ(bad, nullptr);
 }

@@ -24,12 +24,12 @@ int main(int argc, char** argv) {
   options.batch_pages = 4;
   options.max_batch_pages = 16;
   std::unique_ptr<cgacct::client::Client> client;
-  const grpc::Status s = cgacct::client::Client::Open(
-      grpc::CreateChannel(argv[1], grpc::InsecureChannelCredentials()),
-      options, &client);
+  // The target's form of Open (cgacct/channel.h makes the channel).
+  const cgacct::client::Status s =
+      cgacct::client::Client::Open(argv[1], options, &client);
   if (!s.ok()) {
     std::fprintf(stderr, "client_test_child: Open: %s\n",
-                 s.error_message().c_str());
+                 s.ToString().c_str());
     return 1;
   }
   uint64_t held = 0;
@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
     const cgacct::client::ChargeResult c = client->Charge(group, 3);
     if (!c.ok()) {
       std::fprintf(stderr, "client_test_child: Charge: %s\n",
-                   c.status.error_message().c_str());
+                   c.status.ToString().c_str());
       return 1;
     }
     held += 3;

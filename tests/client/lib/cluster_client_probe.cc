@@ -8,6 +8,10 @@
 // Commands, one per line; one JSON line answers each:
 //   charge PATH N | uncharge PATH N
 //       {"code": C, "message": "...", "took_s": S}
+//   create PATH MAX_BYTES   (groups().CreateGroup; 0: no max)
+//                {"code": C, "message": "..."}
+//   current PATH (groups().GetStats) {"code": C, "message": "...",
+//                 "current_bytes": N}
 //   owner PATH   {"owner": "host:port"}
 //   held PATH    {"held": N}
 //   stats        {"map_reads": N, "moves": N, "watch_moves": N,
@@ -43,9 +47,9 @@ std::string Quoted(const std::string& s) {
   return out + "\"";
 }
 
-std::string StatusJson(const grpc::Status& s) {
-  return "\"code\": " + std::to_string(s.error_code()) +
-         ", \"message\": " + Quoted(s.error_message());
+std::string StatusJson(const cgacct::client::Status& s) {
+  return "\"code\": " + std::to_string(static_cast<int>(s.code())) +
+         ", \"message\": " + Quoted(s.message());
 }
 
 }  // namespace
@@ -76,15 +80,14 @@ int main(int argc, char** argv) {
                      .count(),
                  type < 5 ? kNames[type] : "?", e.group.c_str(),
                  static_cast<unsigned long long>(e.nr_pages),
-                 static_cast<int>(e.status.error_code()),
-                 e.status.error_message().c_str());
+                 static_cast<int>(e.status.code()), e.status.message().c_str());
   };
   std::unique_ptr<cgacct::client::ClusterClient> cc;
-  const grpc::Status opened =
+  const cgacct::client::Status opened =
       cgacct::client::ClusterClient::Open({argv[1]}, options, &cc);
   if (!opened.ok()) {
     std::fprintf(stderr, "cluster_client_probe: Open: %s\n",
-                 opened.error_message().c_str());
+                 opened.message().c_str());
     return 1;
   }
   std::string line;
@@ -96,14 +99,26 @@ int main(int argc, char** argv) {
     std::string answer;
     if (command == "charge" || command == "uncharge") {
       const auto t0 = std::chrono::steady_clock::now();
-      const grpc::Status s = command == "charge"
-                                 ? cc->Charge(path, n).status
-                                 : cc->Uncharge(path, n);
+      const cgacct::client::Status s = command == "charge"
+                                           ? cc->Charge(path, n).status
+                                           : cc->Uncharge(path, n);
       const double took = std::chrono::duration<double>(
                               std::chrono::steady_clock::now() - t0)
                               .count();
       answer = "{" + StatusJson(s) + ", \"took_s\": " + std::to_string(took) +
                "}";
+    } else if (command == "create") {
+      // ClusterClient::groups(): at any node, committed through etcd.
+      cgacct::client::LimitsUpdate limits;
+      if (n > 0) limits.max_bytes = n;
+      const auto g = cc->groups().CreateGroup(path, limits);
+      answer = "{" + StatusJson(g.status()) + "}";
+    } else if (command == "current") {
+      // GetStats at any node (forwarded to the owner; summed above the
+      // shard roots).
+      const auto st = cc->groups().GetStats(path);
+      answer = "{" + StatusJson(st.status()) + ", \"current_bytes\": " +
+               std::to_string(st.ok() ? st->memory_current_bytes : 0) + "}";
     } else if (command == "owner") {
       answer = "{\"owner\": " + Quoted(cc->owner(path)) + "}";
     } else if (command == "held") {

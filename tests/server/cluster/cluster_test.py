@@ -646,6 +646,14 @@ class ClusterTest(unittest.TestCase):
                 node = self.node_at(ask("owner %s/app" % s)["owner"])
                 self.assertEqual(self.current_bytes(node, s + "/app", forwarded_ok=False),
                                  100 * PAGE)
+                # ClusterClient::groups() (issue 26, item 4): GetStats at
+                # any node, forwarded to the owner; CreateGroup through etcd.
+                self.assertEqual(ok("current %s/app" % s)["current_bytes"], 100 * PAGE)
+            ok("create %s/app/made %d" % (shards[0], 1 << 20))
+            self.assertEqual(ask("create %s/app/made 0" % shards[0])["code"],
+                             grpc.StatusCode.ALREADY_EXISTS.value[0])
+            self.assertEqual(ask("current /nosuchshard")["code"],
+                             grpc.StatusCode.NOT_FOUND.value[0])
             victim = self.node_at(ask("owner %s/app" % shards[0])["owner"])
             victim.proc.kill()
             took = ok("charge %s/app 100" % shards[0])["took_s"]
@@ -654,6 +662,8 @@ class ClusterTest(unittest.TestCase):
             self.assertEqual(self.current_bytes(heir, shards[0] + "/app",
                                                 forwarded_ok=False), 200 * PAGE)
             self.assertEqual(ask("held %s/app" % shards[0])["held"], 200)
+            # Through groups() after the failover: the heir's count.
+            self.assertEqual(ok("current %s/app" % shards[0])["current_bytes"], 200 * PAGE)
             stats = ask("stats")
             self.assertEqual(stats["moves"], 1, stats)
             self.assertEqual(stats["recharge_failed_pages"], 0, stats)
