@@ -231,12 +231,15 @@ class Engine {
   // too taking what the group still holds of them instead of
   // FAILED_PRECONDITION (some may have been uncharged behind the holder's
   // back), and returns that number. If `group` was deleted since, from the
-  // nearest live ancestor of `charged_path` below the root, which answers
-  // for the pages DeleteGroup left on the dying group (found under the same
-  // tree reader slot as the uncharge, so it cannot change meanwhile). For a
-  // session's close or expiry. The serving thread's CPU slot. Thread-safe. Errors: NOT_FOUND
-  // when neither the group nor such an ancestor exists (nothing uncharged);
-  // INVALID_ARGUMENT as Uncharge for nr_pages or kind.
+  // nearest live ancestor of `charged_path`, which answers for the pages
+  // DeleteGroup left on the dying group (found under the same tree reader
+  // slot as the uncharge, so it cannot change meanwhile); the root is the
+  // heir of a top-level group, and `group` may be the root itself (a
+  // session's holding reparented there): it takes only what its dying
+  // children hold (it has no page of its own; Uncharge refuses the root).
+  // For a session's close or expiry. The serving thread's CPU slot.
+  // Thread-safe. Errors: INVALID_ARGUMENT as Uncharge for nr_pages or kind;
+  // NOT_FOUND for an empty handle with no path.
   absl::StatusOr<UnchargeResult> UnchargeAtMost(GroupHandle group,
                                                 absl::string_view charged_path,
                                                 uint64_t nr_pages,

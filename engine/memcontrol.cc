@@ -546,7 +546,16 @@ MemoryController::UnchargeLocked(const absl::StatusOr<Group*>& found,
                                  bool at_most) {
   if (ABSL_PREDICT_FALSE(!found.ok())) return found.status();
   Group* g = *found;
-  if (ABSL_PREDICT_FALSE(g->is_root())) return RefuseRootCharge(g->path());
+  if (ABSL_PREDICT_FALSE(g->is_root())) {
+    // The root holds no page of its own, so nothing may be uncharged in its
+    // name, except, by the library's own returns (UnchargeAtMost: a
+    // session's holdings, reparented to the root when their top-level
+    // group was deleted), the pages its dying children still hold: else
+    // they stayed charged, and those groups dying, for ever.
+    if (!at_most) return RefuseRootCharge(g->path());
+    if (g->nr_dying_children() == 0) return UnchargeResult{0};
+    return UnchargeWithDying(g, nr_pages, kind, cpu, at_most);
+  }
   if (ABSL_PREDICT_FALSE(g->nr_dying_children() > 0))
     return UnchargeWithDying(g, nr_pages, kind, cpu, at_most);
   absl::StatusOr<uint64_t> take = g->Uncharging(kind, nr_pages, at_most);
@@ -626,7 +635,12 @@ absl::StatusOr<Group*> MemoryController::FindOrHeir(
   for (absl::string_view path = charged_path;
        !g.ok() && !path.empty() && path != "/";) {
     path = ParentPath(path);
-    if (path == "/") break;
+    // The root is the heir of a deleted top-level group: it answers for
+    // the pages left on it (UnchargeLocked takes them with at_most only).
+    if (path == "/") {
+      g = tree_.root();
+      break;
+    }
     if (Group* up = tree_.Lookup(path)) g = up;
   }
   return g;

@@ -533,11 +533,10 @@ void SessionRegistry::Detach(absl::string_view session_id,
 
 void SessionRegistry::OnGroupDeleted(uint64_t group_id,
                                      absl::string_view path) {
+  // The parent answers for the pages (the root for a top-level group: its
+  // uncharges then take them from the dying group, as a parent's do).
   const absl::string_view parent_path = ParentPath(path);
-  absl::StatusOr<GroupHandle> parent =
-      parent_path == "/"
-          ? absl::StatusOr<GroupHandle>(absl::NotFoundError("root"))
-          : engine_.ResolveGroup(parent_path);
+  absl::StatusOr<GroupHandle> parent = engine_.ResolveGroup(parent_path);
   absl::MutexLock l(&mu_);
   // Its open memory.peak files went with it (the engine closed them).
   std::vector<uint64_t> gone;
@@ -553,8 +552,9 @@ void SessionRegistry::OnGroupDeleted(uint64_t group_id,
       s->holdings.erase(it);
       NoteHoldingLocked(*s, moved.path, moved.nr_pages, 0);
       if (!parent.ok()) {
-        // Reparented to the root (or the parent went too): nobody can
-        // uncharge them by path any more.
+        // The parent went too (a race with its own deletion): its
+        // deletion moved its holdings on already; these are returned by
+        // nobody.
         s->held -= moved.nr_pages;
         continue;
       }

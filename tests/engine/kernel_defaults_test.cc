@@ -336,6 +336,42 @@ TEST(KernelDefaultsTest, DyingGroupsPagesAreUnchargedThroughTheParent) {
   EXPECT_EQ(engine->GetInfo().nr_groups, 2u);
 }
 
+// A top-level group's heir is the root: it refuses every Uncharge (it has
+// no page of its own), but a holder's return (UnchargeAtMost, by the old
+// handle or by the root's own) takes what the dying group still holds, so
+// those pages do not stay in "/" for ever (issue 26: a client stocking
+// pages of a deleted top-level group).
+TEST(KernelDefaultsTest, ATopLevelGroupsPagesAreReturnedThroughTheRoot) {
+  auto engine = MakeEngine();
+  Create(*engine, "/t");
+  Charge(*engine, "/t", 8, PageKind::kAnon, 0);
+  Charge(*engine, "/t", 4, PageKind::kFile, 0);
+  const GroupHandle old_t = *engine->ResolveGroup("/t");
+  const GroupHandle root = *engine->ResolveGroup("/");
+  ASSERT_EQ(*engine->DeleteGroup("/t"), 12u);
+  EXPECT_EQ(Current(*engine, "/"), 12u);
+  EXPECT_EQ(engine->Uncharge("/", 1, PageKind::kAnon, 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  auto anon = engine->UnchargeAtMost(old_t, "/t", 20, PageKind::kAnon);
+  ASSERT_TRUE(anon.ok()) << anon.status();
+  EXPECT_EQ(anon->nr_pages, 8u);
+  auto file = engine->UnchargeAtMost(root, "/", 3, PageKind::kFile);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ(file->nr_pages, 3u);
+  EXPECT_EQ(Current(*engine, "/"), 1u);
+  ASSERT_TRUE(engine->UnchargeAtMost(root, "/", 1, PageKind::kFile).ok());
+  EXPECT_EQ(Current(*engine, "/"), 0u);
+  // Nothing dying below the root: nothing to take, and no error.
+  Create(*engine, "/u");
+  Create(*engine, "/u/v");
+  ASSERT_TRUE(engine->DeleteGroup("/u/v").ok());
+  ASSERT_TRUE(engine->DeleteGroup("/u").ok());  // frees the empty ones
+  EXPECT_EQ(engine->GetInfo().nr_dying_groups, 0u);
+  auto none = engine->UnchargeAtMost(root, "/", 5, PageKind::kAnon);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none->nr_pages, 0u);
+}
+
 // A group whose children are all dying can be deleted (rmdir counts online
 // children only); its dying subtree stays under its parent.
 TEST(KernelDefaultsTest, OnlyOnlineChildrenBlockDeletion) {

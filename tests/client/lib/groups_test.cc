@@ -265,6 +265,28 @@ TEST(GroupsTest, WatchEvents) {
             StatusCode::kInvalidArgument);
 }
 
+// An operator deletes a top-level group while a client still stocks (and
+// holds) pages of it: the pages stay charged to the dying group, which "/"
+// answers for, until the session ends; then they go (they stayed in "/"
+// for ever before: the session dropped holdings reparented to the root).
+TEST(GroupsTest, ADeletedTopLevelGroupsPagesGoWithTheSession) {
+  Server server;
+  std::unique_ptr<Groups> g = OpenGroups(server.target);
+  ASSERT_NE(g, nullptr);
+  ASSERT_TRUE(g->CreateGroup("/top").ok());
+  std::unique_ptr<Client> c;
+  ASSERT_TRUE(Client::Open(server.target, Options{}, &c).ok());
+  ASSERT_TRUE(c->Charge("/top", 1).ok());  // a batch: 63 pages stocked
+  const uint64_t charged = c->held_pages("/top") + c->stocked_pages();
+  ASSERT_GT(charged, 1u);
+  Result<uint64_t> reparented = g->DeleteGroup("/top");
+  ASSERT_TRUE(reparented.ok()) << reparented.status().ToString();
+  EXPECT_EQ(*reparented, charged);
+  EXPECT_EQ(g->GetStats("/")->memory_current_bytes, charged * kPage);
+  ASSERT_TRUE(c->Close().ok());
+  EXPECT_EQ(g->GetStats("/")->memory_current_bytes, 0u);
+}
+
 void WriteFile(const std::string& path, const std::string& text) {
   std::ofstream(path) << text;
 }

@@ -233,6 +233,35 @@ TEST_F(SessionLeaseTest, ADrainAsksOnlyTheSessionsHoldingPagesBelowItsGroup) {
   registry_.reset();  // ends the streams while their sinks exist
 }
 
+// A session's holdings of a deleted top-level group move to the root, and
+// its end returns them from the dying group (they stayed charged in "/"
+// for ever when they were dropped: issue 26, a client stocking pages of a
+// group an operator deleted).
+TEST_F(SessionLeaseTest, HoldingsOfADeletedTopLevelGroupAreReturnedAtTheEnd) {
+  const std::string closed = Open(60000);
+  const std::string expired = Open(1000);
+  Charge(closed, 5);
+  Charge(expired, 3);
+  const GroupHandle a = *engine_->ResolveGroup("/a");
+  ASSERT_EQ(*engine_->DeleteGroup("/a"), 8u);
+  registry_->OnGroupDeleted(a.id(), "/a");
+  auto root_current = [&] {
+    return engine_->GetStats("/", FlushMode::kExact)->memory_current_pages;
+  };
+  EXPECT_EQ(root_current(), 8u);
+  v1::SessionInfo info;
+  ASSERT_TRUE(registry_->Get("alice", closed, &info).ok());
+  ASSERT_EQ(info.holdings_size(), 1);
+  EXPECT_EQ(info.holdings(0).path(), "/");
+  EXPECT_EQ(info.holdings(0).nr_pages(), 5u);
+  ASSERT_TRUE(registry_->Close("alice", closed).ok());
+  EXPECT_EQ(root_current(), 3u);
+  clock_.Advance(absl::Milliseconds(1000));
+  EXPECT_EQ(registry_->ReapExpired(), 1u);
+  EXPECT_EQ(root_current(), 0u);
+  ASSERT_TRUE(engine_->CreateGroup("/a", {}).ok());  // the path is free
+}
+
 // Issue 22 finding 11: a session that keeps its lease alive but never
 // answers drains cost every refused charge under the shared limit the whole
 // bound, for ever. After silent_after_unanswered_drains misses in a row
