@@ -376,7 +376,8 @@ absl::Status MemoryController::TryChargeMemcg(Group* g, uint64_t nr_pages,
   const uint64_t max = over->memory().max();
   const std::string failed = absl::StrCat(
       "memory.max of ", ShortPath(over->path()), " reached: cannot charge ",
-      nr_pages, " pages (", nr_pages * page_size_bytes_, " bytes) to ",
+      nr_pages, nr_pages == 1 ? " page (" : " pages (",
+      nr_pages * page_size_bytes_, " bytes) to ",
       ShortPath(g->path()), " (", ShortPath(over->path()), " usage ", usage,
       " of max ", max, " pages: memory.current ", usage * page_size_bytes_,
       " of memory.max ", max * page_size_bytes_, " bytes)");

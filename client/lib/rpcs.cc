@@ -22,13 +22,17 @@ std::string RandomRequestPrefix() {
 bool NotServedHere(grpc::StatusCode code) {
   return code == grpc::StatusCode::UNAVAILABLE ||
          code == grpc::StatusCode::DEADLINE_EXCEEDED ||
-         code == grpc::StatusCode::FAILED_PRECONDITION;
+         code == grpc::StatusCode::FAILED_PRECONDITION ||
+         code == grpc::StatusCode::CANCELLED;
 }
 
 bool Retryable(grpc::StatusCode code) {
+  // CANCELLED: a node shutting down cancels the calls in flight; the
+  // library never cancels its own unary calls.
   return code == grpc::StatusCode::UNAVAILABLE ||
          code == grpc::StatusCode::DEADLINE_EXCEEDED ||
-         code == grpc::StatusCode::ABORTED;
+         code == grpc::StatusCode::ABORTED ||
+         code == grpc::StatusCode::CANCELLED;
 }
 
 bool SessionGone(const grpc::Status& s) {

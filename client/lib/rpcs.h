@@ -25,11 +25,12 @@
 
 namespace cgacct::client::internal {
 
-// UNAVAILABLE, DEADLINE_EXCEEDED or ABORTED: worth another attempt.
+// UNAVAILABLE, DEADLINE_EXCEEDED, ABORTED or CANCELLED (a node shutting
+// down cancels the calls in flight): worth another attempt.
 bool Retryable(grpc::StatusCode code);
 
-// UNAVAILABLE, DEADLINE_EXCEEDED or FAILED_PRECONDITION: the node did not
-// serve the group (in a cluster: another node owns its shard, nobody does
+// UNAVAILABLE, DEADLINE_EXCEEDED, FAILED_PRECONDITION or CANCELLED (a node
+// shutting down): the node did not serve the group (in a cluster: another node owns its shard, nobody does
 // now, or this node has no lease), rather than refusing the request itself.
 // A re-charge so refused is kept for ClusterClient's move; ClusterClient
 // re-reads the map after it.

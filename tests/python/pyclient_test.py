@@ -168,15 +168,20 @@ class Proxy:
 
 class LoseFirstChargeResponse(grpc.UnaryUnaryClientInterceptor):
     """Sends the first Charge to the server for real, then answers the
-    caller UNAVAILABLE as if the response had been lost on the way back;
-    records every Charge's request_id and whether it was replayed."""
+    caller `code` (UNAVAILABLE; CANCELLED, as from a node shutting down) as
+    if the response had been lost on the way back; records every Charge's
+    request_id and whether it was replayed."""
 
     class _Lost:
-        def result(self):
-            raise cgacct.Error(grpc.StatusCode.UNAVAILABLE, "test: response lost")
+        def __init__(self, code):
+            self.code = code
 
-    def __init__(self):
+        def result(self):
+            raise cgacct.Error(self.code, "test: response lost")
+
+    def __init__(self, code=grpc.StatusCode.UNAVAILABLE):
         self.seen = []  # (request_id, replayed)
+        self.code = code
 
     def intercept_unary_unary(self, continuation, details, request):
         outcome = continuation(details, request)
@@ -185,7 +190,7 @@ class LoseFirstChargeResponse(grpc.UnaryUnaryClientInterceptor):
         response = outcome.result()
         self.seen.append((request.request_id, response.replayed))
         if len(self.seen) == 1:
-            return self._Lost()
+            return self._Lost(self.code)
         return outcome
 
 
@@ -450,19 +455,24 @@ class PythonClientTest(unittest.TestCase):
         self.assertEqual(e.exception.code(), grpc.StatusCode.FAILED_PRECONDITION)
 
     def test_retry_is_applied_once(self):
-        self.create("/retry")
-        lose = LoseFirstChargeResponse()
-        c = self.client(interceptors=[lose], batch=64)
-        result = c.charge("/retry", 10)
-        self.assertFalse(result.from_stock)
-        self.assertEqual(len(lose.seen), 2)
-        (rid1, replayed1), (rid2, replayed2) = lose.seen
-        self.assertEqual(rid1, rid2)  # the retry carried the same request_id
-        self.assertFalse(replayed1)
-        self.assertTrue(replayed2)  # the server answered it from the first
-        self.assertEqual(self.current_pages("/retry"), 64)  # one batch, not two
-        self.assertEqual(c.stats()["retries"], 1)
-        self.assertEqual(self.session(c.session_id).held_pages, 64)
+        # CANCELLED too: a node shutting down (SIGTERM) cancels the calls in
+        # flight; a fresh user's failovers had ClusterClient.charge raise it.
+        for i, code in enumerate((grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)):
+            with self.subTest(code=code):
+                group = "/retry%d" % i
+                self.create(group)
+                lose = LoseFirstChargeResponse(code)
+                c = self.client(interceptors=[lose], batch=64)
+                result = c.charge(group, 10)
+                self.assertFalse(result.from_stock)
+                self.assertEqual(len(lose.seen), 2)
+                (rid1, replayed1), (rid2, replayed2) = lose.seen
+                self.assertEqual(rid1, rid2)  # the retry carried the same request_id
+                self.assertFalse(replayed1)
+                self.assertTrue(replayed2)  # the server answered it from the first
+                self.assertEqual(self.current_pages(group), 64)  # one batch, not two
+                self.assertEqual(c.stats()["retries"], 1)
+                self.assertEqual(self.session(c.session_id).held_pages, 64)
 
     def test_keepalive_keeps_session_past_several_ttls(self):
         self.create("/alive")

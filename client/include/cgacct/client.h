@@ -149,7 +149,8 @@ struct Options {
   uint64_t max_batch_pages = 256;
   // Deadline of each RPC attempt.
   std::chrono::milliseconds call_timeout{2000};
-  // Attempts per call on UNAVAILABLE, DEADLINE_EXCEEDED and ABORTED (with
+  // Attempts per call on UNAVAILABLE, DEADLINE_EXCEEDED, ABORTED and
+  // CANCELLED (a node shutting down cancels the calls in flight) (with
   // the same request_id, so the server applies the call once), >= 1.
   int max_attempts = 4;
   ThrottleMode throttle = ThrottleMode::kSleep;

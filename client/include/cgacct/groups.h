@@ -22,7 +22,8 @@
 // checks them (INVALID_ARGUMENT naming `path`).
 //
 // Retries: SetLimits, ListGroups and GetStats are repeated (call_timeout
-// each, up to max_attempts) on UNAVAILABLE, DEADLINE_EXCEEDED and ABORTED:
+// each, up to max_attempts) on UNAVAILABLE, DEADLINE_EXCEEDED, ABORTED and
+// CANCELLED (a node shutting down):
 // applying them twice does no harm. CreateGroup, DeleteGroup and Reclaim
 // are sent once per node: a second attempt of an applied create would
 // answer ALREADY_EXISTS, of a delete NOT_FOUND, and a reclaim would take

@@ -56,14 +56,18 @@ FILE = pb.PAGE_KIND_FILE
 # MEMCG_CHARGE_BATCH.
 DEFAULT_BATCH = 64
 _KINDS = {ANON: ANON, FILE: FILE, "anon": ANON, "file": FILE}
+# CANCELLED: a node shutting down (SIGTERM) cancels the calls still in
+# flight, and this library never cancels its own unary calls: retried like
+# UNAVAILABLE (the same request_id: applied once). A fresh user's SIGTERM
+# failovers raised it from ClusterClient.charge in 4 of 14 rounds.
 _RETRIED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
-            grpc.StatusCode.ABORTED)
+            grpc.StatusCode.ABORTED, grpc.StatusCode.CANCELLED)
 _U64_MAX = (1 << 64) - 1
 # A re-charge after a lost session that fails with one of these was refused
 # because this node does not serve the group now (in a cluster: its shard
 # moved, or the node has no lease), not because the group is full or gone.
 _NOT_HERE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
-             grpc.StatusCode.FAILED_PRECONDITION)
+             grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.CANCELLED)
 # How often the session thread tries to charge deferred pages again.
 _DEFERRED_RETRY_S = 0.2
 # Client._silent(): a session stream broken for longer than this, or silent

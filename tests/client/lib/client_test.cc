@@ -301,22 +301,23 @@ TEST(ClientLibTest, BatchAdaptsUpToTheCap) {
 }
 
 // Loses the first Charge response after the server applied it (the client
-// sees UNAVAILABLE): the library retries with the same request_id and the
-// server applies the charge once.
+// sees `code`: UNAVAILABLE, or CANCELLED as from a node shutting down): the
+// library retries with the same request_id and the server applies the
+// charge once.
 class DropFirstChargeResponse : public grpc::experimental::Interceptor {
  public:
   DropFirstChargeResponse(grpc::experimental::ClientRpcInfo* info,
-                          std::atomic<int>* dropped)
+                          std::atomic<int>* dropped, grpc::StatusCode code)
       : charge_(std::string(info->method()) == "/cgacct.v1.Accounting/Charge"),
-        dropped_(dropped) {}
+        dropped_(dropped),
+        code_(code) {}
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
     if (charge_ &&
         methods->QueryInterceptionHookPoint(
             grpc::experimental::InterceptionHookPoints::POST_RECV_STATUS)) {
       grpc::Status* status = methods->GetRecvStatus();
       if (status->ok() && dropped_->fetch_add(1) == 0)
-        *status = grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                               "test: the response was lost");
+        *status = grpc::Status(code_, "test: the response was lost");
     }
     methods->Proceed();
   }
@@ -324,22 +325,34 @@ class DropFirstChargeResponse : public grpc::experimental::Interceptor {
  private:
   const bool charge_;
   std::atomic<int>* dropped_;
+  const grpc::StatusCode code_;
 };
 
 class DropFirstChargeResponseFactory
     : public grpc::experimental::ClientInterceptorFactoryInterface {
  public:
+  explicit DropFirstChargeResponseFactory(grpc::StatusCode code)
+      : code_(code) {}
   grpc::experimental::Interceptor* CreateClientInterceptor(
       grpc::experimental::ClientRpcInfo* info) override {
-    return new DropFirstChargeResponse(info, &dropped);
+    return new DropFirstChargeResponse(info, &dropped, code_);
   }
   std::atomic<int> dropped{0};
+
+ private:
+  const grpc::StatusCode code_;
 };
 
-TEST(ClientLibTest, RetriedChargeIsAppliedOnce) {
+class RetriedChargeTest : public testing::TestWithParam<grpc::StatusCode> {};
+
+INSTANTIATE_TEST_SUITE_P(LostAs, RetriedChargeTest,
+                         testing::Values(grpc::StatusCode::UNAVAILABLE,
+                                         grpc::StatusCode::CANCELLED));
+
+TEST_P(RetriedChargeTest, RetriedChargeIsAppliedOnce) {
   Server server;
   server.CreateGroup("/retry");
-  auto factory = std::make_unique<DropFirstChargeResponseFactory>();
+  auto factory = std::make_unique<DropFirstChargeResponseFactory>(GetParam());
   std::atomic<int>* dropped = &factory->dropped;
   std::vector<std::unique_ptr<
       grpc::experimental::ClientInterceptorFactoryInterface>>
