@@ -566,9 +566,20 @@ void ClusterNode::OwnershipLoop() {
         // some holders fill the group while others' pages waited:
         // 1.26-1.30x memory.max (ClusterTest's etcd faults).
         const int64_t now = NowNs();
+        for (auto it = giving_back_.begin(); it != giving_back_.end();) {
+          auto owner = owners_.find(*it);
+          if (owner == owners_.end() ||
+              owner->second.node != options_.node_name ||
+              owner->second.lease != lease_id_) {
+            giving_back_.erase(it++);
+          } else {
+            ++it;
+          }
+        }
         for (const auto& [root, owner] : owners_) {
           if (owner.node != options_.node_name || owner.lease != lease_id_)
             continue;
+          if (giving_back_.contains(root)) continue;  // its delete under way
           if (!owned_.emplace(root, owner.epoch).second) continue;
           LogLine(absl::StrCat("cluster: owns ", root,
                                " again, its fence renewed on the same lease",
@@ -630,8 +641,35 @@ void ClusterNode::Balance() {
   const size_t floor = total / live_nodes;
   const size_t ceil = (total + live_nodes - 1) / live_nodes;
   bool someone_below_floor = false;
+  // Shards the nodes below the floor lack, in all.
+  size_t deficit = 0;
+  for (const auto& [name, count] : per_node) {
+    if (name == options_.node_name || count >= floor) continue;
+    someone_below_floor = true;
+    deficit += floor - count;
+  }
+  // Whether they need one of this node's shards: not while shards without
+  // an owner (one given back a moment ago, a dead node's) cover what they
+  // lack; they claim those. Without this, a node gave back another shard
+  // every round until the one below the floor had claimed the first, then
+  // claimed the extras back itself: each move a second grace, and the
+  // sessionless pages of a shard that never needed to move were lost (a
+  // fresh user's rejoin: /b given back and taken again in 11 ms, /d moved
+  // between two nodes that were both at their share).
+  // Which nodes give: those above the floor, the most loaded first (then
+  // by name), as many as the deficit less the shards without an owner:
+  // every node computes the same from the same map, so two nodes at the
+  // ceiling do not both give one when a joining node lacks one.
+  std::vector<std::pair<size_t, std::string>> donors;
   for (const auto& [name, count] : per_node)
-    someone_below_floor |= name != options_.node_name && count < floor;
+    if (count > floor) donors.emplace_back(count, name);
+  std::sort(donors.begin(), donors.end(), [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first > b.first : a.second < b.second;
+  });
+  const size_t needed = deficit > shards.size() ? deficit - shards.size() : 0;
+  bool needs_mine = false;
+  for (size_t i = 0; i < donors.size() && i < needed; ++i)
+    needs_mine |= donors[i].second == options_.node_name;
   size_t owned = mine.size();
   // Each node prefers its own order of the shards, so that nodes claiming
   // at once mostly try different ones.
@@ -690,18 +728,20 @@ void ClusterNode::Balance() {
       }
     }
   }
-  // Give back beyond the fair share: above ceil, or at ceil while another
-  // node is below floor (it claims what this one gives back).
+  // Give back beyond the fair share: above ceil, or above floor while
+  // another node is below floor and no shard without an owner covers it (it
+  // claims what this one gives back).
   std::sort(mine.begin(), mine.end(), [&](const auto& a, const auto& b) {
     return rank(a.first) > rank(b.first);
   });
   for (const auto& [root, epoch] : mine) {
-    if (!(owned > ceil || (owned > floor && someone_below_floor))) break;
+    if (!(owned > ceil || (owned > floor && needs_mine))) break;
     bool in_grace;
     {
       // Stop admitting before the key goes.
       absl::MutexLock l(&mu_);
       if (owned_.erase(root) == 0) continue;
+      giving_back_.insert(root);
       ++counters_.shards_given_back;
       in_grace = GraceLeftNsLocked(root, NowNs()) > 0;
     }
@@ -716,9 +756,16 @@ void ClusterNode::Balance() {
     // Nothing to re-charge: the next owner starts without a grace.
     if (!held)
       txn.add_success()->mutable_request_delete_range()->set_key(ClaimKey(root));
-    (void)CountedTxn(txn);
+    absl::StatusOr<TxnResponse> done = CountedTxn(txn);
+    if (!done.ok() || !done->succeeded()) {
+      // The key stays: the loop may own the shard again (as before).
+      absl::MutexLock l(&mu_);
+      giving_back_.erase(root);
+    }
     --owned;
-    someone_below_floor = false;  // one at a time: the map changes
+    // For a node below the floor: one at a time (the map changes; the next
+    // round counts the shard given back as without an owner).
+    needs_mine = false;
   }
 }
 

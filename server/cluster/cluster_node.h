@@ -304,6 +304,12 @@ class ClusterNode {
   absl::flat_hash_set<std::string> shards_ ABSL_GUARDED_BY(mu_);
   // Shards this node owns and may admit for (shard -> epoch).
   absl::flat_hash_map<std::string, int64_t> owned_ ABSL_GUARDED_BY(mu_);
+  // Shards Balance() gave back whose owner key, on this node's lease, the
+  // watch has not shown deleted yet: not owned "again" meanwhile
+  // (OwnershipLoop), which took a shard back with a grace 11 ms after
+  // giving it away. Out when the key is gone or is not this lease's, or the
+  // delete Txn failed.
+  absl::flat_hash_set<std::string> giving_back_ ABSL_GUARDED_BY(mu_);
   // Monotonic end of the takeover grace of shards this node claimed from an
   // earlier owner (entries stay once past; the next claim overwrites).
   absl::flat_hash_map<std::string, int64_t> grace_until_ns_

@@ -118,7 +118,10 @@ res=$("$cbuild/consumer" 127.0.0.1:$port /app 2>&1) || fail "consumer run failed
 grep -q "consumer: OK" <<<"$res" || fail "consumer did not report OK: $res"
 # The same against the shared library (cgacct::client_shared): it is what
 # the binary loads, from the prefix (CMake's install RPATH is the build's).
-readelf -d "$cbuild/consumer-shared" | grep -q 'NEEDED.*libcgacct_client\.so\.0\.1' ||
+# (Read whole first: grep -q stops reading, and with pipefail readelf's
+# SIGPIPE on a long dynamic section, the sanitizer build's, failed the test.)
+dyn=$(readelf -d "$cbuild/consumer-shared")
+grep -q 'NEEDED.*libcgacct_client\.so\.0\.1' <<<"$dyn" ||
   fail "consumer-shared does not load libcgacct_client.so.0.1"
 res=$(LD_LIBRARY_PATH=$prefix/lib "$cbuild/consumer-shared" 127.0.0.1:$port /app 2>&1) ||
   fail "consumer-shared run failed: $res"
@@ -173,7 +176,8 @@ grep -q -- "-lcgacct_client" <<<"$pc_flags" || fail "pkg-config cgacct: no -lcga
 "${cxx:-c++}" -std=c++17 $sanflags "$src/tests/deploy/consumer/main.cc" -o "$prefix/consumer-pc" \
   $pc_flags >"$prefix/consumer-pc.log" 2>&1 ||
   { cat "$prefix/consumer-pc.log" >&2; fail "consumer: build with pkg-config --cflags --libs cgacct failed"; }
-readelf -d "$prefix/consumer-pc" | grep -q 'NEEDED.*libcgacct_client\.so\.0\.1' ||
+dyn=$(readelf -d "$prefix/consumer-pc")
+grep -q 'NEEDED.*libcgacct_client\.so\.0\.1' <<<"$dyn" ||
   fail "pkg-config's -lcgacct_client did not link the shared library"
 ctl create /app-pc >/dev/null || fail "cgacctctl create /app-pc"
 res_pc=$(LD_LIBRARY_PATH=$lib_prefix/lib "$prefix/consumer-pc" 127.0.0.1:$port /app-pc 2>&1) ||

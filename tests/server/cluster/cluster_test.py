@@ -414,6 +414,28 @@ class ClusterTest(unittest.TestCase):
                           err.details())
             self.assertIn("--cluster_lease_ttl", err.details())
 
+    def test_a_joining_node_takes_its_share_and_no_more_moves(self):
+        """5 shards on 3 nodes (2, 2, 1); a fourth node joins: one shard
+        moves to it, and no other owner key changes (a fresh user's rejoin
+        saw two nodes each give one back, and one of them take its own
+        back with a new grace 11 ms later: each move a takeover grace and
+        the shard's sessionless pages lost)."""
+        self.start_nodes()
+        shards = ["/j%d" % i for i in range(5)]
+        for s in shards:
+            self.create(self.nodes[0], s)
+        self.assertTrue(wait_for(lambda: self.balanced(shards), 10))
+        time.sleep(1.5)  # a few ownership rounds: settled
+        before = {s: self.etcd_owner(s) for s in shards}
+        self.nodes.append(ClusterNode(CGACCTD, self.etcd, self.prefix, free_ports(1)[0],
+                                      TTL_S))
+        self.assertTrue(wait_for(lambda: self.balanced(shards), 15))
+        time.sleep(2)  # more rounds: nothing else moves
+        after = {s: self.etcd_owner(s) for s in shards}
+        moved = [s for s in shards if after[s] != before[s]]
+        self.assertEqual(len(moved), 1, "before %s\nafter %s" % (before, after))
+        self.assertIn("given back to balance", "".join(n.stderr_text() for n in self.nodes))
+
     def test_a_grace_goes_on_when_the_shard_moves_again(self):
         # An owner in its grace holds nothing yet (the holders have not
         # re-charged): handing the shard on must not end the grace (the
