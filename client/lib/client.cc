@@ -437,6 +437,15 @@ struct Client::Impl : internal::SessionLink::Handler {
                             uint64_t batch);
 };
 
+namespace {
+// Bounds of Options: a slot array and its entries are allocated at Open
+// (1 << 30 slots aborted it with bad_alloc), and now + call_timeout must
+// not overflow the clock (milliseconds::max() made every deadline past).
+constexpr int kMaxSlots = 4096;
+constexpr int kMaxStockGroups = 64;
+constexpr std::chrono::hours kMaxCallTimeout(24);
+}  // namespace
+
 Status Client::Open(const std::string& target, Options options,
                     std::unique_ptr<Client>* client) {
   Result<std::shared_ptr<grpc::Channel>> channel =
@@ -452,10 +461,14 @@ Status Client::Open(std::shared_ptr<grpc::Channel> channel, Options options,
                   "cgacct::client::Options: " + std::string(what));
   };
   if (channel == nullptr) return bad("channel is null");
-  if (options.nr_slots < 0) return bad("nr_slots must be >= 0");
-  if (options.stock_groups < 1) return bad("stock_groups must be >= 1");
+  if (options.nr_slots < 0 || options.nr_slots > kMaxSlots)
+    return bad("nr_slots must be from 0 to 4096");
+  if (options.stock_groups < 1 || options.stock_groups > kMaxStockGroups)
+    return bad("stock_groups must be from 1 to 64");
   if (options.max_attempts < 1) return bad("max_attempts must be >= 1");
-  if (options.call_timeout.count() <= 0) return bad("call_timeout must be > 0");
+  if (options.call_timeout.count() <= 0 ||
+      options.call_timeout > kMaxCallTimeout)
+    return bad("call_timeout must be > 0 and at most 24 h");
   if (options.session_ttl.count() < 0 ||
       options.session_ttl.count() > UINT32_MAX)
     return bad("session_ttl out of range");
@@ -490,6 +503,11 @@ ChargeResult Client::Charge(std::string_view group, uint64_t nr_pages,
   if (nr_pages == 0) {
     result.status = Status(StatusCode::kInvalidArgument,
                            "cgacct::client: Charge: nr_pages must be > 0");
+    return result;
+  }
+  if (kind != PageKind::kAnon && kind != PageKind::kFile) {
+    result.status = Status(StatusCode::kInvalidArgument,
+                           "cgacct::client: Charge: kind must be kAnon or kFile");
     return result;
   }
   const int k = static_cast<int>(kind);
@@ -571,6 +589,11 @@ Status Client::Uncharge(std::string_view group, uint64_t nr_pages,
   if (nr_pages == 0)
     return Status(StatusCode::kInvalidArgument,
                   "cgacct::client: Uncharge: nr_pages must be > 0");
+  // Else stocked under a kind no Charge RPC could have made, and handed out
+  // by Charge() from the stock.
+  if (kind != PageKind::kAnon && kind != PageKind::kFile)
+    return Status(StatusCode::kInvalidArgument,
+                  "cgacct::client: Uncharge: kind must be kAnon or kFile");
   const int k = static_cast<int>(kind);
   std::vector<Returned> excess;
   // After a drain, until the next refill or restock: back to the server.

@@ -350,8 +350,11 @@ Status ClusterClient::Open(std::vector<std::string> targets,
     return bad("failover_timeout must be > 0");
   if (options.client.max_attempts < 1)
     return bad("client.max_attempts must be >= 1");
-  if (options.client.call_timeout.count() <= 0)
-    return bad("client.call_timeout must be > 0");
+  if (options.client.call_timeout.count() <= 0 ||
+      options.client.call_timeout > std::chrono::hours(24))
+    return bad("client.call_timeout must be > 0 and at most 24 h");
+  if (options.failover_timeout > std::chrono::hours(24))
+    return bad("failover_timeout must be at most 24 h");
   ChannelFactory factory = options.channel_factory;
   if (!factory) {
     Result<ChannelFactory> made = MakeChannelFactory(options.client.connect);

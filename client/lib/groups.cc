@@ -27,8 +27,11 @@ Status CheckOptions(const CallOptions& options) {
   if (options.max_attempts < 1) {
     return Invalid("cgacct::client::CallOptions: max_attempts must be >= 1");
   }
-  if (options.call_timeout.count() <= 0) {
-    return Invalid("cgacct::client::CallOptions: call_timeout must be > 0");
+  if (options.call_timeout.count() <= 0 ||
+      options.call_timeout > std::chrono::hours(24)) {
+    // (now + milliseconds::max() overflows: every deadline was past.)
+    return Invalid(
+        "cgacct::client::CallOptions: call_timeout must be > 0 and at most 24 h");
   }
   return Status();
 }
@@ -314,7 +317,8 @@ Result<uint64_t> Groups::Reclaim(std::string_view path, uint64_t nr_bytes) {
 
 Result<std::unique_ptr<EventsWatch>> Groups::WatchEvents(
     std::string_view path, std::chrono::milliseconds timeout) {
-  if (timeout.count() < 0) return Invalid("timeout: must be >= 0");
+  if (timeout.count() < 0 || timeout > std::chrono::hours(24 * 366))
+    return Invalid("timeout: must be from 0 (no end) to 366 days");
   Result<std::shared_ptr<grpc::Channel>> channel = impl_->watch_channel(path);
   if (!channel.ok()) return channel.status();
   auto impl = std::make_unique<EventsWatch::Impl>();

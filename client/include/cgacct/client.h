@@ -137,9 +137,11 @@ struct Options {
   std::chrono::milliseconds session_ttl{10000};
   // OpenSessionRequest.client_name ("" = "HOST:PID").
   std::string client_name;
-  // Stock slots: 0 = one per configured CPU (get_nprocs_conf()).
+  // Stock slots: 0 = one per configured CPU (get_nprocs_conf()); at most
+  // 4096.
   int nr_slots = 0;
-  // Groups (x kinds) each slot caches at once (NR_MEMCG_STOCK is 7).
+  // Groups (x kinds) each slot caches at once (NR_MEMCG_STOCK is 7); 1 to
+  // 64.
   int stock_groups = 7;
   // First charge batch, pages (MEMCG_CHARGE_BATCH). 0 = no batching: every
   // miss charges exactly what was asked and Uncharge() keeps nothing.
@@ -147,7 +149,7 @@ struct Options {
   // Cap of the adaptive batch and of each slot's stock of one group, pages
   // (>= batch_pages).
   uint64_t max_batch_pages = 256;
-  // Deadline of each RPC attempt.
+  // Deadline of each RPC attempt (> 0, at most 24 h).
   std::chrono::milliseconds call_timeout{2000};
   // Attempts per call on UNAVAILABLE, DEADLINE_EXCEEDED, ABORTED and
   // CANCELLED (a node shutting down cancels the calls in flight) (with

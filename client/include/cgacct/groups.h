@@ -142,14 +142,20 @@ struct EventsUpdate {
 
 // Deadline and attempts of each call (as Client's Options).
 struct CallOptions {
-  std::chrono::milliseconds call_timeout{2000};
+  std::chrono::milliseconds call_timeout{2000};  // > 0, at most 24 h
   int max_attempts = 4;  // >= 1
 };
 
-// A WatchEvents stream (Groups::WatchEvents).
+// A WatchEvents stream (Groups::WatchEvents). One thread at a time calls
+// Next(); Cancel() may be called from any thread. A watch waits for the
+// node as long as its timeout (none: for ever): a node that stops answering
+// without closing the connection (SIGSTOP, a partition) is noticed only by
+// the timeout or a Cancel().
 class EventsWatch {
  public:
-  // Cancels the stream if it has not ended.
+  // Cancels the stream if it has not ended. Must not run while another
+  // thread is in Next() (gRPC aborts the process): Cancel(), wait for that
+  // Next() to return, then destroy.
   ~EventsWatch();
   EventsWatch(const EventsWatch&) = delete;
   EventsWatch& operator=(const EventsWatch&) = delete;
@@ -213,14 +219,15 @@ class Groups {
                               FlushMode flush = FlushMode::kExact);
 
   // memory.reclaim: reclaims `nr_bytes` (> 0) from `path`'s subtree and
-  // returns the bytes reclaimed; UNAVAILABLE (the kernel's EAGAIN) when it
+  // returns the bytes reclaimed (more than asked, as the kernel's reclaim
+  // overshoots by up to a batch: 180224 for 4096 was seen); UNAVAILABLE (the kernel's EAGAIN) when it
   // could not reclaim them all (page cache only: anon is never reclaimed).
   Result<uint64_t> Reclaim(std::string_view path, uint64_t nr_bytes);
 
   // Subscribes to memory.events of `path` (WatchEvents). `timeout` > 0 ends
-  // the stream with DEADLINE_EXCEEDED after that long; 0: no end. Errors
-  // show in Next(); in a cluster, UNAVAILABLE here when no node owns the
-  // group's shard now.
+  // the stream with DEADLINE_EXCEEDED after that long (at most 366 days);
+  // 0: no end. Errors show in Next(); in a cluster, UNAVAILABLE here when no
+  // node owns the group's shard now.
   Result<std::unique_ptr<EventsWatch>> WatchEvents(
       std::string_view path,
       std::chrono::milliseconds timeout = std::chrono::milliseconds(0));

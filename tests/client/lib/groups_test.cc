@@ -109,6 +109,24 @@ TEST(ChannelTest, RefusalsNameTheField) {
   bad.max_attempts = 0;
   EXPECT_THAT(Groups::Open("127.0.0.1:1", {}, bad).status().message(),
               HasSubstr("max_attempts"));
+  // Bounds a new user hit: 1 << 30 slots aborted Open (bad_alloc), and
+  // milliseconds::max() overflowed every deadline into the past.
+  bad = {};
+  bad.call_timeout = std::chrono::milliseconds::max();
+  EXPECT_THAT(Groups::Open("127.0.0.1:1", {}, bad).status().message(),
+              HasSubstr("call_timeout"));
+  for (int i = 0; i < 3; ++i) {
+    Options o;
+    if (i == 0) o.nr_slots = 1 << 30;
+    if (i == 1) o.stock_groups = 1000;
+    if (i == 2) o.call_timeout = std::chrono::milliseconds::max();
+    const Status refused = Client::Open("127.0.0.1:1", o, &client);
+    EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument) << i;
+    EXPECT_THAT(refused.message(),
+                HasSubstr(i == 0   ? "nr_slots"
+                          : i == 1 ? "stock_groups"
+                                   : "call_timeout"));
+  }
 }
 
 // Every Groups method over one channel, as Python's test of the same API
@@ -166,6 +184,13 @@ TEST(GroupsTest, TheWholeApi) {
   std::unique_ptr<Client> c;
   ASSERT_TRUE(Client::Open(server.target, options, &c).ok());
   ASSERT_TRUE(c->Charge("/api/a/x", 16, PageKind::kFile).ok());
+  // A kind no RPC could charge is refused before the stock takes it (it was
+  // stocked, then handed out by Charge() from the stock).
+  const Status odd_kind = c->Uncharge("/api/a/x", 1, static_cast<PageKind>(7));
+  EXPECT_EQ(odd_kind.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(odd_kind.message(), HasSubstr("kind"));
+  EXPECT_EQ(c->Charge("/api/a/x", 1, static_cast<PageKind>(7)).status.code(),
+            StatusCode::kInvalidArgument);
   Result<GroupStats> st = c->groups().GetStats("/api/a");
   ASSERT_TRUE(st.ok()) << st.status().ToString();
   EXPECT_EQ(st->path, "/api/a");
@@ -260,6 +285,10 @@ TEST(GroupsTest, WatchEvents) {
   ASSERT_TRUE(watch.ok());
   watch->reset();
   EXPECT_EQ(g->WatchEvents("/t", std::chrono::milliseconds(-1))
+                .status()
+                .code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(g->WatchEvents("/t", std::chrono::milliseconds::max())
                 .status()
                 .code(),
             StatusCode::kInvalidArgument);
