@@ -1,9 +1,7 @@
 // cgacct::client::Groups and EventsWatch (include/cgacct/groups.h).
 #include "cgacct/groups.h"
 
-#include <algorithm>
 #include <chrono>
-#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -168,18 +166,9 @@ Status Send(const Groups::Impl& impl, bool retried, Call call) {
   const int attempts = retried ? impl.options.max_attempts : 1;
   for (const std::shared_ptr<grpc::Channel>& channel : *channels) {
     std::unique_ptr<Stub> stub = v1::Accounting::NewStub(channel);
-    grpc::Status s;
-    for (int attempt = 0; attempt < attempts; ++attempt) {
-      if (attempt > 0) {
-        std::this_thread::sleep_for(
-            std::chrono::milliseconds(std::min(10 << (attempt - 1), 200)));
-      }
-      grpc::ClientContext context;
-      context.set_deadline(std::chrono::system_clock::now() +
-                           impl.options.call_timeout);
-      s = call(*stub, &context);
-      if (s.ok() || !internal::Retryable(s.error_code())) break;
-    }
+    const grpc::Status s = internal::CallWithRetries(
+        attempts, impl.options.call_timeout,
+        [&](grpc::ClientContext* context) { return call(*stub, context); });
     if (s.ok()) return Status();
     last = FromGrpc(s);
     if (last.code() != StatusCode::kUnavailable &&

@@ -1,5 +1,5 @@
-// Conversions between grpc::Status and cgacct::client::Status (the same
-// google.rpc.Code numbers). Internal to the library (not installed).
+// grpc::Status to cgacct::client::Status (the same google.rpc.Code
+// numbers). Internal to the library (not installed).
 //
 // Thread safety: pure functions.
 #ifndef CGACCT_CLIENT_LIB_GRPC_STATUS_H_
@@ -12,10 +12,6 @@ namespace cgacct::client::internal {
 
 inline Status FromGrpc(const grpc::Status& s) {
   return Status(static_cast<StatusCode>(s.error_code()), s.error_message());
-}
-
-inline grpc::Status ToGrpc(const Status& s) {
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), s.message());
 }
 
 }  // namespace cgacct::client::internal

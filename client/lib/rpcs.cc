@@ -2,10 +2,8 @@
 
 #include <unistd.h>
 
-#include <algorithm>
 #include <chrono>
 #include <random>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
 
@@ -48,24 +46,6 @@ Rpcs::Rpcs(std::shared_ptr<grpc::Channel> channel, const Options& options)
 std::string Rpcs::NextRequestId() {
   return absl::StrCat(request_prefix_, "-",
                       request_seq_.fetch_add(1, std::memory_order_relaxed));
-}
-
-template <typename Call>
-grpc::Status Rpcs::WithRetries(Call call) {
-  grpc::Status status;
-  for (int attempt = 0; attempt < options_.max_attempts; ++attempt) {
-    if (attempt > 0) {
-      retries_.fetch_add(1, std::memory_order_relaxed);
-      std::this_thread::sleep_for(
-          std::chrono::milliseconds(std::min(10 << (attempt - 1), 200)));
-    }
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() +
-                         options_.call_timeout);
-    status = call(&context);
-    if (status.ok() || !Retryable(status.error_code())) return status;
-  }
-  return status;
 }
 
 template <typename Request>

@@ -13,11 +13,15 @@
 #ifndef CGACCT_CLIENT_LIB_RPCS_H_
 #define CGACCT_CLIENT_LIB_RPCS_H_
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <thread>
+#include <utility>
 
 #include "cgacct/client.h"
 #include "cgacct/v1/accounting.grpc.pb.h"
@@ -42,6 +46,31 @@ inline bool NotServedHere(StatusCode code) {
 // NOT_FOUND naming the session (closed, expired, server restarted), as
 // opposed to NOT_FOUND naming a group.
 bool SessionGone(const grpc::Status& s);
+
+// Runs `call(context)` up to `attempts` times, each with a deadline of
+// `timeout` from its start, while it fails with a Retryable() code (the
+// caller sends the same request each time, so the same request_id),
+// pausing 10, 20, 40 ... ms (at most 200) between attempts; counts each
+// attempt after the first in *retries (if not null). Returns the last
+// status. The retry loop of Rpcs and of Groups (groups.cc).
+template <typename Call>
+grpc::Status CallWithRetries(int attempts, std::chrono::milliseconds timeout,
+                             Call call,
+                             std::atomic<uint64_t>* retries = nullptr) {
+  grpc::Status status;
+  for (int attempt = 0; attempt < attempts; ++attempt) {
+    if (attempt > 0) {
+      if (retries != nullptr) retries->fetch_add(1, std::memory_order_relaxed);
+      std::this_thread::sleep_for(
+          std::chrono::milliseconds(std::min(10 << (attempt - 1), 200)));
+    }
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + timeout);
+    status = call(&context);
+    if (status.ok() || !Retryable(status.error_code())) return status;
+  }
+  return status;
+}
 
 class Rpcs {
  public:
@@ -89,11 +118,13 @@ class Rpcs {
   void AddCounts(ClientStats* stats) const;
 
  private:
-  // Runs `call(context)` up to max_attempts times, each with call_timeout,
-  // while it fails with a retryable code (the same request, so the same
-  // request_id, every time).
+  // CallWithRetries() with Options::max_attempts and call_timeout, counted
+  // in retries_.
   template <typename Call>
-  grpc::Status WithRetries(Call call);
+  grpc::Status WithRetries(Call call) {
+    return CallWithRetries(options_.max_attempts, options_.call_timeout,
+                           std::move(call), &retries_);
+  }
 
   // Fills the fields every charge-path request has.
   template <typename Request>

@@ -3,33 +3,16 @@
 
 #include <string>
 
+#include "absl/status/status.h"
+
 namespace cgacct::client {
 
 std::string StatusCodeName(StatusCode code) {
-  static constexpr const char* kNames[] = {
-      "OK",
-      "CANCELLED",
-      "UNKNOWN",
-      "INVALID_ARGUMENT",
-      "DEADLINE_EXCEEDED",
-      "NOT_FOUND",
-      "ALREADY_EXISTS",
-      "PERMISSION_DENIED",
-      "RESOURCE_EXHAUSTED",
-      "FAILED_PRECONDITION",
-      "ABORTED",
-      "OUT_OF_RANGE",
-      "UNIMPLEMENTED",
-      "INTERNAL",
-      "UNAVAILABLE",
-      "DATA_LOSS",
-      "UNAUTHENTICATED",
-  };
-  const int n = static_cast<int>(code);
-  if (n < 0 || n >= static_cast<int>(sizeof(kNames) / sizeof(kNames[0]))) {
-    return "CODE_" + std::to_string(n);
-  }
-  return kNames[n];
+  // google.rpc.Code is absl::StatusCode too.
+  std::string name =
+      absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
+  return name.empty() ? "CODE_" + std::to_string(static_cast<int>(code))
+                      : name;
 }
 
 std::string Status::ToString() const {
